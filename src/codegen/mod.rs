@@ -1,0 +1,4 @@
+//! Code generation: checked program → BPF programs, map specs and message layouts.
+
+pub mod asm;
+pub mod program;

@@ -1,0 +1,240 @@
+//! The compiler's output: BPF programs, the maps they use and the layout of
+//! every message they send to user space. This is the whole contract between
+//! `codegen` and `runtime`; nothing else crosses that boundary.
+
+use std::path::PathBuf;
+
+use crate::frontend::ast::Span;
+
+/// Index into `Compiled::maps`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MapId(pub u32);
+
+/// Index into `Compiled::messages`; the first 8 bytes of every ring buffer record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MessageId(pub u32);
+
+#[derive(Clone, Debug, Default)]
+pub struct Compiled {
+    pub programs: Vec<BpfProgram>,
+    pub maps: Vec<MapSpec>,
+    pub messages: Vec<Message>,
+    /// The ring buffer every program writes its messages to.
+    pub ringbuf: Option<MapId>,
+    /// A one-element array of `GlobalSlot`s written by user space before any probe fires.
+    pub globals: Option<MapId>,
+}
+
+/// Slots of the globals map (each a u64), in index order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GlobalSlot {
+    /// `bpf_ktime_get_ns()` at start, the origin of `elapsed`.
+    StartNs = 0,
+    /// pid of the `-c` child (`cpid`), 0 without `-c`.
+    ChildPid = 1,
+}
+
+pub const GLOBAL_SLOTS: u32 = 2;
+
+#[derive(Clone, Debug)]
+pub struct BpfProgram {
+    /// Unique symbol name, a valid C identifier.
+    pub name: String,
+    /// The probe as the user wrote it (after wildcard expansion), for messages.
+    pub probe: String,
+    pub attach: AttachPoint,
+    pub insns: Vec<Insn>,
+    /// Instructions whose `imm` must become a map fd before loading.
+    pub map_relocs: Vec<MapReloc>,
+    /// For each instruction, the script text it was generated from.
+    pub spans: Vec<Option<Span>>,
+    /// For each instruction, an optional note for the annotated listing.
+    pub comments: Vec<Option<String>>,
+}
+
+/// One raw 8-byte BPF instruction slot (a 16-byte `ld_imm64` takes two).
+pub type Insn = u64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapReloc {
+    /// Index of the first slot of an `ld_imm64` with `src_reg = BPF_PSEUDO_MAP_FD`.
+    pub insn: usize,
+    pub map: MapId,
+}
+
+/// Where and how a program attaches.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttachPoint {
+    /// Run once through `BPF_PROG_TEST_RUN` before any other probe is attached.
+    Begin,
+    /// Run once through `BPF_PROG_TEST_RUN` after all probes are detached.
+    End,
+    Tracepoint {
+        category: String,
+        name: String,
+    },
+    RawTracepoint {
+        name: String,
+    },
+    Uprobe {
+        /// The resolved ELF file.
+        binary: PathBuf,
+        /// Symbol name (for messages) and the file offset to attach to.
+        symbol: String,
+        offset: u64,
+        retprobe: bool,
+    },
+    Usdt {
+        binary: PathBuf,
+        provider: String,
+        name: String,
+        offset: u64,
+        semaphore_offset: u64,
+    },
+    Kprobe {
+        function: String,
+        offset: u64,
+        retprobe: bool,
+    },
+    Fentry {
+        function: String,
+        exit: bool,
+    },
+    PerfEvent {
+        event: PerfEvent,
+        sample: PerfSample,
+        /// All online CPUs, or only the first (for `interval`).
+        all_cpus: bool,
+    },
+}
+
+impl AttachPoint {
+    /// libbpf section name, which selects the program type.
+    pub fn section(&self) -> String {
+        match self {
+            AttachPoint::Begin | AttachPoint::End => "raw_tp".into(),
+            AttachPoint::Tracepoint { category, name } => format!("tracepoint/{category}/{name}"),
+            AttachPoint::RawTracepoint { name } => format!("raw_tp/{name}"),
+            AttachPoint::Uprobe { retprobe, .. } => {
+                if *retprobe { "uretprobe" } else { "uprobe" }.into()
+            }
+            AttachPoint::Usdt { .. } => "uprobe".into(),
+            AttachPoint::Kprobe { retprobe, .. } => {
+                if *retprobe { "kretprobe" } else { "kprobe" }.into()
+            }
+            AttachPoint::Fentry { function, exit } => {
+                format!("{}/{function}", if *exit { "fexit" } else { "fentry" })
+            }
+            AttachPoint::PerfEvent { .. } => "perf_event".into(),
+        }
+    }
+}
+
+/// A perf event as `perf_event_open` takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PerfEvent {
+    /// `PERF_TYPE_HARDWARE` (0) or `PERF_TYPE_SOFTWARE` (1).
+    pub type_: u32,
+    pub config: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PerfSample {
+    FrequencyHz(u64),
+    Period(u64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapKind {
+    Hash,
+    PerCpuHash,
+    Array,
+    PerCpuArray,
+    RingBuf,
+    StackTrace,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MapSpec {
+    /// The script name (`@x`, `@` for the anonymous map) or an internal name.
+    pub name: String,
+    pub kind: MapKind,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+    /// How user space reads this map; `None` for internal maps.
+    pub script_map: Option<ScriptMap>,
+}
+
+/// Layout of a user-visible map, for printing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScriptMap {
+    /// `None` for a map without keys (`@x = 1`).
+    pub key: Option<ValueType>,
+    pub value: MapValue,
+}
+
+/// What a map's values mean. Aggregations are stored per CPU and combined in
+/// user space.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MapValue {
+    Plain(ValueType),
+    /// u64 per CPU, summed.
+    Count,
+    /// i64 per CPU, summed.
+    Sum,
+    /// {value i64, set u64} per CPU.
+    Min,
+    Max,
+    /// {count u64, total i64} per CPU.
+    Avg,
+    Stats,
+    /// The key gains a trailing u64 bucket index; the value is a per-CPU u64 count.
+    Hist,
+    Lhist { min: i64, max: i64, step: i64 },
+}
+
+/// The byte layout of a value in a map key, map value or message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ValueType {
+    Int { size: u8, signed: bool },
+    /// NUL-terminated within a fixed buffer.
+    Str { len: u32 },
+    /// Fields at their offsets; the size includes padding.
+    Tuple { fields: Vec<(u32, ValueType)>, size: u32 },
+    /// A stack id from a stack trace map.
+    Stack { kernel: bool, map: MapId },
+    /// u64 address printed as a symbol.
+    Symbol { kernel: bool },
+    /// A probe name, stored as a u64 index into `Compiled::programs`.
+    Probe,
+}
+
+impl ValueType {
+    pub fn size(&self) -> u32 {
+        match self {
+            ValueType::Int { size, .. } => u32::from(*size),
+            ValueType::Str { len } => *len,
+            ValueType::Tuple { size, .. } => *size,
+            ValueType::Stack { .. } | ValueType::Symbol { .. } | ValueType::Probe => 8,
+        }
+    }
+}
+
+/// A ring buffer message: after the 8-byte `MessageId`, the fields at their offsets.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Message {
+    Printf {
+        format: String,
+        args: Vec<(u32, ValueType)>,
+    },
+    /// `print(value)`
+    PrintValue { value: (u32, ValueType) },
+    /// `print(@map[, top[, div]])`
+    PrintMap { map: MapId, top: u64, div: u64 },
+    ClearMap { map: MapId },
+    ZeroMap { map: MapId },
+    /// `time(fmt)`
+    Time { format: String },
+    Exit,
+}

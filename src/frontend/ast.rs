@@ -1,0 +1,238 @@
+//! Syntax tree: what `parse` produces from script text and `check` consumes.
+//!
+//! Nodes keep the byte span of the text they came from so every later stage can
+//! point diagnostics back at the script. Names are kept as written; resolving
+//! builtins, probe kinds and map types is the checker's job.
+
+use std::fmt;
+
+/// A byte range in the script source.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Span {
+    pub start: usize,
+    pub end: usize,
+}
+
+impl Span {
+    pub fn new(start: usize, end: usize) -> Self {
+        Span { start, end }
+    }
+
+    /// The smallest span covering both.
+    pub fn to(self, other: Span) -> Span {
+        Span::new(self.start.min(other.start), self.end.max(other.end))
+    }
+}
+
+impl From<Span> for miette::SourceSpan {
+    fn from(span: Span) -> Self {
+        (span.start, span.end.saturating_sub(span.start)).into()
+    }
+}
+
+/// A whole script: probe blocks in source order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Script {
+    pub probes: Vec<ProbeBlock>,
+}
+
+/// `spec[, spec...] [/predicate/] { statements }`
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeBlock {
+    pub specs: Vec<ProbeSpec>,
+    pub predicate: Option<Expr>,
+    pub body: Block,
+    pub span: Span,
+}
+
+/// One attach point as written, split at `:`, e.g. `uprobe:libc:malloc` becomes
+/// provider `uprobe` and parts `["libc", "malloc"]`. `BEGIN` has no parts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeSpec {
+    pub provider: String,
+    pub parts: Vec<String>,
+    pub span: Span,
+}
+
+impl fmt::Display for ProbeSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.provider)?;
+        for part in &self.parts {
+            write!(f, ":{part}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block {
+    pub stmts: Vec<Stmt>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stmt {
+    pub kind: StmtKind,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum StmtKind {
+    /// An expression evaluated for its effect: `printf(...)`, `@x[k]++`, `exit()`.
+    Expr(Expr),
+    /// `target = value`, or `target op= value` when `op` is set.
+    Assign {
+        target: Expr,
+        op: Option<BinOp>,
+        value: Expr,
+    },
+    If {
+        cond: Expr,
+        then: Block,
+        /// `else { }` or `else if` (an `If` statement wrapped in a block).
+        otherwise: Option<Block>,
+    },
+    /// `unroll(N) { ... }`
+    Unroll { count: Expr, body: Block },
+    While { cond: Expr, body: Block },
+    Break,
+    Continue,
+    Return,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExprKind {
+    /// Integer literal (decimal, hex `0x`, octal `0`, with optional `_` separators).
+    Int(u64),
+    /// String literal with escapes already decoded.
+    Str(String),
+    /// `true` / `false`.
+    Bool(bool),
+    /// A bare word: builtin such as `pid`, `comm`, `arg0`, `args`, `retval`.
+    Ident(String),
+    /// `$name` scratch variable.
+    Var(String),
+    /// `$1`..`$N` positional parameter.
+    Positional(u32),
+    /// `$#`
+    PositionalCount,
+    /// `@name` or `@name[k]` or `@name[k1, k2]`; `name` is empty for `@`.
+    Map { name: String, keys: Vec<Expr> },
+    /// `name(args...)`
+    Call { name: String, args: Vec<Expr> },
+    Unary { op: UnOp, expr: Box<Expr> },
+    Binary {
+        op: BinOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
+    /// `cond ? a : b`
+    Ternary {
+        cond: Box<Expr>,
+        then: Box<Expr>,
+        otherwise: Box<Expr>,
+    },
+    /// `expr.field` or `expr->field` (`arrow` tells which was written).
+    Field {
+        expr: Box<Expr>,
+        field: String,
+        arrow: bool,
+    },
+    /// `expr.0` on a tuple.
+    TupleIndex { expr: Box<Expr>, index: u32 },
+    /// `expr[index]` on a pointer or array.
+    Index { expr: Box<Expr>, index: Box<Expr> },
+    /// `(a, b, ...)`, at least two elements.
+    Tuple(Vec<Expr>),
+    /// `(type)expr`
+    Cast { ty: TypeName, expr: Box<Expr> },
+    /// `x++`, `++x`, `x--`, `--x` on a variable or map element.
+    IncDec {
+        target: Box<Expr>,
+        increment: bool,
+        prefix: bool,
+    },
+}
+
+/// A type as written in a cast: `uint32`, `int8`, `struct task_struct *`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TypeName {
+    pub name: String,
+    pub pointer_depth: u8,
+    pub span: Span,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnOp {
+    /// `!`
+    Not,
+    /// `~`
+    BitNot,
+    /// `-`
+    Neg,
+    /// `*` dereference
+    Deref,
+    /// `&` address-of
+    AddrOf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+    BitAnd,
+    BitOr,
+    BitXor,
+    Shl,
+    Shr,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    LogicalAnd,
+    LogicalOr,
+}
+
+impl BinOp {
+    /// The operator as written in scripts.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::Mod => "%",
+            BinOp::BitAnd => "&",
+            BinOp::BitOr => "|",
+            BinOp::BitXor => "^",
+            BinOp::Shl => "<<",
+            BinOp::Shr => ">>",
+            BinOp::Eq => "==",
+            BinOp::Ne => "!=",
+            BinOp::Lt => "<",
+            BinOp::Le => "<=",
+            BinOp::Gt => ">",
+            BinOp::Ge => ">=",
+            BinOp::LogicalAnd => "&&",
+            BinOp::LogicalOr => "||",
+        }
+    }
+
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge
+        )
+    }
+}

@@ -1,0 +1,5 @@
+//! Front end: script text → syntax tree → checked program, with diagnostics.
+
+pub mod ast;
+pub mod diag;
+pub mod parse;

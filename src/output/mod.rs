@@ -1,0 +1,5 @@
+//! Output: turn decoded messages and map contents into bpftrace-compatible text.
+
+pub mod maps;
+pub mod printf;
+pub mod value;

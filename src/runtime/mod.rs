@@ -1,0 +1,6 @@
+//! Runtime: find attach targets, load and attach compiled programs, collect messages.
+
+pub mod elf;
+pub mod features;
+pub mod loader;
+pub mod tracefs;
