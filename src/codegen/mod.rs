@@ -1,4 +1,71 @@
 //! Code generation: checked program → BPF programs, map specs and message layouts.
+//!
+//! Each probe is lowered to IR over virtual registers (`lower*`), given
+//! registers (`regalloc`), and emitted through the assembler (`emit`, `asm`).
 
 pub mod asm;
+pub mod disasm;
+mod emit;
+mod helpers;
+pub mod ir;
+pub mod listing;
+mod lower;
+mod lower_expr;
+mod lower_map;
+mod maps;
 pub mod program;
+pub mod regalloc;
+
+use crate::frontend::checked::CheckedProgram;
+use crate::frontend::diag::ScriptError;
+use program::Compiled;
+
+/// The most stack a BPF program may use.
+pub const STACK_LIMIT: u32 = 512;
+
+pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
+    let (maps, layouts) = maps::layout(program);
+    let mut compiled = Compiled {
+        maps,
+        ringbuf: Some(layouts.ringbuf),
+        globals: Some(layouts.globals),
+        ..Compiled::default()
+    };
+    let mut errors = Vec::new();
+    for (index, probe) in program.probes.iter().enumerate() {
+        let (function, (_, peak_span)) =
+            lower::Lowerer::lower(probe, index, &program.maps, &layouts, &mut compiled.messages);
+        let allocation = regalloc::allocate(&function);
+        if allocation.frame_bytes > STACK_LIMIT {
+            let message = format!(
+                "`{}` needs {} bytes of BPF stack; the kernel allows {STACK_LIMIT}",
+                probe.name, allocation.frame_bytes
+            );
+            let help = "this statement needs the most: split it, or use shorter strings (`str(p, N)`) and fewer string arguments";
+            errors.push(ScriptError::new(peak_span.unwrap_or(probe.span), message).with_help(help));
+            continue;
+        }
+        match emit::emit(&function, &allocation) {
+            Ok(assembled) => {
+                let name = program_name(index, &probe.name);
+                compiled.programs.push(assembled.into_program(name, probe.name.clone(), probe.attach.clone()));
+            }
+            Err(error) => errors.push(ScriptError::new(probe.span, format!("internal code generation error: {error}"))),
+        }
+    }
+    if errors.is_empty() { Ok(compiled) } else { Err(errors) }
+}
+
+/// A BPF object name (at most 15 characters) that still says which probe it is.
+fn program_name(index: usize, probe: &str) -> String {
+    let tail: String = probe
+        .rsplit(':')
+        .next()
+        .unwrap_or(probe)
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let mut name = format!("p{index}_{tail}");
+    name.truncate(15);
+    name
+}

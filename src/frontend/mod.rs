@@ -1,5 +1,10 @@
 //! Front end: script text → syntax tree → checked program, with diagnostics.
 
 pub mod ast;
+pub mod check;
+pub mod check_expr;
+pub mod checked;
 pub mod diag;
 pub mod parse;
+pub mod probes;
+pub mod types;

@@ -1,0 +1,200 @@
+//! Emission: IR with a register allocation → machine code through the assembler.
+//!
+//! Spilled values are loaded into scratch registers (r0–r5) for the one
+//! instruction that needs them and stored back when written.
+
+use crate::codegen::asm::{AsmError, Assembled, Assembler, AtomicOp, AtomicSize, Label, Reg, Size};
+use crate::codegen::ir::{Arg, Base, Function, Inst, Src, VReg};
+use crate::codegen::regalloc::{Allocation, Location};
+
+pub fn emit(function: &Function, allocation: &Allocation) -> Result<Assembled, AsmError> {
+    let mut asm = Assembler::new();
+    let labels: Vec<Label> = (0..function.labels).map(|_| asm.new_label()).collect();
+    let mut emitter = Emitter { asm, allocation, labels };
+    for annotated in &function.insts {
+        emitter.asm.set_span(annotated.span);
+        if let Some(comment) = &annotated.comment {
+            emitter.asm.comment(comment.clone());
+        }
+        emitter.inst(&annotated.inst)?;
+    }
+    emitter.asm.finish()
+}
+
+struct Emitter<'a> {
+    asm: Assembler,
+    allocation: &'a Allocation,
+    labels: Vec<Label>,
+}
+
+const ARG_REGS: [Reg; 5] = [Reg::R1, Reg::R2, Reg::R3, Reg::R4, Reg::R5];
+
+fn phys(n: u8) -> Reg {
+    match n {
+        6 => Reg::R6,
+        7 => Reg::R7,
+        8 => Reg::R8,
+        9 => Reg::R9,
+        _ => unreachable!("the allocator hands out r6-r9 only, got r{n}"),
+    }
+}
+
+impl Emitter<'_> {
+    fn location(&self, vreg: VReg) -> Location {
+        *self
+            .allocation
+            .locations
+            .get(&vreg)
+            .expect("every register used is allocated")
+    }
+
+    /// The register holding `vreg`, loading a spilled value into `scratch`.
+    fn read(&mut self, vreg: VReg, scratch: Reg) -> Reg {
+        match self.location(vreg) {
+            Location::Reg(n) => phys(n),
+            Location::Spill(offset) => {
+                self.asm.load(Size::U64, scratch, Reg::R10, offset);
+                scratch
+            }
+        }
+    }
+
+    /// The register to compute `vreg` into (`scratch` when it is spilled).
+    fn target(&self, vreg: VReg, scratch: Reg) -> Reg {
+        match self.location(vreg) {
+            Location::Reg(n) => phys(n),
+            Location::Spill(_) => scratch,
+        }
+    }
+
+    /// Store a spilled `vreg` computed in `reg` back to its slot.
+    fn write_back(&mut self, vreg: VReg, reg: Reg) {
+        if let Location::Spill(offset) = self.location(vreg) {
+            self.asm.store_reg(Size::U64, Reg::R10, offset, reg);
+        }
+    }
+
+    fn set(&mut self, dst: VReg, value: Reg) {
+        match self.location(dst) {
+            Location::Reg(n) => {
+                if phys(n) != value {
+                    self.asm.mov64_reg(phys(n), value);
+                }
+            }
+            Location::Spill(offset) => self.asm.store_reg(Size::U64, Reg::R10, offset, value),
+        }
+    }
+
+    fn base(&mut self, base: Base, scratch: Reg) -> Reg {
+        match base {
+            Base::Frame => Reg::R10,
+            Base::Reg(vreg) => self.read(vreg, scratch),
+        }
+    }
+
+    fn inst(&mut self, inst: &Inst) -> Result<(), AsmError> {
+        match inst {
+            Inst::Ctx { dst } => self.set(*dst, Reg::R1),
+            Inst::Mov { dst, src: Src::Imm(imm) } => match self.location(*dst) {
+                Location::Reg(n) => self.asm.mov64_imm(phys(n), *imm),
+                Location::Spill(offset) => self.asm.store_imm(Size::U64, Reg::R10, offset, *imm),
+            },
+            Inst::Mov { dst, src: Src::Reg(src) } => {
+                let value = self.read(*src, Reg::R0);
+                self.set(*dst, value);
+            }
+            Inst::Imm64 { dst, value } => {
+                let reg = self.target(*dst, Reg::R0);
+                self.asm.ld_imm64(reg, *value);
+                self.write_back(*dst, reg);
+            }
+            Inst::Alu { op, dst, src } => {
+                let reg = self.read(*dst, Reg::R0);
+                match src {
+                    Src::Imm(imm) => self.asm.alu64_imm(*op, reg, *imm),
+                    Src::Reg(src) => {
+                        let src = self.read(*src, Reg::R1);
+                        self.asm.alu64_reg(*op, reg, src);
+                    }
+                }
+                self.write_back(*dst, reg);
+            }
+            Inst::Neg { dst } => {
+                let reg = self.read(*dst, Reg::R0);
+                self.asm.neg64(reg);
+                self.write_back(*dst, reg);
+            }
+            Inst::FrameAddr { dst, offset } => {
+                let reg = self.target(*dst, Reg::R0);
+                self.asm.mov64_reg(reg, Reg::R10);
+                self.asm.alu64_imm(crate::codegen::asm::AluOp::Add, reg, i32::from(*offset));
+                self.write_back(*dst, reg);
+            }
+            Inst::Load { dst, base, offset, size } => {
+                let base = self.base(*base, Reg::R1);
+                let reg = self.target(*dst, Reg::R0);
+                self.asm.load(*size, reg, base, *offset);
+                self.write_back(*dst, reg);
+            }
+            Inst::Store { base, offset, src, size } => {
+                let base = self.base(*base, Reg::R1);
+                match src {
+                    Src::Imm(imm) => self.asm.store_imm(*size, base, *offset, *imm),
+                    Src::Reg(src) => {
+                        let src = self.read(*src, Reg::R2);
+                        self.asm.store_reg(*size, base, *offset, src);
+                    }
+                }
+            }
+            Inst::AtomicAdd { base, offset, src, size } => {
+                let base = self.read(*base, Reg::R1);
+                let src = self.read(*src, Reg::R2);
+                let size = if *size == Size::U32 { AtomicSize::U32 } else { AtomicSize::U64 };
+                self.asm.atomic(size, AtomicOp::Add, base, *offset, src);
+            }
+            Inst::Call { helper, args, ret } => self.call(*helper, args, *ret),
+            Inst::Jump(label) => self.asm.jmp(self.labels[label.0 as usize]),
+            Inst::Branch { cond, lhs, rhs, target } => {
+                let target = self.labels[target.0 as usize];
+                let lhs = self.read(*lhs, Reg::R0);
+                match rhs {
+                    Src::Imm(imm) => self.asm.jmp_imm(*cond, lhs, *imm, target),
+                    Src::Reg(rhs) => {
+                        let rhs = self.read(*rhs, Reg::R1);
+                        self.asm.jmp_reg(*cond, lhs, rhs, target);
+                    }
+                }
+            }
+            Inst::Bind(label) => self.asm.bind(self.labels[label.0 as usize])?,
+            Inst::Exit => {
+                self.asm.mov64_imm(Reg::R0, 0);
+                self.asm.exit();
+            }
+        }
+        Ok(())
+    }
+
+    fn call(&mut self, helper: u32, args: &[Arg], ret: Option<VReg>) {
+        for (arg, reg) in args.iter().zip(ARG_REGS) {
+            match *arg {
+                Arg::Reg(vreg) => match self.location(vreg) {
+                    Location::Reg(n) => self.asm.mov64_reg(reg, phys(n)),
+                    Location::Spill(offset) => self.asm.load(Size::U64, reg, Reg::R10, offset),
+                },
+                Arg::Imm(value) => match i32::try_from(value) {
+                    Ok(imm) => self.asm.mov64_imm(reg, imm),
+                    Err(_) => self.asm.ld_imm64(reg, value as u64),
+                },
+                Arg::Frame(offset) => {
+                    self.asm.mov64_reg(reg, Reg::R10);
+                    self.asm.alu64_imm(crate::codegen::asm::AluOp::Add, reg, i32::from(offset));
+                }
+                Arg::Map(map) => self.asm.ld_map_fd(reg, map),
+            }
+        }
+        self.asm.call_helper(helper);
+        if let Some(ret) = ret {
+            self.set(ret, Reg::R0);
+        }
+    }
+}

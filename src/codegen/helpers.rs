@@ -1,0 +1,19 @@
+//! BPF helper function ids used by generated code (from the kernel's `enum bpf_func_id`).
+
+pub const MAP_LOOKUP_ELEM: u32 = 1;
+pub const MAP_UPDATE_ELEM: u32 = 2;
+pub const MAP_DELETE_ELEM: u32 = 3;
+pub const KTIME_GET_NS: u32 = 5;
+pub const GET_PRANDOM_U32: u32 = 7;
+pub const GET_SMP_PROCESSOR_ID: u32 = 8;
+pub const GET_CURRENT_PID_TGID: u32 = 14;
+pub const GET_CURRENT_UID_GID: u32 = 15;
+pub const GET_CURRENT_COMM: u32 = 16;
+pub const PROBE_READ_USER: u32 = 112;
+pub const PROBE_READ_KERNEL: u32 = 113;
+pub const PROBE_READ_USER_STR: u32 = 114;
+pub const PROBE_READ_KERNEL_STR: u32 = 115;
+pub const RINGBUF_OUTPUT: u32 = 130;
+
+/// `flags` for `bpf_map_update_elem`: create or replace.
+pub const BPF_ANY: i64 = 0;

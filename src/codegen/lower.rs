@@ -1,0 +1,291 @@
+//! Lowering: one checked probe → IR. This file holds the lowering state,
+//! the frame (stack buffer) allocator and statements; expressions, maps and
+//! messages live in the sibling `lower_*` files.
+
+use crate::codegen::ir::{Annotated, Base, Function, Inst, Label, Size, Src, VReg};
+use crate::codegen::maps::MapLayouts;
+use crate::codegen::program::Message;
+use crate::frontend::ast::Span;
+use crate::frontend::checked::{CheckedProbe, MapDecl, TStmt, TStmtKind};
+use crate::frontend::types::Type;
+
+/// Where a value produced by an expression lives.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Value {
+    /// An integer (or probe index) in a register.
+    Int(VReg),
+    /// A string or tuple in a frame buffer at r10 + offset.
+    Mem(i16),
+}
+
+/// Where a scratch variable lives.
+#[derive(Clone, Copy, Debug)]
+enum VarSlot {
+    Reg(VReg),
+    Mem(i16),
+}
+
+pub(super) struct Lowerer<'a> {
+    pub(super) probe: &'a CheckedProbe,
+    pub(super) probe_index: usize,
+    decls: &'a [MapDecl],
+    pub(super) maps: &'a MapLayouts,
+    pub(super) messages: &'a mut Vec<Message>,
+    pub(super) function: Function,
+    span: Option<Span>,
+    pending_comment: Option<String>,
+    frame_top: u32,
+    /// The largest frame any statement needed, and that statement.
+    pub(super) frame_peak: (u32, Option<Span>),
+    pub(super) ctx: VReg,
+    vars: Vec<VarSlot>,
+    /// (continue target, break target) of the enclosing loops.
+    loops: Vec<(Label, Label)>,
+    exit_label: Label,
+}
+
+impl<'a> Lowerer<'a> {
+    pub(super) fn lower(
+        probe: &'a CheckedProbe,
+        probe_index: usize,
+        decls: &'a [MapDecl],
+        maps: &'a MapLayouts,
+        messages: &'a mut Vec<Message>,
+    ) -> (Function, (u32, Option<Span>)) {
+        let mut lowerer = Lowerer {
+            probe,
+            probe_index,
+            decls,
+            maps,
+            messages,
+            function: Function::default(),
+            span: Some(probe.span),
+            pending_comment: None,
+            frame_top: 0,
+            frame_peak: (0, None),
+            ctx: VReg(0),
+            vars: Vec::new(),
+            loops: Vec::new(),
+            exit_label: Label(0),
+        };
+        lowerer.ctx = lowerer.vreg();
+        lowerer.exit_label = lowerer.label();
+        lowerer.prologue();
+        if let Some(predicate) = &probe.predicate {
+            lowerer.span = Some(predicate.span);
+            lowerer.comment("predicate");
+            let exit = lowerer.exit_label;
+            lowerer.branch_unless(predicate, exit);
+        }
+        lowerer.stmts(&probe.body);
+        lowerer.span = None;
+        let exit = lowerer.exit_label;
+        lowerer.emit(Inst::Bind(exit));
+        lowerer.emit(Inst::Exit);
+        lowerer.function.frame_bytes = lowerer.frame_peak.0;
+        (lowerer.function, lowerer.frame_peak)
+    }
+
+    fn prologue(&mut self) {
+        let ctx = self.ctx;
+        self.emit(Inst::Ctx { dst: ctx });
+        for ty in &self.probe.variables {
+            let slot = match ty {
+                Type::Str { .. } | Type::Tuple(_) => {
+                    let offset = self.alloc(ty.size());
+                    self.zero(Base::Frame, offset, ty.size());
+                    VarSlot::Mem(offset)
+                }
+                _ => {
+                    let reg = self.vreg();
+                    self.emit(Inst::Mov { dst: reg, src: Src::Imm(0) });
+                    VarSlot::Reg(reg)
+                }
+            };
+            self.vars.push(slot);
+        }
+    }
+
+    pub(super) fn program_maps(&self) -> &'a [MapDecl] {
+        self.decls
+    }
+
+    pub(super) fn exit_label(&self) -> Label {
+        self.exit_label
+    }
+
+    pub(super) fn vreg(&mut self) -> VReg {
+        self.function.vregs += 1;
+        VReg(self.function.vregs - 1)
+    }
+
+    pub(super) fn label(&mut self) -> Label {
+        self.function.labels += 1;
+        Label(self.function.labels - 1)
+    }
+
+    pub(super) fn emit(&mut self, inst: Inst) {
+        self.function.insts.push(Annotated {
+            inst,
+            span: self.span,
+            comment: self.pending_comment.take(),
+        });
+    }
+
+    pub(super) fn comment(&mut self, text: impl Into<String>) {
+        self.pending_comment = Some(text.into());
+    }
+
+    pub(super) fn with_span<T>(&mut self, span: Span, f: impl FnOnce(&mut Self) -> T) -> T {
+        let saved = self.span.replace(span);
+        let result = f(self);
+        self.span = saved;
+        result
+    }
+
+    /// A frame buffer of `bytes` (rounded up to 8), valid until the statement ends.
+    pub(super) fn alloc(&mut self, bytes: u32) -> i16 {
+        self.frame_top += bytes.next_multiple_of(8).max(8);
+        if self.frame_top > self.frame_peak.0 {
+            self.frame_peak = (self.frame_top, self.span);
+        }
+        // Offsets beyond i16 only arise far past the 512-byte limit, which
+        // compile() reports; clamp so lowering can finish first.
+        -(self.frame_top.min(i16::MAX as u32) as i16)
+    }
+
+    /// Zero `bytes` (a multiple of 8) at `base + offset`.
+    pub(super) fn zero(&mut self, base: Base, offset: i16, bytes: u32) {
+        for at in (0..bytes).step_by(8) {
+            self.emit(Inst::Store { base, offset: offset + at as i16, src: Src::Imm(0), size: Size::U64 });
+        }
+    }
+
+    /// Copy `bytes` (a multiple of 8) between buffers through a register.
+    pub(super) fn copy(&mut self, to: (Base, i16), from: (Base, i16), bytes: u32) {
+        let temp = self.vreg();
+        for at in (0..bytes).step_by(8) {
+            let at = at as i16;
+            self.emit(Inst::Load { dst: temp, base: from.0, offset: from.1 + at, size: Size::U64 });
+            self.emit(Inst::Store { base: to.0, offset: to.1 + at, src: Src::Reg(temp), size: Size::U64 });
+        }
+    }
+
+    /// Store `value` of type `from` at `base + offset` in the layout of type `to`
+    /// (strings are zero-padded to the longer buffer; tuple fields likewise).
+    pub(super) fn store_value(&mut self, value: Value, from: &Type, base: Base, offset: i16, to: &Type) {
+        match (value, from, to) {
+            (Value::Int(reg), _, _) => {
+                self.emit(Inst::Store { base, offset, src: Src::Reg(reg), size: Size::U64 })
+            }
+            (Value::Mem(src), Type::Tuple(from_fields), Type::Tuple(to_fields)) => {
+                let from_layout = from.layout_offsets();
+                let to_layout = to.layout_offsets();
+                for (i, (f, t)) in from_fields.iter().zip(to_fields).enumerate() {
+                    let field = self.field_value(src, from_layout[i], f);
+                    self.store_value(field, f, base, offset + to_layout[i] as i16, t);
+                }
+            }
+            (Value::Mem(src), _, _) => {
+                let copied = from.size().min(to.size());
+                self.copy((base, offset), (Base::Frame, src), copied);
+                self.zero(base, offset + copied as i16, to.size() - copied);
+            }
+        }
+    }
+
+    /// A field of a tuple held in a frame buffer.
+    pub(super) fn field_value(&mut self, tuple: i16, field_offset: u32, ty: &Type) -> Value {
+        let at = tuple + field_offset as i16;
+        match ty {
+            Type::Str { .. } | Type::Tuple(_) => Value::Mem(at),
+            _ => {
+                let reg = self.vreg();
+                self.emit(Inst::Load { dst: reg, base: Base::Frame, offset: at, size: Size::U64 });
+                Value::Int(reg)
+            }
+        }
+    }
+
+    fn stmts(&mut self, stmts: &[TStmt]) {
+        for stmt in stmts {
+            let mark = self.frame_top;
+            self.span = Some(stmt.span);
+            self.stmt(stmt);
+            self.frame_top = mark;
+        }
+    }
+
+    fn stmt(&mut self, stmt: &TStmt) {
+        match &stmt.kind {
+            TStmtKind::Expr(expr) => {
+                self.expr(expr);
+            }
+            TStmtKind::AssignVar { var, value } => self.assign_var(var.0, value),
+            TStmtKind::AssignMap { map, key, value } => self.assign_map(*map, key.as_ref(), value),
+            TStmtKind::Aggregate { map, key, func, arg } => self.aggregate(*map, key.as_ref(), *func, arg.as_ref()),
+            TStmtKind::Delete { map, key } => self.delete(*map, key.as_ref()),
+            TStmtKind::Emit(emit) => self.message(emit),
+            TStmtKind::If { cond, then, otherwise } => {
+                let else_label = self.label();
+                let end = self.label();
+                self.branch_unless(cond, else_label);
+                self.stmts(then);
+                self.emit(Inst::Jump(end));
+                self.emit(Inst::Bind(else_label));
+                self.stmts(otherwise);
+                self.emit(Inst::Bind(end));
+            }
+            TStmtKind::While { cond, body } => {
+                let (top, end) = (self.label(), self.label());
+                self.emit(Inst::Bind(top));
+                self.branch_unless(cond, end);
+                self.loops.push((top, end));
+                self.stmts(body);
+                self.loops.pop();
+                self.emit(Inst::Jump(top));
+                self.emit(Inst::Bind(end));
+            }
+            TStmtKind::Unroll { count, body } => {
+                let end = self.label();
+                for _ in 0..*count {
+                    let next = self.label();
+                    self.loops.push((next, end));
+                    self.stmts(body);
+                    self.loops.pop();
+                    self.emit(Inst::Bind(next));
+                }
+                self.emit(Inst::Bind(end));
+            }
+            TStmtKind::Break | TStmtKind::Continue => {
+                let (next, end) = *self.loops.last().expect("the checker rejects break outside loops");
+                let target = if matches!(stmt.kind, TStmtKind::Break) { end } else { next };
+                self.emit(Inst::Jump(target));
+            }
+            TStmtKind::Return => {
+                let exit = self.exit_label;
+                self.emit(Inst::Jump(exit));
+            }
+        }
+    }
+
+    fn assign_var(&mut self, var: usize, value: &crate::frontend::checked::TExpr) {
+        let target_ty = self.probe.variables[var].clone();
+        let result = self.expr(value);
+        match (self.vars[var], result) {
+            (VarSlot::Reg(reg), Value::Int(src)) => self.emit(Inst::Mov { dst: reg, src: Src::Reg(src) }),
+            (VarSlot::Mem(offset), result) => {
+                self.store_value(result, &value.ty, Base::Frame, offset, &target_ty)
+            }
+            (VarSlot::Reg(_), Value::Mem(_)) => unreachable!("the checker gives integer variables integer values"),
+        }
+    }
+
+    /// The value of variable `var`.
+    pub(super) fn var(&mut self, var: usize) -> Value {
+        match self.vars[var] {
+            VarSlot::Reg(reg) => Value::Int(reg),
+            VarSlot::Mem(offset) => Value::Mem(offset),
+        }
+    }
+}

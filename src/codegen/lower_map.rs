@@ -1,0 +1,278 @@
+//! Lowering map operations (reads, stores, aggregations, delete) and messages
+//! to user space (printf, print, clear, zero, time, exit).
+
+use crate::codegen::helpers::*;
+use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
+use crate::codegen::lower::{Lowerer, Value};
+use crate::codegen::program::{Message, MessageId};
+use crate::frontend::checked::{AggFunc, Emit, MapRef, TExpr};
+use crate::frontend::types::Type;
+
+impl Lowerer<'_> {
+    /// Build the key of `map` in a frame buffer, with a histogram bucket after it.
+    fn key(&mut self, map: MapRef, key: Option<&TExpr>, bucket: Option<VReg>) -> i16 {
+        let layout = self.maps.script[map.0].clone();
+        let offset = self.alloc(layout.key_size);
+        match key {
+            Some(key) => {
+                let value = self.expr(key);
+                let key_ty = self.map_key_type(map);
+                self.store_value(value, &key.ty, Base::Frame, offset, &key_ty);
+            }
+            None if bucket.is_none() => {
+                self.emit(Inst::Store { base: Base::Frame, offset, src: Src::Imm(0), size: Size::U64 })
+            }
+            None => {}
+        }
+        if let Some(bucket) = bucket {
+            let at = offset + layout.key_bytes as i16;
+            self.emit(Inst::Store { base: Base::Frame, offset: at, src: Src::Reg(bucket), size: Size::U64 });
+        }
+        offset
+    }
+
+    fn map_key_type(&self, map: MapRef) -> Type {
+        self.program_maps()[map.0].key.clone().expect("keyed access to a keyed map")
+    }
+
+    fn lookup(&mut self, map: MapRef, key: i16) -> VReg {
+        let pointer = self.vreg();
+        let args = vec![Arg::Map(self.maps.script[map.0].id), Arg::Frame(key)];
+        self.emit(Inst::Call { helper: MAP_LOOKUP_ELEM, args, ret: Some(pointer) });
+        pointer
+    }
+
+    fn update(&mut self, map: MapRef, key: i16, value: i16) {
+        let args = vec![
+            Arg::Map(self.maps.script[map.0].id),
+            Arg::Frame(key),
+            Arg::Frame(value),
+            Arg::Imm(BPF_ANY),
+        ];
+        self.emit(Inst::Call { helper: MAP_UPDATE_ELEM, args, ret: None });
+    }
+
+    /// `@m[key]` as a value: the stored value, or zero when absent.
+    pub(super) fn map_read(&mut self, map: MapRef, key: Option<&TExpr>, ty: &Type) -> Value {
+        let key = self.key(map, key, None);
+        let pointer = self.lookup(map, key);
+        let missing = self.label();
+        let done = self.label();
+        let result = match ty {
+            Type::Str { .. } | Type::Tuple(_) => {
+                let buffer = self.alloc(ty.size());
+                self.zero(Base::Frame, buffer, ty.size());
+                self.emit(Inst::Branch { cond: Cond::Eq, lhs: pointer, rhs: Src::Imm(0), target: missing });
+                self.copy((Base::Frame, buffer), (Base::Reg(pointer), 0), ty.size());
+                Value::Mem(buffer)
+            }
+            _ => {
+                let reg = self.vreg();
+                self.emit(Inst::Mov { dst: reg, src: Src::Imm(0) });
+                self.emit(Inst::Branch { cond: Cond::Eq, lhs: pointer, rhs: Src::Imm(0), target: missing });
+                self.emit(Inst::Load { dst: reg, base: Base::Reg(pointer), offset: 0, size: Size::U64 });
+                Value::Int(reg)
+            }
+        };
+        self.emit(Inst::Bind(missing));
+        self.emit(Inst::Bind(done));
+        result
+    }
+
+    pub(super) fn assign_map(&mut self, map: MapRef, key: Option<&TExpr>, value: &TExpr) {
+        let result = self.expr(value);
+        let stored = match &self.program_maps()[map.0].value {
+            crate::frontend::checked::MapValueKind::Plain(ty) => ty.clone(),
+            _ => unreachable!("plain assignment to a plain map"),
+        };
+        let buffer = self.alloc(stored.size());
+        self.store_value(result, &value.ty, Base::Frame, buffer, &stored);
+        let key = self.key(map, key, None);
+        self.comment(format!("{} update", self.program_maps()[map.0].name));
+        self.update(map, key, buffer);
+    }
+
+    pub(super) fn delete(&mut self, map: MapRef, key: Option<&TExpr>) {
+        let key = self.key(map, key, None);
+        let args = vec![Arg::Map(self.maps.script[map.0].id), Arg::Frame(key)];
+        self.emit(Inst::Call { helper: MAP_DELETE_ELEM, args, ret: None });
+    }
+
+    /// `@m[key] = count()` and friends: update the value in place when it
+    /// exists (no atomics needed in per-CPU maps), insert the first value otherwise.
+    pub(super) fn aggregate(&mut self, map: MapRef, key: Option<&TExpr>, func: AggFunc, arg: Option<&TExpr>) {
+        let value = match arg {
+            Some(arg) => self.int_expr(arg),
+            None => self.constant(1),
+        };
+        let bucket = match func {
+            AggFunc::Hist => Some(self.log2_bucket(value)),
+            AggFunc::Lhist { min, max, step } => Some(self.linear_bucket(value, min, max, step)),
+            _ => None,
+        };
+        let key = self.key(map, key, bucket);
+        let per_cpu = self.maps.script[map.0].per_cpu;
+        self.comment(format!("{}() on {}", func.name(), self.program_maps()[map.0].name));
+        let pointer = self.lookup(map, key);
+        let (insert, done) = (self.label(), self.label());
+        self.emit(Inst::Branch { cond: Cond::Eq, lhs: pointer, rhs: Src::Imm(0), target: insert });
+        self.update_in_place(func, pointer, value, per_cpu);
+        self.emit(Inst::Jump(done));
+        self.emit(Inst::Bind(insert));
+        let size = self.maps.script[map.0].value_size;
+        let initial = self.alloc(size);
+        self.initial_value(func, initial, value);
+        self.update(map, key, initial);
+        self.emit(Inst::Bind(done));
+    }
+
+    /// Value layouts: count/sum/hist `{u64}`, min/max `{value, set}`, avg/stats `{count, total}`.
+    fn update_in_place(&mut self, func: AggFunc, pointer: VReg, value: VReg, per_cpu: bool) {
+        let base = Base::Reg(pointer);
+        match func {
+            AggFunc::Count | AggFunc::Sum | AggFunc::Hist | AggFunc::Lhist { .. } => {
+                let amount = if matches!(func, AggFunc::Sum) { value } else { self.constant(1) };
+                self.add_to(pointer, 0, amount, per_cpu);
+            }
+            AggFunc::Avg | AggFunc::Stats => {
+                let one = self.constant(1);
+                self.add_to(pointer, 0, one, per_cpu);
+                self.add_to(pointer, 8, value, per_cpu);
+            }
+            AggFunc::Min | AggFunc::Max => {
+                let current = self.vreg();
+                let keep = self.label();
+                self.emit(Inst::Load { dst: current, base, offset: 0, size: Size::U64 });
+                let cond = if func == AggFunc::Min { Cond::Sle } else { Cond::Sge };
+                self.emit(Inst::Branch { cond, lhs: current, rhs: Src::Reg(value), target: keep });
+                self.emit(Inst::Store { base, offset: 0, src: Src::Reg(value), size: Size::U64 });
+                self.emit(Inst::Bind(keep));
+            }
+        }
+    }
+
+    fn add_to(&mut self, pointer: VReg, offset: i16, amount: VReg, per_cpu: bool) {
+        if per_cpu {
+            let current = self.vreg();
+            self.emit(Inst::Load { dst: current, base: Base::Reg(pointer), offset, size: Size::U64 });
+            self.emit(Inst::Alu { op: AluOp::Add, dst: current, src: Src::Reg(amount) });
+            self.emit(Inst::Store { base: Base::Reg(pointer), offset, src: Src::Reg(current), size: Size::U64 });
+        } else {
+            self.emit(Inst::AtomicAdd { base: pointer, offset, src: amount, size: Size::U64 });
+        }
+    }
+
+    fn initial_value(&mut self, func: AggFunc, buffer: i16, value: VReg) {
+        let store = |src: Src, offset: i16| Inst::Store { base: Base::Frame, offset: buffer + offset, src, size: Size::U64 };
+        match func {
+            AggFunc::Count | AggFunc::Hist | AggFunc::Lhist { .. } => self.emit(store(Src::Imm(1), 0)),
+            AggFunc::Sum => self.emit(store(Src::Reg(value), 0)),
+            AggFunc::Min | AggFunc::Max => {
+                self.emit(store(Src::Reg(value), 0));
+                self.emit(store(Src::Imm(1), 8));
+            }
+            AggFunc::Avg | AggFunc::Stats => {
+                self.emit(store(Src::Imm(1), 0));
+                self.emit(store(Src::Reg(value), 8));
+            }
+        }
+    }
+
+    /// Bucket of `hist()`: 0 for negatives, 1 for zero, 2 + floor(log2(v)) above.
+    fn log2_bucket(&mut self, value: VReg) -> VReg {
+        let (bucket, v, high) = (self.vreg(), self.vreg(), self.vreg());
+        let done = self.label();
+        self.emit(Inst::Mov { dst: bucket, src: Src::Imm(0) });
+        self.emit(Inst::Branch { cond: Cond::Slt, lhs: value, rhs: Src::Imm(0), target: done });
+        self.emit(Inst::Mov { dst: bucket, src: Src::Imm(1) });
+        self.emit(Inst::Branch { cond: Cond::Eq, lhs: value, rhs: Src::Imm(0), target: done });
+        self.emit(Inst::Mov { dst: bucket, src: Src::Imm(2) });
+        self.emit(Inst::Mov { dst: v, src: Src::Reg(value) });
+        for bits in [32, 16, 8, 4, 2, 1] {
+            let skip = self.label();
+            self.emit(Inst::Mov { dst: high, src: Src::Reg(v) });
+            self.emit(Inst::Alu { op: AluOp::Rsh, dst: high, src: Src::Imm(bits) });
+            self.emit(Inst::Branch { cond: Cond::Eq, lhs: high, rhs: Src::Imm(0), target: skip });
+            self.emit(Inst::Mov { dst: v, src: Src::Reg(high) });
+            self.emit(Inst::Alu { op: AluOp::Add, dst: bucket, src: Src::Imm(bits) });
+            self.emit(Inst::Bind(skip));
+        }
+        self.emit(Inst::Bind(done));
+        bucket
+    }
+
+    /// Bucket of `lhist()`: 0 below min, 1 + (v - min) / step inside, the last above.
+    fn linear_bucket(&mut self, value: VReg, min: i64, max: i64, step: i64) -> VReg {
+        let (bucket, low, high) = (self.vreg(), self.constant(min as u64), self.constant(max as u64));
+        let done = self.label();
+        self.emit(Inst::Mov { dst: bucket, src: Src::Imm(0) });
+        self.emit(Inst::Branch { cond: Cond::Slt, lhs: value, rhs: Src::Reg(low), target: done });
+        let last = (max - min) / step + 1;
+        self.emit(Inst::Mov { dst: bucket, src: Src::Imm(last as i32) });
+        self.emit(Inst::Branch { cond: Cond::Sge, lhs: value, rhs: Src::Reg(high), target: done });
+        self.emit(Inst::Mov { dst: bucket, src: Src::Reg(value) });
+        self.emit(Inst::Alu { op: AluOp::Sub, dst: bucket, src: Src::Reg(low) });
+        let step = self.constant(step as u64);
+        self.emit(Inst::Alu { op: AluOp::Div, dst: bucket, src: Src::Reg(step) });
+        self.emit(Inst::Alu { op: AluOp::Add, dst: bucket, src: Src::Imm(1) });
+        self.emit(Inst::Bind(done));
+        bucket
+    }
+
+    /// Send a message: its id, then the arguments at 8-byte aligned offsets.
+    pub(super) fn message(&mut self, emit: &Emit) {
+        let (message, args): (Message, Vec<&TExpr>) = match emit {
+            Emit::Printf { format, args } => {
+                let layout = message_layout(args.iter().map(|a| &a.ty));
+                let message = Message::Printf { format: format.clone(), args: layout };
+                (message, args.iter().collect())
+            }
+            Emit::PrintValue(value) => {
+                let layout = message_layout([&value.ty]);
+                (Message::PrintValue { value: layout[0].clone() }, vec![value])
+            }
+            Emit::PrintMap { map, top, div } => {
+                let map = self.maps.script[map.0].id;
+                (Message::PrintMap { map, top: *top, div: *div }, vec![])
+            }
+            Emit::Clear(map) => (Message::ClearMap { map: self.maps.script[map.0].id }, vec![]),
+            Emit::Zero(map) => (Message::ZeroMap { map: self.maps.script[map.0].id }, vec![]),
+            Emit::Time(format) => (Message::Time { format: format.clone() }, vec![]),
+            Emit::Exit => (Message::Exit, vec![]),
+        };
+        let offsets: Vec<u32> = match &message {
+            Message::Printf { args, .. } => args.iter().map(|(at, _)| *at).collect(),
+            Message::PrintValue { value } => vec![value.0],
+            _ => vec![],
+        };
+        let size = 8 + args.iter().map(|a| a.ty.size()).sum::<u32>();
+        let id = MessageId(self.messages.len() as u32);
+        self.messages.push(message);
+        let values: Vec<Value> = args.iter().map(|a| self.expr(a)).collect();
+        let buffer = self.alloc(size);
+        self.comment(format!("message {}", id.0));
+        self.emit(Inst::Store { base: Base::Frame, offset: buffer, src: Src::Imm(id.0 as i32), size: Size::U64 });
+        for ((value, arg), at) in values.into_iter().zip(&args).zip(offsets) {
+            self.store_value(value, &arg.ty, Base::Frame, buffer + at as i16, &arg.ty);
+        }
+        let args = vec![Arg::Map(self.maps.ringbuf), Arg::Frame(buffer), Arg::Imm(i64::from(size)), Arg::Imm(0)];
+        self.emit(Inst::Call { helper: RINGBUF_OUTPUT, args, ret: None });
+        if matches!(emit, Emit::Exit) {
+            let exit = self.exit_label();
+            self.emit(Inst::Jump(exit));
+        }
+    }
+}
+
+/// Offsets and layouts of message fields after the 8-byte message id.
+fn message_layout<'t>(types: impl IntoIterator<Item = &'t Type>) -> Vec<(u32, crate::codegen::program::ValueType)> {
+    let mut offset = 8;
+    types
+        .into_iter()
+        .map(|ty| {
+            let at = offset;
+            offset += ty.size();
+            (at, ty.layout())
+        })
+        .collect()
+}

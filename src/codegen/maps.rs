@@ -1,0 +1,94 @@
+//! Map layouts: how each script map and the internal maps are stored.
+
+use crate::codegen::program::{MapId, MapKind, MapSpec, MapValue, ScriptMap};
+use crate::frontend::checked::{AggFunc, CheckedProgram, MapDecl, MapValueKind};
+
+/// Entries per script map, as bpftrace's default `max_map_keys`.
+pub const MAX_MAP_KEYS: u32 = 4096;
+/// Ring buffer size for messages to user space.
+pub const RINGBUF_BYTES: u32 = 1 << 22;
+
+/// Map ids and layouts the lowering needs.
+#[derive(Clone, Debug)]
+pub struct MapLayouts {
+    pub script: Vec<ScriptMapLayout>,
+    pub ringbuf: MapId,
+    pub globals: MapId,
+}
+
+#[derive(Clone, Debug)]
+pub struct ScriptMapLayout {
+    pub id: MapId,
+    /// Bytes of the script key (0 when the map has none); hist buckets follow it.
+    pub key_bytes: u32,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub per_cpu: bool,
+}
+
+/// Lay out every map of `program`, returning the specs in `MapId` order.
+pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
+    let mut specs = Vec::new();
+    let mut script = Vec::new();
+    for decl in &program.maps {
+        let (spec, layout) = script_map(decl, MapId(specs.len() as u32));
+        specs.push(spec);
+        script.push(layout);
+    }
+    let ringbuf = MapId(specs.len() as u32);
+    specs.push(MapSpec {
+        name: "wprof_events".into(),
+        kind: MapKind::RingBuf,
+        key_size: 0,
+        value_size: 0,
+        max_entries: RINGBUF_BYTES,
+        script_map: None,
+    });
+    let globals = MapId(specs.len() as u32);
+    specs.push(MapSpec {
+        name: "wprof_globals".into(),
+        kind: MapKind::Array,
+        key_size: 4,
+        value_size: 8 * crate::codegen::program::GLOBAL_SLOTS,
+        max_entries: 1,
+        script_map: None,
+    });
+    (specs, MapLayouts { script, ringbuf, globals })
+}
+
+fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
+    let key_bytes = decl.key.as_ref().map_or(0, |k| k.size());
+    let (value, value_size, bucketed) = match &decl.value {
+        MapValueKind::Plain(ty) => (MapValue::Plain(ty.layout()), ty.size(), false),
+        MapValueKind::Aggregate(agg) => match agg {
+            AggFunc::Count => (MapValue::Count, 8, false),
+            AggFunc::Sum => (MapValue::Sum, 8, false),
+            AggFunc::Min => (MapValue::Min, 16, false),
+            AggFunc::Max => (MapValue::Max, 16, false),
+            AggFunc::Avg => (MapValue::Avg, 16, false),
+            AggFunc::Stats => (MapValue::Stats, 16, false),
+            AggFunc::Hist => (MapValue::Hist, 8, true),
+            AggFunc::Lhist { min, max, step } => (
+                MapValue::Lhist { min: *min, max: *max, step: *step },
+                8,
+                true,
+            ),
+        },
+    };
+    let per_cpu = matches!(decl.value, MapValueKind::Aggregate(_)) && !decl.read_in_kernel;
+    // A map without keys still needs a key: a single zero u64.
+    let key_size = (key_bytes + if bucketed { 8 } else { 0 }).max(8);
+    let spec = MapSpec {
+        name: decl.name.clone(),
+        kind: if per_cpu { MapKind::PerCpuHash } else { MapKind::Hash },
+        key_size,
+        value_size,
+        max_entries: MAX_MAP_KEYS,
+        script_map: Some(ScriptMap {
+            key: decl.key.as_ref().map(|k| k.layout()),
+            value,
+        }),
+    };
+    let layout = ScriptMapLayout { id, key_bytes, key_size, value_size, per_cpu };
+    (spec, layout)
+}

@@ -1,0 +1,337 @@
+//! Checking: syntax tree → [`CheckedProgram`].
+//!
+//! Probe specs are resolved first (one `CheckedProbe` per attach point). Map
+//! and variable types come from every assignment in the script, so bodies are
+//! checked twice: the first pass only collects types, the second reports errors.
+
+use std::collections::HashMap;
+
+use crate::frontend::ast::{Block, Expr, ExprKind, ProbeBlock, Script, Span, Stmt, StmtKind};
+use crate::frontend::checked::*;
+use crate::frontend::diag::ScriptError;
+use crate::frontend::probes::{Environment, ResolvedProbe, resolve};
+use crate::frontend::types::Type;
+
+/// Check a parsed script against the machine described by `env`.
+pub fn check(script: &Script, env: &dyn Environment) -> Result<CheckedProgram, Vec<ScriptError>> {
+    let mut errors = Vec::new();
+    let mut blocks = Vec::new();
+    for block in &script.probes {
+        let mut resolved = Vec::new();
+        for spec in &block.specs {
+            match resolve(spec, env) {
+                Ok(probes) => resolved.extend(probes),
+                Err(error) => errors.push(error),
+            }
+        }
+        blocks.push((block, resolved));
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+
+    let mut checker = Checker::default();
+    checker.check_all(&blocks);
+    checker.errors.clear();
+    checker.final_pass = true;
+    let probes = checker.check_all(&blocks);
+    if checker.errors.is_empty() {
+        Ok(CheckedProgram {
+            probes,
+            maps: checker.maps,
+        })
+    } else {
+        Err(checker.errors)
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Checker {
+    pub(super) errors: Vec<ScriptError>,
+    /// In the first pass errors are dropped and unknown types are assumed.
+    pub(super) final_pass: bool,
+    pub(super) maps: Vec<MapDecl>,
+    map_index: HashMap<String, MapRef>,
+    /// Variable types per (probe block, name), collected over both passes.
+    var_types: HashMap<(usize, String), Type>,
+    pub(super) probe: ProbeState,
+}
+
+/// What the checker knows while inside one attach point's body.
+#[derive(Default)]
+pub(super) struct ProbeState {
+    pub(super) block: usize,
+    pub(super) index: usize,
+    pub(super) resolved: Option<ResolvedProbe>,
+    pub(super) vars: HashMap<String, VarId>,
+    pub(super) var_list: Vec<Type>,
+    pub(super) loop_depth: u32,
+}
+
+impl Checker {
+    fn check_all(&mut self, blocks: &[(&ProbeBlock, Vec<ResolvedProbe>)]) -> Vec<CheckedProbe> {
+        let mut probes = Vec::new();
+        for (block_index, (block, resolved)) in blocks.iter().enumerate() {
+            for probe in resolved {
+                self.probe = ProbeState {
+                    block: block_index,
+                    index: probes.len(),
+                    resolved: Some(probe.clone()),
+                    ..ProbeState::default()
+                };
+                let predicate = block.predicate.as_ref().map(|p| self.condition(p));
+                let body = self.block(&block.body);
+                probes.push(CheckedProbe {
+                    name: probe.name.clone(),
+                    attach: probe.attach.clone(),
+                    context: probe.context.clone(),
+                    predicate,
+                    body,
+                    variables: std::mem::take(&mut self.probe.var_list),
+                    span: block.span,
+                });
+            }
+        }
+        probes
+    }
+
+    pub(super) fn error(&mut self, error: ScriptError) {
+        if self.final_pass {
+            self.errors.push(error);
+        }
+    }
+
+    pub(super) fn resolved(&self) -> &ResolvedProbe {
+        self.probe
+            .resolved
+            .as_ref()
+            .expect("bodies are only checked inside a resolved probe")
+    }
+
+    fn block(&mut self, block: &Block) -> Vec<TStmt> {
+        block.stmts.iter().filter_map(|s| self.stmt(s)).collect()
+    }
+
+    fn stmt(&mut self, stmt: &Stmt) -> Option<TStmt> {
+        let kind = match &stmt.kind {
+            StmtKind::Expr(expr) => self.expr_stmt(expr)?,
+            StmtKind::Assign { target, op, value } => {
+                let value = match op {
+                    Some(op) => Expr {
+                        kind: ExprKind::Binary {
+                            op: *op,
+                            lhs: Box::new(target.clone()),
+                            rhs: Box::new(value.clone()),
+                        },
+                        span: stmt.span,
+                    },
+                    None => value.clone(),
+                };
+                self.assign(target, &value)?
+            }
+            StmtKind::If { cond, then, otherwise } => TStmtKind::If {
+                cond: self.condition(cond),
+                then: self.block(then),
+                otherwise: otherwise.as_ref().map(|b| self.block(b)).unwrap_or_default(),
+            },
+            StmtKind::While { cond, body } => {
+                let cond = self.condition(cond);
+                self.probe.loop_depth += 1;
+                let body = self.block(body);
+                self.probe.loop_depth -= 1;
+                TStmtKind::While { cond, body }
+            }
+            StmtKind::Unroll { count, body } => {
+                let count = self.unroll_count(count)?;
+                TStmtKind::Unroll {
+                    count,
+                    body: self.block(body),
+                }
+            }
+            StmtKind::Break | StmtKind::Continue => {
+                if self.probe.loop_depth == 0 {
+                    let word = if matches!(stmt.kind, StmtKind::Break) { "break" } else { "continue" };
+                    self.error(ScriptError::new(stmt.span, format!("`{word}` outside of a loop")));
+                    return None;
+                }
+                if matches!(stmt.kind, StmtKind::Break) { TStmtKind::Break } else { TStmtKind::Continue }
+            }
+            StmtKind::Return => TStmtKind::Return,
+        };
+        Some(TStmt { kind, span: stmt.span })
+    }
+
+    fn unroll_count(&mut self, count: &Expr) -> Option<u32> {
+        match count.kind {
+            ExprKind::Int(n) if (1..=100).contains(&n) => Some(n as u32),
+            _ => {
+                self.error(ScriptError::new(count.span, "unroll needs an integer literal from 1 to 100"));
+                None
+            }
+        }
+    }
+
+    /// `x++` as a statement, function calls, and other expressions for effect.
+    fn expr_stmt(&mut self, expr: &Expr) -> Option<TStmtKind> {
+        match &expr.kind {
+            ExprKind::IncDec { target, increment, .. } => {
+                let op = if *increment { crate::frontend::ast::BinOp::Add } else { crate::frontend::ast::BinOp::Sub };
+                let one = Expr { kind: ExprKind::Int(1), span: expr.span };
+                let value = Expr {
+                    kind: ExprKind::Binary { op, lhs: target.clone(), rhs: Box::new(one) },
+                    span: expr.span,
+                };
+                self.assign(target, &value)
+            }
+            ExprKind::Call { name, args } => self.call_stmt(name, args, expr.span),
+            _ => {
+                let checked = self.expr(expr)?;
+                Some(TStmtKind::Expr(checked))
+            }
+        }
+    }
+
+    fn assign(&mut self, target: &Expr, value: &Expr) -> Option<TStmtKind> {
+        match &target.kind {
+            ExprKind::Var(name) => {
+                let value = self.expr(value)?;
+                let var = self.declare_var(name, &value.ty, target.span)?;
+                Some(TStmtKind::AssignVar { var, value })
+            }
+            ExprKind::Map { name, keys } => {
+                if let ExprKind::Call { name: func, args } = &value.kind
+                    && let Some(agg) = self.aggregate(func, args, value.span)
+                {
+                    let (agg, arg) = agg?;
+                    let key = self.map_key(keys, target.span)?;
+                    let map = self.declare_map(name, key.as_ref().map(|k| &k.ty), MapValueKind::Aggregate(agg), target.span)?;
+                    return Some(TStmtKind::Aggregate { map, key, func: agg, arg });
+                }
+                let value = self.expr(value)?;
+                if value.ty == Type::Void {
+                    self.error(ScriptError::new(value.span, "this expression has no value to store"));
+                    return None;
+                }
+                let key = self.map_key(keys, target.span)?;
+                let map = self.declare_map(name, key.as_ref().map(|k| &k.ty), MapValueKind::Plain(value.ty.clone()), target.span)?;
+                Some(TStmtKind::AssignMap { map, key, value })
+            }
+            _ => {
+                self.error(ScriptError::new(target.span, "can only assign to a `$variable` or a `@map`"));
+                None
+            }
+        }
+    }
+
+    /// The key of a map access: none, one expression, or a tuple of several.
+    pub(super) fn map_key(&mut self, keys: &[Expr], span: Span) -> Option<Option<TExpr>> {
+        let mut checked = Vec::new();
+        for key in keys {
+            let key = self.expr(key)?;
+            if matches!(key.ty, Type::Void | Type::Tuple(_)) {
+                self.error(ScriptError::new(key.span, format!("a map key cannot be of type {}", key.ty)));
+                return None;
+            }
+            checked.push(key);
+        }
+        Some(match checked.len() {
+            0 => None,
+            1 => checked.pop(),
+            _ => {
+                let ty = Type::Tuple(checked.iter().map(|k| k.ty.clone()).collect());
+                Some(TExpr { kind: TExprKind::Tuple(checked), ty, span })
+            }
+        })
+    }
+
+    pub(super) fn declare_var(&mut self, name: &str, ty: &Type, span: Span) -> Option<VarId> {
+        let slot = (self.probe.block, name.to_string());
+        let unified = match self.var_types.get(&slot) {
+            None => ty.clone(),
+            Some(known) => match known.unify(ty) {
+                Some(t) => t,
+                None => {
+                    self.error(ScriptError::new(span, format!("${name} holds {known} elsewhere; cannot assign {ty}")));
+                    return None;
+                }
+            },
+        };
+        self.var_types.insert(slot, unified.clone());
+        if let Some(&id) = self.probe.vars.get(name) {
+            self.probe.var_list[id.0] = unified;
+            return Some(id);
+        }
+        let id = VarId(self.probe.var_list.len());
+        self.probe.var_list.push(unified);
+        self.probe.vars.insert(name.to_string(), id);
+        Some(id)
+    }
+
+    /// The type a variable settles on after every assignment in the script.
+    pub(super) fn var_type(&self, name: &str) -> Option<Type> {
+        self.var_types.get(&(self.probe.block, name.to_string())).cloned()
+    }
+
+    pub(super) fn declare_map(&mut self, name: &str, key: Option<&Type>, value: MapValueKind, span: Span) -> Option<MapRef> {
+        let display = format!("@{name}");
+        let Some(&map) = self.map_index.get(name) else {
+            let map = MapRef(self.maps.len());
+            self.maps.push(MapDecl { name: display, key: key.cloned(), value, read_in_kernel: false, span });
+            self.map_index.insert(name.to_string(), map);
+            return Some(map);
+        };
+        let decl = &self.maps[map.0];
+        let key = match (&decl.key, key) {
+            (None, None) => None,
+            (Some(a), Some(b)) => match a.unify(b) {
+                Some(t) => Some(t),
+                None => {
+                    self.error(ScriptError::new(span, format!("{display} has keys of type {a} elsewhere; this key is {b}")));
+                    return None;
+                }
+            },
+            (a, b) => {
+                let describe = |k: Option<&Type>| k.map_or("no key".to_string(), |t| format!("a {t} key"));
+                let message = format!("{display} is used with {} elsewhere and with {} here", describe(a.as_ref()), describe(b));
+                self.error(ScriptError::new(span, message));
+                return None;
+            }
+        };
+        let value = match (&decl.value, value) {
+            (MapValueKind::Plain(a), MapValueKind::Plain(b)) => match a.unify(&b) {
+                Some(t) => MapValueKind::Plain(t),
+                None => {
+                    self.error(ScriptError::new(span, format!("{display} holds {a} elsewhere; cannot store {b}")));
+                    return None;
+                }
+            },
+            (MapValueKind::Aggregate(a), MapValueKind::Aggregate(b)) if *a == b => MapValueKind::Aggregate(b),
+            (old, new) => {
+                let describe = |v: &MapValueKind| match v {
+                    MapValueKind::Plain(t) => format!("values of type {t}"),
+                    MapValueKind::Aggregate(f) => format!("{}()", f.name()),
+                };
+                let message = format!("{display} holds {} elsewhere; cannot also hold {}", describe(old), describe(&new));
+                self.error(ScriptError::new(span, message));
+                return None;
+            }
+        };
+        let decl = &mut self.maps[map.0];
+        decl.key = key;
+        decl.value = value;
+        Some(map)
+    }
+
+    pub(super) fn lookup_map(&mut self, name: &str, span: Span) -> Option<MapRef> {
+        match self.map_index.get(name) {
+            Some(&map) => Some(map),
+            None => {
+                self.error(ScriptError::new(span, format!("@{name} is never assigned")));
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,246 @@
+//! The checked program: what the checker proves about a script and the code
+//! generator consumes. Every expression carries its type, names are resolved to
+//! builtins, variables and maps, and each probe block is expanded to one
+//! `CheckedProbe` per attach point.
+
+use crate::codegen::program::AttachPoint;
+use crate::frontend::ast::{BinOp, Span, UnOp};
+use crate::frontend::types::Type;
+
+/// Only the checker builds this (fields are public for reading).
+#[derive(Clone, Debug)]
+pub struct CheckedProgram {
+    pub probes: Vec<CheckedProbe>,
+    pub maps: Vec<MapDecl>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MapRef(pub usize);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VarId(pub usize);
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MapDecl {
+    /// As written: `@name`, or `@` for the anonymous map.
+    pub name: String,
+    pub key: Option<Type>,
+    pub value: MapValueKind,
+    /// Read by some probe: aggregations can then not live in per-CPU maps.
+    pub read_in_kernel: bool,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum MapValueKind {
+    Plain(Type),
+    Aggregate(AggFunc),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggFunc {
+    Count,
+    Sum,
+    Min,
+    Max,
+    Avg,
+    Stats,
+    Hist,
+    Lhist { min: i64, max: i64, step: i64 },
+}
+
+impl AggFunc {
+    pub fn name(self) -> &'static str {
+        match self {
+            AggFunc::Count => "count",
+            AggFunc::Sum => "sum",
+            AggFunc::Min => "min",
+            AggFunc::Max => "max",
+            AggFunc::Avg => "avg",
+            AggFunc::Stats => "stats",
+            AggFunc::Hist => "hist",
+            AggFunc::Lhist { .. } => "lhist",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct CheckedProbe {
+    /// The probe as displayed by `probe` and in messages, after wildcard expansion.
+    pub name: String,
+    pub attach: AttachPoint,
+    pub context: Context,
+    pub predicate: Option<TExpr>,
+    pub body: Vec<TStmt>,
+    pub variables: Vec<Type>,
+    pub span: Span,
+}
+
+/// How the probe's context argument is read.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Context {
+    /// BEGIN, END, profile, interval, software: no arguments.
+    Plain,
+    /// uprobe/kprobe: `struct pt_regs`.
+    PtRegs,
+    /// USDT: arguments decoded from the note's argument specs.
+    Usdt(Vec<UsdtArgSpec>),
+    /// Classic tracepoint: fields at fixed offsets in the record.
+    Tracepoint(Vec<TracepointField>),
+    /// Raw tracepoint and fentry: an array of u64 arguments.
+    U64Array,
+}
+
+/// Where a USDT argument lives when the probe fires.
+#[derive(Clone, Debug, PartialEq)]
+pub enum UsdtArgSpec {
+    Register { pt_regs_offset: u16, size: u8, signed: bool },
+    Constant(i64),
+    Memory { base_offset: u16, displacement: i64, size: u8, signed: bool },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TracepointField {
+    pub name: String,
+    pub offset: u32,
+    pub kind: FieldKind,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum FieldKind {
+    Int { size: u8, signed: bool },
+    /// `char name[N]`
+    CharArray(u32),
+    /// `__data_loc char[] name`
+    DataLocString,
+    /// A pointer; `user` when it points into user memory (syscall arguments).
+    Pointer { user: bool },
+}
+
+#[derive(Clone, Debug)]
+pub struct TStmt {
+    pub kind: TStmtKind,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub enum TStmtKind {
+    /// An expression evaluated for its effects (and value discarded).
+    Expr(TExpr),
+    AssignVar {
+        var: VarId,
+        value: TExpr,
+    },
+    AssignMap {
+        map: MapRef,
+        key: Option<TExpr>,
+        value: TExpr,
+    },
+    Aggregate {
+        map: MapRef,
+        key: Option<TExpr>,
+        func: AggFunc,
+        arg: Option<TExpr>,
+    },
+    Delete {
+        map: MapRef,
+        key: Option<TExpr>,
+    },
+    /// A message to user space: printf, print, clear, zero, time, exit.
+    Emit(Emit),
+    If {
+        cond: TExpr,
+        then: Vec<TStmt>,
+        otherwise: Vec<TStmt>,
+    },
+    While {
+        cond: TExpr,
+        body: Vec<TStmt>,
+    },
+    Unroll {
+        count: u32,
+        body: Vec<TStmt>,
+    },
+    Break,
+    Continue,
+    Return,
+}
+
+#[derive(Clone, Debug)]
+pub enum Emit {
+    Printf { format: String, args: Vec<TExpr> },
+    PrintValue(TExpr),
+    PrintMap { map: MapRef, top: u64, div: u64 },
+    Clear(MapRef),
+    Zero(MapRef),
+    Time(String),
+    Exit,
+}
+
+#[derive(Clone, Debug)]
+pub struct TExpr {
+    pub kind: TExprKind,
+    pub ty: Type,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub enum TExprKind {
+    Int(u64),
+    Str(String),
+    Builtin(Builtin),
+    /// `argN`
+    Arg(u32),
+    /// `args.field` of a tracepoint.
+    Field(TracepointField),
+    Var(VarId),
+    MapRead {
+        map: MapRef,
+        key: Option<Box<TExpr>>,
+    },
+    Unary {
+        op: UnOp,
+        expr: Box<TExpr>,
+    },
+    Binary {
+        op: BinOp,
+        lhs: Box<TExpr>,
+        rhs: Box<TExpr>,
+    },
+    Ternary {
+        cond: Box<TExpr>,
+        then: Box<TExpr>,
+        otherwise: Box<TExpr>,
+    },
+    Tuple(Vec<TExpr>),
+    TupleIndex {
+        expr: Box<TExpr>,
+        index: usize,
+    },
+    /// Integer truncation/extension to `ty`.
+    Cast(Box<TExpr>),
+    /// `str(ptr[, len])`: read a string from kernel or user memory.
+    ReadStr {
+        ptr: Box<TExpr>,
+        len: Option<Box<TExpr>>,
+        user: bool,
+    },
+}
+
+/// Values the probe reads from its surroundings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Builtin {
+    Pid,
+    Tid,
+    Uid,
+    Gid,
+    Comm,
+    Nsecs,
+    Elapsed,
+    Cpu,
+    Cpid,
+    Retval,
+    /// The index of the probe in `CheckedProgram::probes`.
+    Probe,
+    Rand,
+}

@@ -1,0 +1,444 @@
+//! Probe specs → attach points: provider aliases, wildcard expansion, and the
+//! context each attach point gives its program. Everything the checker needs to
+//! know about the machine comes through [`Environment`].
+
+use std::path::PathBuf;
+
+use crate::codegen::program::{AttachPoint, PerfEvent, PerfSample};
+use crate::frontend::ast::ProbeSpec;
+use crate::frontend::checked::{Context, TracepointField, UsdtArgSpec};
+use crate::frontend::diag::ScriptError;
+
+/// A function found in a binary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FunctionTarget {
+    pub name: String,
+    pub file_offset: u64,
+}
+
+/// A USDT probe found in a binary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UsdtTarget {
+    pub provider: String,
+    pub name: String,
+    pub file_offset: u64,
+    pub semaphore_offset: u64,
+    pub args: Vec<UsdtArgSpec>,
+}
+
+/// What the checker may ask about the machine. Errors are messages for a
+/// diagnostic on the probe spec.
+pub trait Environment {
+    fn expand_tracepoints(&self, category: &str, name: &str)
+    -> Result<Vec<(String, String)>, String>;
+    fn tracepoint_fields(&self, category: &str, name: &str)
+    -> Result<Vec<TracepointField>, String>;
+    /// Resolve `binary` (path, program or library name) and the functions matching `pattern`.
+    fn functions(&self, binary: &str, pattern: &str)
+    -> Result<(PathBuf, Vec<FunctionTarget>), String>;
+    fn usdt(
+        &self,
+        binary: &str,
+        provider: Option<&str>,
+        name: &str,
+    ) -> Result<(PathBuf, Vec<UsdtTarget>), String>;
+}
+
+/// One attach point of a probe block.
+#[derive(Clone, Debug)]
+pub struct ResolvedProbe {
+    /// Full name, e.g. `tracepoint:syscalls:sys_enter_read`.
+    pub name: String,
+    pub attach: AttachPoint,
+    pub context: Context,
+    /// The function name for `func`, where known statically.
+    pub func: Option<String>,
+    /// Whether pointers in this context point into user memory.
+    pub user_memory: bool,
+    pub is_return: bool,
+}
+
+impl ResolvedProbe {
+    fn new(name: String, attach: AttachPoint, context: Context) -> Self {
+        ResolvedProbe {
+            name,
+            attach,
+            context,
+            func: None,
+            user_memory: false,
+            is_return: false,
+        }
+    }
+}
+
+/// Expand one spec into its attach points.
+pub fn resolve(spec: &ProbeSpec, env: &dyn Environment) -> Result<Vec<ResolvedProbe>, ScriptError> {
+    let fail = |message: String| ScriptError::new(spec.span, message);
+    let parts: Vec<&str> = spec.parts.iter().map(String::as_str).collect();
+    let arity = |n: usize, form: &str| {
+        if parts.len() == n {
+            Ok(())
+        } else {
+            Err(fail(format!("`{spec}`: expected the form `{form}`")))
+        }
+    };
+    match spec.provider.as_str() {
+        "BEGIN" | "begin" | "END" | "end" => {
+            arity(0, &spec.provider)?;
+            let (name, attach) = if spec.provider.eq_ignore_ascii_case("begin") {
+                ("BEGIN", AttachPoint::Begin)
+            } else {
+                ("END", AttachPoint::End)
+            };
+            Ok(vec![ResolvedProbe::new(name.into(), attach, Context::Plain)])
+        }
+        "tracepoint" | "t" => {
+            arity(2, "tracepoint:CATEGORY:NAME")?;
+            tracepoints(parts[0], parts[1], env).map_err(fail)
+        }
+        "rawtracepoint" | "rt" => {
+            let name = match parts.as_slice() {
+                [name] | [_, name] => *name,
+                _ => return Err(fail(format!("`{spec}`: expected `rawtracepoint:NAME`"))),
+            };
+            let attach = AttachPoint::RawTracepoint { name: name.into() };
+            Ok(vec![ResolvedProbe::new(
+                format!("rawtracepoint:{name}"),
+                attach,
+                Context::U64Array,
+            )])
+        }
+        "uprobe" | "u" | "uretprobe" | "ur" => {
+            arity(2, "uprobe:BINARY:FUNCTION[+OFFSET]")?;
+            let retprobe = spec.provider.starts_with("ur");
+            uprobes(parts[0], parts[1], retprobe, env).map_err(fail)
+        }
+        "usdt" | "U" => {
+            let (binary, provider, name) = match parts.as_slice() {
+                [binary, name] => (*binary, None, *name),
+                [binary, provider, name] => (*binary, Some(*provider), *name),
+                _ => return Err(fail(format!("`{spec}`: expected `usdt:BINARY:[PROVIDER:]NAME`"))),
+            };
+            usdts(binary, provider, name, env).map_err(fail)
+        }
+        "kprobe" | "k" | "kretprobe" | "kr" => {
+            arity(1, "kprobe:FUNCTION[+OFFSET]")?;
+            let retprobe = spec.provider.starts_with("kr");
+            let (function, offset) = split_offset(parts[0]).map_err(fail)?;
+            let provider = if retprobe { "kretprobe" } else { "kprobe" };
+            let mut probe = ResolvedProbe::new(
+                format!("{provider}:{}", parts[0]),
+                AttachPoint::Kprobe {
+                    function: function.into(),
+                    offset,
+                    retprobe,
+                },
+                Context::PtRegs,
+            );
+            probe.func = Some(function.into());
+            probe.is_return = retprobe;
+            Ok(vec![probe])
+        }
+        "fentry" | "f" | "kfunc" | "fexit" | "fr" | "kretfunc" => {
+            arity(1, "fentry:FUNCTION")?;
+            let exit = matches!(spec.provider.as_str(), "fexit" | "fr" | "kretfunc");
+            let provider = if exit { "fexit" } else { "fentry" };
+            let mut probe = ResolvedProbe::new(
+                format!("{provider}:{}", parts[0]),
+                AttachPoint::Fentry {
+                    function: parts[0].into(),
+                    exit,
+                },
+                Context::U64Array,
+            );
+            probe.func = Some(parts[0].into());
+            probe.is_return = exit;
+            Ok(vec![probe])
+        }
+        "profile" | "p" => timer(spec, "profile", &parts, true).map_err(fail),
+        "interval" | "i" => timer(spec, "interval", &parts, false).map_err(fail),
+        "software" | "s" => perf_counter(&parts, PERF_TYPE_SOFTWARE, SOFTWARE_EVENTS).map_err(fail),
+        "hardware" | "h" => perf_counter(&parts, PERF_TYPE_HARDWARE, HARDWARE_EVENTS).map_err(fail),
+        other => Err(ScriptError::new(spec.span, format!("unknown probe type `{other}`"))
+            .with_help("probe types: BEGIN, END, uprobe, uretprobe, usdt, tracepoint, rawtracepoint, kprobe, kretprobe, fentry, fexit, profile, interval, software, hardware")),
+    }
+}
+
+fn tracepoints(
+    category: &str,
+    name: &str,
+    env: &dyn Environment,
+) -> Result<Vec<ResolvedProbe>, String> {
+    let mut probes = Vec::new();
+    for (category, name) in env.expand_tracepoints(category, name)? {
+        let fields = env.tracepoint_fields(&category, &name)?;
+        let mut probe = ResolvedProbe::new(
+            format!("tracepoint:{category}:{name}"),
+            AttachPoint::Tracepoint {
+                category: category.clone(),
+                name,
+            },
+            Context::Tracepoint(fields),
+        );
+        probe.user_memory = category == "syscalls";
+        probes.push(probe);
+    }
+    Ok(probes)
+}
+
+fn uprobes(
+    binary: &str,
+    function: &str,
+    retprobe: bool,
+    env: &dyn Environment,
+) -> Result<Vec<ResolvedProbe>, String> {
+    let (pattern, extra) = split_offset(function)?;
+    let (path, targets) = env.functions(binary, pattern)?;
+    if extra != 0 && targets.len() != 1 {
+        return Err(format!("an offset needs exactly one function, but `{pattern}` matches {}", targets.len()));
+    }
+    let provider = if retprobe { "uretprobe" } else { "uprobe" };
+    Ok(targets
+        .into_iter()
+        .map(|target| {
+            let mut probe = ResolvedProbe::new(
+                format!("{provider}:{}:{}", path.display(), target.name),
+                AttachPoint::Uprobe {
+                    binary: path.clone(),
+                    symbol: target.name.clone(),
+                    offset: target.file_offset + extra,
+                    retprobe,
+                },
+                Context::PtRegs,
+            );
+            probe.func = Some(target.name);
+            probe.user_memory = true;
+            probe.is_return = retprobe;
+            probe
+        })
+        .collect())
+}
+
+fn usdts(
+    binary: &str,
+    provider: Option<&str>,
+    name: &str,
+    env: &dyn Environment,
+) -> Result<Vec<ResolvedProbe>, String> {
+    let (path, targets) = env.usdt(binary, provider, name)?;
+    Ok(targets
+        .into_iter()
+        .map(|target| {
+            let mut probe = ResolvedProbe::new(
+                format!("usdt:{}:{}:{}", path.display(), target.provider, target.name),
+                AttachPoint::Usdt {
+                    binary: path.clone(),
+                    provider: target.provider.clone(),
+                    name: target.name.clone(),
+                    offset: target.file_offset,
+                    semaphore_offset: target.semaphore_offset,
+                },
+                Context::Usdt(target.args),
+            );
+            probe.func = Some(target.name);
+            probe.user_memory = true;
+            probe
+        })
+        .collect())
+}
+
+/// `name+0x10` → (`name`, 16).
+fn split_offset(text: &str) -> Result<(&str, u64), String> {
+    match text.split_once('+') {
+        None => Ok((text, 0)),
+        Some((name, offset)) => parse_number(offset)
+            .map(|offset| (name, offset))
+            .ok_or_else(|| format!("`{offset}` is not a valid offset")),
+    }
+}
+
+fn parse_number(text: &str) -> Option<u64> {
+    match text.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => text.parse().ok(),
+    }
+}
+
+fn timer(
+    spec: &ProbeSpec,
+    provider: &str,
+    parts: &[&str],
+    all_cpus: bool,
+) -> Result<Vec<ResolvedProbe>, String> {
+    let [unit, value] = parts else {
+        return Err(format!("`{spec}`: expected `{provider}:UNIT:N` (UNIT: hz, s, ms, us)"));
+    };
+    let n = parse_number(value)
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("`{value}` is not a positive number"))?;
+    let sample = match *unit {
+        "hz" => PerfSample::FrequencyHz(n),
+        "s" => PerfSample::Period(n * 1_000_000_000),
+        "ms" => PerfSample::Period(n * 1_000_000),
+        "us" => PerfSample::Period(n * 1_000),
+        _ => return Err(format!("unknown unit `{unit}` (expected hz, s, ms or us)")),
+    };
+    let attach = AttachPoint::PerfEvent {
+        event: PerfEvent {
+            type_: PERF_TYPE_SOFTWARE,
+            config: PERF_COUNT_SW_CPU_CLOCK,
+        },
+        sample,
+        all_cpus,
+    };
+    Ok(vec![ResolvedProbe::new(
+        format!("{provider}:{unit}:{n}"),
+        attach,
+        Context::Plain,
+    )])
+}
+
+const PERF_TYPE_HARDWARE: u32 = 0;
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+
+/// (names, perf config, default period)
+type EventTable = &'static [(&'static [&'static str], u64, u64)];
+
+const SOFTWARE_EVENTS: EventTable = &[
+    (&["cpu-clock", "cpu"], 0, 1_000_000),
+    (&["task-clock"], 1, 1_000_000),
+    (&["page-faults", "faults"], 2, 100),
+    (&["context-switches", "cs"], 3, 1_000),
+    (&["cpu-migrations"], 4, 1),
+    (&["minor-faults"], 5, 100),
+    (&["major-faults"], 6, 1),
+    (&["alignment-faults"], 7, 1),
+    (&["emulation-faults"], 8, 1),
+    (&["dummy"], 9, 1),
+    (&["bpf-output"], 10, 1),
+];
+
+const HARDWARE_EVENTS: EventTable = &[
+    (&["cpu-cycles", "cycles"], 0, 1_000_000),
+    (&["instructions"], 1, 1_000_000),
+    (&["cache-references"], 2, 1_000_000),
+    (&["cache-misses"], 3, 1_000_000),
+    (&["branch-instructions", "branches"], 4, 100_000),
+    (&["branch-misses"], 5, 100_000),
+    (&["bus-cycles"], 6, 100_000),
+    (&["frontend-stalls"], 7, 1_000_000),
+    (&["backend-stalls"], 8, 1_000_000),
+    (&["ref-cycles"], 9, 1_000_000),
+];
+
+fn perf_counter(parts: &[&str], type_: u32, table: EventTable) -> Result<Vec<ResolvedProbe>, String> {
+    let provider = if type_ == PERF_TYPE_HARDWARE { "hardware" } else { "software" };
+    let (event, period) = match parts {
+        [event] => (*event, None),
+        [event, period] => (*event, Some(*period)),
+        _ => return Err(format!("expected `{provider}:EVENT[:COUNT]`")),
+    };
+    let Some((names, config, default_period)) =
+        table.iter().find(|(names, _, _)| names.contains(&event))
+    else {
+        let known: Vec<&str> = table.iter().map(|(names, _, _)| names[0]).collect();
+        return Err(format!("unknown {provider} event `{event}` (known: {})", known.join(", ")));
+    };
+    let period = match period {
+        Some(text) => parse_number(text)
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("`{text}` is not a positive count"))?,
+        None => *default_period,
+    };
+    let attach = AttachPoint::PerfEvent {
+        event: PerfEvent { type_, config: *config },
+        sample: PerfSample::Period(period),
+        all_cpus: true,
+    };
+    Ok(vec![ResolvedProbe::new(
+        format!("{provider}:{}:{period}", names[0]),
+        attach,
+        Context::Plain,
+    )])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontend::ast::Span;
+
+    struct NoMachine;
+
+    impl Environment for NoMachine {
+        fn expand_tracepoints(&self, c: &str, n: &str) -> Result<Vec<(String, String)>, String> {
+            Ok(vec![(c.into(), n.into())])
+        }
+        fn tracepoint_fields(&self, _: &str, _: &str) -> Result<Vec<TracepointField>, String> {
+            Ok(vec![])
+        }
+        fn functions(&self, b: &str, p: &str) -> Result<(PathBuf, Vec<FunctionTarget>), String> {
+            Ok((
+                PathBuf::from(b),
+                vec![FunctionTarget {
+                    name: p.into(),
+                    file_offset: 0x100,
+                }],
+            ))
+        }
+        fn usdt(&self, _: &str, _: Option<&str>, _: &str) -> Result<(PathBuf, Vec<UsdtTarget>), String> {
+            Err("no usdt here".into())
+        }
+    }
+
+    fn spec(provider: &str, parts: &[&str]) -> ProbeSpec {
+        ProbeSpec {
+            provider: provider.into(),
+            parts: parts.iter().map(|p| p.to_string()).collect(),
+            span: Span::new(0, 1),
+        }
+    }
+
+    /// Aliases expand to full provider names and timers become perf events.
+    #[test]
+    fn aliases_and_timers() {
+        let probes = resolve(&spec("p", &["hz", "99"]), &NoMachine).unwrap();
+        assert_eq!(probes[0].name, "profile:hz:99");
+        assert!(matches!(
+            probes[0].attach,
+            AttachPoint::PerfEvent { sample: PerfSample::FrequencyHz(99), all_cpus: true, .. }
+        ));
+        let probes = resolve(&spec("i", &["ms", "100"]), &NoMachine).unwrap();
+        assert!(matches!(
+            probes[0].attach,
+            AttachPoint::PerfEvent { sample: PerfSample::Period(100_000_000), all_cpus: false, .. }
+        ));
+    }
+
+    /// Uprobe offsets are added to the function's file offset.
+    #[test]
+    fn uprobe_offset() {
+        let probes = resolve(&spec("uretprobe", &["/bin/x", "f+0x10"]), &NoMachine).unwrap();
+        assert_eq!(
+            probes[0].attach,
+            AttachPoint::Uprobe {
+                binary: "/bin/x".into(),
+                symbol: "f".into(),
+                offset: 0x110,
+                retprobe: true
+            }
+        );
+        assert_eq!(probes[0].func.as_deref(), Some("f"));
+    }
+
+    /// Unknown providers, units and events are diagnostics that name them.
+    #[test]
+    fn bad_specs() {
+        let err = resolve(&spec("kprobez", &["x"]), &NoMachine).unwrap_err();
+        assert!(err.message.contains("kprobez"));
+        let err = resolve(&spec("profile", &["min", "1"]), &NoMachine).unwrap_err();
+        assert!(err.message.contains("min"));
+        let err = resolve(&spec("software", &["nope"]), &NoMachine).unwrap_err();
+        assert!(err.message.contains("nope"));
+    }
+}

@@ -1,0 +1,164 @@
+//! Types of script values as the checker infers them.
+
+use std::fmt;
+
+use crate::codegen::program::ValueType;
+
+/// Length of a string produced by `str()` and of string literals' buffers, as in bpftrace.
+pub const STRING_LEN: u32 = 64;
+/// Length of `comm`.
+pub const COMM_LEN: u32 = 16;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Type {
+    Int { size: u8, signed: bool },
+    /// A NUL-terminated string in a buffer of `len` bytes.
+    Str { len: u32 },
+    Tuple(Vec<Type>),
+    /// The name of the probe that fired (`probe`).
+    Probe,
+    /// Statements and functions without a value.
+    Void,
+}
+
+impl Type {
+    pub const U64: Type = Type::Int { size: 8, signed: false };
+    pub const I64: Type = Type::Int { size: 8, signed: true };
+
+    pub fn is_int(&self) -> bool {
+        matches!(self, Type::Int { .. })
+    }
+
+    pub fn is_signed(&self) -> bool {
+        matches!(self, Type::Int { signed: true, .. })
+    }
+
+    /// Whether a value of type `other` can be stored where `self` is expected:
+    /// integers of any width mix; strings fit into buffers at least as long.
+    pub fn accepts(&self, other: &Type) -> bool {
+        match (self, other) {
+            (Type::Int { .. }, Type::Int { .. }) => true,
+            (Type::Str { len: a }, Type::Str { len: b }) => a >= b,
+            (Type::Tuple(a), Type::Tuple(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.accepts(y))
+            }
+            (a, b) => a == b,
+        }
+    }
+
+    /// The smallest type holding values of both (for maps and variables
+    /// assigned from several places).
+    pub fn unify(&self, other: &Type) -> Option<Type> {
+        match (self, other) {
+            (Type::Int { signed: a, .. }, Type::Int { signed: b, .. }) => Some(Type::Int {
+                size: 8,
+                signed: *a && *b,
+            }),
+            (Type::Str { len: a }, Type::Str { len: b }) => Some(Type::Str { len: *a.max(b) }),
+            (Type::Tuple(a), Type::Tuple(b)) if a.len() == b.len() => a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| x.unify(y))
+                .collect::<Option<Vec<_>>>()
+                .map(Type::Tuple),
+            (a, b) if a == b => Some(a.clone()),
+            _ => None,
+        }
+    }
+
+    /// Storage layout: integers widen to 8 bytes (all arithmetic is 64-bit),
+    /// strings keep their buffer, tuples align every field to 8 bytes.
+    pub fn layout(&self) -> ValueType {
+        match self {
+            Type::Int { signed, .. } => ValueType::Int {
+                size: 8,
+                signed: *signed,
+            },
+            Type::Str { len } => ValueType::Str { len: *len },
+            Type::Tuple(fields) => {
+                let mut offset = 0;
+                let fields = fields
+                    .iter()
+                    .map(|field| {
+                        let layout = field.layout();
+                        let at = offset;
+                        offset += layout.size().next_multiple_of(8);
+                        (at, layout)
+                    })
+                    .collect();
+                ValueType::Tuple {
+                    fields,
+                    size: offset,
+                }
+            }
+            Type::Probe => ValueType::Probe,
+            Type::Void => ValueType::Int {
+                size: 8,
+                signed: false,
+            },
+        }
+    }
+
+    /// Offsets of a tuple's fields in its layout (empty for other types).
+    pub fn layout_offsets(&self) -> Vec<u32> {
+        match self.layout() {
+            ValueType::Tuple { fields, .. } => fields.iter().map(|(at, _)| *at).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Bytes this type takes in a map key, map value or message.
+    pub fn size(&self) -> u32 {
+        self.layout().size().next_multiple_of(8)
+    }
+}
+
+impl fmt::Display for Type {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Type::Int { size, signed } => {
+                write!(f, "{}int{}", if *signed { "" } else { "u" }, size * 8)
+            }
+            Type::Str { len } => write!(f, "string[{len}]"),
+            Type::Tuple(fields) => {
+                f.write_str("(")?;
+                for (i, field) in fields.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{field}")?;
+                }
+                f.write_str(")")
+            }
+            Type::Probe => f.write_str("probe"),
+            Type::Void => f.write_str("void"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tuples lay every field out on an 8-byte boundary.
+    #[test]
+    fn tuple_layout_aligns_fields() {
+        let ty = Type::Tuple(vec![Type::U64, Type::Str { len: 5 }, Type::I64]);
+        let ValueType::Tuple { fields, size } = ty.layout() else {
+            panic!("tuple layout expected");
+        };
+        let offsets: Vec<u32> = fields.iter().map(|(at, _)| *at).collect();
+        assert_eq!(offsets, vec![0, 8, 16]);
+        assert_eq!(size, 24);
+    }
+
+    /// Unifying strings keeps the longer buffer; ints and strings never unify.
+    #[test]
+    fn unify_rules() {
+        let short = Type::Str { len: 16 };
+        let long = Type::Str { len: 64 };
+        assert_eq!(short.unify(&long), Some(long.clone()));
+        assert_eq!(Type::U64.unify(&long), None);
+        assert_eq!(Type::I64.unify(&Type::U64), Some(Type::U64));
+    }
+}
