@@ -375,7 +375,11 @@ impl Assembler {
 
     /// Two-slot load of a full 64-bit constant.
     pub fn ld_imm64(&mut self, dst: Reg, value: u64) {
-        self.emit(Instruction::load(dst, value as i64, MemoryOpSize::DoubleWord));
+        self.emit(Instruction::load(
+            dst,
+            value as i64,
+            MemoryOpSize::DoubleWord,
+        ));
     }
 
     /// Loads a map reference. Until the loader rewrites it with the map's fd,
@@ -626,7 +630,13 @@ mod tests {
             0x0000_0000_0000_0000,
         ];
         assert_eq!(out.insns, expected);
-        assert_eq!(out.map_relocs, [MapReloc { insn: 3, map: MapId(3) }]);
+        assert_eq!(
+            out.map_relocs,
+            [MapReloc {
+                insn: 3,
+                map: MapId(3)
+            }]
+        );
     }
 
     /// Call and 64-bit conditional jumps (imm and reg forms, signed and unsigned).

@@ -1,4 +1,5 @@
 //! Code generation: checked program → BPF programs, map specs and message layouts.
 
 pub mod asm;
+pub mod disasm;
 pub mod program;
