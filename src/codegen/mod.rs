@@ -2,4 +2,5 @@
 
 pub mod asm;
 pub mod disasm;
+pub mod listing;
 pub mod program;
