@@ -70,6 +70,7 @@ pub enum Size {
 }
 
 impl Size {
+    /// Width in bytes.
     pub fn bytes(self) -> u32 {
         match self {
             Size::U8 => 1,
@@ -218,16 +219,20 @@ impl AtomicOp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Label(u32);
 
+/// Mistakes in the use of labels, found while assembling.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum AsmError {
+    /// `bind` was called again for a bound label (`first`, `second`: slot indices).
     #[error("label {label} bound twice (at instructions {first} and {second})")]
     LabelBoundTwice {
         label: u32,
         first: usize,
         second: usize,
     },
+    /// A jump at slot `insn` targets a label never bound.
     #[error("jump at instruction {insn} targets label {label}, which is never bound")]
     UnboundLabel { insn: usize, label: u32 },
+    /// A jump at slot `insn` is too far from its target for the 16-bit offset.
     #[error("jump at instruction {insn} needs offset {offset}, outside the 16-bit range")]
     JumpOutOfRange { insn: usize, offset: i64 },
 }
@@ -237,13 +242,18 @@ pub enum AsmError {
 /// no comment.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Assembled {
+    /// The 8-byte slots.
     pub insns: Vec<Insn>,
+    /// One per `ld_map_fd`, in emission order.
     pub map_relocs: Vec<MapReloc>,
+    /// Per slot: the span set when the instruction was emitted.
     pub spans: Vec<Option<Span>>,
+    /// Per slot: the notes given before the instruction.
     pub comments: Vec<Option<String>>,
 }
 
 impl Assembled {
+    /// Wraps the slots in a program with the given identity.
     pub fn into_program(self, name: String, probe: String, attach: AttachPoint) -> BpfProgram {
         BpfProgram {
             name,
@@ -277,6 +287,7 @@ pub struct Assembler {
 }
 
 impl Assembler {
+    /// An empty program with no labels.
     pub fn new() -> Self {
         Self::default()
     }
@@ -286,10 +297,12 @@ impl Assembler {
         self.out.insns.len()
     }
 
+    /// Whether nothing has been emitted yet.
     pub fn is_empty(&self) -> bool {
         self.out.insns.is_empty()
     }
 
+    /// A fresh, unbound label.
     pub fn new_label(&mut self) -> Label {
         let id = u32::try_from(self.labels.len()).expect("fewer than 2^32 labels");
         self.labels.push(None);
@@ -329,10 +342,12 @@ impl Assembler {
         });
     }
 
+    /// `dst op= imm` on 64 bits (`imm` sign-extended).
     pub fn alu64_imm(&mut self, op: AluOp, dst: Reg, imm: i32) {
         self.emit(Instruction::alu64(dst, imm, op.to_bpf_ins()));
     }
 
+    /// `dst op= src` on 64 bits.
     pub fn alu64_reg(&mut self, op: AluOp, dst: Reg, src: Reg) {
         self.emit(Instruction::alux64(dst, src, op.to_bpf_ins()));
     }
@@ -342,6 +357,7 @@ impl Assembler {
         self.emit(Instruction::alu32(dst, imm, op.to_bpf_ins()));
     }
 
+    /// `dst op= src` on the low 32 bits, zero-extending the result.
     pub fn alu32_reg(&mut self, op: AluOp, dst: Reg, src: Reg) {
         self.emit(Instruction::alux32(dst, src, op.to_bpf_ins()));
     }
@@ -351,6 +367,7 @@ impl Assembler {
         self.emit(Instruction::alu64(dst, 0, ArithmeticOperation::Neg));
     }
 
+    /// `dst = -dst` on the low 32 bits, zero-extending the result.
     pub fn neg32(&mut self, dst: Reg) {
         self.emit(Instruction::alu32(dst, 0, ArithmeticOperation::Neg));
     }
@@ -360,6 +377,7 @@ impl Assembler {
         self.alu64_imm(AluOp::Mov, dst, imm);
     }
 
+    /// `dst = src`
     pub fn mov64_reg(&mut self, dst: Reg, src: Reg) {
         self.alu64_reg(AluOp::Mov, dst, src);
     }
@@ -369,6 +387,7 @@ impl Assembler {
         self.alu32_imm(AluOp::Mov, dst, imm);
     }
 
+    /// `dst = src` as u32, zero-extended.
     pub fn mov32_reg(&mut self, dst: Reg, src: Reg) {
         self.alu32_reg(AluOp::Mov, dst, src);
     }
@@ -434,6 +453,7 @@ impl Assembler {
         self.emit_atomic(size, base, off, src, opcode::CMPXCHG);
     }
 
+    /// `goto target`
     pub fn jmp(&mut self, target: Label) {
         self.emit_jump(Instruction::jmp_abs(0).encode().0, target);
     }
@@ -444,6 +464,7 @@ impl Assembler {
         self.emit_jump(insn.encode().0, target);
     }
 
+    /// `if a cond b goto target`, comparing 64 bits.
     pub fn jmp_reg(&mut self, cond: Cond, a: Reg, b: Reg, target: Label) {
         let insn = Instruction::jmp_ifx(a, cond.to_bpf_ins(), b, 0);
         self.emit_jump(insn.encode().0, target);
@@ -455,6 +476,7 @@ impl Assembler {
         self.emit_jump(insn, target);
     }
 
+    /// Like [`Assembler::jmp_reg`], comparing only the low 32 bits.
     pub fn jmp32_reg(&mut self, cond: Cond, a: Reg, b: Reg, target: Label) {
         let insn = raw(opcode::JMP32 | opcode::SRC_X | cond.code(), a, b, 0, 0);
         self.emit_jump(insn, target);
