@@ -22,41 +22,21 @@ use crate::frontend::ast::Span;
 /// A BPF register, `R0` to `R10` (`R10` is the read-only frame pointer).
 pub use bpf_ins::Register as Reg;
 
-/// Raw opcode fields, shared with the disassembler.
+/// Opcode fields the assembler packs itself (see [`raw`]); the disassembler
+/// decodes with these plus its own.
 pub(crate) mod opcode {
-    pub const CLASS_MASK: u8 = 0x07;
-    pub const LD: u8 = 0x00;
-    pub const LDX: u8 = 0x01;
-    pub const ST: u8 = 0x02;
     pub const STX: u8 = 0x03;
-    pub const ALU: u8 = 0x04;
-    pub const JMP: u8 = 0x05;
     pub const JMP32: u8 = 0x06;
-    pub const ALU64: u8 = 0x07;
-
     /// Source operand bit: register (`X`) rather than immediate (`K`).
     pub const SRC_X: u8 = 0x08;
-    pub const OP_MASK: u8 = 0xf0;
-    pub const SIZE_MASK: u8 = 0x18;
-    pub const MODE_MASK: u8 = 0xe0;
-    pub const MODE_IMM: u8 = 0x00;
-    pub const MODE_MEM: u8 = 0x60;
-    pub const MODE_ATOMIC: u8 = 0xc0;
     pub const SIZE_DW: u8 = 0x18;
-
-    pub const JA: u8 = 0x00;
-    pub const CALL: u8 = 0x80;
-    pub const EXIT: u8 = 0x90;
-    pub const NEG: u8 = 0x80;
-    pub const END: u8 = 0xd0;
-
+    pub const MODE_ATOMIC: u8 = 0xc0;
     /// Atomic `imm` flag: also load the old value into `src`.
     pub const FETCH: i32 = 0x01;
     /// Atomic `imm` values; both always fetch.
     pub const XCHG: i32 = 0xe0 | FETCH;
     pub const CMPXCHG: i32 = 0xf0 | FETCH;
-
-    /// `ld_imm64` `src_reg` marking `imm` as a map fd.
+    /// `ld_imm64` `src_reg` marking `imm` as a map fd (bpf-ins `MemoryOpLoadType::Map`).
     pub const PSEUDO_MAP_FD: u8 = 1;
 }
 
@@ -97,23 +77,20 @@ pub enum AtomicSize {
     U64,
 }
 
-/// Two-operand ALU operations (`dst op= src`).
+/// Two-operand ALU operations (`dst op= src`). `Div` and `Mod` are unsigned,
+/// `Rsh` shifts in zeros and `Arsh` copies of the sign bit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AluOp {
     Add,
     Sub,
     Mul,
-    /// Unsigned.
     Div,
-    /// Unsigned.
     Mod,
     Or,
     And,
     Xor,
     Lsh,
-    /// Logical shift right.
     Rsh,
-    /// Arithmetic (sign-extending) shift right.
     Arsh,
     Mov,
 }
@@ -394,11 +371,8 @@ impl Assembler {
 
     /// Two-slot load of a full 64-bit constant.
     pub fn ld_imm64(&mut self, dst: Reg, value: u64) {
-        self.emit(Instruction::load(
-            dst,
-            value as i64,
-            MemoryOpSize::DoubleWord,
-        ));
+        let insn = Instruction::load(dst, value as i64, MemoryOpSize::DoubleWord);
+        self.emit(insn);
     }
 
     /// Loads a map reference. Until the loader rewrites it with the map's fd,
@@ -406,11 +380,8 @@ impl Assembler {
     pub fn ld_map_fd(&mut self, dst: Reg, map: MapId) {
         let insn = self.len();
         self.out.map_relocs.push(MapReloc { insn, map });
-        self.emit(Instruction::loadtype(
-            dst,
-            i64::from(map.0),
-            MemoryOpLoadType::Map,
-        ));
+        let insn = Instruction::loadtype(dst, i64::from(map.0), MemoryOpLoadType::Map);
+        self.emit(insn);
     }
 
     /// `dst = *(size *)(base + off)`, zero-extended.
@@ -425,12 +396,8 @@ impl Assembler {
 
     /// `*(size *)(base + off) = imm`; a `U64` store sign-extends `imm`.
     pub fn store_imm(&mut self, size: Size, base: Reg, off: i16, imm: i32) {
-        self.emit(Instruction::store(
-            base,
-            off,
-            i64::from(imm),
-            size.to_bpf_ins(),
-        ));
+        let insn = Instruction::store(base, off, i64::from(imm), size.to_bpf_ins());
+        self.emit(insn);
     }
 
     /// `lock *(size *)(base + off) op= src`
@@ -564,6 +531,7 @@ pub(crate) fn raw(code: u8, dst: Reg, src: Reg, off: i16, imm: i32) -> Insn {
 
 #[cfg(test)]
 mod tests {
+    use super::Reg::*;
     use super::*;
 
     fn assemble(build: impl FnOnce(&mut Assembler)) -> Vec<Insn> {
@@ -576,73 +544,60 @@ mod tests {
     #[test]
     fn return_zero() {
         let insns = assemble(|a| {
-            a.mov64_imm(Reg::R0, 0);
+            a.mov64_imm(R0, 0);
             a.exit();
         });
         assert_eq!(insns, [0x0000_0000_0000_00b7, 0x0000_0000_0000_0095]);
     }
 
+    /// Asserts that each `method(args) => slot` line assembles to exactly that slot.
+    macro_rules! encodes {
+        ($($method:ident($($arg:expr),*) => $want:expr;)*) => {$(
+            let mut asm = Assembler::new();
+            asm.$method($($arg),*);
+            let got = asm.finish().expect("assembles").insns;
+            assert_eq!(got, [$want], "{}", stringify!($method($($arg),*)));
+        )*};
+    }
+
     /// ALU64 and ALU32 forms put class, source bit, op, registers and imm in the right fields.
     #[test]
     fn alu_encodings() {
-        let insns = assemble(|a| {
-            a.mov64_reg(Reg::R1, Reg::R2);
-            a.mov32_reg(Reg::R1, Reg::R2);
-            a.alu64_imm(AluOp::Add, Reg::R1, -1);
-            a.alu64_reg(AluOp::Mod, Reg::R1, Reg::R2);
-            a.alu32_imm(AluOp::Arsh, Reg::R1, 3);
-            a.alu64_imm(AluOp::Lsh, Reg::R4, 8);
-            a.alu64_imm(AluOp::Rsh, Reg::R4, 8);
-            a.alu32_reg(AluOp::Xor, Reg::R9, Reg::R10);
-            a.neg64(Reg::R3);
-            a.neg32(Reg::R3);
-            a.mov32_imm(Reg::R7, -2);
-        });
-        let expected = [
-            0x0000_0000_0000_21bf,
-            0x0000_0000_0000_21bc,
-            0xffff_ffff_0000_0107,
-            0x0000_0000_0000_219f,
-            0x0000_0003_0000_01c4,
-            0x0000_0008_0000_0467,
-            0x0000_0008_0000_0477,
-            0x0000_0000_0000_a9ac,
-            0x0000_0000_0000_0387,
-            0x0000_0000_0000_0384,
-            0xffff_fffe_0000_07b4,
-        ];
-        assert_eq!(insns, expected);
+        encodes! {
+            mov64_reg(R1, R2) => 0x0000_0000_0000_21bf;
+            mov32_reg(R1, R2) => 0x0000_0000_0000_21bc;
+            alu64_imm(AluOp::Add, R1, -1) => 0xffff_ffff_0000_0107;
+            alu64_reg(AluOp::Mod, R1, R2) => 0x0000_0000_0000_219f;
+            alu32_imm(AluOp::Arsh, R1, 3) => 0x0000_0003_0000_01c4;
+            alu64_imm(AluOp::Lsh, R4, 8) => 0x0000_0008_0000_0467;
+            alu64_imm(AluOp::Rsh, R4, 8) => 0x0000_0008_0000_0477;
+            alu32_reg(AluOp::Xor, R9, R10) => 0x0000_0000_0000_a9ac;
+            neg64(R3) => 0x0000_0000_0000_0387;
+            neg32(R3) => 0x0000_0000_0000_0384;
+            mov32_imm(R7, -2) => 0xffff_fffe_0000_07b4;
+        }
     }
 
     /// Loads and stores: LDX/STX/ST with MEM mode, each size, negative offsets.
     #[test]
     fn memory_encodings() {
-        let insns = assemble(|a| {
-            a.load(Size::U64, Reg::R1, Reg::R10, -8);
-            a.load(Size::U8, Reg::R2, Reg::R1, 3);
-            a.store_reg(Size::U64, Reg::R10, -8, Reg::R1);
-            a.store_reg(Size::U16, Reg::R10, -2, Reg::R1);
-            a.store_imm(Size::U32, Reg::R10, -4, 7);
-            a.store_imm(Size::U64, Reg::R10, -16, -1);
-        });
-        let expected = [
-            0x0000_0000_fff8_a179,
-            0x0000_0000_0003_1271,
-            0x0000_0000_fff8_1a7b,
-            0x0000_0000_fffe_1a6b,
-            0x0000_0007_fffc_0a62,
-            0xffff_ffff_fff0_0a7a,
-        ];
-        assert_eq!(insns, expected);
+        encodes! {
+            load(Size::U64, R1, R10, -8) => 0x0000_0000_fff8_a179;
+            load(Size::U8, R2, R1, 3) => 0x0000_0000_0003_1271;
+            store_reg(Size::U64, R10, -8, R1) => 0x0000_0000_fff8_1a7b;
+            store_reg(Size::U16, R10, -2, R1) => 0x0000_0000_fffe_1a6b;
+            store_imm(Size::U32, R10, -4, 7) => 0x0000_0007_fffc_0a62;
+            store_imm(Size::U64, R10, -16, -1) => 0xffff_ffff_fff0_0a7a;
+        }
     }
 
     /// `ld_imm64` splits the value over two slots; a map load sets src_reg 1 and records a reloc.
     #[test]
     fn wide_loads_and_map_reloc() {
         let mut asm = Assembler::new();
-        asm.mov64_imm(Reg::R0, 0);
-        asm.ld_imm64(Reg::R2, 0x1122_3344_5566_7788);
-        asm.ld_map_fd(Reg::R1, MapId(3));
+        asm.mov64_imm(R0, 0);
+        asm.ld_imm64(R2, 0x1122_3344_5566_7788);
+        asm.ld_map_fd(R1, MapId(3));
         let out = asm.finish().unwrap();
         let expected = [
             0x0000_0000_0000_00b7,
@@ -652,13 +607,8 @@ mod tests {
             0x0000_0000_0000_0000,
         ];
         assert_eq!(out.insns, expected);
-        assert_eq!(
-            out.map_relocs,
-            [MapReloc {
-                insn: 3,
-                map: MapId(3)
-            }]
-        );
+        let relocs: Vec<_> = out.map_relocs.iter().map(|r| (r.insn, r.map)).collect();
+        assert_eq!(relocs, [(3, MapId(3))]);
     }
 
     /// Call and 64-bit conditional jumps (imm and reg forms, signed and unsigned).
@@ -667,9 +617,9 @@ mod tests {
         let insns = assemble(|a| {
             let l = a.new_label();
             a.call_helper(130);
-            a.jmp_imm(Cond::Gt, Reg::R1, 5, l);
-            a.jmp_reg(Cond::Sle, Reg::R1, Reg::R2, l);
-            a.jmp_imm(Cond::Set, Reg::R3, 0x10, l);
+            a.jmp_imm(Cond::Gt, R1, 5, l);
+            a.jmp_reg(Cond::Sle, R1, R2, l);
+            a.jmp_imm(Cond::Set, R3, 0x10, l);
             a.jmp(l);
             a.bind(l).unwrap();
         });
@@ -690,10 +640,10 @@ mod tests {
             let top = a.new_label();
             a.bind(top).unwrap();
             let skip = a.new_label();
-            a.jmp32_imm(Cond::Eq, Reg::R1, 0, skip);
-            a.jmp32_reg(Cond::Slt, Reg::R1, Reg::R2, top);
+            a.jmp32_imm(Cond::Eq, R1, 0, skip);
+            a.jmp32_reg(Cond::Slt, R1, R2, top);
             a.bind(skip).unwrap();
-            a.jmp32_imm(Cond::Lt, Reg::R4, -1, top);
+            a.jmp32_imm(Cond::Lt, R4, -1, top);
         });
         let expected = [
             0x0000_0000_0001_0116,
@@ -706,27 +656,18 @@ mod tests {
     /// Atomics: STX|ATOMIC with W or DW size, the operation (and FETCH) in imm.
     #[test]
     fn atomic_encodings() {
-        let insns = assemble(|a| {
-            a.atomic(AtomicSize::U64, AtomicOp::Add, Reg::R1, 0, Reg::R2);
-            a.atomic(AtomicSize::U32, AtomicOp::Or, Reg::R1, 0, Reg::R2);
-            a.atomic(AtomicSize::U64, AtomicOp::And, Reg::R1, 0, Reg::R2);
-            a.atomic(AtomicSize::U64, AtomicOp::Xor, Reg::R1, 0, Reg::R2);
-            a.atomic_fetch(AtomicSize::U32, AtomicOp::Add, Reg::R10, -4, Reg::R3);
-            a.atomic_fetch(AtomicSize::U64, AtomicOp::Xor, Reg::R1, 0, Reg::R2);
-            a.atomic_xchg(AtomicSize::U64, Reg::R1, 8, Reg::R2);
-            a.atomic_cmpxchg(AtomicSize::U64, Reg::R1, 0, Reg::R2);
-        });
-        let expected = [
-            0x0000_0000_0000_21db,
-            0x0000_0040_0000_21c3,
-            0x0000_0050_0000_21db,
-            0x0000_00a0_0000_21db,
-            0x0000_0001_fffc_3ac3,
-            0x0000_00a1_0000_21db,
-            0x0000_00e1_0008_21db,
-            0x0000_00f1_0000_21db,
-        ];
-        assert_eq!(insns, expected);
+        use AtomicOp::*;
+        use AtomicSize::{U32, U64};
+        encodes! {
+            atomic(U64, Add, R1, 0, R2) => 0x0000_0000_0000_21db;
+            atomic(U32, Or, R1, 0, R2) => 0x0000_0040_0000_21c3;
+            atomic(U64, And, R1, 0, R2) => 0x0000_0050_0000_21db;
+            atomic(U64, Xor, R1, 0, R2) => 0x0000_00a0_0000_21db;
+            atomic_fetch(U32, Add, R10, -4, R3) => 0x0000_0001_fffc_3ac3;
+            atomic_fetch(U64, Xor, R1, 0, R2) => 0x0000_00a1_0000_21db;
+            atomic_xchg(U64, R1, 8, R2) => 0x0000_00e1_0008_21db;
+            atomic_cmpxchg(U64, R1, 0, R2) => 0x0000_00f1_0000_21db;
+        }
     }
 
     /// Offsets count slots from the one after the jump, forward and backward.
@@ -736,9 +677,9 @@ mod tests {
             let top = a.new_label();
             let end = a.new_label();
             a.bind(top).unwrap();
-            a.mov64_imm(Reg::R0, 0); // 0
-            a.jmp_imm(Cond::Eq, Reg::R0, 0, end); // 1 → 4: +2
-            a.mov64_imm(Reg::R0, 1); // 2
+            a.mov64_imm(R0, 0); // 0
+            a.jmp_imm(Cond::Eq, R0, 0, end); // 1 → 4: +2
+            a.mov64_imm(R0, 1); // 2
             a.jmp(top); // 3 → 0: -4
             a.bind(end).unwrap();
             a.jmp(end); // 4 → 4: -1
@@ -753,8 +694,8 @@ mod tests {
         let insns = assemble(|a| {
             let end = a.new_label();
             a.jmp(end);
-            a.ld_imm64(Reg::R1, u64::MAX);
-            a.ld_map_fd(Reg::R2, MapId(0));
+            a.ld_imm64(R1, u64::MAX);
+            a.ld_map_fd(R2, MapId(0));
             a.bind(end).unwrap();
             a.exit();
         });
@@ -762,60 +703,58 @@ mod tests {
         assert_eq!((insns[0] >> 16) as u16 as i16, 4);
     }
 
-    /// Unbound labels, double binds and out-of-range offsets are errors.
+    /// A jump to a label never bound, or a second bind of a label, is an error.
     #[test]
     fn label_errors() {
         let mut asm = Assembler::new();
         let l = asm.new_label();
         asm.exit();
         asm.jmp(l);
-        assert_eq!(
-            asm.finish(),
-            Err(AsmError::UnboundLabel { insn: 1, label: 0 })
-        );
+        let unbound = AsmError::UnboundLabel { insn: 1, label: 0 };
+        assert_eq!(asm.finish(), Err(unbound));
 
         let mut asm = Assembler::new();
         let l = asm.new_label();
         asm.bind(l).unwrap();
         asm.exit();
-        let err = asm.bind(l).unwrap_err();
-        assert_eq!(
-            err,
-            AsmError::LabelBoundTwice {
-                label: 0,
-                first: 0,
-                second: 1
-            }
-        );
-
-        let mut asm = Assembler::new();
-        let l = asm.new_label();
-        asm.jmp(l);
-        for _ in 0..=i16::MAX {
-            asm.mov64_imm(Reg::R0, 0);
-        }
-        asm.bind(l).unwrap();
-        assert_eq!(
-            asm.finish(),
-            Err(AsmError::JumpOutOfRange {
-                insn: 0,
-                offset: 32768
-            })
-        );
+        let twice = asm.bind(l).unwrap_err().to_string();
+        assert_eq!(twice, "label 0 bound twice (at instructions 0 and 1)");
     }
 
-    /// The largest forward offset, i16::MAX, still assembles.
-    #[test]
-    fn max_offset_fits() {
+    /// Assembles a jump over `gap` instructions, forward or backward.
+    fn far_jump(gap: usize, forward: bool) -> Result<Vec<Insn>, AsmError> {
         let mut asm = Assembler::new();
         let l = asm.new_label();
-        asm.jmp(l);
-        for _ in 0..i16::MAX {
-            asm.mov64_imm(Reg::R0, 0);
+        if forward {
+            asm.jmp(l);
+        } else {
+            asm.bind(l)?;
         }
-        asm.bind(l).unwrap();
-        let insns = asm.finish().unwrap().insns;
-        assert_eq!((insns[0] >> 16) as u16 as i16, i16::MAX);
+        (0..gap).for_each(|_| asm.mov64_imm(R0, 0));
+        if forward {
+            asm.bind(l)?;
+        } else {
+            asm.jmp(l);
+        }
+        asm.finish().map(|out| out.insns)
+    }
+
+    /// Offsets from i16::MIN to i16::MAX assemble; one further is an error.
+    #[test]
+    fn jump_range_limits() {
+        let off = |insn: u64| (insn >> 16) as u16 as i16;
+        assert_eq!(off(far_jump(32767, true).unwrap()[0]), i16::MAX);
+        assert_eq!(off(far_jump(32767, false).unwrap()[32767]), i16::MIN);
+        let fwd = far_jump(32768, true).unwrap_err().to_string();
+        assert_eq!(
+            fwd,
+            "jump at instruction 0 needs offset 32768, outside the 16-bit range"
+        );
+        let back = far_jump(32768, false).unwrap_err();
+        assert_eq!(
+            back.to_string(),
+            "jump at instruction 32768 needs offset -32769, outside the 16-bit range"
+        );
     }
 
     /// Spans and comments have one entry per slot and attach to the right instructions.
@@ -824,11 +763,11 @@ mod tests {
         let mut asm = Assembler::new();
         let span = Span::new(3, 9);
         asm.comment("prologue");
-        asm.mov64_imm(Reg::R6, 0);
+        asm.mov64_imm(R6, 0);
         asm.set_span(Some(span));
         asm.comment("a");
         asm.comment("b");
-        asm.ld_imm64(Reg::R1, 1);
+        asm.ld_imm64(R1, 1);
         asm.set_span(None);
         asm.exit();
         asm.comment("dropped");

@@ -9,6 +9,24 @@
 
 use crate::codegen::asm::opcode::*;
 
+const CLASS_MASK: u8 = 0x07;
+const LD: u8 = 0x00;
+const LDX: u8 = 0x01;
+const ST: u8 = 0x02;
+const ALU: u8 = 0x04;
+const JMP: u8 = 0x05;
+const ALU64: u8 = 0x07;
+const OP_MASK: u8 = 0xf0;
+const SIZE_MASK: u8 = 0x18;
+const MODE_MASK: u8 = 0xe0;
+const MODE_IMM: u8 = 0x00;
+const MODE_MEM: u8 = 0x60;
+const JA: u8 = 0x00;
+const CALL: u8 = 0x80;
+const EXIT: u8 = 0x90;
+const NEG: u8 = 0x80;
+const END: u8 = 0xd0;
+
 /// Disassembles a whole program, one line per instruction; the second slot of
 /// an `ld_imm64` gets no line of its own.
 pub fn disassemble(insns: &[u64]) -> Vec<String> {
