@@ -1,1 +1,258 @@
-//! (placeholder; being written)
+//! Parser: script text → [`Script`], or [`ScriptErrors`] pointing into the text.
+//!
+//! Three passes: a lexical scan reports unterminated strings and comments and
+//! bounds bracket nesting (`parse/scan.rs`); the pest grammar
+//! (`grammar/wprof.pest`) builds a parse tree, its failures turned into readable
+//! errors (`parse/syntax.rs`); this file and `parse/expr.rs` lower the parse tree
+//! to the AST. pest types stay inside this module.
+
+mod expr;
+mod scan;
+mod syntax;
+#[cfg(test)]
+mod tests;
+
+use pest::Parser as _;
+
+use super::ast::{Block, ProbeBlock, ProbeSpec, Script, Span, Stmt, StmtKind};
+use super::diag::{ScriptError, ScriptErrors};
+
+#[derive(pest_derive::Parser)]
+#[grammar = "grammar/wprof.pest"]
+struct Grammar;
+
+type Pair<'i> = pest::iterators::Pair<'i, Rule>;
+
+/// How deep the syntax tree may grow: later stages walk it recursively, so the
+/// bound keeps every stage within the default 2 MiB thread stack.
+const MAX_DEPTH: usize = 256;
+
+/// Parses a whole script; `name` is its path, or [`super::diag::INLINE_SCRIPT_NAME`].
+pub fn parse(source: &str, name: &str) -> Result<Script, ScriptErrors> {
+    let fail = |errors| ScriptErrors::new(name, source, errors);
+    let scanned = scan::scan(source);
+    if !scanned.errors.is_empty() {
+        return Err(fail(scanned.errors));
+    }
+    let mut pairs = Grammar::parse(Rule::script, source)
+        .map_err(|error| fail(vec![syntax::error(source, &error, &scanned)]))?;
+    let root = pairs.next().expect("grammar: `script` is the only top-level pair");
+    let mut builder = Builder::default();
+    match builder.script(root) {
+        Ok(script) if builder.errors.is_empty() => Ok(script),
+        _ => Err(fail(builder.errors)),
+    }
+}
+
+/// A fatal error was recorded in [`Builder::errors`]; stop building.
+struct Abort;
+
+type Built<T> = Result<T, Abort>;
+
+/// Lowers pest pairs to AST nodes, collecting errors found on the way
+/// (bad literals) and bounding the tree's depth.
+#[derive(Default)]
+struct Builder {
+    errors: Vec<ScriptError>,
+    /// Worst-case depth of the tree node being built.
+    depth: usize,
+}
+
+impl Builder {
+    /// Accounts for `levels` more tree levels, failing past [`MAX_DEPTH`].
+    fn enter(&mut self, span: Span, levels: usize) -> Built<()> {
+        self.depth += levels;
+        if self.depth <= MAX_DEPTH {
+            return Ok(());
+        }
+        self.errors.push(too_deep(span));
+        Err(Abort)
+    }
+
+    fn leave(&mut self, levels: usize) {
+        self.depth -= levels;
+    }
+
+    fn script(&mut self, pair: Pair) -> Built<Script> {
+        let mut probes = Vec::new();
+        for item in pair.into_inner() {
+            if item.as_rule() == Rule::probe {
+                probes.push(self.probe(item)?);
+            }
+        }
+        Ok(Script { probes })
+    }
+
+    fn probe(&mut self, pair: Pair) -> Built<ProbeBlock> {
+        let span = span_of(&pair);
+        let mut specs = Vec::new();
+        let mut predicate = None;
+        let mut body = None;
+        for part in significant(pair) {
+            match part.as_rule() {
+                Rule::probe_spec => specs.push(probe_spec(part)),
+                Rule::predicate => predicate = Some(self.expr(only_child(part))?),
+                _ => body = Some(self.block(part)?),
+            }
+        }
+        let body = body.expect("grammar: a probe ends with a block");
+        Ok(ProbeBlock {
+            specs,
+            predicate,
+            body,
+            span,
+        })
+    }
+
+    fn block(&mut self, pair: Pair) -> Built<Block> {
+        let span = span_of(&pair);
+        self.enter(span, 1)?;
+        let stmts = significant(pair)
+            .map(|stmt| self.stmt(stmt))
+            .collect::<Built<Vec<_>>>()?;
+        self.leave(1);
+        Ok(Block { stmts, span })
+    }
+
+    fn stmt(&mut self, pair: Pair) -> Built<Stmt> {
+        let span = span_of(&pair);
+        let kind = match pair.as_rule() {
+            Rule::if_stmt => self.if_stmt(pair)?,
+            Rule::while_stmt => {
+                let (cond, body) = self.head_and_block(pair)?;
+                StmtKind::While { cond, body }
+            }
+            Rule::unroll_stmt => {
+                let (count, body) = self.head_and_block(pair)?;
+                StmtKind::Unroll { count, body }
+            }
+            Rule::let_stmt | Rule::assign_stmt => self.assign(pair)?,
+            Rule::expr_stmt => StmtKind::Expr(self.expr(only_child(pair))?),
+            Rule::break_stmt => StmtKind::Break,
+            Rule::continue_stmt => StmtKind::Continue,
+            Rule::return_stmt => StmtKind::Return,
+            rule => unreachable!("grammar: {rule:?} is not a statement"),
+        };
+        Ok(Stmt { kind, span })
+    }
+
+    /// `if (cond) { } [else if ... | else { }]`; an `else if` becomes a block
+    /// holding one `If` statement.
+    fn if_stmt(&mut self, pair: Pair) -> Built<StmtKind> {
+        let mut parts = significant(pair);
+        let cond = self.expr(parts.next().expect("grammar: if has a condition"))?;
+        let then = self.block(parts.next().expect("grammar: if has a block"))?;
+        let otherwise = match parts.next() {
+            None => None,
+            Some(other) if other.as_rule() == Rule::block => Some(self.block(other)?),
+            Some(nested) => {
+                let span = span_of(&nested);
+                self.enter(span, 1)?;
+                let stmt = self.stmt(nested)?;
+                self.leave(1);
+                Some(Block {
+                    stmts: vec![stmt],
+                    span,
+                })
+            }
+        };
+        Ok(StmtKind::If {
+            cond,
+            then,
+            otherwise,
+        })
+    }
+
+    /// The `(expr) { block }` shared by `while` and `unroll`.
+    fn head_and_block(&mut self, pair: Pair) -> Built<(super::ast::Expr, Block)> {
+        let mut parts = significant(pair);
+        let head = self.expr(parts.next().expect("grammar: loop has a head"))?;
+        let body = self.block(parts.next().expect("grammar: loop has a block"))?;
+        Ok((head, body))
+    }
+
+    /// `target op= value`, `target = value` and `let $x = value`.
+    fn assign(&mut self, pair: Pair) -> Built<StmtKind> {
+        let mut op = None;
+        let mut exprs = Vec::with_capacity(2);
+        for part in significant(pair) {
+            match part.as_rule() {
+                Rule::assign_op => op = expr::compound_op(part.as_str()),
+                Rule::var => exprs.push(expr::var(&part)),
+                Rule::operand => exprs.push(self.operand(part)?),
+                _ => exprs.push(self.expr(part)?),
+            }
+        }
+        let [target, value] = <[_; 2]>::try_from(exprs)
+            .unwrap_or_else(|_| unreachable!("grammar: assignment has two sides"));
+        Ok(StmtKind::Assign { target, op, value })
+    }
+}
+
+/// The error for input nested past [`MAX_DEPTH`] (or past what pest's stack allows).
+fn too_deep(span: Span) -> ScriptError {
+    ScriptError::new(span, "the script is nested too deeply")
+        .with_label("nesting limit reached here")
+        .with_help("split deeply nested expressions or blocks using scratch variables")
+}
+
+/// `provider:part:part` split at `:`; quoted parts lose their quotes.
+fn probe_spec(pair: Pair) -> ProbeSpec {
+    let span = span_of(&pair);
+    let mut inner = pair.into_inner();
+    let provider = inner
+        .next()
+        .expect("grammar: a probe spec starts with its provider")
+        .as_str()
+        .to_owned();
+    let parts = inner
+        .map(|part| match part.as_rule() {
+            Rule::quoted_part => only_child(part).as_str().to_owned(),
+            _ => part.as_str().to_owned(),
+        })
+        .collect();
+    ProbeSpec {
+        provider,
+        parts,
+        span,
+    }
+}
+
+fn span_of(pair: &Pair) -> Span {
+    let span = pair.as_span();
+    Span::new(span.start(), span.end())
+}
+
+/// Children that carry meaning: punctuation and keywords are dropped.
+fn significant(pair: Pair) -> impl Iterator<Item = Pair> {
+    pair.into_inner().filter(|child| !is_token(child.as_rule()))
+}
+
+/// The single meaningful child of a wrapper rule.
+fn only_child(pair: Pair) -> Pair {
+    significant(pair)
+        .next()
+        .expect("grammar: wrapper rule has one child")
+}
+
+/// Rules that only exist so syntax errors can name them.
+fn is_token(rule: Rule) -> bool {
+    matches!(
+        rule,
+        Rule::semi
+            | Rule::comma
+            | Rule::lparen
+            | Rule::rparen
+            | Rule::lbrace
+            | Rule::rbrace
+            | Rule::rbracket
+            | Rule::question
+            | Rule::colon
+            | Rule::pred_end
+            | Rule::kw_if
+            | Rule::kw_else
+            | Rule::kw_while
+            | Rule::kw_unroll
+            | Rule::kw_let
+    )
+}
