@@ -24,9 +24,16 @@ pub enum Value {
     Str(Vec<u8>),
     Tuple(Vec<Value>),
     /// A stack id in the stack trace map `map`.
-    Stack { kernel: bool, map: MapId, id: u64 },
+    Stack {
+        kernel: bool,
+        map: MapId,
+        id: u64,
+    },
     /// A code address printed as a symbol.
-    Symbol { kernel: bool, addr: u64 },
+    Symbol {
+        kernel: bool,
+        addr: u64,
+    },
     /// An index into `Compiled::programs`, printed as the probe name.
     Probe(u64),
 }
@@ -70,7 +77,11 @@ pub fn div_signed(v: i64, div: u64) -> i64 {
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum DecodeError {
     #[error("value needs {need} bytes at offset {offset}, only {have} available")]
-    Truncated { offset: usize, need: usize, have: usize },
+    Truncated {
+        offset: usize,
+        need: usize,
+        have: usize,
+    },
     #[error("integer of unsupported size {0} bytes")]
     IntSize(u8),
 }
@@ -252,8 +263,14 @@ mod tests {
         assert_eq!(decode(&[0xff], &int(1, true)), Ok(Value::Int(-1)));
         assert_eq!(decode(&[0xff], &int(1, false)), Ok(Value::UInt(255)));
         assert_eq!(decode(&[0xfe, 0xff], &int(2, true)), Ok(Value::Int(-2)));
-        assert_eq!(decode(&[1, 2, 0, 0], &int(4, false)), Ok(Value::UInt(0x201)));
-        assert_eq!(decode(&[0xff; 8], &int(8, false)), Ok(Value::UInt(u64::MAX)));
+        assert_eq!(
+            decode(&[1, 2, 0, 0], &int(4, false)),
+            Ok(Value::UInt(0x201))
+        );
+        assert_eq!(
+            decode(&[0xff; 8], &int(8, false)),
+            Ok(Value::UInt(u64::MAX))
+        );
         assert_eq!(decode(&[0xff; 8], &int(8, true)), Ok(Value::Int(-1)));
     }
 
@@ -275,7 +292,10 @@ mod tests {
         let mut bytes = vec![0xffu8, 9, 9, 9, 9, 9, 9, 9];
         bytes.extend_from_slice(b"xy\0\0");
         let v = decode(&bytes, &ty).unwrap();
-        assert_eq!(v, Value::Tuple(vec![Value::Int(-1), Value::Str(b"xy".to_vec())]));
+        assert_eq!(
+            v,
+            Value::Tuple(vec![Value::Int(-1), Value::Str(b"xy".to_vec())])
+        );
     }
 
     /// Short input and odd integer sizes are errors, not panics.
@@ -283,9 +303,16 @@ mod tests {
     fn rejects_short_input() {
         assert_eq!(
             decode(&[1, 2], &int(4, true)),
-            Err(DecodeError::Truncated { offset: 0, need: 4, have: 2 })
+            Err(DecodeError::Truncated {
+                offset: 0,
+                need: 4,
+                have: 2
+            })
         );
-        let ty = ValueType::Tuple { fields: vec![(8, int(8, true))], size: 4 };
+        let ty = ValueType::Tuple {
+            fields: vec![(8, int(8, true))],
+            size: 4,
+        };
         assert!(decode(&[0; 4], &ty).is_err());
         assert_eq!(decode(&[0; 3], &int(3, true)), Err(DecodeError::IntSize(3)));
     }
@@ -293,10 +320,23 @@ mod tests {
     /// Stacks, symbols and probes decode to their raw ids.
     #[test]
     fn decodes_ids() {
-        let ty = ValueType::Stack { kernel: true, map: MapId(3) };
+        let ty = ValueType::Stack {
+            kernel: true,
+            map: MapId(3),
+        };
         let v = decode(&7u64.to_le_bytes(), &ty).unwrap();
-        assert_eq!(v, Value::Stack { kernel: true, map: MapId(3), id: 7 });
-        assert_eq!(decode(&2u64.to_le_bytes(), &ValueType::Probe), Ok(Value::Probe(2)));
+        assert_eq!(
+            v,
+            Value::Stack {
+                kernel: true,
+                map: MapId(3),
+                id: 7
+            }
+        );
+        assert_eq!(
+            decode(&2u64.to_le_bytes(), &ValueType::Probe),
+            Ok(Value::Probe(2))
+        );
     }
 
     /// `print((1, (2, "x"), -3))` prints `(1, (2, x), -3)` (bpftrace 0.17).
@@ -314,9 +354,16 @@ mod tests {
     /// `print(@t, 0, 2)` of `(-7, "a", (int8)-1)` prints `(-3, a, 0)`.
     #[test]
     fn divides_ints_inside_tuples() {
-        let v = Value::Tuple(vec![Value::Int(-7), Value::Str(b"a".to_vec()), Value::Int(-1)]);
+        let v = Value::Tuple(vec![
+            Value::Int(-7),
+            Value::Str(b"a".to_vec()),
+            Value::Int(-1),
+        ]);
         assert_eq!(text(&v.divided(2)), "(-3, a, 0)");
-        assert_eq!(Value::UInt(u64::MAX).divided(2), Value::UInt(i64::MAX as u64));
+        assert_eq!(
+            Value::UInt(u64::MAX).divided(2),
+            Value::UInt(i64::MAX as u64)
+        );
         assert_eq!(Value::Int(5).divided(0), Value::Int(5));
     }
 
