@@ -220,7 +220,12 @@ impl Lowerer<'_> {
         match field.kind {
             FieldKind::Int { size, signed } => {
                 let reg = self.vreg();
-                let size_code = Size::from_bytes(u32::from(size));
+                let size_code = match size {
+                    1 => Size::U8,
+                    2 => Size::U16,
+                    4 => Size::U32,
+                    _ => Size::U64,
+                };
                 self.emit(Inst::Load { dst: reg, base: Base::Reg(ctx), offset, size: size_code });
                 Value::Int(self.extend(reg, size, signed))
             }

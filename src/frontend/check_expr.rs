@@ -421,7 +421,7 @@ impl Checker {
             Ok(specs) => specs,
             Err(error) => return self.fail(*format_span, &format!("bad printf format: {error}")),
         };
-        let wanted = printf::conversions(&specs);
+        let wanted: Vec<bool> = printf::specs(&specs).map(|s| s.arg_kind() == printf::ArgKind::Text).collect();
         if wanted.len() != rest.len() {
             let message = format!("the format has {} conversions but {} arguments follow", wanted.len(), rest.len());
             return self.fail(span, &message);
