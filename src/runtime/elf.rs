@@ -257,10 +257,8 @@ pub fn resolve_binary(name: &str, pid: Option<i32>) -> Result<PathBuf, ElfError>
         return Err(not_found("nothing: the name is empty".into()));
     }
     let mut search = Search::default();
-    if let Some(pid) = pid {
-        if let Some(path) = search.process(name, pid) {
-            return Ok(path);
-        }
+    if let Some(path) = pid.and_then(|pid| search.process(name, pid)) {
+        return Ok(path);
     }
     let found = if name.starts_with("lib") || name.contains(".so") {
         search.library(name).or_else(|| search.program(name))
@@ -503,11 +501,11 @@ pub(crate) mod test_support {
     use std::path::{Path, PathBuf};
     use std::process::Command;
 
-    /// Compiles C `source` with `cc` into `dir`, returning the executable.
+    /// Compiles C `source` with `cc` into the executable `dir/name`.
     #[track_caller]
-    pub(crate) fn compile_c(dir: &Path, source: &str, extra_args: &[&str]) -> PathBuf {
-        let src = dir.join("prog.c");
-        let out = dir.join("prog");
+    pub(crate) fn compile_c(dir: &Path, name: &str, source: &str, extra_args: &[&str]) -> PathBuf {
+        let src = dir.join(format!("{name}.c"));
+        let out = dir.join(name);
         std::fs::write(&src, source).expect("write test C source");
         let status = Command::new("cc")
             .args(extra_args)
@@ -641,7 +639,7 @@ mod tests {
     #[test]
     fn finds_functions_in_compiled_program() {
         let dir = tempfile::tempdir().unwrap();
-        let prog = test_support::compile_c(dir.path(), TEST_PROGRAM, &["-O1", "-no-pie"]);
+        let prog = test_support::compile_c(dir.path(), "prog", TEST_PROGRAM, &["-O1", "-no-pie"]);
         let found = find_functions(&prog, "wprof_*").expect("functions found");
         let names: Vec<_> = found.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names, ["wprof_add", "wprof_mul"]);
