@@ -49,6 +49,7 @@ pub enum ElfError {
 /// A defined function in an ELF file.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct FunctionSymbol {
+    /// The symbol name (without a version suffix).
     pub name: String,
     /// The symbol's value: its link-time virtual address.
     pub address: u64,

@@ -16,14 +16,14 @@ use super::tracefs;
 /// Whether a feature works here, and if not, a sentence saying why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Availability {
+    /// The feature works here.
     Available,
     /// `reason` is a complete sentence fit for a diagnostic.
-    Unavailable {
-        reason: String,
-    },
+    Unavailable { reason: String },
 }
 
 impl Availability {
+    /// Whether the feature works here.
     pub fn is_available(&self) -> bool {
         matches!(self, Availability::Available)
     }

@@ -52,6 +52,7 @@ pub enum TracefsError {
 /// One field of a tracepoint record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Field {
+    /// The field name, the `FIELD` of `args.FIELD`.
     pub name: String,
     /// The C type as written, without the field name and array suffix
     /// (`const char *`, `char`, `pid_t`, `char[]` for `__data_loc char[] filename`).
@@ -60,6 +61,7 @@ pub struct Field {
     pub offset: u32,
     /// Size in bytes; for a `__data_loc` field, the size of the 4-byte locator.
     pub size: u32,
+    /// The kernel says the (element) type is signed.
     pub signed: bool,
     /// Element count of an inline array (`char comm[16]` → 16).
     pub array_len: Option<u32>,
@@ -74,7 +76,9 @@ pub struct Field {
 /// The record layout of one tracepoint, from its `format` file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TracepointFormat {
+    /// The category (`sched` in `sched:sched_switch`).
     pub category: String,
+    /// The event name (`sched_switch`).
     pub name: String,
     /// The `ID:` line, the id perf and BPF attach to.
     pub id: Option<u32>,

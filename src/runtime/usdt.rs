@@ -36,7 +36,9 @@ pub enum UsdtError {
 /// One USDT probe site.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UsdtProbe {
+    /// The provider, the first argument of `DTRACE_PROBEn`.
     pub provider: String,
+    /// The probe name.
     pub name: String,
     /// Link-time address of the probe's `nop`, adjusted by `.stapsdt.base`.
     pub address: u64,
@@ -44,6 +46,7 @@ pub struct UsdtProbe {
     pub file_offset: u64,
     /// File offset of the probe's semaphore, the uprobe's `ref_ctr_offset`; 0 when it has none.
     pub semaphore_offset: u64,
+    /// The arguments, `arg0` first.
     pub args: Vec<UsdtArg>,
 }
 
@@ -54,6 +57,7 @@ pub struct UsdtArg {
     pub size: u8,
     /// A negative `N`: the value is sign-extended.
     pub signed: bool,
+    /// Where the value is.
     pub location: UsdtArgLocation,
     /// The spec as written in the note, for messages.
     pub spec: String,
