@@ -62,15 +62,16 @@ pub struct FunctionSymbol {
 impl FunctionSymbol {
     /// The file offset of `offset` bytes into this function (`name+offset`).
     pub fn offset_at(&self, offset: u64, binary: &Path) -> Result<u64, ElfError> {
+        let outside = || ElfError::OffsetOutsideFunction {
+            name: self.name.clone(),
+            offset,
+            size: self.size,
+            path: binary.into(),
+        };
         if self.size != 0 && offset >= self.size {
-            return Err(ElfError::OffsetOutsideFunction {
-                name: self.name.clone(),
-                offset,
-                size: self.size,
-                path: binary.into(),
-            });
+            return Err(outside());
         }
-        Ok(self.file_offset + offset)
+        self.file_offset.checked_add(offset).ok_or_else(outside)
     }
 }
 
@@ -232,7 +233,7 @@ pub(crate) fn vaddr_to_offset(segments: &[LoadSegment], vaddr: u64) -> Option<u6
     segments
         .iter()
         .find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.file_size)
-        .map(|s| vaddr - s.vaddr + s.file_offset)
+        .and_then(|s| (vaddr - s.vaddr).checked_add(s.file_offset))
 }
 
 /// The file a probe's binary or library name refers to.

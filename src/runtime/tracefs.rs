@@ -251,8 +251,10 @@ fn parse_declaration(decl: &str, size: u32) -> Result<Field, String> {
         None => (rest, None),
     };
     let name_start = rest
-        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .map_or(0, |i| i + 1);
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map_or(0, |(i, c)| i + c.len_utf8());
     let (c_type, name) = (rest[..name_start].trim(), &rest[name_start..]);
     if name.is_empty() || c_type.is_empty() {
         return Err(format!("cannot split `{decl}` into a type and a name"));
@@ -478,6 +480,7 @@ mod tests {
             "field:;\toffset:0;\tsize:4;",
             "field:int x;\toffset:0;\tsize:4;\tjunk",
             "ID: abc",
+            "field:int é;\toffset:0;\tsize:4;",
         ] {
             let err = parse_format("c", "x", bad, path).unwrap_err().to_string();
             assert!(err.contains("format (line 1)"), "{err}");

@@ -654,4 +654,26 @@ mod tests {
         };
         assert!(truncated.into_probe().is_err());
     }
+
+    /// Truncated and corrupted copies of a binary with notes never panic.
+    #[test]
+    fn damaged_binaries_do_not_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let prog = compile_c(dir.path(), "prog", PROGRAM, &["-O2"]);
+        let bytes = std::fs::read(&prog).unwrap();
+        let damaged = dir.path().join("damaged");
+        let step = bytes.len() / 64;
+        for len in (0..bytes.len()).step_by(step) {
+            std::fs::write(&damaged, &bytes[..len]).unwrap();
+            let _ = find_usdt(&damaged, None, "*");
+            let _ = crate::runtime::elf::find_functions(&damaged, "*");
+        }
+        for at in (0..bytes.len()).step_by(step / 2).chain(16..64) {
+            let mut copy = bytes.clone();
+            copy[at] ^= 0xff;
+            std::fs::write(&damaged, &copy).unwrap();
+            let _ = find_usdt(&damaged, None, "*");
+            let _ = crate::runtime::elf::find_functions(&damaged, "*");
+        }
+    }
 }
