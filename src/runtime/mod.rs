@@ -4,3 +4,4 @@ pub mod elf;
 pub mod features;
 pub mod loader;
 pub mod tracefs;
+pub mod usdt;
