@@ -1,6 +1,7 @@
 //! Runtime: find attach targets, load and attach compiled programs, collect messages.
 
 pub mod elf;
+pub mod environment;
 pub mod features;
 pub mod loader;
 pub mod tracefs;

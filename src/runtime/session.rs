@@ -1,0 +1,273 @@
+//! A tracing session: load, attach, run BEGIN, start the traced command, turn
+//! ring buffer messages into output until something ends the session, then
+//! detach, run END and print the maps.
+
+use std::io::{self, Write};
+use std::ops::ControlFlow;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use crate::codegen::program::{AttachPoint, Compiled, GlobalSlot, MapId, Message, MessageId};
+use crate::output::maps::{self, MapDump, PrintOptions};
+use crate::output::printf::{self, Piece};
+use crate::output::value::{Resolve, Value, decode};
+use crate::runtime::child::TracedCommand;
+use crate::runtime::loader::{self, AttachOptions, Loaded};
+use crate::runtime::map_dump;
+
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// `-p PID`: scope uprobes to this process and stop when it exits.
+    pub pid: Option<i32>,
+    /// `-c CMD`: run this after attaching; stop when it exits.
+    pub command: Option<Vec<String>>,
+    /// `-d`: stop after this long.
+    pub duration: Option<Duration>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Load(#[from] loader::LoadError),
+    #[error(transparent)]
+    Attach(#[from] loader::AttachError),
+    #[error("cannot read BPF maps: {0}")]
+    Map(#[from] crate::runtime::maps_read::MapError),
+    #[error("cannot start `{command}`: {source}")]
+    Command { command: String, source: io::Error },
+    #[error("cannot write output: {0}")]
+    Output(#[from] io::Error),
+}
+
+/// Why the session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    Running,
+    ExitCalled,
+    Stopped,
+}
+
+/// Run `compiled` until `exit()`, Ctrl-C, the duration, or the traced process ends.
+pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Result<(), RunError> {
+    let mut loaded = loader::load(compiled)?;
+    let globals = compiled.globals.expect("the code generator always makes a globals map");
+    loaded.set_global(globals, GlobalSlot::StartNs, monotonic_ns())?;
+
+    let mut child = match &options.command {
+        Some(argv) => {
+            let child = TracedCommand::spawn_paused(argv).map_err(|source| RunError::Command {
+                command: argv.join(" "),
+                source,
+            })?;
+            loaded.set_global(globals, GlobalSlot::ChildPid, u64::from(child.pid()))?;
+            Some(child)
+        }
+        None => None,
+    };
+    let probes = compiled.programs.len();
+    writeln!(out, "Attaching {probes} probe{}...", if probes == 1 { "" } else { "s" })?;
+    out.flush()?;
+    let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
+    loaded.attach_all(AttachOptions { pid })?;
+
+    let stopper = loaded.stopper();
+    install_interrupt_handler(stopper.clone());
+    if let Some(pid) = options.pid {
+        crate::runtime::child::stop_when_process_exits(pid, stopper.clone());
+    }
+    let mut printer = Printer::new(compiled);
+    for index in loaded.programs_at(&AttachPoint::Begin) {
+        loaded.run_once(index)?;
+    }
+    let running = match &mut child {
+        Some(c) => Some(c.release(stopper.clone()).map_err(|source| RunError::Command {
+            command: options.command.as_ref().map(|a| a.join(" ")).unwrap_or_default(),
+            source,
+        })?),
+        None => None,
+    };
+
+    let deadline = options.duration.map(|d| Instant::now() + d);
+    let mut ending = Ending::Running;
+    while ending == Ending::Running {
+        let timeout = deadline.map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()));
+        let flow = loaded.poll(timeout, |bytes| printer.message(bytes, out))?;
+        out.flush()?;
+        ending = printer.ending;
+        if ending == Ending::Running && (flow.is_break() || deadline.is_some_and(|d| Instant::now() >= d)) {
+            ending = Ending::Stopped;
+        }
+        printer.run_map_requests(&loaded, out)?;
+    }
+
+    loaded.detach_all();
+    for index in loaded.programs_at(&AttachPoint::End) {
+        loaded.run_once(index)?;
+    }
+    printer.ending = Ending::Running;
+    loaded.consume(|bytes| printer.message(bytes, out))?;
+    printer.run_map_requests(&loaded, out)?;
+    stop_command(running);
+    print_exit_maps(compiled, &loaded, &printer, out)?;
+    out.flush()?;
+    Ok(())
+}
+
+fn stop_command(child: Option<Child>) {
+    if let Some(mut child) = child {
+        if let Ok(None) = child.try_wait() {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+    }
+}
+
+fn install_interrupt_handler(stopper: crate::runtime::maps_read::Stopper) {
+    // A second Ctrl-C while maps print is ignored, as the first already stops.
+    let _ = ctrlc::set_handler(move || stopper.stop());
+}
+
+/// `CLOCK_MONOTONIC`, the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime only writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+fn print_exit_maps(compiled: &Compiled, loaded: &Loaded, printer: &Printer, out: &mut dyn Write) -> Result<(), RunError> {
+    let mut dumps = Vec::new();
+    for (index, spec) in compiled.maps.iter().enumerate() {
+        let Some(script) = &spec.script_map else { continue };
+        let entries = map_dump::entries(spec, loaded.map_entries(MapId(index as u32))?);
+        match entries {
+            Ok(entries) if !entries.is_empty() => dumps.push(MapDump { name: &spec.name, spec: script, entries }),
+            Ok(_) => {}
+            Err(error) => eprintln!("wprof: cannot decode {}: {error}", spec.name),
+        }
+    }
+    if !dumps.is_empty() {
+        maps::print_exit_maps(&mut WriteAdapter(out), dumps, printer)?;
+    }
+    Ok(())
+}
+
+/// `&mut dyn Write` as a sized `Write` for functions generic over it.
+struct WriteAdapter<'a>(&'a mut dyn Write);
+
+impl Write for WriteAdapter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// Turns messages into output; map operations are queued until the poll
+/// callback returns, since they need the loaded maps.
+struct Printer<'a> {
+    compiled: &'a Compiled,
+    formats: Vec<Option<Vec<Piece>>>,
+    map_requests: Vec<Message>,
+    ending: Ending,
+}
+
+impl<'a> Printer<'a> {
+    fn new(compiled: &'a Compiled) -> Self {
+        let formats = compiled
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::Printf { format, .. } => printf::parse_format(format).ok(),
+                _ => None,
+            })
+            .collect();
+        Printer { compiled, formats, map_requests: Vec::new(), ending: Ending::Running }
+    }
+
+    fn message(&mut self, bytes: &[u8], out: &mut dyn Write) -> ControlFlow<()> {
+        if let Err(error) = self.dispatch(bytes, out) {
+            eprintln!("wprof: {error}");
+        }
+        if self.ending == Ending::Running { ControlFlow::Continue(()) } else { ControlFlow::Break(()) }
+    }
+
+    fn dispatch(&mut self, bytes: &[u8], out: &mut dyn Write) -> io::Result<()> {
+        let id = bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        let Some(message) = id.and_then(|id| self.compiled.messages.get(id as usize)) else {
+            return Err(io::Error::other(format!("malformed message of {} bytes from BPF", bytes.len())));
+        };
+        match message {
+            Message::Printf { args, .. } => {
+                let values = decode_fields(bytes, args)?;
+                let index = id.unwrap_or_default() as usize;
+                let pieces = self.formats[index].as_deref().unwrap_or_default();
+                out.write_all(&printf::format(pieces, &values, self))
+            }
+            Message::PrintValue { value } => {
+                let values = decode_fields(bytes, std::slice::from_ref(value))?;
+                maps::print_value(&mut WriteAdapter(out), &values[0], self)
+            }
+            Message::Time { format } => out.write_all(crate::output::time::format_now(format).as_bytes()),
+            Message::Exit => {
+                self.ending = Ending::ExitCalled;
+                Ok(())
+            }
+            Message::PrintMap { .. } | Message::ClearMap { .. } | Message::ZeroMap { .. } => {
+                self.map_requests.push(message.clone());
+                Ok(())
+            }
+        }
+    }
+
+    fn run_map_requests(&mut self, loaded: &Loaded, out: &mut dyn Write) -> Result<(), RunError> {
+        for request in std::mem::take(&mut self.map_requests) {
+            match request {
+                Message::PrintMap { map, top, div } => {
+                    let spec = &self.compiled.maps[map.0 as usize];
+                    let script = spec.script_map.as_ref().expect("print() takes script maps");
+                    let entries = map_dump::entries(spec, loaded.map_entries(map)?).map_err(io::Error::other)?;
+                    let options = PrintOptions { top, div: div.max(1) };
+                    maps::print_map(&mut WriteAdapter(out), &spec.name, script, entries, options, self)?;
+                }
+                Message::ClearMap { map } => loaded.clear(map)?,
+                Message::ZeroMap { map } => loaded.zero(map)?,
+                _ => unreachable!("only map requests are queued"),
+            }
+        }
+        out.flush()?;
+        Ok(())
+    }
+}
+
+fn decode_fields(bytes: &[u8], fields: &[(u32, crate::codegen::program::ValueType)]) -> io::Result<Vec<Value>> {
+    fields
+        .iter()
+        .map(|(at, ty)| {
+            let field = bytes.get(*at as usize..).unwrap_or_default();
+            decode(field, ty).map_err(io::Error::other)
+        })
+        .collect()
+}
+
+impl Resolve for Printer<'_> {
+    fn stack(&self, _kernel: bool, _map: MapId, id: u64) -> Vec<u8> {
+        format!("stack#{id}").into_bytes()
+    }
+    fn symbol(&self, _kernel: bool, addr: u64) -> Vec<u8> {
+        format!("{addr:#x}").into_bytes()
+    }
+    fn probe(&self, index: u64) -> Vec<u8> {
+        self.compiled
+            .programs
+            .get(index as usize)
+            .map_or_else(|| format!("probe#{index}"), |p| p.probe.clone())
+            .into_bytes()
+    }
+}
+
+#[allow(dead_code)]
+fn message_id(id: MessageId) -> u64 {
+    u64::from(id.0)
+}
