@@ -240,3 +240,18 @@ fn kinds_of(script: &Script) -> Vec<String> {
         .map(stmt_summary)
         .collect()
 }
+
+/// Compact spellings without optional spaces parse the same.
+#[test]
+fn compact_spelling() {
+    let script = ok("interval:s:1{exit()}BEGIN{if(x){y=1}else{y=2}}");
+    assert_eq!(script.probes.len(), 2);
+    assert_eq!(script.probes[0].specs[0].parts, ["s", "1"]);
+    let body: Vec<String> = script.probes[1]
+        .body
+        .stmts
+        .iter()
+        .map(stmt_summary)
+        .collect();
+    assert_eq!(body, ["if x {y = 1} else {y = 2}"]);
+}
