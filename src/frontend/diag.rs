@@ -123,8 +123,8 @@ mod tests {
     #[test]
     fn renders_every_error_with_location() {
         let source = "BEGIN {\n  foo(;\n}\nEND { bar }\n";
-        let first = ScriptError::new(Span::new(14, 15), "expected expression")
-            .with_label("unexpected `;`");
+        let first =
+            ScriptError::new(Span::new(14, 15), "expected expression").with_label("unexpected `;`");
         let second = ScriptError::new(Span::new(24, 27), "unknown builtin `bar`")
             .with_label("not a builtin")
             .with_help("see the list of builtins");

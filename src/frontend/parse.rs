@@ -36,7 +36,9 @@ pub fn parse(source: &str, name: &str) -> Result<Script, ScriptErrors> {
     }
     let mut pairs = Grammar::parse(Rule::script, source)
         .map_err(|error| fail(vec![syntax::error(source, &error, &scanned)]))?;
-    let root = pairs.next().expect("grammar: `script` is the only top-level pair");
+    let root = pairs
+        .next()
+        .expect("grammar: `script` is the only top-level pair");
     let mut builder = Builder::default();
     match builder.script(root) {
         Ok(script) if builder.errors.is_empty() => Ok(script),
@@ -218,9 +220,11 @@ fn probe_spec(pair: Pair) -> ProbeSpec {
     }
 }
 
+/// The pair's byte range without trailing whitespace, which pest includes when
+/// a rule ends in an optional part that matched nothing.
 fn span_of(pair: &Pair) -> Span {
-    let span = pair.as_span();
-    Span::new(span.start(), span.end())
+    let start = pair.as_span().start();
+    Span::new(start, start + pair.as_str().trim_end().len())
 }
 
 /// Children that carry meaning: punctuation and keywords are dropped.

@@ -198,7 +198,9 @@ pub(super) fn var(pair: &Pair) -> Expr {
 
 /// The operator of `op=`, or `None` for plain `=`.
 pub(super) fn compound_op(text: &str) -> Option<BinOp> {
-    let op = text.strip_suffix('=').expect("grammar: assign_op ends with `=`");
+    let op = text
+        .strip_suffix('=')
+        .expect("grammar: assign_op ends with `=`");
     (!op.is_empty()).then(|| binary_op(op))
 }
 

@@ -33,10 +33,39 @@ fn expected(source: &str, at: usize, rules: &[Rule], scanned: &Scanned) -> Scrip
         false => format!("expected {}, found {found}", join(&wanted)),
     };
     let error = ScriptError::new(span, message).with_label(format!("unexpected {found}"));
-    match wanted.contains(&"`;`") {
-        true => error.with_help("statements are separated by `;`"),
-        false => error,
+    match help(source, &wanted, scanned) {
+        Some(help) => error.with_help(help),
+        None => error,
     }
+}
+
+/// A hint for the likely cause: an unclosed block swallowing the next probe, a
+/// missing `;`, or a statement outside any probe.
+fn help(source: &str, wanted: &[&str], scanned: &Scanned) -> Option<String> {
+    if wanted.contains(&"`}`")
+        && let Some(open) = unclosed_brace(source, scanned)
+    {
+        return Some(open);
+    }
+    if wanted.contains(&"`;`") {
+        return Some("statements are separated by `;`".to_owned());
+    }
+    wanted
+        .contains(&"`{`")
+        .then(|| "a probe is written `spec[, spec...] [/predicate/] { statements }`".to_owned())
+}
+
+/// Where the innermost `{` left open by the end of the script was opened.
+fn unclosed_brace(source: &str, scanned: &Scanned) -> Option<String> {
+    let open = *scanned
+        .unclosed
+        .iter()
+        .rev()
+        .find(|&&at| source.as_bytes()[at] == b'{')?;
+    let (line, column) = line_col(source, open);
+    Some(format!(
+        "the `{{` at line {line}, column {column} is never closed"
+    ))
 }
 
 /// Errors at the end of the script: usually an unclosed bracket.
@@ -46,10 +75,10 @@ fn at_end(source: &str, span: Span, wanted: &[&str], scanned: &Scanned) -> Scrip
         .find(|closer| wanted.contains(closer));
     let Some(closer) = closer else {
         let message = format!("expected {}, found end of script", join(wanted));
-        return ScriptError::new(span, message).with_label("script ends here");
+        return ScriptError::new(span, message).with_label("script ends after this");
     };
-    let error =
-        ScriptError::new(span, format!("missing {closer}")).with_label(format!("expected {closer}"));
+    let error = ScriptError::new(span, format!("missing {closer}"))
+        .with_label(format!("expected {closer} after this"));
     match scanned.unclosed.last() {
         Some(&open) => {
             let (line, column) = line_col(source, open);
@@ -73,6 +102,9 @@ fn descriptions(rules: &[Rule]) -> Vec<&'static str> {
     }
     if wanted.iter().any(|&d| d != "operator") {
         wanted.retain(|&d| d != "operator");
+    }
+    if wanted.contains(&"`{`") {
+        wanted.retain(|&d| !matches!(d, "predicate" | "probe name" | "`,`"));
     }
     if wanted.contains(&"statement") {
         wanted.retain(|&d| d != "expression");
@@ -148,7 +180,10 @@ fn token(rule: Rule) -> Option<&'static str> {
 fn token_at(source: &str, at: usize) -> (Span, Option<String>) {
     let rest = &source[at.min(source.len())..];
     let Some(first) = rest.chars().next() else {
-        return (Span::new(source.len(), source.len()), None);
+        // Point at the last character: an empty span at the end renders no caret.
+        let text = source.trim_end();
+        let last = text.chars().next_back().map_or(0, char::len_utf8);
+        return (Span::new(text.len() - last, text.len()), None);
     };
     let len = match first.is_ascii_alphanumeric() || first == '_' {
         true => rest
