@@ -7,7 +7,7 @@ use std::ops::ControlFlow;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use crate::codegen::program::{AttachPoint, Compiled, GlobalSlot, MapId, Message, MessageId};
+use crate::codegen::program::{AttachPoint, Compiled, GlobalSlot, MapId, Message};
 use crate::output::maps::{self, MapDump, PrintOptions};
 use crate::output::printf::{self, Piece};
 use crate::output::value::{Resolve, Value, decode};
@@ -265,9 +265,4 @@ impl Resolve for Printer<'_> {
             .map_or_else(|| format!("probe#{index}"), |p| p.probe.clone())
             .into_bytes()
     }
-}
-
-#[allow(dead_code)]
-fn message_id(id: MessageId) -> u64 {
-    u64::from(id.0)
 }
