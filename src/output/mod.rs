@@ -3,4 +3,5 @@
 pub mod hist;
 pub mod maps;
 pub mod printf;
+pub mod time;
 pub mod value;
