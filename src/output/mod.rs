@@ -1,5 +1,6 @@
 //! Output: turn decoded messages and map contents into bpftrace-compatible text.
 
+pub mod agg;
 pub mod hist;
 pub mod maps;
 pub mod printf;
