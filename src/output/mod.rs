@@ -1,6 +1,8 @@
 //! Output: turn decoded messages and map contents into bpftrace-compatible text.
 
+pub mod agg;
 pub mod hist;
 pub mod maps;
 pub mod printf;
+pub mod time;
 pub mod value;
