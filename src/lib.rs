@@ -2,9 +2,11 @@
 //!
 //! Stages, each with one input and one output:
 //! script text → [`frontend`] → checked program → [`codegen`] → BPF programs →
-//! [`runtime`] → messages → [`output`].
+//! [`runtime`] → messages → [`output`]. [`driver`] runs them in order.
 
+pub mod cli;
 pub mod codegen;
+pub mod driver;
 pub mod frontend;
 pub mod output;
 pub mod runtime;

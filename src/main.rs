@@ -1,1 +1,81 @@
-fn main() {}
+//! The `wprof` command.
+
+use std::io::{self, IsTerminal, Write};
+use std::process::ExitCode;
+
+use clap::Parser;
+use wprof::cli::Cli;
+use wprof::codegen::listing::render_listing;
+use wprof::driver::{self, Source};
+use wprof::frontend::diag::{INLINE_SCRIPT_NAME, ScriptErrors};
+use wprof::runtime::environment::SystemEnvironment;
+use wprof::runtime::session::{self, RunError, RunOptions};
+use wprof::runtime::{features, tracefs};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            if !message.is_empty() {
+                eprintln!("{message}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    let (source, params) = read_source(&cli)?;
+    let _ = tracefs::ensure_mounted();
+    let env = SystemEnvironment { pid: cli.pid };
+    let (checked, compiled) = driver::compile(&source, &params, &env).map_err(|e| render(&e))?;
+    if cli.dump_bpf {
+        let mut out = io::stdout().lock();
+        for program in &compiled.programs {
+            let section = program.attach.section();
+            let text = format!("; {} ({section}, {} instructions)\n{}\n", program.probe, program.insns.len(), render_listing(program, &source.text));
+            out.write_all(text.as_bytes()).map_err(|e| e.to_string())?;
+        }
+        return Ok(());
+    }
+    driver::check_kernel_support(&source, &checked, &features::detect()).map_err(|e| render(&e))?;
+    let command = match &cli.command {
+        Some(text) => Some(shlex::split(text).filter(|argv| !argv.is_empty()).ok_or_else(|| format!("wprof: cannot split -c command `{text}`"))?),
+        None => None,
+    };
+    let options = RunOptions { pid: cli.pid, command, duration: cli.duration };
+    let mut out = io::stdout().lock();
+    session::run(&compiled, &options, &mut out).map_err(|error| match &error {
+        RunError::Load(load) => driver::verifier_diagnostic(load, &compiled, &source).map_or_else(|| format!("wprof: {error}"), |d| render(&d)),
+        _ => format!("wprof: {error}"),
+    })
+}
+
+/// The script text and its positional parameters.
+fn read_source(cli: &Cli) -> Result<(Source, Vec<String>), String> {
+    match (&cli.program, &cli.script) {
+        (Some(text), script) => {
+            // With -e, a "script" argument is really the first positional parameter.
+            let params = script.iter().map(|p| p.display().to_string()).chain(cli.params.iter().cloned()).collect();
+            Ok((Source { name: INLINE_SCRIPT_NAME.into(), text: text.clone() }, params))
+        }
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("wprof: cannot read {}: {e}", path.display()))?;
+            Ok((Source { name: path.display().to_string(), text }, cli.params.clone()))
+        }
+        (None, None) => Err("wprof: give a program with -e 'PROGRAM' or a script file (see --help)".into()),
+    }
+}
+
+fn render(errors: &ScriptErrors) -> String {
+    if io::stderr().is_terminal() {
+        format!("{:?}", miette::Report::new(clone_errors(errors)))
+    } else {
+        errors.render()
+    }
+}
+
+fn clone_errors(errors: &ScriptErrors) -> ScriptErrors {
+    ScriptErrors::new(errors.source.name(), errors.source.inner(), errors.errors.clone())
+}

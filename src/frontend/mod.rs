@@ -6,5 +6,6 @@ pub mod check_expr;
 pub mod checked;
 pub mod diag;
 pub mod parse;
+pub mod positional;
 pub mod probes;
 pub mod types;

@@ -6,3 +6,5 @@ pub mod features;
 pub mod loader;
 pub mod tracefs;
 pub mod usdt;
+pub mod child;
+pub mod session;

@@ -8,12 +8,12 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use crate::codegen::program::{AttachPoint, Compiled, GlobalSlot, MapId, Message};
+use crate::output::agg;
 use crate::output::maps::{self, MapDump, PrintOptions};
 use crate::output::printf::{self, Piece};
 use crate::output::value::{Resolve, Value, decode};
 use crate::runtime::child::TracedCommand;
 use crate::runtime::loader::{self, AttachOptions, Loaded};
-use crate::runtime::map_dump;
 
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -139,7 +139,7 @@ fn print_exit_maps(compiled: &Compiled, loaded: &Loaded, printer: &Printer, out:
     let mut dumps = Vec::new();
     for (index, spec) in compiled.maps.iter().enumerate() {
         let Some(script) = &spec.script_map else { continue };
-        let entries = map_dump::entries(spec, loaded.map_entries(MapId(index as u32))?);
+        let entries = agg::collect_entries(script, &loaded.map_entries(MapId(index as u32))?);
         match entries {
             Ok(entries) if !entries.is_empty() => dumps.push(MapDump { name: &spec.name, spec: script, entries }),
             Ok(_) => {}
@@ -209,7 +209,10 @@ impl<'a> Printer<'a> {
                 let values = decode_fields(bytes, std::slice::from_ref(value))?;
                 maps::print_value(&mut WriteAdapter(out), &values[0], self)
             }
-            Message::Time { format } => out.write_all(crate::output::time::format_now(format).as_bytes()),
+            Message::Time { format } => {
+                let text = crate::output::time::format_time(format, std::time::SystemTime::now()).map_err(io::Error::other)?;
+                out.write_all(&text)
+            }
             Message::Exit => {
                 self.ending = Ending::ExitCalled;
                 Ok(())
@@ -227,7 +230,7 @@ impl<'a> Printer<'a> {
                 Message::PrintMap { map, top, div } => {
                     let spec = &self.compiled.maps[map.0 as usize];
                     let script = spec.script_map.as_ref().expect("print() takes script maps");
-                    let entries = map_dump::entries(spec, loaded.map_entries(map)?).map_err(io::Error::other)?;
+                    let entries = agg::collect_entries(script, &loaded.map_entries(map)?).map_err(io::Error::other)?;
                     let options = PrintOptions { top, div: div.max(1) };
                     maps::print_map(&mut WriteAdapter(out), &spec.name, script, entries, options, self)?;
                 }

@@ -114,6 +114,20 @@ pub fn tracefs_root() -> Result<PathBuf, TracefsError> {
         .ok_or(TracefsError::NotMounted)
 }
 
+/// Mount tracefs at `/sys/kernel/tracing` when no tracefs is mounted, as
+/// tracing tools do on systems that do not mount it at boot.
+pub fn ensure_mounted() -> Result<PathBuf, TracefsError> {
+    if let Ok(root) = tracefs_root() {
+        return Ok(root);
+    }
+    let target = std::ffi::CString::new(TRACEFS_MOUNTS[0]).expect("no NUL in a constant path");
+    // SAFETY: mount(2) reads the NUL-terminated strings we pass and nothing else.
+    unsafe {
+        libc::mount(c"nodev".as_ptr(), target.as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null());
+    }
+    tracefs_root()
+}
+
 /// The directory of one tracepoint, checked to exist.
 fn event_dir(category: &str, name: &str) -> Result<PathBuf, TracefsError> {
     let path = tracefs_root()?.join("events").join(category).join(name);
