@@ -8,3 +8,4 @@ pub mod codegen;
 pub mod frontend;
 pub mod output;
 pub mod runtime;
+pub mod sys;

@@ -1,1 +1,645 @@
-//! (placeholder; being written)
+//! Runtime stage, first step: takes the compiler's [`Compiled`] output,
+//! creates its maps, patches their fds into the programs, wraps the programs
+//! in an in-memory ELF and loads it with libbpf; then attaches each program
+//! by its [`AttachPoint`]. Output: a [`Loaded`] that owns every kernel object
+//! and reads messages and maps (see [`super::maps_read`]).
+//!
+//! libbpf's own printing is captured, never written to stderr: the verifier
+//! log of a failing program becomes [`LoadError::Verifier`].
+
+use std::cell::RefCell;
+use std::os::fd::{AsFd, AsRawFd, IntoRawFd};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use libbpf_rs::{
+    Link, MapHandle, MapType, Object, ObjectBuilder, PrintLevel, ProgramInput, ProgramMut,
+    TracepointCategory, UprobeOpts,
+};
+
+use super::elf_object::{ElfProgram, write_elf};
+use super::maps_read::{MapError, Ring, Stopper};
+use super::perf_event;
+use crate::codegen::program::{AttachPoint, BpfProgram, Compiled, MapKind, MapSpec};
+
+/// Why loading failed. Nothing stays loaded after an error.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The kernel refused to create a map.
+    #[error("cannot create map `{map}`: {reason}")]
+    CreateMap { map: String, reason: String },
+    /// A `MapReloc` does not point at a map-fd `ld_imm64`: a compiler bug.
+    #[error("program `{program}`: bad map relocation at instruction {insn}: {reason}")]
+    BadReloc {
+        program: String,
+        insn: usize,
+        reason: String,
+    },
+    /// Writing or opening the in-memory ELF failed: a loader bug.
+    #[error("cannot build the BPF object: {reason}")]
+    Object { reason: String },
+    /// The verifier rejected a program.
+    #[error("the BPF verifier rejected `{probe}` (program {program})")]
+    Verifier {
+        program: String,
+        probe: String,
+        log: String,
+        /// The last instruction the verifier looked at before failing.
+        failing_insn: Option<usize>,
+    },
+    /// The kernel refused a program for another reason than the verifier.
+    #[error("cannot load `{probe}` (program {program}): {reason}")]
+    Load {
+        program: String,
+        probe: String,
+        reason: String,
+    },
+}
+
+/// Why a probe could not be attached or run.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot attach `{probe}`: {reason}")]
+pub struct AttachError {
+    /// The probe as the user wrote it.
+    pub probe: String,
+    /// The kernel's reason and what to do about it.
+    pub reason: String,
+}
+
+/// Options that apply to every attach.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AttachOptions {
+    /// Only trace this process (uprobes and USDT; `-p PID`).
+    pub pid: Option<i32>,
+}
+
+/// Time spent in each loading step.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadTimings {
+    pub maps: Duration,
+    pub elf: Duration,
+    pub open: Duration,
+    pub load: Duration,
+}
+
+/// What the loader keeps of each program.
+#[derive(Clone, Debug)]
+struct ProgramMeta {
+    name: String,
+    probe: String,
+    attach: AttachPoint,
+    /// Set when the kernel refused to load this kind of program (fentry here):
+    /// reported when the probe is attached.
+    refused: Option<String>,
+}
+
+/// Everything loaded into the kernel. Fields drop in order: the ring reader,
+/// then the links (detaching), then the programs, then the maps.
+pub struct Loaded {
+    ring: Option<Ring>,
+    links: Vec<Link>,
+    object: Object,
+    maps: Vec<MapHandle>,
+    programs: Vec<ProgramMeta>,
+    stopper: Stopper,
+    /// How long `load` took, step by step.
+    pub timings: LoadTimings,
+}
+
+/// Creates the maps, loads all programs and prepares the ring buffer reader.
+pub fn load(compiled: &Compiled) -> Result<Loaded, LoadError> {
+    install_print_capture();
+    let mut timings = LoadTimings::default();
+    let t = Instant::now();
+    let maps = compiled
+        .maps
+        .iter()
+        .map(create_map)
+        .collect::<Result<Vec<_>, _>>()?;
+    timings.maps = t.elapsed();
+    let insns = compiled
+        .programs
+        .iter()
+        .map(|p| patch_relocs(p, &maps))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut programs: Vec<ProgramMeta> = compiled
+        .programs
+        .iter()
+        .map(|p| ProgramMeta {
+            name: p.name.clone(),
+            probe: p.probe.clone(),
+            attach: p.attach.clone(),
+            refused: None,
+        })
+        .collect();
+    let object = loop {
+        match load_object(&programs, &insns, &mut timings) {
+            Ok(object) => break object,
+            Err(failure) => defer_or_fail(&mut programs, failure)?,
+        }
+    };
+    let stopper = Stopper::new().map_err(|e| LoadError::Object {
+        reason: format!("eventfd: {e}"),
+    })?;
+    let ring = match compiled.ringbuf {
+        Some(id) => {
+            let map = maps.get(id.0 as usize).ok_or_else(|| LoadError::Object {
+                reason: format!("ring buffer map {} does not exist", id.0),
+            })?;
+            Some(Ring::new(map).map_err(|e| LoadError::Object {
+                reason: e.to_string(),
+            })?)
+        }
+        None => None,
+    };
+    Ok(Loaded {
+        ring,
+        links: Vec::new(),
+        object,
+        maps,
+        programs,
+        stopper,
+        timings,
+    })
+}
+
+/// A failed `bpf_object__load`, with what libbpf printed.
+struct LoadFailure {
+    program: Option<usize>,
+    reason: String,
+    log: Option<String>,
+}
+
+/// Kinds whose load failure is an unsupported kernel feature, reported at
+/// attach time so the other probes still run.
+fn refusal_is_deferred(attach: &AttachPoint) -> bool {
+    matches!(attach, AttachPoint::Fentry { .. })
+}
+
+fn defer_or_fail(programs: &mut [ProgramMeta], failure: LoadFailure) -> Result<(), LoadError> {
+    let Some(index) = failure.program else {
+        return Err(LoadError::Object {
+            reason: failure.reason,
+        });
+    };
+    let meta = &mut programs[index];
+    if refusal_is_deferred(&meta.attach) && meta.refused.is_none() {
+        meta.refused = Some(format!(
+            "the kernel refused to load it ({}); fentry/fexit need BPF trampolines \
+             (CONFIG_FUNCTION_TRACER, CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS): \
+             use a kprobe or tracepoint instead",
+            failure.reason
+        ));
+        return Ok(());
+    }
+    Err(match failure.log {
+        Some(log) => LoadError::Verifier {
+            program: meta.name.clone(),
+            probe: meta.probe.clone(),
+            failing_insn: failing_insn(&log),
+            log,
+        },
+        None => LoadError::Load {
+            program: meta.name.clone(),
+            probe: meta.probe.clone(),
+            reason: failure.reason,
+        },
+    })
+}
+
+fn load_object(
+    programs: &[ProgramMeta],
+    insns: &[Vec<u64>],
+    timings: &mut LoadTimings,
+) -> Result<Object, LoadFailure> {
+    let object_failure = |reason: String| LoadFailure {
+        program: None,
+        reason,
+        log: None,
+    };
+    let t = Instant::now();
+    let elf_programs: Vec<ElfProgram<'_>> = programs
+        .iter()
+        .zip(insns)
+        .filter(|(meta, _)| meta.refused.is_none())
+        .map(|(meta, insns)| ElfProgram {
+            name: &meta.name,
+            section: meta.attach.section(),
+            insns,
+        })
+        .collect();
+    let elf = write_elf(&elf_programs).map_err(|e| object_failure(format!("ELF writer: {e}")))?;
+    timings.elf = t.elapsed();
+    let t = Instant::now();
+    let (open, printed) = with_captured_print(|| ObjectBuilder::default().open_memory(&elf));
+    let open = open.map_err(|e| object_failure(format!("{e:#}\n{printed}")))?;
+    timings.open = t.elapsed();
+    let t = Instant::now();
+    let (loaded, printed) = with_captured_print(|| open.load());
+    timings.load = t.elapsed();
+    loaded.map_err(|e| {
+        let program =
+            failed_program(&printed).and_then(|name| programs.iter().position(|p| p.name == name));
+        LoadFailure {
+            program,
+            reason: format!("{e:#}"),
+            log: verifier_log(&printed),
+        }
+    })
+}
+
+fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {
+    let (ty, key_size, value_size) = match spec.kind {
+        MapKind::Hash => (MapType::Hash, spec.key_size, spec.value_size),
+        MapKind::PerCpuHash => (MapType::PercpuHash, spec.key_size, spec.value_size),
+        MapKind::Array => (MapType::Array, 4, spec.value_size),
+        MapKind::PerCpuArray => (MapType::PercpuArray, 4, spec.value_size),
+        MapKind::RingBuf => (MapType::RingBuf, 0, 0),
+        MapKind::StackTrace => (MapType::StackTrace, 4, spec.value_size),
+    };
+    let fail = |reason: String| LoadError::CreateMap {
+        map: spec.name.clone(),
+        reason,
+    };
+    if spec.kind == MapKind::RingBuf && !spec.max_entries.is_power_of_two() {
+        return Err(fail(format!(
+            "ring buffer size {} is not a power of two",
+            spec.max_entries
+        )));
+    }
+    let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+        ..Default::default()
+    };
+    MapHandle::create(
+        ty,
+        Some(kernel_map_name(&spec.name)),
+        key_size,
+        value_size,
+        spec.max_entries,
+        &opts,
+    )
+    .map_err(|e| fail(format!("{e:#}")))
+}
+
+/// Kernel map names are at most 15 characters of `[A-Za-z0-9_.]`.
+fn kernel_map_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(15)
+        .collect()
+}
+
+/// Copies the program and writes each relocated map's fd into its `ld_imm64`.
+fn patch_relocs(prog: &BpfProgram, maps: &[MapHandle]) -> Result<Vec<u64>, LoadError> {
+    let mut insns = prog.insns.clone();
+    for reloc in &prog.map_relocs {
+        let bad = |reason: &str| LoadError::BadReloc {
+            program: prog.name.clone(),
+            insn: reloc.insn,
+            reason: reason.into(),
+        };
+        let map = maps
+            .get(reloc.map.0 as usize)
+            .ok_or_else(|| bad("no such map"))?;
+        if reloc.insn + 1 >= insns.len() {
+            return Err(bad("ld_imm64 runs past the end"));
+        }
+        let slot = insns[reloc.insn];
+        // BPF_LD | BPF_IMM | BPF_DW with src_reg = BPF_PSEUDO_MAP_FD.
+        if slot & 0xff != 0x18 || (slot >> 12) & 0xf != 1 {
+            return Err(bad("not an ld_imm64 with src_reg = BPF_PSEUDO_MAP_FD"));
+        }
+        let fd = u32::try_from(map.as_fd().as_raw_fd()).map_err(|_| bad("negative fd"))?;
+        insns[reloc.insn] = (slot & 0xffff_ffff) | (u64::from(fd) << 32);
+    }
+    Ok(insns)
+}
+
+thread_local! {
+    /// libbpf output printed on this thread while a capture is active.
+    static CAPTURED: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+fn capture_print(_level: PrintLevel, msg: String) {
+    CAPTURED.with(|c| {
+        if let Some(buf) = c.borrow_mut().as_mut() {
+            buf.push_str(&msg);
+        }
+    });
+}
+
+/// Routes libbpf's printing (warnings and worse) to [`CAPTURED`]: silent
+/// unless a capture is active on the printing thread.
+fn install_print_capture() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        libbpf_rs::set_print(Some((PrintLevel::Warn, capture_print)));
+    });
+}
+
+fn with_captured_print<T>(f: impl FnOnce() -> T) -> (T, String) {
+    CAPTURED.with(|c| *c.borrow_mut() = Some(String::new()));
+    let out = f();
+    let printed = CAPTURED.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    (out, printed)
+}
+
+/// The program named in libbpf's `prog 'NAME': failed to load` line.
+fn failed_program(printed: &str) -> Option<&str> {
+    printed.lines().rev().find_map(|line| {
+        let rest = line.strip_prefix("libbpf: ").unwrap_or(line);
+        let rest = rest.strip_prefix("prog '")?;
+        let (name, tail) = rest.split_once("': ")?;
+        tail.starts_with("failed to load").then_some(name)
+    })
+}
+
+/// The verifier log libbpf printed between its BEGIN/END markers.
+fn verifier_log(printed: &str) -> Option<String> {
+    const BEGIN: &str = "-- BEGIN PROG LOAD LOG --\n";
+    const END: &str = "-- END PROG LOAD LOG --";
+    let start = printed.rfind(BEGIN)? + BEGIN.len();
+    let len = printed[start..].find(END)?;
+    let log = printed[start..start + len].trim_end();
+    (!log.is_empty()).then(|| log.to_string())
+}
+
+/// The index of the last `N: (op) ...` instruction line of a verifier log.
+pub fn failing_insn(log: &str) -> Option<usize> {
+    log.lines().rev().find_map(|line| {
+        let (index, rest) = line.split_once(": (")?;
+        let op = rest.get(..3)?;
+        (op.ends_with(')') && op[..2].chars().all(|c| c.is_ascii_hexdigit()))
+            .then(|| index.trim().parse().ok())
+            .flatten()
+    })
+}
+
+impl Loaded {
+    /// Attaches every program except `BEGIN`/`END`, in order; stops at the
+    /// first failure (what is attached stays attached until drop).
+    pub fn attach_all(&mut self, opts: AttachOptions) -> Result<(), AttachError> {
+        for index in 0..self.programs.len() {
+            if !matches!(
+                self.programs[index].attach,
+                AttachPoint::Begin | AttachPoint::End
+            ) {
+                self.attach(index, opts)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Attaches one program (index into `Compiled::programs`).
+    pub fn attach(&mut self, index: usize, opts: AttachOptions) -> Result<(), AttachError> {
+        let meta = self.meta(index)?;
+        let fail = |reason: String| AttachError {
+            probe: meta.probe.clone(),
+            reason,
+        };
+        if let Some(reason) = &meta.refused {
+            return Err(fail(reason.clone()));
+        }
+        let prog = find_program(&self.object, &meta.name).ok_or_else(|| fail(NOT_LOADED.into()))?;
+        let pid = opts.pid.unwrap_or(-1);
+        let new_links = match &meta.attach {
+            AttachPoint::Begin | AttachPoint::End => {
+                return Err(fail(
+                    "BEGIN/END probes run with run_once, not attach".into(),
+                ));
+            }
+            AttachPoint::Tracepoint { category, name } => attach_tracepoint(&prog, category, name),
+            AttachPoint::RawTracepoint { name } => prog
+                .attach_raw_tracepoint(name)
+                .map(|l| vec![l])
+                .map_err(|e| {
+                    explain(
+                        &e,
+                        "list raw tracepoints in /sys/kernel/tracing/available_events",
+                    )
+                }),
+            AttachPoint::Uprobe {
+                binary,
+                offset,
+                retprobe,
+                ..
+            } => attach_uprobe(&prog, pid, binary, *offset, 0, *retprobe),
+            AttachPoint::Usdt {
+                binary,
+                offset,
+                semaphore_offset,
+                ..
+            } => attach_uprobe(&prog, pid, binary, *offset, *semaphore_offset, false),
+            AttachPoint::Kprobe {
+                function,
+                offset,
+                retprobe,
+            } => attach_kprobe(&prog, function, *offset, *retprobe),
+            AttachPoint::Fentry { .. } => prog.attach_trace().map(|l| vec![l]).map_err(|e| {
+                explain(
+                    &e,
+                    "fentry/fexit need BPF trampolines; use a kprobe or tracepoint",
+                )
+            }),
+            AttachPoint::PerfEvent {
+                event,
+                sample,
+                all_cpus,
+            } => attach_perf_event(&prog, *event, *sample, *all_cpus),
+        };
+        let new_links = new_links.map_err(fail)?;
+        self.links.extend(new_links);
+        Ok(())
+    }
+
+    /// Runs a `BEGIN`/`END` (raw_tp) program once with `BPF_PROG_TEST_RUN`
+    /// and returns its return value.
+    pub fn run_once(&self, index: usize) -> Result<u32, AttachError> {
+        let meta = self.meta(index)?;
+        let fail = |reason: String| AttachError {
+            probe: meta.probe.clone(),
+            reason,
+        };
+        let prog = find_program(&self.object, &meta.name).ok_or_else(|| fail(NOT_LOADED.into()))?;
+        // raw_tp programs take an array of u64 arguments; BEGIN/END read none.
+        let mut ctx = [0u8; 8 * 4];
+        let input = ProgramInput {
+            context_in: Some(&mut ctx),
+            ..Default::default()
+        };
+        prog.test_run(input)
+            .map(|out| out.return_value)
+            .map_err(|e| fail(format!("BPF_PROG_TEST_RUN failed: {e:#}")))
+    }
+
+    /// Indices of the programs attached at `point`'s kind (`Begin` or `End`).
+    pub fn programs_at(&self, point: &AttachPoint) -> Vec<usize> {
+        (0..self.programs.len())
+            .filter(|&i| {
+                std::mem::discriminant(&self.programs[i].attach) == std::mem::discriminant(point)
+            })
+            .collect()
+    }
+
+    /// Detaches every probe; programs and maps stay (so `END` can still run
+    /// and maps can still be printed).
+    pub fn detach_all(&mut self) {
+        self.links.clear();
+    }
+
+    /// Number of links currently attached.
+    pub fn attached(&self) -> usize {
+        self.links.len()
+    }
+
+    /// A handle another thread (or a signal handler thread) uses to make
+    /// [`Loaded::poll`] return promptly.
+    pub fn stopper(&self) -> Stopper {
+        self.stopper.clone()
+    }
+
+    pub(super) fn ring_mut(&mut self) -> (Option<&mut Ring>, &Stopper) {
+        (self.ring.as_mut(), &self.stopper)
+    }
+
+    pub(super) fn map(&self, map: crate::codegen::program::MapId) -> Result<&MapHandle, MapError> {
+        self.maps
+            .get(map.0 as usize)
+            .ok_or(MapError::NoSuchMap { map: map.0 })
+    }
+
+    fn meta(&self, index: usize) -> Result<&ProgramMeta, AttachError> {
+        self.programs.get(index).ok_or_else(|| AttachError {
+            probe: format!("program #{index}"),
+            reason: "no such program".into(),
+        })
+    }
+}
+
+const NOT_LOADED: &str = "program was not loaded (loader bug)";
+
+fn find_program<'o>(object: &'o Object, name: &str) -> Option<ProgramMut<'o>> {
+    object.progs_mut().find(|p| p.name() == name)
+}
+
+/// The error text plus advice keyed on the errno.
+fn explain(err: &libbpf_rs::Error, advice: &str) -> String {
+    use libbpf_rs::ErrorKind as K;
+    let errno_hint = match err.kind() {
+        K::PermissionDenied => "run as root (CAP_BPF and CAP_PERFMON are needed); ",
+        K::NotFound => "the target does not exist; ",
+        K::Unsupported => "this kernel lacks the feature; ",
+        _ => "",
+    };
+    format!("{err:#}; {errno_hint}{advice}")
+}
+
+fn attach_tracepoint(
+    prog: &ProgramMut<'_>,
+    category: &str,
+    name: &str,
+) -> Result<Vec<Link>, String> {
+    prog.attach_tracepoint(TracepointCategory::Custom(category.into()), name)
+        .map(|l| vec![l])
+        .map_err(|e| {
+            explain(
+                &e,
+                &format!("check /sys/kernel/tracing/events/{category}/{name} exists"),
+            )
+        })
+}
+
+fn attach_uprobe(
+    prog: &ProgramMut<'_>,
+    pid: i32,
+    binary: &std::path::Path,
+    offset: u64,
+    ref_ctr_offset: u64,
+    retprobe: bool,
+) -> Result<Vec<Link>, String> {
+    let to_usize = |v: u64| usize::try_from(v).map_err(|_| format!("offset {v:#x} too large"));
+    let opts = UprobeOpts {
+        ref_ctr_offset: to_usize(ref_ctr_offset)?,
+        retprobe,
+        ..Default::default()
+    };
+    prog.attach_uprobe_with_opts(pid, binary, to_usize(offset)?, opts)
+        .map(|l| vec![l])
+        .map_err(|e| {
+            explain(
+                &e,
+                &format!(
+                    "check that {} exists and is readable, and that the process (-p) is alive",
+                    binary.display()
+                ),
+            )
+        })
+}
+
+fn attach_kprobe(
+    prog: &ProgramMut<'_>,
+    function: &str,
+    offset: u64,
+    retprobe: bool,
+) -> Result<Vec<Link>, String> {
+    if offset != 0 {
+        return Err("kprobes at an offset inside a function are not supported".into());
+    }
+    let kprobes = std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists()
+        || std::path::Path::new("/sys/kernel/tracing/kprobe_events").exists();
+    prog.attach_kprobe(retprobe, function)
+        .map(|l| vec![l])
+        .map_err(|e| {
+            if kprobes {
+                explain(
+                    &e,
+                    &format!("check `{function}` is in /proc/kallsyms and not inlined"),
+                )
+            } else {
+                explain(
+                    &e,
+                    "this kernel has no kprobes (CONFIG_KPROBES is off); use a tracepoint instead",
+                )
+            }
+        })
+}
+
+fn attach_perf_event(
+    prog: &ProgramMut<'_>,
+    event: crate::codegen::program::PerfEvent,
+    sample: crate::codegen::program::PerfSample,
+    all_cpus: bool,
+) -> Result<Vec<Link>, String> {
+    let cpus = if all_cpus {
+        perf_event::online_cpus().map_err(|e| format!("cannot list online CPUs: {e}"))?
+    } else {
+        vec![0]
+    };
+    let fds = perf_event::open_per_cpu(event, sample, &cpus).map_err(|(cpu, e)| {
+        let hint = if event.type_ == 0 {
+            "hardware events are not available here (VM?); use a software event such as cpu-clock"
+        } else {
+            "check /proc/sys/kernel/perf_event_paranoid and perf_event_max_sample_rate"
+        };
+        format!("perf_event_open on CPU {cpu}: {e}; {hint}")
+    })?;
+    let mut links = Vec::with_capacity(fds.len());
+    for fd in fds {
+        let link = prog
+            .attach_perf_event(fd.as_raw_fd())
+            .map_err(|e| explain(&e, "the perf event could not take a BPF program"))?;
+        // libbpf's perf link owns the event fd from here on and closes it when
+        // the link is destroyed (bpf_link_perf_detach, libbpf 1.x); on error
+        // above, `fd` drops and closes instead.
+        let _ = fd.into_raw_fd();
+        links.push(link);
+    }
+    Ok(links)
+}

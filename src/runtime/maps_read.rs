@@ -1,0 +1,289 @@
+//! Runtime stage, reading side: delivers ring buffer messages and reads,
+//! clears, zeroes and writes the maps of a [`Loaded`] program set. Input: map
+//! ids from `Compiled`; output: raw bytes, decoded later by the caller
+//! through the message and map layouts.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::ops::ControlFlow;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use libbpf_rs::{MapCore, MapFlags, MapHandle, RingBuffer, RingBufferBuilder};
+
+use super::loader::Loaded;
+use crate::codegen::program::{GLOBAL_SLOTS, GlobalSlot, MapId};
+use crate::sys;
+
+/// Why a map or the ring buffer could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum MapError {
+    #[error("map #{map} does not exist")]
+    NoSuchMap { map: u32 },
+    #[error("the program set has no ring buffer")]
+    NoRingBuffer,
+    #[error("the program set has no globals map")]
+    NoGlobals,
+    #[error("{op} on map `{name}` failed: {reason}")]
+    Access {
+        name: String,
+        op: &'static str,
+        reason: String,
+    },
+}
+
+fn access<'m>(map: &'m MapHandle, op: &'static str) -> impl Fn(libbpf_rs::Error) -> MapError + 'm {
+    move |e| MapError::Access {
+        name: map.name().to_string_lossy().into_owned(),
+        op,
+        reason: format!("{e:#}"),
+    }
+}
+
+/// Records taken from the kernel ring but not yet given to the caller
+/// (the callback asked to stop before them).
+type Pending = Rc<RefCell<VecDeque<Box<[u8]>>>>;
+
+/// Most records copied out of the ring per step: bounds the staging memory
+/// and how long a stop request can wait.
+const BATCH: usize = 1024;
+
+/// The ring buffer reader. libbpf calls back with records still in the ring;
+/// they are copied out so the caller's callback can be any `FnMut` and can
+/// stop at any record without losing the rest.
+pub(super) struct Ring {
+    rb: RingBuffer<'static>,
+    pending: Pending,
+}
+
+impl Ring {
+    pub(super) fn new(map: &MapHandle) -> Result<Self, MapError> {
+        let pending: Pending = Rc::default();
+        let sink = Rc::clone(&pending);
+        let mut builder = RingBufferBuilder::new();
+        builder
+            .add(map, move |data: &[u8]| {
+                sink.borrow_mut().push_back(data.into());
+                0
+            })
+            .map_err(access(map, "ring buffer setup"))?;
+        let rb = builder.build().map_err(access(map, "ring buffer setup"))?;
+        Ok(Ring { rb, pending })
+    }
+
+    /// Gives pending records to `callback`, then takes batches from the
+    /// kernel until it is empty or the callback stops.
+    fn drain(
+        &mut self,
+        callback: &mut dyn FnMut(&[u8]) -> ControlFlow<()>,
+    ) -> Result<ControlFlow<()>, MapError> {
+        loop {
+            while let Some(record) = self.pending.borrow_mut().pop_front() {
+                if callback(&record).is_break() {
+                    return Ok(ControlFlow::Break(()));
+                }
+            }
+            let n = self.rb.consume_raw_n(BATCH);
+            if n < 0 {
+                return Err(MapError::Access {
+                    name: "ring buffer".into(),
+                    op: "consume",
+                    reason: std::io::Error::from_raw_os_error(-n).to_string(),
+                });
+            }
+            if n == 0 {
+                return Ok(ControlFlow::Continue(()));
+            }
+        }
+    }
+
+    /// The epoll fd that is readable when the ring has data.
+    fn wait_fd(&self) -> RawFd {
+        self.rb.epoll_fd()
+    }
+}
+
+/// Makes [`Loaded::poll`] return `Break` promptly, from any thread.
+#[derive(Clone, Debug)]
+pub struct Stopper(Arc<OwnedFd>);
+
+impl Stopper {
+    pub(super) fn new() -> std::io::Result<Self> {
+        Ok(Stopper(Arc::new(sys::eventfd()?)))
+    }
+
+    /// Asks the poller to stop; idempotent.
+    pub fn stop(&self) {
+        // A failed write leaves the poller running until its timeout, the
+        // same as not calling stop at all: nothing better to do with it.
+        let _ = sys::eventfd_signal(self.0.as_fd());
+    }
+
+    /// Whether `stop` was called.
+    pub fn is_stopped(&self) -> bool {
+        sys::eventfd_is_set(self.0.as_fd()).unwrap_or(false)
+    }
+}
+
+impl Loaded {
+    /// Waits up to `timeout` for messages and gives each to `callback`.
+    /// Returns `Break` when the callback breaks or the [`Stopper`] fired;
+    /// records after a `Break` are kept for the next call.
+    pub fn poll(
+        &mut self,
+        timeout: Duration,
+        mut callback: impl FnMut(&[u8]) -> ControlFlow<()>,
+    ) -> Result<ControlFlow<()>, MapError> {
+        let (ring, stopper) = self.ring_mut();
+        let ring = ring.ok_or(MapError::NoRingBuffer)?;
+        if ring.drain(&mut callback)?.is_break() {
+            return Ok(ControlFlow::Break(()));
+        }
+        let ready = sys::poll_readable(&[ring.wait_fd(), stopper.0.as_raw_fd()], Some(timeout))
+            .map_err(|e| MapError::Access {
+                name: "ring buffer".into(),
+                op: "poll",
+                reason: e.to_string(),
+            })?;
+        if ready[1] {
+            return Ok(ControlFlow::Break(()));
+        }
+        ring.drain(&mut callback)
+    }
+
+    /// Gives every record still in the ring buffer to `callback` without
+    /// waiting (after detaching, before printing the final maps).
+    pub fn consume(
+        &mut self,
+        mut callback: impl FnMut(&[u8]) -> ControlFlow<()>,
+    ) -> Result<ControlFlow<()>, MapError> {
+        let (ring, _) = self.ring_mut();
+        ring.ok_or(MapError::NoRingBuffer)?.drain(&mut callback)
+    }
+
+    /// Every entry of `map`: the key and one value per possible CPU for
+    /// per-CPU maps, else a single value. Unordered.
+    #[allow(clippy::type_complexity)]
+    pub fn map_entries(&self, map: MapId) -> Result<Vec<(Vec<u8>, Vec<Vec<u8>>)>, MapError> {
+        let handle = self.map(map)?;
+        let percpu = handle.map_type().is_percpu();
+        let mut entries = Vec::new();
+        for key in handle.keys() {
+            let values = if percpu {
+                handle.lookup_percpu(&key, MapFlags::ANY)
+            } else {
+                handle
+                    .lookup(&key, MapFlags::ANY)
+                    .map(|v| v.map(|v| vec![v]))
+            }
+            .map_err(access(handle, "lookup"))?;
+            // A key deleted by a probe between listing and lookup is skipped.
+            if let Some(values) = values {
+                entries.push((key, values));
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Deletes every entry (`clear(@m)`); arrays cannot lose entries and are
+    /// zeroed instead.
+    pub fn clear(&self, map: MapId) -> Result<(), MapError> {
+        let handle = self.map(map)?;
+        if !handle.map_type().is_hash_map() {
+            return self.zero(map);
+        }
+        let keys: Vec<Vec<u8>> = handle.keys().collect();
+        for key in keys {
+            match handle.delete(&key) {
+                Ok(()) => {}
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => {}
+                Err(e) => return Err(access(handle, "delete")(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets every value to zero, keeping the keys (`zero(@m)`).
+    pub fn zero(&self, map: MapId) -> Result<(), MapError> {
+        let handle = self.map(map)?;
+        let size = handle.value_size() as usize;
+        let keys: Vec<Vec<u8>> = handle.keys().collect();
+        if handle.map_type().is_percpu() {
+            let ncpu = libbpf_rs::num_possible_cpus().map_err(access(handle, "zero"))?;
+            let zeros = vec![vec![0u8; size]; ncpu];
+            for key in keys {
+                handle
+                    .update_percpu(&key, &zeros, MapFlags::EXIST)
+                    .or_else(ignore_not_found)
+                    .map_err(access(handle, "zero"))?;
+            }
+        } else {
+            let zeros = vec![0u8; size];
+            for key in keys {
+                handle
+                    .update(&key, &zeros, MapFlags::EXIST)
+                    .or_else(ignore_not_found)
+                    .map_err(access(handle, "zero"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes one entry (one value for all CPUs of a per-CPU map).
+    pub fn update(&self, map: MapId, key: &[u8], value: &[u8]) -> Result<(), MapError> {
+        let handle = self.map(map)?;
+        if handle.map_type().is_percpu() {
+            let ncpu = libbpf_rs::num_possible_cpus().map_err(access(handle, "update"))?;
+            handle.update_percpu(key, &vec![value.to_vec(); ncpu], MapFlags::ANY)
+        } else {
+            handle.update(key, value, MapFlags::ANY)
+        }
+        .map_err(access(handle, "update"))
+    }
+
+    /// Sets one slot of the globals map (`globals` is the map id from
+    /// `Compiled::globals`).
+    pub fn set_global(&self, globals: MapId, slot: GlobalSlot, value: u64) -> Result<(), MapError> {
+        let handle = self.map(globals)?;
+        let key = 0u32.to_ne_bytes();
+        let mut current = handle
+            .lookup(&key, MapFlags::ANY)
+            .map_err(access(handle, "lookup"))?
+            .unwrap_or_else(|| vec![0; GLOBAL_SLOTS as usize * 8]);
+        let at = slot as usize * 8;
+        let Some(cell) = current.get_mut(at..at + 8) else {
+            return Err(MapError::NoGlobals);
+        };
+        cell.copy_from_slice(&value.to_ne_bytes());
+        handle
+            .update(&key, &current, MapFlags::ANY)
+            .map_err(access(handle, "update"))
+    }
+
+    /// The addresses of stack `id` in a stack trace map, innermost first;
+    /// empty when the id is unknown (evicted or never stored).
+    pub fn stack(&self, map: MapId, id: u32) -> Result<Vec<u64>, MapError> {
+        let handle = self.map(map)?;
+        let Some(bytes) = handle
+            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+            .map_err(access(handle, "lookup"))?
+        else {
+            return Ok(Vec::new());
+        };
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().expect("chunks of 8")))
+            .take_while(|&ip| ip != 0)
+            .collect())
+    }
+}
+
+fn ignore_not_found(e: libbpf_rs::Error) -> Result<(), libbpf_rs::Error> {
+    if e.kind() == libbpf_rs::ErrorKind::NotFound {
+        Ok(())
+    } else {
+        Err(e)
+    }
+}

@@ -1,0 +1,89 @@
+//! Opens the perf events a `profile`/`interval` probe attaches to: one event
+//! per online CPU (or CPU 0 only), sampling by frequency or by period. The
+//! returned fds close on drop.
+
+use std::io;
+use std::os::fd::OwnedFd;
+
+use crate::codegen::program::{PerfEvent, PerfSample};
+use crate::sys;
+
+/// Parses a kernel CPU list such as `0-3,5,7-8`.
+pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?);
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.parse().ok()?),
+        }
+    }
+    Some(cpus)
+}
+
+/// The CPUs currently online.
+pub fn online_cpus() -> io::Result<Vec<u32>> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
+    parse_cpu_list(&text)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("bad CPU list {text:?}")))
+}
+
+/// Opens `event` on every CPU in `cpus`, system-wide (all processes).
+/// Returns `(cpu, error)` for the first CPU that fails.
+pub fn open_per_cpu(
+    event: PerfEvent,
+    sample: PerfSample,
+    cpus: &[u32],
+) -> Result<Vec<OwnedFd>, (u32, io::Error)> {
+    let attr = attr_for(event, sample);
+    cpus.iter()
+        .map(|&cpu| {
+            let cpu_arg = i32::try_from(cpu).map_err(|e| (cpu, io::Error::other(e)))?;
+            sys::perf_event_open(&attr, -1, cpu_arg).map_err(|e| (cpu, e))
+        })
+        .collect()
+}
+
+fn attr_for(event: PerfEvent, sample: PerfSample) -> libbpf_rs::libbpf_sys::perf_event_attr {
+    let mut attr = libbpf_rs::libbpf_sys::perf_event_attr {
+        type_: event.type_,
+        size: std::mem::size_of::<libbpf_rs::libbpf_sys::perf_event_attr>() as u32,
+        config: event.config,
+        ..Default::default()
+    };
+    match sample {
+        PerfSample::FrequencyHz(hz) => {
+            attr.__bindgen_anon_1.sample_freq = hz;
+            attr.set_freq(1);
+        }
+        PerfSample::Period(period) => attr.__bindgen_anon_1.sample_period = period,
+    }
+    attr
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// CPU lists with ranges and singles parse; garbage does not.
+    #[test]
+    fn parses_cpu_lists() {
+        assert_eq!(parse_cpu_list("0-1\n"), Some(vec![0, 1]));
+        assert_eq!(parse_cpu_list("0,2-3,7"), Some(vec![0, 2, 3, 7]));
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    /// A software cpu-clock event opens on every online CPU.
+    #[test]
+    fn opens_cpu_clock_everywhere() {
+        let cpus = online_cpus().expect("online cpus");
+        let event = PerfEvent {
+            type_: 1,
+            config: 0,
+        };
+        let fds = open_per_cpu(event, PerfSample::FrequencyHz(99), &cpus).expect("open");
+        assert_eq!(fds.len(), cpus.len());
+    }
+}
