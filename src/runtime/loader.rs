@@ -643,3 +643,489 @@ fn attach_perf_event(
     }
     Ok(links)
 }
+
+/// Hand-assembled programs for the runtime's kernel tests (the real
+/// assembler lives in codegen; these stay minimal on purpose).
+#[cfg(test)]
+pub(crate) mod test_support {
+    use crate::codegen::program::{
+        AttachPoint, BpfProgram, Compiled, MapId, MapKind, MapReloc, MapSpec,
+    };
+
+    /// One raw instruction slot.
+    pub fn ins(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
+        u64::from(op)
+            | u64::from(dst) << 8
+            | u64::from(src) << 12
+            | u64::from(off as u16) << 16
+            | u64::from(imm as u32) << 32
+    }
+    pub fn mov_imm(dst: u8, imm: i32) -> u64 {
+        ins(0xb7, dst, 0, 0, imm)
+    }
+    pub fn mov_reg(dst: u8, src: u8) -> u64 {
+        ins(0xbf, dst, src, 0, 0)
+    }
+    pub fn exit() -> u64 {
+        ins(0x95, 0, 0, 0, 0)
+    }
+    pub fn call(helper: i32) -> u64 {
+        ins(0x85, 0, 0, 0, helper)
+    }
+
+    /// A program under construction: slots plus map relocations.
+    #[derive(Default)]
+    pub struct Asm {
+        pub insns: Vec<u64>,
+        pub relocs: Vec<MapReloc>,
+    }
+
+    impl Asm {
+        pub fn push(&mut self, insns: &[u64]) -> &mut Self {
+            self.insns.extend_from_slice(insns);
+            self
+        }
+        /// `dst = map` as a pseudo map-fd `ld_imm64`.
+        pub fn ld_map(&mut self, dst: u8, map: MapId) -> &mut Self {
+            self.relocs.push(MapReloc {
+                insn: self.insns.len(),
+                map,
+            });
+            self.push(&[ins(0x18, dst, 1, 0, 0), 0])
+        }
+        /// Skips `body` unless the current thread id is `tid`; leaves
+        /// pid_tgid in r6.
+        pub fn only_thread(&mut self, tid: i32, body: Asm) -> &mut Self {
+            self.push(&[call(14), mov_reg(6, 0), ins(0xbc, 0, 0, 0, 0)]);
+            let len = i16::try_from(body.insns.len()).expect("short body");
+            self.push(&[ins(0x55, 0, 0, len, tid)]);
+            self.append(body)
+        }
+        pub fn append(&mut self, body: Asm) -> &mut Self {
+            let base = self.insns.len();
+            self.relocs.extend(body.relocs.iter().map(|r| MapReloc {
+                insn: r.insn + base,
+                map: r.map,
+            }));
+            self.push(&body.insns)
+        }
+        /// Sends r6 as an 8-byte ring buffer record.
+        pub fn send_r6(&mut self, ring: MapId) -> &mut Self {
+            self.push(&[ins(0x7b, 10, 6, -8, 0)]).ld_map(1, ring);
+            self.push(&[
+                mov_reg(2, 10),
+                ins(0x07, 2, 0, 0, -8),
+                mov_imm(3, 8),
+                mov_imm(4, 0),
+                call(130),
+            ])
+        }
+        /// Atomically adds 1 to the u64 at key 0 of an array map.
+        pub fn count(&mut self, map: MapId) -> &mut Self {
+            self.push(&[ins(0x62, 10, 0, -4, 0)]).ld_map(1, map);
+            self.push(&[
+                mov_reg(2, 10),
+                ins(0x07, 2, 0, 0, -4),
+                call(1),
+                ins(0x15, 0, 0, 2, 0),
+                mov_imm(1, 1),
+                ins(0xdb, 0, 1, 0, 0),
+            ])
+        }
+        /// `return 0`.
+        pub fn ret0(&mut self) -> &mut Self {
+            self.push(&[mov_imm(0, 0), exit()])
+        }
+        pub fn program(&self, name: &str, probe: &str, attach: AttachPoint) -> BpfProgram {
+            BpfProgram {
+                name: name.into(),
+                probe: probe.into(),
+                attach,
+                insns: self.insns.clone(),
+                map_relocs: self.relocs.clone(),
+                spans: vec![None; self.insns.len()],
+                comments: vec![None; self.insns.len()],
+            }
+        }
+    }
+
+    pub fn map(name: &str, kind: MapKind, key: u32, value: u32, entries: u32) -> MapSpec {
+        MapSpec {
+            name: name.into(),
+            kind,
+            key_size: key,
+            value_size: value,
+            max_entries: entries,
+            script_map: None,
+        }
+    }
+
+    /// A `Compiled` with a 64 KiB ring buffer as map 0 and `maps` after it.
+    pub fn with_ring(maps: Vec<MapSpec>, programs: Vec<BpfProgram>) -> Compiled {
+        let mut all = vec![map("ring", MapKind::RingBuf, 0, 0, 1 << 16)];
+        all.extend(maps);
+        Compiled {
+            programs,
+            maps: all,
+            ringbuf: Some(MapId(0)),
+            ..Default::default()
+        }
+    }
+
+    /// The calling thread's id.
+    pub fn tid() -> i32 {
+        let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+        let tid = link.file_name().expect("tid").to_string_lossy();
+        tid.parse().expect("numeric tid")
+    }
+
+    /// Sums the u64 at the start of each per-CPU value of every entry.
+    pub fn sum_u64(entries: &[(Vec<u8>, Vec<Vec<u8>>)]) -> u64 {
+        entries
+            .iter()
+            .flat_map(|(_, values)| values)
+            .map(|v| u64::from_ne_bytes(v[..8].try_into().expect("8 bytes")))
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::*;
+    use super::*;
+    use crate::codegen::program::{MapId, PerfEvent, PerfSample};
+    use std::ops::ControlFlow;
+
+    const RING: MapId = MapId(0);
+    const COUNTS: MapId = MapId(1);
+
+    fn tracepoint(name: &str) -> AttachPoint {
+        AttachPoint::Tracepoint {
+            category: "syscalls".into(),
+            name: name.into(),
+        }
+    }
+
+    /// Collects ring records until `want` arrived or a second passed.
+    fn collect(loaded: &mut Loaded, want: usize) -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while got.len() < want && Instant::now() < deadline {
+            let _ = loaded
+                .poll(Duration::from_millis(50), |r| {
+                    got.push(r.to_vec());
+                    ControlFlow::Continue(())
+                })
+                .expect("poll");
+        }
+        got
+    }
+
+    /// The test assembler agrees with bpf_ins on a few encodings.
+    #[test]
+    fn test_asm_matches_bpf_ins() {
+        use bpf_ins::{Instruction, Register};
+        assert_eq!(
+            mov_imm(0, 5),
+            Instruction::mov64(Register::R0, 5).encode().0
+        );
+        assert_eq!(
+            mov_reg(2, 10),
+            Instruction::movx64(Register::R2, Register::R10).encode().0
+        );
+        assert_eq!(call(130), Instruction::call(130).encode().0);
+        assert_eq!(exit(), Instruction::exit().encode().0);
+    }
+
+    /// Verifier line parsing finds the last instruction before the error.
+    #[test]
+    fn parses_failing_insn() {
+        let log = "0: R1=ctx() R10=fp0\n0: (b7) r0 = 0                        ; R0_w=0\n\
+                   1: (0f) r0 += r5\nR5 !read_ok\nprocessed 2 insns";
+        assert_eq!(failing_insn(log), Some(1));
+        assert_eq!(failing_insn("nothing here"), None);
+        assert_eq!(kernel_map_name("@counts_by_pid_long"), "_counts_by_pid_");
+    }
+
+    /// A getppid tracepoint sends exactly one ring record per call by this thread.
+    #[test]
+    fn tracepoint_sends_ring_records() {
+        let mut body = Asm::default();
+        body.send_r6(RING);
+        let mut asm = Asm::default();
+        asm.only_thread(tid(), body).ret0();
+        let prog = asm.program(
+            "tp",
+            "tracepoint:syscalls:sys_enter_getppid",
+            tracepoint("sys_enter_getppid"),
+        );
+        let mut loaded = load(&with_ring(vec![], vec![prog])).expect("load");
+        loaded.attach_all(AttachOptions::default()).expect("attach");
+        for _ in 0..3 {
+            let _ = std::os::unix::process::parent_id();
+        }
+        let got = collect(&mut loaded, 3);
+        let mut extra = 0;
+        let _ = loaded
+            .consume(|_| {
+                extra += 1;
+                ControlFlow::Continue(())
+            })
+            .expect("consume");
+        assert_eq!((got.len(), extra), (3, 0));
+        for record in got {
+            let pid_tgid = u64::from_ne_bytes(record[..8].try_into().expect("8 bytes"));
+            assert_eq!(pid_tgid >> 32, u64::from(std::process::id()));
+        }
+    }
+
+    /// A per-CPU array counter bumped by a tracepoint sums to the call count.
+    #[test]
+    fn percpu_counter_sums() {
+        let mut body = Asm::default();
+        body.count(COUNTS);
+        let mut asm = Asm::default();
+        asm.only_thread(tid(), body).ret0();
+        let prog = asm.program(
+            "cnt",
+            "tracepoint:syscalls:sys_enter_getppid",
+            tracepoint("sys_enter_getppid"),
+        );
+        let counts = map("counts", MapKind::PerCpuArray, 4, 8, 1);
+        let mut loaded = load(&with_ring(vec![counts], vec![prog])).expect("load");
+        loaded.attach_all(AttachOptions::default()).expect("attach");
+        for _ in 0..5 {
+            let _ = std::os::unix::process::parent_id();
+        }
+        let entries = loaded.map_entries(COUNTS).expect("entries");
+        assert_eq!(entries.len(), 1);
+        assert_eq!(
+            entries[0].1.len(),
+            libbpf_rs::num_possible_cpus().expect("cpus")
+        );
+        assert_eq!(sum_u64(&entries), 5);
+    }
+
+    /// A BEGIN program run through BPF_PROG_TEST_RUN sends one record.
+    #[test]
+    fn begin_runs_once() {
+        let mut asm = Asm::default();
+        asm.push(&[mov_imm(6, 42)]).send_r6(RING).ret0();
+        let prog = asm.program("begin", "BEGIN", AttachPoint::Begin);
+        let mut loaded = load(&with_ring(vec![], vec![prog])).expect("load");
+        assert_eq!(loaded.programs_at(&AttachPoint::Begin), vec![0]);
+        assert_eq!(loaded.run_once(0).expect("run"), 0);
+        let got = collect(&mut loaded, 1);
+        assert_eq!(got, vec![42u64.to_ne_bytes().to_vec()]);
+    }
+
+    #[unsafe(no_mangle)]
+    #[inline(never)]
+    extern "C" fn wprof_loader_uprobe_target(x: u64) -> u64 {
+        std::hint::black_box(x).wrapping_add(1)
+    }
+
+    /// File offset of a function of this binary, from /proc/self/maps.
+    fn self_file_offset(addr: usize) -> (std::path::PathBuf, u64) {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        for line in maps.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (start, end) = fields[0].split_once('-').expect("range");
+            let start = usize::from_str_radix(start, 16).expect("hex");
+            let end = usize::from_str_radix(end, 16).expect("hex");
+            if (start..end).contains(&addr) {
+                let off = u64::from_str_radix(fields[2], 16).expect("hex");
+                return (fields[5].into(), (addr - start) as u64 + off);
+            }
+        }
+        panic!("address {addr:#x} not mapped");
+    }
+
+    /// A uprobe on a function of the test binary counts its calls (pid filter on).
+    #[test]
+    fn uprobe_counts_calls() {
+        let addr = wprof_loader_uprobe_target as *const () as usize;
+        let (binary, offset) = self_file_offset(addr);
+        let mut asm = Asm::default();
+        asm.count(COUNTS).ret0();
+        let attach = AttachPoint::Uprobe {
+            binary,
+            symbol: "wprof_loader_uprobe_target".into(),
+            offset,
+            retprobe: false,
+        };
+        let prog = asm.program("up", "uprobe:self:wprof_loader_uprobe_target", attach);
+        let counts = map("counts", MapKind::Array, 4, 8, 1);
+        let mut loaded = load(&with_ring(vec![counts], vec![prog])).expect("load");
+        let pid = i32::try_from(std::process::id()).expect("pid");
+        loaded
+            .attach_all(AttachOptions { pid: Some(pid) })
+            .expect("attach");
+        for i in 0..4 {
+            std::hint::black_box(wprof_loader_uprobe_target(i));
+        }
+        assert_eq!(sum_u64(&loaded.map_entries(COUNTS).expect("entries")), 4);
+    }
+
+    /// A cpu-clock profile program on all CPUs fires while we spin.
+    #[test]
+    fn perf_event_profile_fires() {
+        let mut asm = Asm::default();
+        asm.count(COUNTS).ret0();
+        let attach = AttachPoint::PerfEvent {
+            event: PerfEvent {
+                type_: 1,
+                config: 0,
+            },
+            sample: PerfSample::FrequencyHz(999),
+            all_cpus: true,
+        };
+        let prog = asm.program("prof", "profile:hz:999", attach);
+        let counts = map("counts", MapKind::PerCpuArray, 4, 8, 1);
+        let mut loaded = load(&with_ring(vec![counts], vec![prog])).expect("load");
+        loaded.attach_all(AttachOptions::default()).expect("attach");
+        let cpus = perf_event::online_cpus().expect("cpus").len();
+        assert_eq!(loaded.attached(), cpus);
+        let spin = Instant::now();
+        while spin.elapsed() < Duration::from_millis(100) {
+            std::hint::black_box(spin.elapsed());
+        }
+        assert!(sum_u64(&loaded.map_entries(COUNTS).expect("entries")) > 0);
+        loaded.detach_all();
+        assert_eq!(loaded.attached(), 0);
+    }
+
+    /// A program reading an uninitialised register is a Verifier error with
+    /// the log and the failing instruction.
+    #[test]
+    fn verifier_error_has_log_and_insn() {
+        let mut asm = Asm::default();
+        asm.push(&[mov_imm(0, 0), ins(0x0f, 0, 5, 0, 0), exit()]);
+        let ok = Asm::default()
+            .ret0()
+            .program("fine", "BEGIN", AttachPoint::Begin);
+        let bad = asm.program(
+            "bad",
+            "tracepoint:syscalls:sys_enter_getppid",
+            tracepoint("sys_enter_getppid"),
+        );
+        match load(&with_ring(vec![], vec![ok, bad])) {
+            Err(LoadError::Verifier {
+                program,
+                probe,
+                log,
+                failing_insn,
+            }) => {
+                assert_eq!(program, "bad");
+                assert_eq!(probe, "tracepoint:syscalls:sys_enter_getppid");
+                assert!(log.contains("R5 !read_ok"), "log: {log}");
+                assert_eq!(failing_insn, Some(1));
+            }
+            Err(other) => panic!("wrong error: {other}"),
+            Ok(_) => panic!("invalid program loaded"),
+        }
+    }
+
+    /// Attaching a kprobe fails with an AttachError naming the probe.
+    #[test]
+    fn kprobe_attach_error_names_probe() {
+        let attach = AttachPoint::Kprobe {
+            function: "wprof_no_such_function".into(),
+            offset: 0,
+            retprobe: false,
+        };
+        let prog = Asm::default()
+            .ret0()
+            .program("kp", "kprobe:wprof_no_such_function", attach);
+        let mut loaded = load(&with_ring(vec![], vec![prog])).expect("load");
+        let err = loaded
+            .attach_all(AttachOptions::default())
+            .expect_err("kprobe attached");
+        assert_eq!(err.probe, "kprobe:wprof_no_such_function");
+        assert!(!err.reason.is_empty());
+        println!("kprobe: {err}");
+    }
+
+    /// A fentry program the kernel refuses to load is reported at attach
+    /// time; the other programs still load and attach.
+    #[test]
+    fn fentry_refusal_is_an_attach_error() {
+        let attach = AttachPoint::Fentry {
+            function: "do_nanosleep".into(),
+            exit: false,
+        };
+        let fentry = Asm::default()
+            .ret0()
+            .program("fe", "fentry:do_nanosleep", attach);
+        let tp = Asm::default().ret0().program(
+            "tp",
+            "tracepoint:syscalls:sys_enter_getppid",
+            tracepoint("sys_enter_getppid"),
+        );
+        let mut loaded = load(&with_ring(vec![], vec![fentry, tp])).expect("load");
+        loaded
+            .attach(1, AttachOptions::default())
+            .expect("tracepoint attach");
+        match loaded.attach(0, AttachOptions::default()) {
+            Ok(()) => println!("fentry works on this kernel"),
+            Err(err) => {
+                assert_eq!(err.probe, "fentry:do_nanosleep");
+                println!("fentry: {err}");
+            }
+        }
+    }
+
+    /// Load and attach times of three small programs (run with --nocapture).
+    #[test]
+    fn load_and_attach_timings() {
+        let t0 = Instant::now();
+        let mut body = Asm::default();
+        body.send_r6(RING);
+        let mut tp = Asm::default();
+        tp.only_thread(tid(), body).ret0();
+        let mut prof = Asm::default();
+        prof.count(COUNTS).ret0();
+        let mut begin = Asm::default();
+        begin.push(&[mov_imm(6, 1)]).send_r6(RING).ret0();
+        let programs = vec![
+            tp.program(
+                "tp",
+                "tracepoint:syscalls:sys_enter_getppid",
+                tracepoint("sys_enter_getppid"),
+            ),
+            prof.program(
+                "prof",
+                "profile:hz:99",
+                AttachPoint::PerfEvent {
+                    event: PerfEvent {
+                        type_: 1,
+                        config: 0,
+                    },
+                    sample: PerfSample::FrequencyHz(99),
+                    all_cpus: true,
+                },
+            ),
+            begin.program("begin", "BEGIN", AttachPoint::Begin),
+        ];
+        let counts = map("counts", MapKind::PerCpuArray, 4, 8, 1);
+        let compiled = with_ring(vec![counts], programs);
+        let t_load = Instant::now();
+        let mut loaded = load(&compiled).expect("load");
+        let load_time = t_load.elapsed();
+        let t_attach = Instant::now();
+        loaded.attach_all(AttachOptions::default()).expect("attach");
+        let attach_time = t_attach.elapsed();
+        let t_begin = Instant::now();
+        loaded.run_once(2).expect("begin");
+        let begin_time = t_begin.elapsed();
+        println!(
+            "load {load_time:?} (maps {:?}, elf {:?}, open {:?}, load {:?}); attach {attach_time:?}; \
+             BEGIN {begin_time:?}; total {:?}",
+            loaded.timings.maps,
+            loaded.timings.elf,
+            loaded.timings.open,
+            loaded.timings.load,
+            t0.elapsed()
+        );
+    }
+}
