@@ -75,14 +75,17 @@ impl Ring {
 
     /// Gives pending records to `callback`, then takes batches from the
     /// kernel until it is empty or the callback stops.
+    /// Returns whether the callback broke, and how many records it saw.
     fn drain(
         &mut self,
         callback: &mut dyn FnMut(&[u8]) -> ControlFlow<()>,
-    ) -> Result<ControlFlow<()>, MapError> {
+    ) -> Result<(ControlFlow<()>, usize), MapError> {
+        let mut delivered = 0;
         loop {
             while let Some(record) = self.pending.borrow_mut().pop_front() {
+                delivered += 1;
                 if callback(&record).is_break() {
-                    return Ok(ControlFlow::Break(()));
+                    return Ok((ControlFlow::Break(()), delivered));
                 }
             }
             let n = self.rb.consume_raw_n(BATCH);
@@ -94,7 +97,7 @@ impl Ring {
                 });
             }
             if n == 0 {
-                return Ok(ControlFlow::Continue(()));
+                return Ok((ControlFlow::Continue(()), delivered));
             }
         }
     }
@@ -128,7 +131,8 @@ impl Stopper {
 }
 
 impl Loaded {
-    /// Waits up to `timeout` for messages and gives each to `callback`.
+    /// Gives waiting messages to `callback`, or waits up to `timeout` for
+    /// some when there are none.
     /// Returns `Break` when the callback breaks or the [`Stopper`] fired;
     /// records after a `Break` are kept for the next call.
     pub fn poll(
@@ -138,8 +142,10 @@ impl Loaded {
     ) -> Result<ControlFlow<()>, MapError> {
         let (ring, stopper) = self.ring_mut();
         let ring = ring.ok_or(MapError::NoRingBuffer)?;
-        if ring.drain(&mut callback)?.is_break() {
-            return Ok(ControlFlow::Break(()));
+        // Records already there: deliver them and return without waiting.
+        let (flow, delivered) = ring.drain(&mut callback)?;
+        if flow.is_break() || delivered > 0 {
+            return Ok(flow);
         }
         let ready = sys::poll_readable(&[ring.wait_fd(), stopper.0.as_raw_fd()], Some(timeout))
             .map_err(|e| MapError::Access {
@@ -150,7 +156,7 @@ impl Loaded {
         if ready[1] {
             return Ok(ControlFlow::Break(()));
         }
-        ring.drain(&mut callback)
+        Ok(ring.drain(&mut callback)?.0)
     }
 
     /// Gives every record still in the ring buffer to `callback` without
@@ -160,7 +166,7 @@ impl Loaded {
         mut callback: impl FnMut(&[u8]) -> ControlFlow<()>,
     ) -> Result<ControlFlow<()>, MapError> {
         let (ring, _) = self.ring_mut();
-        ring.ok_or(MapError::NoRingBuffer)?.drain(&mut callback)
+        Ok(ring.ok_or(MapError::NoRingBuffer)?.drain(&mut callback)?.0)
     }
 
     /// Every entry of `map`: the key and one value per possible CPU for
@@ -285,5 +291,180 @@ fn ignore_not_found(e: libbpf_rs::Error) -> Result<(), libbpf_rs::Error> {
         Ok(())
     } else {
         Err(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::program::{AttachPoint, MapKind};
+    use crate::runtime::loader::load;
+    use crate::runtime::loader::test_support::*;
+    use std::time::Instant;
+
+    const RING: MapId = MapId(0);
+
+    /// A BEGIN program that sends `value` once per run.
+    fn sender(value: i32) -> Loaded {
+        let mut asm = Asm::default();
+        asm.push(&[mov_imm(6, value)]).send_r6(RING).ret0();
+        let prog = asm.program("send", "BEGIN", AttachPoint::Begin);
+        load(&with_ring(vec![], vec![prog])).expect("load")
+    }
+
+    /// Records after a Break stay queued and `consume` delivers them.
+    #[test]
+    fn break_keeps_remaining_records() {
+        let mut loaded = sender(7);
+        for _ in 0..3 {
+            loaded.run_once(0).expect("run");
+        }
+        let mut first = 0;
+        let flow = loaded
+            .poll(Duration::from_millis(100), |_| {
+                first += 1;
+                ControlFlow::Break(())
+            })
+            .expect("poll");
+        assert_eq!((flow, first), (ControlFlow::Break(()), 1));
+        let mut rest = Vec::new();
+        let _ = loaded
+            .consume(|r| {
+                rest.push(r.to_vec());
+                ControlFlow::Continue(())
+            })
+            .expect("consume");
+        assert_eq!(rest, vec![7u64.to_ne_bytes().to_vec(); 2]);
+    }
+
+    /// A Stopper fired from another thread ends a long poll within milliseconds.
+    #[test]
+    fn stopper_interrupts_poll() {
+        let mut loaded = sender(1);
+        let stopper = loaded.stopper();
+        let t = Instant::now();
+        let thread = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            stopper.stop();
+        });
+        let flow = loaded
+            .poll(Duration::from_secs(10), |_| ControlFlow::Continue(()))
+            .expect("poll");
+        let waited = t.elapsed();
+        thread.join().expect("stopper thread");
+        assert_eq!(flow, ControlFlow::Break(()));
+        assert!(loaded.stopper().is_stopped());
+        assert!(waited < Duration::from_millis(500), "waited {waited:?}");
+    }
+
+    /// A record sent while poll waits wakes it at once, not at the timeout.
+    #[test]
+    fn record_wakes_poll() {
+        let mut loaded = sender(3);
+        loaded.run_once(0).expect("run");
+        let t = Instant::now();
+        let mut got = 0;
+        let _ = loaded
+            .poll(Duration::from_secs(5), |_| {
+                got += 1;
+                ControlFlow::Continue(())
+            })
+            .expect("poll");
+        assert_eq!(got, 1);
+        assert!(t.elapsed() < Duration::from_millis(100));
+    }
+
+    /// A record produced while poll waits wakes it promptly (the `exit()` path).
+    #[test]
+    fn record_during_wait_wakes_poll() {
+        use std::sync::mpsc;
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel::<()>();
+        let (when_tx, when_rx) = mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            tid_tx.send(tid()).expect("send tid");
+            go_rx.recv().expect("go");
+            std::thread::sleep(Duration::from_millis(50));
+            when_tx.send(Instant::now()).expect("send time");
+            let _ = std::os::unix::process::parent_id();
+        });
+        let mut body = Asm::default();
+        body.send_r6(RING);
+        let mut asm = Asm::default();
+        asm.only_thread(tid_rx.recv().expect("tid"), body).ret0();
+        let attach = AttachPoint::Tracepoint {
+            category: "syscalls".into(),
+            name: "sys_enter_getppid".into(),
+        };
+        let prog = asm.program("tp", "tracepoint:syscalls:sys_enter_getppid", attach);
+        let mut loaded = load(&with_ring(vec![], vec![prog])).expect("load");
+        loaded.attach_all(Default::default()).expect("attach");
+        go_tx.send(()).expect("go");
+        let flow = loaded
+            .poll(Duration::from_secs(5), |_| ControlFlow::Break(()))
+            .expect("poll");
+        let woke = Instant::now();
+        thread.join().expect("thread");
+        let latency = woke - when_rx.recv().expect("time");
+        println!("ring wake-up latency {latency:?}");
+        assert_eq!(flow, ControlFlow::Break(()));
+        assert!(latency < Duration::from_millis(20), "latency {latency:?}");
+    }
+
+    /// Hash maps can be written, listed, zeroed and cleared from user space.
+    #[test]
+    fn hash_update_list_zero_clear() {
+        let maps = vec![
+            map("h", MapKind::Hash, 8, 8, 16),
+            map("pch", MapKind::PerCpuHash, 8, 8, 16),
+        ];
+        let prog = Asm::default()
+            .ret0()
+            .program("b", "BEGIN", AttachPoint::Begin);
+        let loaded = load(&with_ring(maps, vec![prog])).expect("load");
+        let (h, pch) = (MapId(1), MapId(2));
+        for k in 1u64..=2 {
+            loaded
+                .update(h, &k.to_ne_bytes(), &(k * 10).to_ne_bytes())
+                .expect("update");
+            loaded
+                .update(pch, &k.to_ne_bytes(), &k.to_ne_bytes())
+                .expect("update");
+        }
+        let entries = loaded.map_entries(h).expect("entries");
+        assert_eq!((entries.len(), sum_u64(&entries)), (2, 30));
+        let ncpu = libbpf_rs::num_possible_cpus().expect("cpus") as u64;
+        let entries = loaded.map_entries(pch).expect("entries");
+        assert_eq!(sum_u64(&entries), 3 * ncpu);
+        loaded.zero(pch).expect("zero");
+        let entries = loaded.map_entries(pch).expect("entries");
+        assert_eq!((entries.len(), sum_u64(&entries)), (2, 0));
+        loaded.clear(h).expect("clear");
+        assert!(loaded.map_entries(h).expect("entries").is_empty());
+    }
+
+    /// Globals slots are written in place; unknown stack ids are empty.
+    #[test]
+    fn globals_and_missing_stack() {
+        let maps = vec![
+            map("globals", MapKind::Array, 4, 16, 1),
+            map("stacks", MapKind::StackTrace, 4, 8 * 127, 64),
+        ];
+        let prog = Asm::default()
+            .ret0()
+            .program("b", "BEGIN", AttachPoint::Begin);
+        let loaded = load(&with_ring(maps, vec![prog])).expect("load");
+        let globals = MapId(1);
+        loaded
+            .set_global(globals, GlobalSlot::ChildPid, 99)
+            .expect("set");
+        loaded
+            .set_global(globals, GlobalSlot::StartNs, 5)
+            .expect("set");
+        let entries = loaded.map_entries(globals).expect("entries");
+        let value = &entries[0].1[0];
+        assert_eq!(value[..8], 5u64.to_ne_bytes());
+        assert_eq!(value[8..], 99u64.to_ne_bytes());
+        assert!(loaded.stack(MapId(2), 12345).expect("lookup").is_empty());
     }
 }
