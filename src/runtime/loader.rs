@@ -8,7 +8,7 @@
 //! log of a failing program becomes [`LoadError::Verifier`].
 
 use std::cell::RefCell;
-use std::os::fd::{AsFd, AsRawFd, IntoRawFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
@@ -452,7 +452,7 @@ impl Loaded {
                 event,
                 sample,
                 all_cpus,
-            } => attach_perf_event(&prog, *event, *sample, *all_cpus),
+            } => perf_event::attach(&prog, *event, *sample, *all_cpus),
         };
         let new_links = new_links.map_err(fail)?;
         self.links.extend(new_links);
@@ -530,7 +530,7 @@ fn find_program<'o>(object: &'o Object, name: &str) -> Option<ProgramMut<'o>> {
 }
 
 /// The error text plus advice keyed on the errno.
-fn explain(err: &libbpf_rs::Error, advice: &str) -> String {
+pub(super) fn explain(err: &libbpf_rs::Error, advice: &str) -> String {
     use libbpf_rs::ErrorKind as K;
     let errno_hint = match err.kind() {
         K::PermissionDenied => "run as root (CAP_BPF and CAP_PERFMON are needed); ",
@@ -609,39 +609,6 @@ fn attach_kprobe(
                 )
             }
         })
-}
-
-fn attach_perf_event(
-    prog: &ProgramMut<'_>,
-    event: crate::codegen::program::PerfEvent,
-    sample: crate::codegen::program::PerfSample,
-    all_cpus: bool,
-) -> Result<Vec<Link>, String> {
-    let cpus = if all_cpus {
-        perf_event::online_cpus().map_err(|e| format!("cannot list online CPUs: {e}"))?
-    } else {
-        vec![0]
-    };
-    let fds = perf_event::open_per_cpu(event, sample, &cpus).map_err(|(cpu, e)| {
-        let hint = if event.type_ == 0 {
-            "hardware events are not available here (VM?); use a software event such as cpu-clock"
-        } else {
-            "check /proc/sys/kernel/perf_event_paranoid and perf_event_max_sample_rate"
-        };
-        format!("perf_event_open on CPU {cpu}: {e}; {hint}")
-    })?;
-    let mut links = Vec::with_capacity(fds.len());
-    for fd in fds {
-        let link = prog
-            .attach_perf_event(fd.as_raw_fd())
-            .map_err(|e| explain(&e, "the perf event could not take a BPF program"))?;
-        // libbpf's perf link owns the event fd from here on and closes it when
-        // the link is destroyed (bpf_link_perf_detach, libbpf 1.x); on error
-        // above, `fd` drops and closes instead.
-        let _ = fd.into_raw_fd();
-        links.push(link);
-    }
-    Ok(links)
 }
 
 /// Hand-assembled programs for the runtime's kernel tests (the real
@@ -879,33 +846,6 @@ mod tests {
         }
     }
 
-    /// A per-CPU array counter bumped by a tracepoint sums to the call count.
-    #[test]
-    fn percpu_counter_sums() {
-        let mut body = Asm::default();
-        body.count(COUNTS);
-        let mut asm = Asm::default();
-        asm.only_thread(tid(), body).ret0();
-        let prog = asm.program(
-            "cnt",
-            "tracepoint:syscalls:sys_enter_getppid",
-            tracepoint("sys_enter_getppid"),
-        );
-        let counts = map("counts", MapKind::PerCpuArray, 4, 8, 1);
-        let mut loaded = load(&with_ring(vec![counts], vec![prog])).expect("load");
-        loaded.attach_all(AttachOptions::default()).expect("attach");
-        for _ in 0..5 {
-            let _ = std::os::unix::process::parent_id();
-        }
-        let entries = loaded.map_entries(COUNTS).expect("entries");
-        assert_eq!(entries.len(), 1);
-        assert_eq!(
-            entries[0].1.len(),
-            libbpf_rs::num_possible_cpus().expect("cpus")
-        );
-        assert_eq!(sum_u64(&entries), 5);
-    }
-
     /// A BEGIN program run through BPF_PROG_TEST_RUN sends one record.
     #[test]
     fn begin_runs_once() {
@@ -965,34 +905,6 @@ mod tests {
             std::hint::black_box(wprof_loader_uprobe_target(i));
         }
         assert_eq!(sum_u64(&loaded.map_entries(COUNTS).expect("entries")), 4);
-    }
-
-    /// A cpu-clock profile program on all CPUs fires while we spin.
-    #[test]
-    fn perf_event_profile_fires() {
-        let mut asm = Asm::default();
-        asm.count(COUNTS).ret0();
-        let attach = AttachPoint::PerfEvent {
-            event: PerfEvent {
-                type_: 1,
-                config: 0,
-            },
-            sample: PerfSample::FrequencyHz(999),
-            all_cpus: true,
-        };
-        let prog = asm.program("prof", "profile:hz:999", attach);
-        let counts = map("counts", MapKind::PerCpuArray, 4, 8, 1);
-        let mut loaded = load(&with_ring(vec![counts], vec![prog])).expect("load");
-        loaded.attach_all(AttachOptions::default()).expect("attach");
-        let cpus = perf_event::online_cpus().expect("cpus").len();
-        assert_eq!(loaded.attached(), cpus);
-        let spin = Instant::now();
-        while spin.elapsed() < Duration::from_millis(100) {
-            std::hint::black_box(spin.elapsed());
-        }
-        assert!(sum_u64(&loaded.map_entries(COUNTS).expect("entries")) > 0);
-        loaded.detach_all();
-        assert_eq!(loaded.attached(), 0);
     }
 
     /// A program reading an uninitialised register is a Verifier error with

@@ -298,11 +298,12 @@ fn ignore_not_found(e: libbpf_rs::Error) -> Result<(), libbpf_rs::Error> {
 mod tests {
     use super::*;
     use crate::codegen::program::{AttachPoint, MapKind};
-    use crate::runtime::loader::load;
     use crate::runtime::loader::test_support::*;
+    use crate::runtime::loader::{AttachOptions, load};
     use std::time::Instant;
 
     const RING: MapId = MapId(0);
+    const COUNTS: MapId = MapId(1);
 
     /// A BEGIN program that sends `value` once per run.
     fn sender(value: i32) -> Loaded {
@@ -466,5 +467,35 @@ mod tests {
         assert_eq!(value[..8], 5u64.to_ne_bytes());
         assert_eq!(value[8..], 99u64.to_ne_bytes());
         assert!(loaded.stack(MapId(2), 12345).expect("lookup").is_empty());
+    }
+
+    /// A per-CPU array counter bumped by a tracepoint sums to the call count.
+    #[test]
+    fn percpu_counter_sums() {
+        let mut body = Asm::default();
+        body.count(COUNTS);
+        let mut asm = Asm::default();
+        asm.only_thread(tid(), body).ret0();
+        let prog = asm.program(
+            "cnt",
+            "tracepoint:syscalls:sys_enter_getppid",
+            AttachPoint::Tracepoint {
+                category: "syscalls".into(),
+                name: "sys_enter_getppid".into(),
+            },
+        );
+        let counts = map("counts", MapKind::PerCpuArray, 4, 8, 1);
+        let mut loaded = load(&with_ring(vec![counts], vec![prog])).expect("load");
+        loaded.attach_all(AttachOptions::default()).expect("attach");
+        for _ in 0..5 {
+            let _ = std::os::unix::process::parent_id();
+        }
+        let entries = loaded.map_entries(COUNTS).expect("entries");
+        assert_eq!(entries.len(), 1);
+        assert_eq!(
+            entries[0].1.len(),
+            libbpf_rs::num_possible_cpus().expect("cpus")
+        );
+        assert_eq!(sum_u64(&entries), 5);
     }
 }
