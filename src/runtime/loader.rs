@@ -27,22 +27,36 @@ use crate::codegen::program::{AttachPoint, BpfProgram, Compiled, MapKind, MapSpe
 pub enum LoadError {
     /// The kernel refused to create a map.
     #[error("cannot create map `{map}`: {reason}")]
-    CreateMap { map: String, reason: String },
+    CreateMap {
+        /// The map's script or internal name.
+        map: String,
+        /// errno text.
+        reason: String,
+    },
     /// A `MapReloc` does not point at a map-fd `ld_imm64`: a compiler bug.
     #[error("program `{program}`: bad map relocation at instruction {insn}: {reason}")]
     BadReloc {
+        /// Symbol name of the program.
         program: String,
+        /// Slot index of the relocation.
         insn: usize,
+        /// What is wrong with it.
         reason: String,
     },
     /// Writing or opening the in-memory ELF failed: a loader bug.
     #[error("cannot build the BPF object: {reason}")]
-    Object { reason: String },
+    Object {
+        /// libbpf's or the ELF writer's message.
+        reason: String,
+    },
     /// The verifier rejected a program.
     #[error("the BPF verifier rejected `{probe}` (program {program})")]
     Verifier {
+        /// Symbol name of the program.
         program: String,
+        /// The probe as the user wrote it.
         probe: String,
+        /// The verifier's log (level 1), for the diagnostic's help.
         log: String,
         /// The last instruction the verifier looked at before failing.
         failing_insn: Option<usize>,
@@ -50,8 +64,11 @@ pub enum LoadError {
     /// The kernel refused a program for another reason than the verifier.
     #[error("cannot load `{probe}` (program {program}): {reason}")]
     Load {
+        /// Symbol name of the program.
         program: String,
+        /// The probe as the user wrote it.
         probe: String,
+        /// libbpf's error chain with the errno text.
         reason: String,
     },
 }
@@ -76,9 +93,13 @@ pub struct AttachOptions {
 /// Time spent in each loading step.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LoadTimings {
+    /// Creating every map.
     pub maps: Duration,
+    /// Writing the in-memory ELF.
     pub elf: Duration,
+    /// `bpf_object__open_mem`.
     pub open: Duration,
+    /// `bpf_object__load` (feature probes and the verifier).
     pub load: Duration,
 }
 
@@ -409,51 +430,12 @@ impl Loaded {
         }
         let prog = find_program(&self.object, &meta.name).ok_or_else(|| fail(NOT_LOADED.into()))?;
         let pid = opts.pid.unwrap_or(-1);
-        let new_links = match &meta.attach {
-            AttachPoint::Begin | AttachPoint::End => {
-                return Err(fail(
-                    "BEGIN/END probes run with run_once, not attach".into(),
-                ));
-            }
-            AttachPoint::Tracepoint { category, name } => attach_tracepoint(&prog, category, name),
-            AttachPoint::RawTracepoint { name } => prog
-                .attach_raw_tracepoint(name)
-                .map(|l| vec![l])
-                .map_err(|e| {
-                    explain(
-                        &e,
-                        "list raw tracepoints in /sys/kernel/tracing/available_events",
-                    )
-                }),
-            AttachPoint::Uprobe {
-                binary,
-                offset,
-                retprobe,
-                ..
-            } => attach_uprobe(&prog, pid, binary, *offset, 0, *retprobe),
-            AttachPoint::Usdt {
-                binary,
-                offset,
-                semaphore_offset,
-                ..
-            } => attach_uprobe(&prog, pid, binary, *offset, *semaphore_offset, false),
-            AttachPoint::Kprobe {
-                function,
-                offset,
-                retprobe,
-            } => attach_kprobe(&prog, function, *offset, *retprobe),
-            AttachPoint::Fentry { .. } => prog.attach_trace().map(|l| vec![l]).map_err(|e| {
-                explain(
-                    &e,
-                    "fentry/fexit need BPF trampolines; use a kprobe or tracepoint",
-                )
-            }),
-            AttachPoint::PerfEvent {
-                event,
-                sample,
-                all_cpus,
-            } => perf_event::attach(&prog, *event, *sample, *all_cpus),
-        };
+        let (new_links, printed) = with_captured_print(|| attach_point(&prog, &meta.attach, pid));
+        // libbpf often says more than the errno (which file, which step).
+        let new_links = new_links.map_err(|reason| match printed.lines().last() {
+            Some(line) => format!("{reason} [{}]", line.trim_start_matches("libbpf: ")),
+            None => reason,
+        });
         let new_links = new_links.map_err(fail)?;
         self.links.extend(new_links);
         Ok(())
@@ -523,6 +505,53 @@ impl Loaded {
     }
 }
 
+/// Attaches `prog` by the kind of `point`.
+fn attach_point(prog: &ProgramMut<'_>, point: &AttachPoint, pid: i32) -> Result<Vec<Link>, String> {
+    match point {
+        AttachPoint::Begin | AttachPoint::End => {
+            Err("BEGIN/END probes run with run_once, not attach".into())
+        }
+        AttachPoint::Tracepoint { category, name } => attach_tracepoint(prog, category, name),
+        AttachPoint::RawTracepoint { name } => prog
+            .attach_raw_tracepoint(name)
+            .map(|l| vec![l])
+            .map_err(|e| {
+                explain(
+                    &e,
+                    "list raw tracepoints in /sys/kernel/tracing/available_events",
+                )
+            }),
+        AttachPoint::Uprobe {
+            binary,
+            offset,
+            retprobe,
+            ..
+        } => attach_uprobe(prog, pid, binary, *offset, 0, *retprobe),
+        AttachPoint::Usdt {
+            binary,
+            offset,
+            semaphore_offset,
+            ..
+        } => attach_uprobe(prog, pid, binary, *offset, *semaphore_offset, false),
+        AttachPoint::Kprobe {
+            function,
+            offset,
+            retprobe,
+        } => attach_kprobe(prog, function, *offset, *retprobe),
+        AttachPoint::Fentry { .. } => prog.attach_trace().map(|l| vec![l]).map_err(|e| {
+            explain(
+                &e,
+                "fentry/fexit need BPF trampolines; use a kprobe or tracepoint",
+            )
+        }),
+        AttachPoint::PerfEvent {
+            event,
+            sample,
+            all_cpus,
+        } => perf_event::attach(prog, *event, *sample, *all_cpus),
+    }
+}
+
 const NOT_LOADED: &str = "program was not loaded (loader bug)";
 
 fn find_program<'o>(object: &'o Object, name: &str) -> Option<ProgramMut<'o>> {
@@ -573,13 +602,16 @@ fn attach_uprobe(
     prog.attach_uprobe_with_opts(pid, binary, to_usize(offset)?, opts)
         .map(|l| vec![l])
         .map_err(|e| {
-            explain(
-                &e,
-                &format!(
+            let advice = if ref_ctr_offset != 0 && e.kind() == libbpf_rs::ErrorKind::InvalidInput {
+                // uprobe_register: one address, one ref_ctr_offset (Linux 4.20+).
+                "another uprobe at this address may use a different semaphore offset".to_string()
+            } else {
+                format!(
                     "check that {} exists and is readable, and that the process (-p) is alive",
                     binary.display()
-                ),
-            )
+                )
+            };
+            explain(&e, &advice)
         })
 }
 
@@ -857,6 +889,9 @@ mod tests {
         assert_eq!(loaded.run_once(0).expect("run"), 0);
         let got = collect(&mut loaded, 1);
         assert_eq!(got, vec![42u64.to_ne_bytes().to_vec()]);
+        // END runs the same way once everything is detached.
+        loaded.detach_all();
+        assert_eq!(loaded.run_once(0).expect("run after detach"), 0);
     }
 
     #[unsafe(no_mangle)]
@@ -905,6 +940,48 @@ mod tests {
             std::hint::black_box(wprof_loader_uprobe_target(i));
         }
         assert_eq!(sum_u64(&loaded.map_entries(COUNTS).expect("entries")), 4);
+    }
+
+    #[unsafe(no_mangle)]
+    #[inline(never)]
+    extern "C" fn wprof_loader_usdt_site(x: u64) -> u64 {
+        std::hint::black_box(x).wrapping_mul(3)
+    }
+
+    /// A USDT-style semaphore: non-zero initial value keeps it in `.data`,
+    /// which is file-backed (the kernel only counts in file-backed pages).
+    #[unsafe(no_mangle)]
+    static WPROF_LOADER_SEMAPHORE: std::sync::atomic::AtomicU16 =
+        std::sync::atomic::AtomicU16::new(0x100);
+
+    /// A USDT attach bumps the semaphore through ref_ctr_offset while attached.
+    #[test]
+    fn usdt_semaphore_counts_attach() {
+        use std::sync::atomic::Ordering;
+        let (binary, offset) = self_file_offset(wprof_loader_usdt_site as *const () as usize);
+        let sem_addr = &raw const WPROF_LOADER_SEMAPHORE as usize;
+        let (_, semaphore_offset) = self_file_offset(sem_addr);
+        let attach = AttachPoint::Usdt {
+            binary,
+            provider: "wprof".into(),
+            name: "test".into(),
+            offset,
+            semaphore_offset,
+        };
+        let prog = Asm::default()
+            .ret0()
+            .program("usdt", "usdt:self:wprof:test", attach);
+        let mut loaded = load(&with_ring(vec![], vec![prog])).expect("load");
+        let pid = i32::try_from(std::process::id()).expect("pid");
+        loaded
+            .attach_all(AttachOptions { pid: Some(pid) })
+            .expect("attach");
+        assert_eq!(WPROF_LOADER_SEMAPHORE.load(Ordering::SeqCst), 0x101);
+        // The kernel refuses a second probe at one address with another
+        // ref_ctr_offset (EINVAL), hence a site of its own.
+        std::hint::black_box(wprof_loader_usdt_site(1));
+        loaded.detach_all();
+        assert_eq!(WPROF_LOADER_SEMAPHORE.load(Ordering::SeqCst), 0x100);
     }
 
     /// A program reading an uninitialised register is a Verifier error with

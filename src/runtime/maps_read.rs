@@ -20,16 +20,26 @@ use crate::sys;
 /// Why a map or the ring buffer could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum MapError {
+    /// The id is not in `Compiled::maps`.
     #[error("map #{map} does not exist")]
-    NoSuchMap { map: u32 },
+    NoSuchMap {
+        /// The `MapId` value.
+        map: u32,
+    },
+    /// `Compiled::ringbuf` was `None`.
     #[error("the program set has no ring buffer")]
     NoRingBuffer,
+    /// The globals map is too small for the slot.
     #[error("the program set has no globals map")]
     NoGlobals,
+    /// A map syscall failed.
     #[error("{op} on map `{name}` failed: {reason}")]
     Access {
+        /// Kernel name of the map.
         name: String,
+        /// What was attempted.
         op: &'static str,
+        /// errno text.
         reason: String,
     },
 }
