@@ -110,6 +110,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     const COUNTS: MapId = MapId(1);
+    const HASH: MapId = MapId(2);
 
     /// CPU lists with ranges and singles parse; garbage does not.
     #[test]
@@ -131,11 +132,12 @@ mod tests {
         assert_eq!(fds.len(), cpus.len());
     }
 
-    /// A cpu-clock profile program on all CPUs fires while we spin.
+    /// A cpu-clock profile program on all CPUs fires while we spin, counting
+    /// into an array and a (non-preallocated) per-CPU hash.
     #[test]
     fn perf_event_profile_fires() {
         let mut asm = Asm::default();
-        asm.count(COUNTS).ret0();
+        asm.count(COUNTS).count_hash(HASH).ret0();
         let attach = AttachPoint::PerfEvent {
             event: PerfEvent {
                 type_: 1,
@@ -146,7 +148,8 @@ mod tests {
         };
         let prog = asm.program("prof", "profile:hz:999", attach);
         let counts = map("counts", MapKind::PerCpuArray, 4, 8, 1);
-        let mut loaded = load(&with_ring(vec![counts], vec![prog])).expect("load");
+        let hash = map("hash", MapKind::PerCpuHash, 4, 8, 4096);
+        let mut loaded = load(&with_ring(vec![counts, hash], vec![prog])).expect("load");
         loaded.attach_all(AttachOptions::default()).expect("attach");
         let cpus = online_cpus().expect("cpus").len();
         assert_eq!(loaded.attached(), cpus);
@@ -155,6 +158,7 @@ mod tests {
             std::hint::black_box(spin.elapsed());
         }
         assert!(sum_u64(&loaded.map_entries(COUNTS).expect("entries")) > 0);
+        assert!(sum_u64(&loaded.map_entries(HASH).expect("entries")) > 0);
         loaded.detach_all();
         assert_eq!(loaded.attached(), 0);
     }
