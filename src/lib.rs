@@ -10,3 +10,4 @@ pub mod driver;
 pub mod frontend;
 pub mod output;
 pub mod runtime;
+pub mod sys;

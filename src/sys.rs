@@ -1,0 +1,105 @@
+//! Small audited wrappers around the raw syscalls the runtime needs and that
+//! neither `libc`'s safe surface nor libbpf-rs offer: `perf_event_open`,
+//! `eventfd`, `poll`. Every `unsafe` block of the crate's runtime lives here.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// `perf_event_open(attr, pid, cpu, group_fd = -1, PERF_FLAG_FD_CLOEXEC)`.
+pub fn perf_event_open(
+    attr: &libbpf_rs::libbpf_sys::perf_event_attr,
+    pid: i32,
+    cpu: i32,
+) -> io::Result<OwnedFd> {
+    // SAFETY: `attr` is a valid, initialised `perf_event_attr` that outlives
+    // the call (the kernel only reads it); the other arguments are plain ints.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr as *const libbpf_rs::libbpf_sys::perf_event_attr,
+            pid,
+            cpu,
+            -1i32,
+            libc::c_ulong::from(libbpf_rs::libbpf_sys::PERF_FLAG_FD_CLOEXEC),
+        )
+    };
+    if ret < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = i32::try_from(ret).map_err(|_| io::Error::other("fd out of range"))?;
+    // SAFETY: a non-negative return of perf_event_open is a new fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A non-blocking, close-on-exec `eventfd` starting at 0.
+pub fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with integer arguments.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a non-negative return of eventfd is a new fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds 1 to an eventfd's counter, making it readable.
+pub fn eventfd_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from a live local to a valid fd.
+    let ret = unsafe { libc::write(fd.as_raw_fd(), (&raw const one).cast(), 8) };
+    // EAGAIN means the counter is saturated: it is readable already.
+    if ret < 0 && io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether an eventfd's counter is non-zero (without resetting it).
+pub fn eventfd_is_set(fd: BorrowedFd<'_>) -> io::Result<bool> {
+    Ok(poll_readable(&[fd.as_raw_fd()], Some(Duration::ZERO))?[0])
+}
+
+/// `poll(2)` for readability; `None` waits forever. Returns one flag per fd.
+/// `EINTR` counts as "nothing ready". Raw fds are fine here: a closed fd
+/// only reports `POLLNVAL`, which counts as ready so callers look at it.
+pub fn poll_readable(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let timeout_ms = match timeout {
+        None => -1,
+        // Round up so a 0.5 ms timeout does not become a busy loop.
+        Some(t) => i32::try_from(t.as_micros().div_ceil(1000)).unwrap_or(i32::MAX),
+    };
+    // SAFETY: `pfds` is a valid array of `pfds.len()` pollfd structs.
+    let ret = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout_ms) };
+    if ret < 0 {
+        let err = io::Error::last_os_error();
+        if err.kind() == io::ErrorKind::Interrupted {
+            return Ok(vec![false; fds.len()]);
+        }
+        return Err(err);
+    }
+    Ok(pfds.iter().map(|p| p.revents != 0).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    /// An eventfd becomes readable once signalled.
+    #[test]
+    fn eventfd_signals() {
+        let fd = eventfd().expect("eventfd");
+        assert!(!eventfd_is_set(fd.as_fd()).expect("poll"));
+        eventfd_signal(fd.as_fd()).expect("signal");
+        assert!(eventfd_is_set(fd.as_fd()).expect("poll"));
+    }
+}
