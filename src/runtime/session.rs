@@ -53,7 +53,7 @@ pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Re
     let globals = compiled.globals.expect("the code generator always makes a globals map");
     loaded.set_global(globals, GlobalSlot::StartNs, monotonic_ns())?;
 
-    let mut child = match &options.command {
+    let child = match &options.command {
         Some(argv) => {
             let child = TracedCommand::spawn_paused(argv).map_err(|source| RunError::Command {
                 command: argv.join(" "),
@@ -79,13 +79,7 @@ pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Re
     for index in loaded.programs_at(&AttachPoint::Begin) {
         loaded.run_once(index)?;
     }
-    let running = match &mut child {
-        Some(c) => Some(c.release(stopper.clone()).map_err(|source| RunError::Command {
-            command: options.command.as_ref().map(|a| a.join(" ")).unwrap_or_default(),
-            source,
-        })?),
-        None => None,
-    };
+    let running = child.map(|c| c.release(stopper.clone()));
 
     let deadline = options.duration.map(|d| Instant::now() + d);
     let mut ending = Ending::Running;
