@@ -6,54 +6,77 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command};
+use std::ffi::CString;
 use std::thread;
 
 use crate::runtime::maps_read::Stopper;
 
 /// A forked command waiting for [`TracedCommand::release`] before it runs.
+///
+/// `std::process::Command` cannot do this: `spawn` waits for the `exec`,
+/// which here waits for the probes to attach.
 pub struct TracedCommand {
-    child: Child,
+    pid: libc::pid_t,
     /// Write end of the pipe the child blocks on.
     gate: OwnedFd,
 }
 
+/// A released command; killed and reaped by [`RunningCommand::finish`].
+pub struct RunningCommand {
+    pid: libc::pid_t,
+}
+
 impl TracedCommand {
     pub fn spawn_paused(argv: &[String]) -> io::Result<TracedCommand> {
-        let (program, args) = argv
-            .split_first()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
-        let (read_end, write_end) = pipe()?;
-        let (read_fd, write_fd) = (read_end.as_raw_fd(), write_end.as_raw_fd());
-        let mut command = Command::new(program);
-        command.args(args);
-        // SAFETY: between fork and exec the closure only calls read(2) and
-        // close(2), which are async-signal-safe.
-        unsafe {
-            command.pre_exec(move || {
-                // The child's copy of the write end would keep the pipe open forever.
-                libc::close(write_fd);
-                let mut byte = 0u8;
-                libc::read(read_fd, (&raw mut byte).cast(), 1);
-                libc::close(read_fd);
-                Ok(())
-            });
+        let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, what.to_string());
+        if argv.is_empty() {
+            return Err(invalid("empty command"));
         }
-        let child = command.spawn()?;
-        drop(read_end);
-        Ok(TracedCommand { child, gate: write_end })
+        let args: Vec<CString> = argv
+            .iter()
+            .map(|a| CString::new(a.as_str()).map_err(|_| invalid("NUL byte in command")))
+            .collect::<io::Result<_>>()?;
+        let mut pointers: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        pointers.push(std::ptr::null());
+        let (read_end, write_end) = pipe()?;
+        // SAFETY: the child only calls async-signal-safe functions (close,
+        // read, execvp, _exit) on memory prepared before the fork.
+        match unsafe { libc::fork() } {
+            -1 => Err(io::Error::last_os_error()),
+            0 => unsafe {
+                libc::close(write_end.as_raw_fd());
+                let mut byte = 0u8;
+                libc::read(read_end.as_raw_fd(), (&raw mut byte).cast(), 1);
+                libc::execvp(pointers[0], pointers.as_ptr());
+                libc::_exit(127)
+            },
+            pid => Ok(TracedCommand { pid, gate: write_end }),
+        }
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.pid as u32
     }
 
     /// Let the command `exec`, and stop the session when it exits.
-    pub fn release(self, stopper: Stopper) -> Child {
+    pub fn release(self, stopper: Stopper) -> RunningCommand {
         drop(self.gate);
-        stop_when_process_exits(self.child.id() as i32, stopper);
-        self.child
+        stop_when_process_exits(self.pid, stopper);
+        RunningCommand { pid: self.pid }
+    }
+}
+
+impl RunningCommand {
+    /// Kill the command if it still runs, and reap it.
+    pub fn finish(self) {
+        let mut status = 0;
+        // SAFETY: plain syscalls on the pid of our own child.
+        unsafe {
+            if libc::waitpid(self.pid, &mut status, libc::WNOHANG) == 0 {
+                libc::kill(self.pid, libc::SIGTERM);
+                libc::waitpid(self.pid, &mut status, 0);
+            }
+        }
     }
 }
 

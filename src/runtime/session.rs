@@ -4,7 +4,6 @@
 
 use std::io::{self, Write};
 use std::ops::ControlFlow;
-use std::process::Child;
 use std::time::{Duration, Instant};
 
 use crate::codegen::program::{AttachPoint, Compiled, GlobalSlot, MapId, Message};
@@ -99,21 +98,14 @@ pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Re
         loaded.run_once(index)?;
     }
     printer.ending = Ending::Running;
-    loaded.consume(|bytes| printer.message(bytes, out))?;
+    let _ = loaded.consume(|bytes| printer.message(bytes, out))?;
     printer.run_map_requests(&loaded, out)?;
-    stop_command(running);
+    if let Some(command) = running {
+        command.finish();
+    }
     print_exit_maps(compiled, &loaded, &printer, out)?;
     out.flush()?;
     Ok(())
-}
-
-fn stop_command(child: Option<Child>) {
-    if let Some(mut child) = child {
-        if let Ok(None) = child.try_wait() {
-            let _ = child.kill();
-        }
-        let _ = child.wait();
-    }
 }
 
 fn install_interrupt_handler(stopper: crate::runtime::maps_read::Stopper) {
