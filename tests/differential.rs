@@ -22,7 +22,9 @@
 //!   expectations (validates them while wprof cannot run yet).
 //! - `WPROF_DIFF_REFERENCE=expected`: compare with the committed files even when
 //!   bpftrace is installed.
-//! - `WPROF_DIFF_BLESS=1`: rewrite `*.expected` from live bpftrace output.
+//! - `WPROF_DIFF_BLESS=1`: rewrite `*.expected` from live bpftrace output. With
+//!   `WPROF_DIFF_TOOL=bpftrace` too, every script then runs twice under bpftrace:
+//!   a determinism check of the new expectations.
 //! - `WPROF_DIFF_TIMEOUT_SECS=N`: per-run timeout (default 20).
 
 mod common;
@@ -169,6 +171,7 @@ impl Config {
         let bpftrace_installed = find_in_path("bpftrace");
         let use_expected = env("WPROF_DIFF_REFERENCE").is_some_and(|v| v == "expected");
         let tool_is_bpftrace = env("WPROF_DIFF_TOOL").is_some_and(|v| v == "bpftrace");
+        let bless = env("WPROF_DIFF_BLESS").is_some();
         let tool = if tool_is_bpftrace {
             bpftrace_installed
                 .clone()
@@ -185,9 +188,10 @@ impl Config {
             }
             .to_string(),
             tool,
-            // Validating bpftrace against itself live proves nothing: use the files.
-            bpftrace: bpftrace_installed.filter(|_| !use_expected && !tool_is_bpftrace),
-            bless: env("WPROF_DIFF_BLESS").is_some(),
+            // Validating bpftrace against itself live only checks determinism, so that
+            // mode reads the committed files, except when blessing (it must run live).
+            bpftrace: bpftrace_installed.filter(|_| bless || !(use_expected || tool_is_bpftrace)),
+            bless,
             timeout: Duration::from_secs(
                 env("WPROF_DIFF_TIMEOUT_SECS").map_or(20, |v| v.parse().expect("timeout secs")),
             ),
@@ -290,7 +294,12 @@ fn check_script(cfg: &Config, name: &str) -> Result<(), String> {
     );
     let w = Workloads::for_texts(texts);
     let (want, want_label) = reference(cfg, &script, &w)?;
-    let got = run_tool(cfg, &cfg.tool, &script, &w)
+    // bpftrace cannot run the newer spellings: validating it uses the oracle script.
+    let under_test = match &oracle {
+        Some(o) if cfg.tool_name == "bpftrace" => o,
+        _ => &script,
+    };
+    let got = run_tool(cfg, &cfg.tool, under_test, &w)
         .map_err(|e| format!("{} failed: {e}", cfg.tool_name))?;
     match unified_diff(
         &want,

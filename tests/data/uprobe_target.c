@@ -1,6 +1,8 @@
 /* Workload for uprobe/uretprobe differential tests.
  *
- * Usage: uprobe_target [N]   (N defaults to 5)
+ * Usage: uprobe_target [N [LINGER_MS]]   (N defaults to 5, LINGER_MS to 0)
+ * LINGER_MS keeps the process alive after the calls, so a tracer that symbolizes
+ * addresses lazily (bpftrace's `func` in uprobes) still finds the process.
  * Workloads write only to stderr: their stdout is shared with the tracer under test.
  *
  * Every traced function is noinline and its call count and arguments are a
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NOINLINE __attribute__((noinline))
 
@@ -74,6 +77,12 @@ NOINLINE int negate(int x)
 int main(int argc, char **argv)
 {
 	int n = argc > 1 ? atoi(argv[1]) : 5;
+	long linger_ms = argc > 2 ? atol(argv[2]) : 0;
+
+	/* Fault in the strings first: a probe's bpf_probe_read_user cannot page in memory,
+	 * so the first read of a never-touched .rodata page would return nothing. */
+	for (int i = 0; i < 4; i++)
+		sink += *(const volatile char *)WORDS[i];
 
 	for (int i = 0; i < n; i++)
 		add(i, 2 * i);
@@ -88,6 +97,10 @@ int main(int argc, char **argv)
 	fib(10);
 	negate(-7);
 	negate(7);
+	if (linger_ms > 0) {
+		struct timespec ts = {linger_ms / 1000, (linger_ms % 1000) * 1000000L};
+		nanosleep(&ts, NULL);
+	}
 	fprintf(stderr, "uprobe_target done n=%d sink=%ld\n", n, (long)sink);
 	return 0;
 }
