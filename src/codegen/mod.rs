@@ -14,6 +14,7 @@ mod lower_expr;
 mod lower_map;
 mod maps;
 pub mod program;
+mod prune;
 pub mod regalloc;
 
 use crate::frontend::checked::CheckedProgram;
@@ -33,8 +34,9 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
     };
     let mut errors = Vec::new();
     for (index, probe) in program.probes.iter().enumerate() {
-        let (function, (_, peak_span)) =
+        let (mut function, (_, peak_span)) =
             lower::Lowerer::lower(probe, index, &program.maps, &layouts, &mut compiled.messages);
+        prune::remove_unreachable(&mut function);
         let allocation = regalloc::allocate(&function);
         if allocation.frame_bytes > STACK_LIMIT {
             let message = format!(

@@ -129,7 +129,7 @@ fn live_intervals(function: &Function) -> Vec<Interval> {
     intervals
 }
 
-fn successors(insts: &[&Inst]) -> Vec<Vec<usize>> {
+pub(super) fn successors(insts: &[&Inst]) -> Vec<Vec<usize>> {
     let labels: HashMap<Label, usize> = insts
         .iter()
         .enumerate()

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use crate::frontend::ast::{Block, Expr, ExprKind, ProbeBlock, Script, Span, Stmt, StmtKind};
+use crate::frontend::ast::{BinOp, Block, Expr, ExprKind, ProbeBlock, Script, Span, Stmt, StmtKind};
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
 use crate::frontend::probes::{Environment, ResolvedProbe, resolve};
@@ -61,7 +61,6 @@ pub(super) struct Checker {
 #[derive(Default)]
 pub(super) struct ProbeState {
     pub(super) block: usize,
-    pub(super) index: usize,
     pub(super) resolved: Option<ResolvedProbe>,
     pub(super) vars: HashMap<String, VarId>,
     pub(super) var_list: Vec<Type>,
@@ -75,7 +74,6 @@ impl Checker {
             for probe in resolved {
                 self.probe = ProbeState {
                     block: block_index,
-                    index: probes.len(),
                     resolved: Some(probe.clone()),
                     ..ProbeState::default()
                 };
@@ -115,20 +113,8 @@ impl Checker {
     fn stmt(&mut self, stmt: &Stmt) -> Option<TStmt> {
         let kind = match &stmt.kind {
             StmtKind::Expr(expr) => self.expr_stmt(expr)?,
-            StmtKind::Assign { target, op, value } => {
-                let value = match op {
-                    Some(op) => Expr {
-                        kind: ExprKind::Binary {
-                            op: *op,
-                            lhs: Box::new(target.clone()),
-                            rhs: Box::new(value.clone()),
-                        },
-                        span: stmt.span,
-                    },
-                    None => value.clone(),
-                };
-                self.assign(target, &value)?
-            }
+            StmtKind::Assign { target, op: None, value } => self.assign(target, value)?,
+            StmtKind::Assign { target, op: Some(op), value } => self.compound(target, *op, value.clone(), stmt.span)?,
             StmtKind::If { cond, then, otherwise } => TStmtKind::If {
                 cond: self.condition(cond),
                 then: self.block(then),
@@ -175,13 +161,9 @@ impl Checker {
     fn expr_stmt(&mut self, expr: &Expr) -> Option<TStmtKind> {
         match &expr.kind {
             ExprKind::IncDec { target, increment, .. } => {
-                let op = if *increment { crate::frontend::ast::BinOp::Add } else { crate::frontend::ast::BinOp::Sub };
+                let op = if *increment { BinOp::Add } else { BinOp::Sub };
                 let one = Expr { kind: ExprKind::Int(1), span: expr.span };
-                let value = Expr {
-                    kind: ExprKind::Binary { op, lhs: target.clone(), rhs: Box::new(one) },
-                    span: expr.span,
-                };
-                self.assign(target, &value)
+                self.compound(target, op, one, expr.span)
             }
             ExprKind::Call { name, args } => self.call_stmt(name, args, expr.span),
             _ => {
@@ -189,6 +171,17 @@ impl Checker {
                 Some(TStmtKind::Expr(checked))
             }
         }
+    }
+
+    /// `target op= value`, `target++`: a map updated this way holds integers
+    /// even when nothing else assigns it.
+    fn compound(&mut self, target: &Expr, op: BinOp, value: Expr, span: Span) -> Option<TStmtKind> {
+        if let ExprKind::Map { name, keys } = &target.kind {
+            let key = self.map_key(keys, target.span)?;
+            self.declare_map(name, key.as_ref().map(|k| &k.ty), MapValueKind::Plain(Type::I64), target.span)?;
+        }
+        let kind = ExprKind::Binary { op, lhs: Box::new(target.clone()), rhs: Box::new(value) };
+        self.assign(target, &Expr { kind, span })
     }
 
     fn assign(&mut self, target: &Expr, value: &Expr) -> Option<TStmtKind> {

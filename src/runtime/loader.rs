@@ -414,10 +414,13 @@ pub fn failing_insn(log: &str) -> Option<usize> {
 }
 
 impl Loaded {
-    /// Attaches every program except `BEGIN`/`END`, in order; stops at the
-    /// first failure (what is attached stays attached until drop).
+    /// Attaches every program except `BEGIN`/`END`; stops at the first
+    /// failure (what is attached stays attached until drop).
+    ///
+    /// The kernel runs the programs of one tracepoint or uprobe newest first,
+    /// so attaching in reverse makes them fire in script order, as bpftrace's do.
     pub fn attach_all(&mut self, opts: AttachOptions) -> Result<(), AttachError> {
-        for index in 0..self.programs.len() {
+        for index in (0..self.programs.len()).rev() {
             if !matches!(
                 self.programs[index].attach,
                 AttachPoint::Begin | AttachPoint::End

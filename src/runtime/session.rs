@@ -38,7 +38,7 @@ pub enum RunError {
     Output(#[from] io::Error),
 }
 
-/// Why the session ended.
+/// Whether the session goes on, and if not, why.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ending {
     Running,
@@ -81,25 +81,32 @@ pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Re
     let running = child.map(|c| c.release(stopper.clone()));
 
     let deadline = options.duration.map(|d| Instant::now() + d);
-    let mut ending = Ending::Running;
-    while ending == Ending::Running {
+    while printer.ending == Ending::Running {
         let timeout = deadline.map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()));
-        let flow = loaded.poll(timeout, |bytes| printer.message(bytes, out))?;
-        out.flush()?;
-        ending = printer.ending;
-        if ending == Ending::Running && (flow.is_break() || deadline.is_some_and(|d| Instant::now() >= d)) {
-            ending = Ending::Stopped;
-        }
+        let _ = loaded.poll(timeout, |bytes| printer.message(bytes, out))?;
         printer.run_map_requests(&loaded, out)?;
+        if printer.ending == Ending::Running && (stopper.is_stopped() || deadline.is_some_and(|d| Instant::now() >= d)) {
+            printer.ending = Ending::Stopped;
+        }
     }
 
     loaded.detach_all();
+    if printer.ending == Ending::ExitCalled {
+        // As in bpftrace, what probes sent after exit() is not printed.
+        let _ = loaded.consume(|_| ControlFlow::Continue(()))?;
+    }
     for index in loaded.programs_at(&AttachPoint::End) {
         loaded.run_once(index)?;
     }
-    printer.ending = Ending::Running;
-    let _ = loaded.consume(|bytes| printer.message(bytes, out))?;
-    printer.run_map_requests(&loaded, out)?;
+    // Drain what is left, pausing at each map request to serve it in order.
+    loop {
+        printer.ending = Ending::Running;
+        let flow = loaded.consume(|bytes| printer.message(bytes, out))?;
+        printer.run_map_requests(&loaded, out)?;
+        if flow.is_continue() {
+            break;
+        }
+    }
     if let Some(command) = running {
         command.finish();
     }
@@ -127,14 +134,12 @@ fn print_exit_maps(compiled: &Compiled, loaded: &Loaded, printer: &Printer, out:
         let Some(script) = &spec.script_map else { continue };
         let entries = agg::collect_entries(script, &loaded.map_entries(MapId(index as u32))?);
         match entries {
-            Ok(entries) if !entries.is_empty() => dumps.push(MapDump { name: &spec.name, spec: script, entries }),
-            Ok(_) => {}
+            // bpftrace prints empty maps too, as a blank line.
+            Ok(entries) => dumps.push(MapDump { name: &spec.name, spec: script, entries }),
             Err(error) => eprintln!("wprof: cannot decode {}: {error}", spec.name),
         }
     }
-    if !dumps.is_empty() {
-        maps::print_exit_maps(&mut WriteAdapter(out), dumps, printer)?;
-    }
+    maps::print_exit_maps(&mut WriteAdapter(out), dumps, printer)?;
     Ok(())
 }
 
@@ -156,6 +161,7 @@ struct Printer<'a> {
     compiled: &'a Compiled,
     formats: Vec<Option<Vec<Piece>>>,
     map_requests: Vec<Message>,
+    paused: bool,
     ending: Ending,
 }
 
@@ -169,14 +175,20 @@ impl<'a> Printer<'a> {
                 _ => None,
             })
             .collect();
-        Printer { compiled, formats, map_requests: Vec::new(), ending: Ending::Running }
+        Printer { compiled, formats, map_requests: Vec::new(), paused: false, ending: Ending::Running }
     }
 
     fn message(&mut self, bytes: &[u8], out: &mut dyn Write) -> ControlFlow<()> {
         if let Err(error) = self.dispatch(bytes, out) {
             eprintln!("wprof: {error}");
         }
-        if self.ending == Ending::Running { ControlFlow::Continue(()) } else { ControlFlow::Break(()) }
+        // Map requests need the maps, which the ring buffer reader borrows:
+        // stop delivering until the caller has served them.
+        if self.ending == Ending::Running && !std::mem::take(&mut self.paused) {
+            ControlFlow::Continue(())
+        } else {
+            ControlFlow::Break(())
+        }
     }
 
     fn dispatch(&mut self, bytes: &[u8], out: &mut dyn Write) -> io::Result<()> {
@@ -205,6 +217,7 @@ impl<'a> Printer<'a> {
             }
             Message::PrintMap { .. } | Message::ClearMap { .. } | Message::ZeroMap { .. } => {
                 self.map_requests.push(message.clone());
+                self.paused = true;
                 Ok(())
             }
         }
