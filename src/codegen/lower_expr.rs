@@ -58,6 +58,11 @@ impl Lowerer<'_> {
                 Value::Int(self.convert(value, &expr.ty))
             }
             TExprKind::ReadStr { ptr, len, user } => self.read_str(ptr, len.as_deref(), *user, &expr.ty),
+            TExprKind::StrNcmp { lhs, rhs, limit } => {
+                let equal = self.strings_equal(lhs, rhs, *limit);
+                self.emit(Inst::Alu { op: AluOp::Xor, dst: equal, src: Src::Imm(1) });
+                Value::Int(equal)
+            }
         }
     }
 
@@ -379,7 +384,7 @@ impl Lowerer<'_> {
                 self.emit(Inst::Bind(taken));
             }
             _ if matches!(lhs.ty, Type::Str { .. }) => {
-                let equal = self.strings_equal(lhs, rhs);
+                let equal = self.strings_equal(lhs, rhs, u32::MAX);
                 let cond = if op == BinOp::Eq { Cond::Eq } else { Cond::Ne };
                 self.emit(Inst::Branch { cond, lhs: equal, rhs: Src::Imm(0), target });
             }
@@ -393,13 +398,14 @@ impl Lowerer<'_> {
         }
     }
 
-    /// 1 when two strings are equal up to their terminating NUL, else 0.
-    fn strings_equal(&mut self, lhs: &TExpr, rhs: &TExpr) -> VReg {
+    /// 1 when two strings are equal up to their terminating NUL (or in their
+    /// first `limit` bytes), else 0.
+    fn strings_equal(&mut self, lhs: &TExpr, rhs: &TExpr, limit: u32) -> VReg {
         let (Value::Mem(a), Value::Mem(b)) = (self.expr(lhs), self.expr(rhs)) else {
             unreachable!("strings live in memory")
         };
         let len = match (&lhs.ty, &rhs.ty) {
-            (Type::Str { len: x }, Type::Str { len: y }) => (*x).min(*y),
+            (Type::Str { len: x }, Type::Str { len: y }) => (*x).min(*y).min(limit),
             _ => unreachable!("compared as strings"),
         };
         let result = self.vreg();

@@ -245,12 +245,27 @@ impl Checker {
     fn call_expr(&mut self, name: &str, args: &[Expr], span: Span) -> Option<TExpr> {
         match name {
             "str" => self.str_call(args, span),
+            "strncmp" => self.strncmp(args, span),
             "count" | "sum" | "min" | "max" | "avg" | "stats" | "hist" | "lhist" => {
                 self.fail(span, &format!("{name}() must be assigned to a map: `@x = {name}(...)`"))
             }
             _ if is_statement_call(name) => self.fail(span, &format!("{name}() has no value")),
             _ => self.fail(span, &format!("unknown function `{name}`")),
         }
+    }
+
+    fn strncmp(&mut self, args: &[Expr], span: Span) -> Option<TExpr> {
+        let [lhs, rhs, Expr { kind: ExprKind::Int(limit), .. }] = args else {
+            return self.fail(span, "strncmp() takes two strings and an integer literal length");
+        };
+        let (lhs, rhs) = (self.expr(lhs)?, self.expr(rhs)?);
+        for side in [&lhs, &rhs] {
+            if !matches!(side.ty, Type::Str { .. }) {
+                return self.fail(side.span, &format!("strncmp() compares strings, not {}", side.ty));
+            }
+        }
+        let kind = TExprKind::StrNcmp { lhs: Box::new(lhs), rhs: Box::new(rhs), limit: (*limit).min(u64::from(u32::MAX)) as u32 };
+        Some(TExpr { kind, ty: Type::I64, span })
     }
 
     fn str_call(&mut self, args: &[Expr], span: Span) -> Option<TExpr> {

@@ -219,6 +219,12 @@ pub enum TExprKind {
     },
     /// Integer truncation/extension to `ty`.
     Cast(Box<TExpr>),
+    /// `strncmp(a, b, n)`: 0 when the strings agree in their first `n` bytes.
+    StrNcmp {
+        lhs: Box<TExpr>,
+        rhs: Box<TExpr>,
+        limit: u32,
+    },
     /// `str(ptr[, len])`: read a string from kernel or user memory.
     ReadStr {
         ptr: Box<TExpr>,
