@@ -149,7 +149,9 @@ impl Workloads {
             });
         let trimmed = text.trim_end_matches(['\n', ' ']).len();
         text.truncate(trimmed);
-        text.push('\n');
+        if !text.is_empty() {
+            text.push('\n');
+        }
         text
     }
 }
@@ -404,6 +406,7 @@ fn header_directives_stop_at_code() {
 fn normalise_replaces_paths_and_trailing_blanks() {
     let w = Workloads(vec![("t".into(), PathBuf::from("/tmp/x/t"))]);
     assert_eq!(w.normalise("exec /tmp/x/t\r\n\n\n"), "exec {t}\n");
+    assert_eq!(w.normalise("\n\n"), "");
     assert_eq!(w.substitute("uprobe:{t}:f {u}"), "uprobe:/tmp/x/t:f {u}");
 }
 

@@ -241,12 +241,13 @@ fn diff_ops(a: &[&str], b: &[&str]) -> Vec<Op> {
         if i < n && j < m && a[i] == b[j] {
             ops.push(Op::Keep(i, j));
             (i, j) = (i + 1, j + 1);
-        } else if j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            ops.push(Op::Ins(j));
-            j += 1;
-        } else {
+        } else if i < n && (j == m || lcs[i + 1][j] >= lcs[i][j + 1]) {
+            // Deletions before insertions, as diff(1) prints them.
             ops.push(Op::Del(i));
             i += 1;
+        } else {
+            ops.push(Op::Ins(j));
+            j += 1;
         }
     }
     ops

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Compare wprof with bpftrace on the same program, alternating runs (A B A B ...).
+# See bench/README.md for what each number means. Needs root.
+#
+#   bench/compare.sh [-n ROUNDS] [-e EVENT_ROUNDS] [-s LOAD_LOOPS] [--bpftrace-only]
+#
+# Environment: WPROF (default target/release/wprof), BPFTRACE (default: from PATH).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WPROF=${WPROF:-$ROOT/target/release/wprof}
+BPFTRACE=${BPFTRACE:-$(command -v bpftrace || true)}
+ROUNDS=10
+EVENT_ROUNDS=3
+LOAD_LOOPS=50000
+TOOLS=(bpftrace wprof)
+
+die() { echo "compare.sh: $*" >&2; exit 1; }
+
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    -n) ROUNDS=$2; shift 2 ;;
+    -e) EVENT_ROUNDS=$2; shift 2 ;;
+    -s) LOAD_LOOPS=$2; shift 2 ;;
+    --bpftrace-only) TOOLS=(bpftrace); shift ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) die "unknown argument: $1 (see --help)" ;;
+  esac
+done
+
+[[ $EUID -eq 0 ]] || die "needs root (BPF programs and kernel.bpf_stats_enabled)"
+[[ -n $BPFTRACE && -x $BPFTRACE ]] || die "bpftrace not found (apt-get install bpftrace, or set BPFTRACE)"
+if [[ " ${TOOLS[*]} " == *" wprof "* && ! -x $WPROF ]]; then
+  die "$WPROF is missing: build it with 'cargo build --release' (or pass --bpftrace-only)"
+fi
+command -v perf >/dev/null || die "perf is missing (apt-get install linux-perf): it generates the context-switch load"
+command -v cc >/dev/null || die "cc is missing: it builds bench/launch.c"
+
+OUT=$ROOT/bench/results/$(date +%Y%m%d-%H%M%S)
+mkdir -p "$OUT"
+RAW=$OUT/raw.tsv
+LOG=$OUT/stderr.log
+: >"$RAW"
+cc -O2 -Wall -o "$OUT/launch" "$ROOT/bench/launch.c"
+
+# The measured program: every tool runs exactly these.
+SCHED='tracepoint:sched:sched_switch { @[comm] = count(); }'
+START_PROG="BEGIN { printf(\"ready\\n\"); } $SCHED"
+EXIT_PROG="$SCHED interval:ms:200 { printf(\"bye\\n\"); exit(); }"
+
+tool_bin() { if [[ $1 == wprof ]]; then echo "$WPROF"; else echo "$BPFTRACE"; fi; }
+record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$RAW"; }
+field() { sed -n "s/.*$1=\\([0-9.]*\\).*/\\1/p" <<<"$2"; }
+
+fail_with_log() { echo "--- last lines of $LOG:" >&2; tail -n 15 "$LOG" >&2; die "$1"; }
+
+# start -> BEGIN output, SIGINT -> exit, peak RSS; then exit() -> process exit.
+run_launch_round() {
+  local tool=$1 round=$2 bin line
+  bin=$(tool_bin "$tool")
+  line=$("$OUT/launch" start ready -- "$bin" -e "$START_PROG" 2>>"$LOG") ||
+    fail_with_log "$tool failed to start (round $round)"
+  record "$tool" "$round" start_ms "$(field start_ms "$line")"
+  record "$tool" "$round" rss_kb "$(field maxrss_kb "$line")"
+  record "$tool" "$round" sigint_exit_ms "$(field exit_ms "$line")"
+  line=$("$OUT/launch" exit bye -- "$bin" -e "$EXIT_PROG" 2>>"$LOG") ||
+    fail_with_log "$tool failed the exit() run (round $round)"
+  record "$tool" "$round" exit_ms "$(field exit_ms "$line")"
+}
+
+# The BPF program of $pid with the most runs (the sched_switch one): "run_time_ns run_cnt insns".
+busiest_prog() {
+  local pid=$1 f best="" best_cnt=-1 cnt
+  for f in /proc/"$pid"/fdinfo/*; do
+    grep -q '^prog_type:' "$f" 2>/dev/null || continue
+    cnt=$(awk '/^run_cnt:/ {print $2}' "$f")
+    [[ -n $cnt ]] || continue
+    if ((cnt > best_cnt)); then best_cnt=$cnt; best=$f; fi
+  done
+  [[ -n $best ]] || return 1
+  awk '/^run_time_ns:/ {t=$2} /^run_cnt:/ {c=$2} /^verified_insns:/ {i=$2} END {print t, c, i}' "$best"
+}
+
+# Per-event cost of the generated sched_switch program, from kernel.bpf_stats_enabled.
+run_event_round() {
+  local tool=$1 round=$2 bin pid out stats i
+  bin=$(tool_bin "$tool")
+  out=$OUT/event-$tool-$round.out
+  "$bin" -e "$START_PROG" >"$out" 2>>"$LOG" &
+  pid=$!
+  for ((i = 0; i < 300; i++)); do
+    grep -q ready "$out" 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || fail_with_log "$tool exited before attaching (event round $round)"
+    sleep 0.1
+  done
+  grep -q ready "$out" || { kill -KILL "$pid"; fail_with_log "$tool never printed ready"; }
+  perf bench sched pipe -l "$LOAD_LOOPS" >/dev/null 2>>"$LOG"
+  stats=$(busiest_prog "$pid") || { kill -KILL "$pid"; die "$tool: no BPF program fd with run_cnt in /proc/$pid/fdinfo"; }
+  kill -INT "$pid"
+  wait "$pid" || true
+  read -r ns cnt insns <<<"$stats"
+  ((cnt > 0)) || die "$tool: sched_switch program never ran (is kernel.bpf_stats_enabled on?)"
+  record "$tool" "$round" ns_per_event "$(awk -v t="$ns" -v c="$cnt" 'BEGIN {printf "%.1f", t / c}')"
+  record "$tool" "$round" events "$cnt"
+  record "$tool" "$round" verified_insns "${insns:-0}"
+}
+
+median() {
+  sort -g | awk '{a[NR] = $1} END {if (NR == 0) print "-"; else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2}'
+}
+med() { awk -F'\t' -v t="$1" -v m="$2" '$1 == t && $3 == m {print $4}' "$RAW" | median; }
+
+old_stats=$(sysctl -n kernel.bpf_stats_enabled)
+trap 'sysctl -q -w kernel.bpf_stats_enabled=$old_stats' EXIT
+
+echo "results in $OUT; tools: ${TOOLS[*]}; $ROUNDS rounds (alternating)" >&2
+for ((r = 1; r <= ROUNDS; r++)); do
+  for t in "${TOOLS[@]}"; do run_launch_round "$t" "$r"; done
+  echo "  start/exit round $r/$ROUNDS done" >&2
+done
+sysctl -q -w kernel.bpf_stats_enabled=1
+for ((r = 1; r <= EVENT_ROUNDS; r++)); do
+  for t in "${TOOLS[@]}"; do run_event_round "$t" "$r"; done
+  echo "  per-event round $r/$EVENT_ROUNDS done" >&2
+done
+
+# Sizes. wprof: the release binary, as built and stripped. bpftrace: its binary and
+# the installed size of its package plus the LLVM/clang/BCC libraries it depends on.
+ldd_bytes() {
+  ldd "$1" 2>/dev/null | awk '/=> \// {print $3} /^\t\// {print $1}' | xargs -r readlink -f | sort -u |
+    xargs -r stat -L -c %s | awk '{s += $1} END {print s + 0}'
+}
+mb() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
+bt_pkgs="bpftrace libbpfcc libllvm14 libclang1-14"
+bt_installed_kb=$(dpkg-query -W -f '${Installed-Size}\n' $bt_pkgs 2>/dev/null | awk '{s += $1} END {print s + 0}')
+size_row() { printf '%-38s %14s %14s %9s\n' "$1" "$2" "$3" "$4"; }
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a == "-" || b == "-" || b + 0 == 0) print "-"; else printf "%.2f", a / b}'; }
+row() {
+  local label=$1 metric=$2 scale=${3:-1} b w
+  b=$(med bpftrace "$metric")
+  w=$(med wprof "$metric")
+  [[ $b == - ]] || b=$(awk -v v="$b" -v s="$scale" 'BEGIN {printf "%.1f", v / s}')
+  [[ $w == - ]] || w=$(awk -v v="$w" -v s="$scale" 'BEGIN {printf "%.1f", v / s}')
+  size_row "$label" "$b" "$w" "$(ratio "$w" "$b")"
+}
+
+{
+  echo
+  echo "program: $SCHED"
+  echo "medians of $ROUNDS alternating rounds (per-event: $EVENT_ROUNDS rounds of 'perf bench sched pipe -l $LOAD_LOOPS')"
+  size_row "metric" "bpftrace" "wprof" "wprof/bt"
+  size_row "------" "--------" "-----" "--------"
+  row "start -> probes attached (ms)" start_ms
+  row "peak RSS (MB)" rss_kb 1024
+  row "exit() -> process exit (ms)" exit_ms
+  row "SIGINT -> process exit (ms)" sigint_exit_ms
+  row "sched_switch cost (ns/event)" ns_per_event
+  row "sched_switch prog verified insns" verified_insns
+  bt_bin=$(stat -c %s "$BPFTRACE")
+  if [[ -x $WPROF ]]; then
+    w_bin=$(stat -c %s "$WPROF")
+    strip -o "$OUT/wprof.stripped" "$WPROF"
+    w_strip=$(stat -c %s "$OUT/wprof.stripped")
+    w_ldd=$(ldd_bytes "$WPROF")
+  else
+    w_bin=- w_strip=- w_ldd=-
+  fi
+  mbr() { if [[ $1 == - ]]; then echo -; else mb "$1"; fi; }
+  size_row "binary (MB, as installed/built)" "$(mb "$bt_bin")" "$(mbr "$w_bin")" "$(ratio "$(mbr "$w_bin")" "$(mb "$bt_bin")")"
+  size_row "binary stripped (MB)" "$(mb "$bt_bin")" "$(mbr "$w_strip")" "$(ratio "$(mbr "$w_strip")" "$(mb "$bt_bin")")"
+  bt_ldd=$(ldd_bytes "$BPFTRACE")
+  size_row "binary + shared libs (MB)" "$(mb $((bt_bin + bt_ldd)))" \
+    "$(if [[ $w_bin == - ]]; then echo -; else mb $((w_bin + w_ldd)); fi)" \
+    "$(if [[ $w_bin == - ]]; then echo -; else ratio "$(mb $((w_bin + w_ldd)))" "$(mb $((bt_bin + bt_ldd)))"; fi)"
+  bt_inst=$(awk -v k="$bt_installed_kb" 'BEGIN {printf "%.1f", k / 1024}')
+  size_row "installed size (MB)" "$bt_inst" "$(mbr "$w_strip")" "$(ratio "$(mbr "$w_strip")" "$bt_inst")"
+  echo "(installed size: bpftrace = Debian Installed-Size of $bt_pkgs; wprof = stripped binary)"
+} | tee "$OUT/summary.txt"
