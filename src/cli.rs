@@ -59,7 +59,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "s" => Duration::from_secs(value),
         "m" => Duration::from_secs(value * 60),
         "h" => Duration::from_secs(value * 3600),
-        _ => return Err(format!("unknown duration unit `{unit}` in `{text}` (use ms, s, m or h)")),
+        _ => {
+            return Err(format!(
+                "unknown duration unit `{unit}` in `{text}` (use ms, s, m or h)"
+            ));
+        }
     };
     Ok(duration)
 }

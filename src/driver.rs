@@ -19,7 +19,11 @@ pub struct Source {
 }
 
 /// Parse, check and compile `source`.
-pub fn compile(source: &Source, params: &[String], env: &dyn Environment) -> Result<(CheckedProgram, Compiled), ScriptErrors> {
+pub fn compile(
+    source: &Source,
+    params: &[String],
+    env: &dyn Environment,
+) -> Result<(CheckedProgram, Compiled), ScriptErrors> {
     let errors = |errors| ScriptErrors::new(&source.name, &source.text, errors);
     let mut script = parse::parse(&source.text, &source.name)?;
     positional::substitute(&mut script, params);
@@ -29,22 +33,37 @@ pub fn compile(source: &Source, params: &[String], env: &dyn Environment) -> Res
 }
 
 /// Errors for probes this kernel cannot run, pointing at their probe blocks.
-pub fn check_kernel_support(source: &Source, checked: &CheckedProgram, features: &KernelFeatures) -> Result<(), ScriptErrors> {
+pub fn check_kernel_support(
+    source: &Source,
+    checked: &CheckedProgram,
+    features: &KernelFeatures,
+) -> Result<(), ScriptErrors> {
     let mut errors = Vec::new();
     for probe in &checked.probes {
         let missing = match &probe.attach {
             AttachPoint::Kprobe { .. } => features.kprobes.reason().map(str::to_owned),
             AttachPoint::Fentry { .. } => features.fentry().reason().map(str::to_owned),
-            AttachPoint::PerfEvent { event, .. } if event.type_ == 0 => features.hardware_pmu.reason().map(str::to_owned),
-            AttachPoint::Uprobe { .. } | AttachPoint::Usdt { .. } => features.uprobes.reason().map(str::to_owned),
+            AttachPoint::PerfEvent { event, .. } if event.type_ == 0 => {
+                features.hardware_pmu.reason().map(str::to_owned)
+            }
+            AttachPoint::Uprobe { .. } | AttachPoint::Usdt { .. } => {
+                features.uprobes.reason().map(str::to_owned)
+            }
             AttachPoint::Tracepoint { .. } => features.tracepoints.reason().map(str::to_owned),
             _ => None,
         };
         if let Some(reason) = missing {
-            errors.push(ScriptError::new(probe.span, format!("cannot run `{}`: {reason}", probe.name)));
+            errors.push(ScriptError::new(
+                probe.span,
+                format!("cannot run `{}`: {reason}", probe.name),
+            ));
         }
     }
-    if errors.is_empty() { Ok(()) } else { Err(ScriptErrors::new(&source.name, &source.text, errors)) }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ScriptErrors::new(&source.name, &source.text, errors))
+    }
 }
 
 /// Lines of the verifier log shown with a rejected program.
@@ -52,8 +71,18 @@ const VERIFIER_LOG_LINES: usize = 12;
 
 /// A verifier rejection as a diagnostic on the script text that produced the
 /// failing instruction; `None` for other load errors.
-pub fn verifier_diagnostic(error: &LoadError, compiled: &Compiled, source: &Source) -> Option<ScriptErrors> {
-    let LoadError::Verifier { program, probe, log, failing_insn } = error else {
+pub fn verifier_diagnostic(
+    error: &LoadError,
+    compiled: &Compiled,
+    source: &Source,
+) -> Option<ScriptErrors> {
+    let LoadError::Verifier {
+        program,
+        probe,
+        log,
+        failing_insn,
+    } = error
+    else {
         return None;
     };
     let compiled_program = compiled.programs.iter().find(|p| &p.name == program)?;
@@ -65,6 +94,8 @@ pub fn verifier_diagnostic(error: &LoadError, compiled: &Compiled, source: &Sour
     let at = failing_insn.map_or(String::new(), |i| format!(" at instruction {i}"));
     let error = ScriptError::new(span, format!("the BPF verifier rejected `{probe}`{at}"))
         .with_label("the failing instruction came from here")
-        .with_help(format!("verifier log (last lines; see the full program with --dump-bpf):\n{tail}"));
+        .with_help(format!(
+            "verifier log (last lines; see the full program with --dump-bpf):\n{tail}"
+        ));
     Some(ScriptErrors::new(&source.name, &source.text, vec![error]))
 }

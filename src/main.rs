@@ -34,20 +34,34 @@ fn run(cli: Cli) -> Result<(), String> {
         let mut out = io::stdout().lock();
         for program in &compiled.programs {
             let section = program.attach.section();
-            let text = format!("; {} ({section}, {} instructions)\n{}\n", program.probe, program.insns.len(), render_listing(program, &source.text));
+            let text = format!(
+                "; {} ({section}, {} instructions)\n{}\n",
+                program.probe,
+                program.insns.len(),
+                render_listing(program, &source.text)
+            );
             out.write_all(text.as_bytes()).map_err(|e| e.to_string())?;
         }
         return Ok(());
     }
     driver::check_kernel_support(&source, &checked, &features::detect()).map_err(|e| render(&e))?;
     let command = match &cli.command {
-        Some(text) => Some(shlex::split(text).filter(|argv| !argv.is_empty()).ok_or_else(|| format!("wprof: cannot split -c command `{text}`"))?),
+        Some(text) => Some(
+            shlex::split(text)
+                .filter(|argv| !argv.is_empty())
+                .ok_or_else(|| format!("wprof: cannot split -c command `{text}`"))?,
+        ),
         None => None,
     };
-    let options = RunOptions { pid: cli.pid, command, duration: cli.duration };
+    let options = RunOptions {
+        pid: cli.pid,
+        command,
+        duration: cli.duration,
+    };
     let mut out = io::stdout().lock();
     session::run(&compiled, &options, &mut out).map_err(|error| match &error {
-        RunError::Load(load) => driver::verifier_diagnostic(load, &compiled, &source).map_or_else(|| format!("wprof: {error}"), |d| render(&d)),
+        RunError::Load(load) => driver::verifier_diagnostic(load, &compiled, &source)
+            .map_or_else(|| format!("wprof: {error}"), |d| render(&d)),
         _ => format!("wprof: {error}"),
     })
 }
@@ -57,14 +71,33 @@ fn read_source(cli: &Cli) -> Result<(Source, Vec<String>), String> {
     match (&cli.program, &cli.script) {
         (Some(text), script) => {
             // With -e, a "script" argument is really the first positional parameter.
-            let params = script.iter().map(|p| p.display().to_string()).chain(cli.params.iter().cloned()).collect();
-            Ok((Source { name: INLINE_SCRIPT_NAME.into(), text: text.clone() }, params))
+            let params = script
+                .iter()
+                .map(|p| p.display().to_string())
+                .chain(cli.params.iter().cloned())
+                .collect();
+            Ok((
+                Source {
+                    name: INLINE_SCRIPT_NAME.into(),
+                    text: text.clone(),
+                },
+                params,
+            ))
         }
         (None, Some(path)) => {
-            let text = std::fs::read_to_string(path).map_err(|e| format!("wprof: cannot read {}: {e}", path.display()))?;
-            Ok((Source { name: path.display().to_string(), text }, cli.params.clone()))
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("wprof: cannot read {}: {e}", path.display()))?;
+            Ok((
+                Source {
+                    name: path.display().to_string(),
+                    text,
+                },
+                cli.params.clone(),
+            ))
         }
-        (None, None) => Err("wprof: give a program with -e 'PROGRAM' or a script file (see --help)".into()),
+        (None, None) => {
+            Err("wprof: give a program with -e 'PROGRAM' or a script file (see --help)".into())
+        }
     }
 }
 
@@ -77,5 +110,9 @@ fn render(errors: &ScriptErrors) -> String {
 }
 
 fn clone_errors(errors: &ScriptErrors) -> ScriptErrors {
-    ScriptErrors::new(errors.source.name(), errors.source.inner(), errors.errors.clone())
+    ScriptErrors::new(
+        errors.source.name(),
+        errors.source.inner(),
+        errors.errors.clone(),
+    )
 }

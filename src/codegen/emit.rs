@@ -10,7 +10,11 @@ use crate::codegen::regalloc::{Allocation, Location};
 pub fn emit(function: &Function, allocation: &Allocation) -> Result<Assembled, AsmError> {
     let mut asm = Assembler::new();
     let labels: Vec<Label> = (0..function.labels).map(|_| asm.new_label()).collect();
-    let mut emitter = Emitter { asm, allocation, labels };
+    let mut emitter = Emitter {
+        asm,
+        allocation,
+        labels,
+    };
     for annotated in &function.insts {
         emitter.asm.set_span(annotated.span);
         if let Some(comment) = &annotated.comment {
@@ -95,11 +99,17 @@ impl Emitter<'_> {
     fn inst(&mut self, inst: &Inst) -> Result<(), AsmError> {
         match inst {
             Inst::Ctx { dst } => self.set(*dst, Reg::R1),
-            Inst::Mov { dst, src: Src::Imm(imm) } => match self.location(*dst) {
+            Inst::Mov {
+                dst,
+                src: Src::Imm(imm),
+            } => match self.location(*dst) {
                 Location::Reg(n) => self.asm.mov64_imm(phys(n), *imm),
                 Location::Spill(offset) => self.asm.store_imm(Size::U64, Reg::R10, offset, *imm),
             },
-            Inst::Mov { dst, src: Src::Reg(src) } => {
+            Inst::Mov {
+                dst,
+                src: Src::Reg(src),
+            } => {
                 let value = self.read(*src, Reg::R0);
                 self.set(*dst, value);
             }
@@ -127,16 +137,27 @@ impl Emitter<'_> {
             Inst::FrameAddr { dst, offset } => {
                 let reg = self.target(*dst, Reg::R0);
                 self.asm.mov64_reg(reg, Reg::R10);
-                self.asm.alu64_imm(crate::codegen::asm::AluOp::Add, reg, i32::from(*offset));
+                self.asm
+                    .alu64_imm(crate::codegen::asm::AluOp::Add, reg, i32::from(*offset));
                 self.write_back(*dst, reg);
             }
-            Inst::Load { dst, base, offset, size } => {
+            Inst::Load {
+                dst,
+                base,
+                offset,
+                size,
+            } => {
                 let base = self.base(*base, Reg::R1);
                 let reg = self.target(*dst, Reg::R0);
                 self.asm.load(*size, reg, base, *offset);
                 self.write_back(*dst, reg);
             }
-            Inst::Store { base, offset, src, size } => {
+            Inst::Store {
+                base,
+                offset,
+                src,
+                size,
+            } => {
                 let base = self.base(*base, Reg::R1);
                 match src {
                     Src::Imm(imm) => self.asm.store_imm(*size, base, *offset, *imm),
@@ -146,15 +167,29 @@ impl Emitter<'_> {
                     }
                 }
             }
-            Inst::AtomicAdd { base, offset, src, size } => {
+            Inst::AtomicAdd {
+                base,
+                offset,
+                src,
+                size,
+            } => {
                 let base = self.read(*base, Reg::R1);
                 let src = self.read(*src, Reg::R2);
-                let size = if *size == Size::U32 { AtomicSize::U32 } else { AtomicSize::U64 };
+                let size = if *size == Size::U32 {
+                    AtomicSize::U32
+                } else {
+                    AtomicSize::U64
+                };
                 self.asm.atomic(size, AtomicOp::Add, base, *offset, src);
             }
             Inst::Call { helper, args, ret } => self.call(*helper, args, *ret),
             Inst::Jump(label) => self.asm.jmp(self.labels[label.0 as usize]),
-            Inst::Branch { cond, lhs, rhs, target } => {
+            Inst::Branch {
+                cond,
+                lhs,
+                rhs,
+                target,
+            } => {
                 let target = self.labels[target.0 as usize];
                 let lhs = self.read(*lhs, Reg::R0);
                 match rhs {
@@ -187,7 +222,8 @@ impl Emitter<'_> {
                 },
                 Arg::Frame(offset) => {
                     self.asm.mov64_reg(reg, Reg::R10);
-                    self.asm.alu64_imm(crate::codegen::asm::AluOp::Add, reg, i32::from(offset));
+                    self.asm
+                        .alu64_imm(crate::codegen::asm::AluOp::Add, reg, i32::from(offset));
                 }
                 Arg::Map(map) => self.asm.ld_map_fd(reg, map),
             }

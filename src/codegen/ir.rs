@@ -40,21 +40,62 @@ pub enum Arg {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Inst {
     /// dst = the program's context argument (r1 at entry). Must come first.
-    Ctx { dst: VReg },
-    Mov { dst: VReg, src: Src },
-    Imm64 { dst: VReg, value: u64 },
+    Ctx {
+        dst: VReg,
+    },
+    Mov {
+        dst: VReg,
+        src: Src,
+    },
+    Imm64 {
+        dst: VReg,
+        value: u64,
+    },
     /// dst = dst op src (64-bit)
-    Alu { op: AluOp, dst: VReg, src: Src },
-    Neg { dst: VReg },
+    Alu {
+        op: AluOp,
+        dst: VReg,
+        src: Src,
+    },
+    Neg {
+        dst: VReg,
+    },
     /// dst = r10 + offset
-    FrameAddr { dst: VReg, offset: i16 },
-    Load { dst: VReg, base: Base, offset: i16, size: Size },
-    Store { base: Base, offset: i16, src: Src, size: Size },
+    FrameAddr {
+        dst: VReg,
+        offset: i16,
+    },
+    Load {
+        dst: VReg,
+        base: Base,
+        offset: i16,
+        size: Size,
+    },
+    Store {
+        base: Base,
+        offset: i16,
+        src: Src,
+        size: Size,
+    },
     /// Atomic `*(base + offset) += src`.
-    AtomicAdd { base: VReg, offset: i16, src: VReg, size: Size },
-    Call { helper: u32, args: Vec<Arg>, ret: Option<VReg> },
+    AtomicAdd {
+        base: VReg,
+        offset: i16,
+        src: VReg,
+        size: Size,
+    },
+    Call {
+        helper: u32,
+        args: Vec<Arg>,
+        ret: Option<VReg>,
+    },
     Jump(Label),
-    Branch { cond: Cond, lhs: VReg, rhs: Src, target: Label },
+    Branch {
+        cond: Cond,
+        lhs: VReg,
+        rhs: Src,
+        target: Label,
+    },
     Bind(Label),
     /// return 0
     Exit,
@@ -77,7 +118,9 @@ impl Inst {
             Inst::Alu { dst, src: s, .. } => std::iter::once(*dst).chain(src(s)).collect(),
             Inst::Neg { dst } => vec![*dst],
             Inst::Load { base: b, .. } => base(b).into_iter().collect(),
-            Inst::Store { base: b, src: s, .. } => base(b).into_iter().chain(src(s)).collect(),
+            Inst::Store {
+                base: b, src: s, ..
+            } => base(b).into_iter().chain(src(s)).collect(),
             Inst::AtomicAdd { base, src, .. } => vec![*base, *src],
             Inst::Call { args, .. } => args
                 .iter()

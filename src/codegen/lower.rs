@@ -98,7 +98,10 @@ impl<'a> Lowerer<'a> {
                 }
                 _ => {
                     let reg = self.vreg();
-                    self.emit(Inst::Mov { dst: reg, src: Src::Imm(0) });
+                    self.emit(Inst::Mov {
+                        dst: reg,
+                        src: Src::Imm(0),
+                    });
                     VarSlot::Reg(reg)
                 }
             };
@@ -157,7 +160,12 @@ impl<'a> Lowerer<'a> {
     /// Zero `bytes` (a multiple of 8) at `base + offset`.
     pub(super) fn zero(&mut self, base: Base, offset: i16, bytes: u32) {
         for at in (0..bytes).step_by(8) {
-            self.emit(Inst::Store { base, offset: offset + at as i16, src: Src::Imm(0), size: Size::U64 });
+            self.emit(Inst::Store {
+                base,
+                offset: offset + at as i16,
+                src: Src::Imm(0),
+                size: Size::U64,
+            });
         }
     }
 
@@ -166,18 +174,38 @@ impl<'a> Lowerer<'a> {
         let temp = self.vreg();
         for at in (0..bytes).step_by(8) {
             let at = at as i16;
-            self.emit(Inst::Load { dst: temp, base: from.0, offset: from.1 + at, size: Size::U64 });
-            self.emit(Inst::Store { base: to.0, offset: to.1 + at, src: Src::Reg(temp), size: Size::U64 });
+            self.emit(Inst::Load {
+                dst: temp,
+                base: from.0,
+                offset: from.1 + at,
+                size: Size::U64,
+            });
+            self.emit(Inst::Store {
+                base: to.0,
+                offset: to.1 + at,
+                src: Src::Reg(temp),
+                size: Size::U64,
+            });
         }
     }
 
     /// Store `value` of type `from` at `base + offset` in the layout of type `to`
     /// (strings are zero-padded to the longer buffer; tuple fields likewise).
-    pub(super) fn store_value(&mut self, value: Value, from: &Type, base: Base, offset: i16, to: &Type) {
+    pub(super) fn store_value(
+        &mut self,
+        value: Value,
+        from: &Type,
+        base: Base,
+        offset: i16,
+        to: &Type,
+    ) {
         match (value, from, to) {
-            (Value::Int(reg), _, _) => {
-                self.emit(Inst::Store { base, offset, src: Src::Reg(reg), size: Size::U64 })
-            }
+            (Value::Int(reg), _, _) => self.emit(Inst::Store {
+                base,
+                offset,
+                src: Src::Reg(reg),
+                size: Size::U64,
+            }),
             (Value::Mem(src), Type::Tuple(from_fields), Type::Tuple(to_fields)) => {
                 let from_layout = from.layout_offsets();
                 let to_layout = to.layout_offsets();
@@ -201,7 +229,12 @@ impl<'a> Lowerer<'a> {
             Type::Str { .. } | Type::Tuple(_) => Value::Mem(at),
             _ => {
                 let reg = self.vreg();
-                self.emit(Inst::Load { dst: reg, base: Base::Frame, offset: at, size: Size::U64 });
+                self.emit(Inst::Load {
+                    dst: reg,
+                    base: Base::Frame,
+                    offset: at,
+                    size: Size::U64,
+                });
                 Value::Int(reg)
             }
         }
@@ -223,10 +256,19 @@ impl<'a> Lowerer<'a> {
             }
             TStmtKind::AssignVar { var, value } => self.assign_var(var.0, value),
             TStmtKind::AssignMap { map, key, value } => self.assign_map(*map, key.as_ref(), value),
-            TStmtKind::Aggregate { map, key, func, arg } => self.aggregate(*map, key.as_ref(), *func, arg.as_ref()),
+            TStmtKind::Aggregate {
+                map,
+                key,
+                func,
+                arg,
+            } => self.aggregate(*map, key.as_ref(), *func, arg.as_ref()),
             TStmtKind::Delete { map, key } => self.delete(*map, key.as_ref()),
             TStmtKind::Emit(emit) => self.message(emit),
-            TStmtKind::If { cond, then, otherwise } => {
+            TStmtKind::If {
+                cond,
+                then,
+                otherwise,
+            } => {
                 let else_label = self.label();
                 let end = self.label();
                 self.branch_unless(cond, else_label);
@@ -258,8 +300,15 @@ impl<'a> Lowerer<'a> {
                 self.emit(Inst::Bind(end));
             }
             TStmtKind::Break | TStmtKind::Continue => {
-                let (next, end) = *self.loops.last().expect("the checker rejects break outside loops");
-                let target = if matches!(stmt.kind, TStmtKind::Break) { end } else { next };
+                let (next, end) = *self
+                    .loops
+                    .last()
+                    .expect("the checker rejects break outside loops");
+                let target = if matches!(stmt.kind, TStmtKind::Break) {
+                    end
+                } else {
+                    next
+                };
                 self.emit(Inst::Jump(target));
             }
             TStmtKind::Return => {
@@ -273,11 +322,16 @@ impl<'a> Lowerer<'a> {
         let target_ty = self.probe.variables[var].clone();
         let result = self.expr(value);
         match (self.vars[var], result) {
-            (VarSlot::Reg(reg), Value::Int(src)) => self.emit(Inst::Mov { dst: reg, src: Src::Reg(src) }),
+            (VarSlot::Reg(reg), Value::Int(src)) => self.emit(Inst::Mov {
+                dst: reg,
+                src: Src::Reg(src),
+            }),
             (VarSlot::Mem(offset), result) => {
                 self.store_value(result, &value.ty, Base::Frame, offset, &target_ty)
             }
-            (VarSlot::Reg(_), Value::Mem(_)) => unreachable!("the checker gives integer variables integer values"),
+            (VarSlot::Reg(_), Value::Mem(_)) => {
+                unreachable!("the checker gives integer variables integer values")
+            }
         }
     }
 

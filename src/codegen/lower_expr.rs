@@ -6,7 +6,9 @@ use crate::codegen::lower::{Lowerer, Value};
 use crate::codegen::program::GlobalSlot;
 use crate::frontend::ast::{BinOp, UnOp};
 use crate::frontend::check_expr::pt_regs_arg_offset;
-use crate::frontend::checked::{Builtin, Context, FieldKind, TExpr, TExprKind, TracepointField, UsdtArgSpec};
+use crate::frontend::checked::{
+    Builtin, Context, FieldKind, TExpr, TExprKind, TracepointField, UsdtArgSpec,
+};
 use crate::frontend::types::{COMM_LEN, Type};
 
 /// `struct pt_regs` offset of the return value register (rax).
@@ -36,7 +38,11 @@ impl Lowerer<'_> {
             TExprKind::MapRead { map, key } => self.map_read(*map, key.as_deref(), &expr.ty),
             TExprKind::Unary { op, expr: inner } => Value::Int(self.unary(*op, inner)),
             TExprKind::Binary { op, lhs, rhs } => Value::Int(self.binary(*op, lhs, rhs)),
-            TExprKind::Ternary { cond, then, otherwise } => self.ternary(cond, then, otherwise, &expr.ty),
+            TExprKind::Ternary {
+                cond,
+                then,
+                otherwise,
+            } => self.ternary(cond, then, otherwise, &expr.ty),
             TExprKind::Tuple(items) => {
                 let offset = self.alloc(expr.ty.size());
                 let offsets = expr.ty.layout_offsets();
@@ -57,10 +63,16 @@ impl Lowerer<'_> {
                 let value = self.int_expr(inner);
                 Value::Int(self.convert(value, &expr.ty))
             }
-            TExprKind::ReadStr { ptr, len, user } => self.read_str(ptr, len.as_deref(), *user, &expr.ty),
+            TExprKind::ReadStr { ptr, len, user } => {
+                self.read_str(ptr, len.as_deref(), *user, &expr.ty)
+            }
             TExprKind::StrNcmp { lhs, rhs, limit } => {
                 let equal = self.strings_equal(lhs, rhs, *limit);
-                self.emit(Inst::Alu { op: AluOp::Xor, dst: equal, src: Src::Imm(1) });
+                self.emit(Inst::Alu {
+                    op: AluOp::Xor,
+                    dst: equal,
+                    src: Src::Imm(1),
+                });
                 Value::Int(equal)
             }
         }
@@ -69,7 +81,10 @@ impl Lowerer<'_> {
     pub(super) fn constant(&mut self, n: u64) -> VReg {
         let reg = self.vreg();
         match i32::try_from(n as i64) {
-            Ok(imm) => self.emit(Inst::Mov { dst: reg, src: Src::Imm(imm) }),
+            Ok(imm) => self.emit(Inst::Mov {
+                dst: reg,
+                src: Src::Imm(imm),
+            }),
             Err(_) => self.emit(Inst::Imm64 { dst: reg, value: n }),
         }
         reg
@@ -82,7 +97,12 @@ impl Lowerer<'_> {
         for (i, chunk) in bytes.chunks(4).enumerate() {
             let word = i32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
             let at = offset + (i * 4) as i16;
-            self.emit(Inst::Store { base: Base::Frame, offset: at, src: Src::Imm(word), size: Size::U32 });
+            self.emit(Inst::Store {
+                base: Base::Frame,
+                offset: at,
+                src: Src::Imm(word),
+                size: Size::U32,
+            });
         }
         offset
     }
@@ -90,12 +110,20 @@ impl Lowerer<'_> {
     /// Call a helper that takes no arguments and return its result.
     fn call0(&mut self, helper: u32) -> VReg {
         let reg = self.vreg();
-        self.emit(Inst::Call { helper, args: vec![], ret: Some(reg) });
+        self.emit(Inst::Call {
+            helper,
+            args: vec![],
+            ret: Some(reg),
+        });
         reg
     }
 
     fn shift(&mut self, reg: VReg, op: AluOp, bits: i32) {
-        self.emit(Inst::Alu { op, dst: reg, src: Src::Imm(bits) });
+        self.emit(Inst::Alu {
+            op,
+            dst: reg,
+            src: Src::Imm(bits),
+        });
     }
 
     /// The low 32 bits of `reg`, in place.
@@ -127,14 +155,22 @@ impl Lowerer<'_> {
             Builtin::Comm => {
                 let offset = self.alloc(COMM_LEN);
                 let args = vec![Arg::Frame(offset), Arg::Imm(i64::from(COMM_LEN))];
-                self.emit(Inst::Call { helper: GET_CURRENT_COMM, args, ret: None });
+                self.emit(Inst::Call {
+                    helper: GET_CURRENT_COMM,
+                    args,
+                    ret: None,
+                });
                 return Value::Mem(offset);
             }
             Builtin::Nsecs => self.call0(KTIME_GET_NS),
             Builtin::Elapsed => {
                 let now = self.call0(KTIME_GET_NS);
                 let start = self.global(GlobalSlot::StartNs);
-                self.emit(Inst::Alu { op: AluOp::Sub, dst: now, src: Src::Reg(start) });
+                self.emit(Inst::Alu {
+                    op: AluOp::Sub,
+                    dst: now,
+                    src: Src::Reg(start),
+                });
                 now
             }
             Builtin::Cpu => self.call0(GET_SMP_PROCESSOR_ID),
@@ -143,7 +179,12 @@ impl Lowerer<'_> {
             Builtin::Retval => {
                 let reg = self.vreg();
                 let ctx = self.ctx;
-                self.emit(Inst::Load { dst: reg, base: Base::Reg(ctx), offset: PT_REGS_RAX, size: Size::U64 });
+                self.emit(Inst::Load {
+                    dst: reg,
+                    base: Base::Reg(ctx),
+                    offset: PT_REGS_RAX,
+                    size: Size::U64,
+                });
                 reg
             }
             Builtin::Probe => self.constant(self.probe_index as u64),
@@ -154,16 +195,38 @@ impl Lowerer<'_> {
     /// One u64 slot of the globals map (0 if the map cannot be read).
     fn global(&mut self, slot: GlobalSlot) -> VReg {
         let key = self.alloc(8);
-        self.emit(Inst::Store { base: Base::Frame, offset: key, src: Src::Imm(0), size: Size::U32 });
+        self.emit(Inst::Store {
+            base: Base::Frame,
+            offset: key,
+            src: Src::Imm(0),
+            size: Size::U32,
+        });
         let pointer = self.vreg();
         let args = vec![Arg::Map(self.maps.globals), Arg::Frame(key)];
-        self.emit(Inst::Call { helper: MAP_LOOKUP_ELEM, args, ret: Some(pointer) });
+        self.emit(Inst::Call {
+            helper: MAP_LOOKUP_ELEM,
+            args,
+            ret: Some(pointer),
+        });
         let result = self.vreg();
         let done = self.label();
-        self.emit(Inst::Mov { dst: result, src: Src::Imm(0) });
-        self.emit(Inst::Branch { cond: Cond::Eq, lhs: pointer, rhs: Src::Imm(0), target: done });
+        self.emit(Inst::Mov {
+            dst: result,
+            src: Src::Imm(0),
+        });
+        self.emit(Inst::Branch {
+            cond: Cond::Eq,
+            lhs: pointer,
+            rhs: Src::Imm(0),
+            target: done,
+        });
         let offset = 8 * slot as i16;
-        self.emit(Inst::Load { dst: result, base: Base::Reg(pointer), offset, size: Size::U64 });
+        self.emit(Inst::Load {
+            dst: result,
+            base: Base::Reg(pointer),
+            offset,
+            size: Size::U64,
+        });
         self.emit(Inst::Bind(done));
         result
     }
@@ -171,30 +234,64 @@ impl Lowerer<'_> {
     fn arg(&mut self, n: u32) -> VReg {
         let ctx = self.ctx;
         let reg = self.vreg();
-        let load = |offset: i16| Inst::Load { dst: reg, base: Base::Reg(ctx), offset, size: Size::U64 };
+        let load = |offset: i16| Inst::Load {
+            dst: reg,
+            base: Base::Reg(ctx),
+            offset,
+            size: Size::U64,
+        };
         match &self.probe.context {
             Context::PtRegs => self.emit(load(pt_regs_arg_offset(n) as i16)),
             Context::U64Array => self.emit(load(8 * n as i16)),
             Context::Usdt(args) => match args[n as usize].clone() {
                 UsdtArgSpec::Constant(value) => return self.constant(value as u64),
-                UsdtArgSpec::Register { pt_regs_offset, size, signed } => {
+                UsdtArgSpec::Register {
+                    pt_regs_offset,
+                    size,
+                    signed,
+                } => {
                     self.emit(load(pt_regs_offset as i16));
                     return self.extend(reg, size, signed);
                 }
-                UsdtArgSpec::Memory { base_offset, displacement, size, signed } => {
+                UsdtArgSpec::Memory {
+                    base_offset,
+                    displacement,
+                    size,
+                    signed,
+                } => {
                     self.emit(load(base_offset as i16));
                     let displacement = self.constant(displacement as u64);
-                    self.emit(Inst::Alu { op: AluOp::Add, dst: reg, src: Src::Reg(displacement) });
+                    self.emit(Inst::Alu {
+                        op: AluOp::Add,
+                        dst: reg,
+                        src: Src::Reg(displacement),
+                    });
                     let buffer = self.alloc(8);
-                    self.emit(Inst::Store { base: Base::Frame, offset: buffer, src: Src::Imm(0), size: Size::U64 });
+                    self.emit(Inst::Store {
+                        base: Base::Frame,
+                        offset: buffer,
+                        src: Src::Imm(0),
+                        size: Size::U64,
+                    });
                     let args = vec![Arg::Frame(buffer), Arg::Imm(i64::from(size)), Arg::Reg(reg)];
-                    self.emit(Inst::Call { helper: PROBE_READ_USER, args, ret: None });
+                    self.emit(Inst::Call {
+                        helper: PROBE_READ_USER,
+                        args,
+                        ret: None,
+                    });
                     let value = self.vreg();
-                    self.emit(Inst::Load { dst: value, base: Base::Frame, offset: buffer, size: Size::U64 });
+                    self.emit(Inst::Load {
+                        dst: value,
+                        base: Base::Frame,
+                        offset: buffer,
+                        size: Size::U64,
+                    });
                     return self.extend(value, size, signed);
                 }
             },
-            Context::Plain | Context::Tracepoint(_) => unreachable!("the checker rejects argN here"),
+            Context::Plain | Context::Tracepoint(_) => {
+                unreachable!("the checker rejects argN here")
+            }
         }
         reg
     }
@@ -212,7 +309,10 @@ impl Lowerer<'_> {
     /// A copy of `value` converted to integer type `ty`.
     fn convert(&mut self, value: VReg, ty: &Type) -> VReg {
         let reg = self.vreg();
-        self.emit(Inst::Mov { dst: reg, src: Src::Reg(value) });
+        self.emit(Inst::Mov {
+            dst: reg,
+            src: Src::Reg(value),
+        });
         match ty {
             Type::Int { size, signed } => self.extend(reg, *size, *signed),
             _ => reg,
@@ -231,22 +331,47 @@ impl Lowerer<'_> {
                     4 => Size::U32,
                     _ => Size::U64,
                 };
-                self.emit(Inst::Load { dst: reg, base: Base::Reg(ctx), offset, size: size_code });
+                self.emit(Inst::Load {
+                    dst: reg,
+                    base: Base::Reg(ctx),
+                    offset,
+                    size: size_code,
+                });
                 Value::Int(self.extend(reg, size, signed))
             }
             FieldKind::Pointer { .. } => {
                 let reg = self.vreg();
-                self.emit(Inst::Load { dst: reg, base: Base::Reg(ctx), offset, size: Size::U64 });
+                self.emit(Inst::Load {
+                    dst: reg,
+                    base: Base::Reg(ctx),
+                    offset,
+                    size: Size::U64,
+                });
                 Value::Int(reg)
             }
             FieldKind::CharArray(len) => {
                 let buffer = self.alloc(len);
                 self.zero(Base::Frame, buffer, len.next_multiple_of(8));
                 let source = self.vreg();
-                self.emit(Inst::Mov { dst: source, src: Src::Reg(ctx) });
-                self.emit(Inst::Alu { op: AluOp::Add, dst: source, src: Src::Imm(i32::from(offset)) });
-                let args = vec![Arg::Frame(buffer), Arg::Imm(i64::from(len)), Arg::Reg(source)];
-                self.emit(Inst::Call { helper: PROBE_READ_KERNEL, args, ret: None });
+                self.emit(Inst::Mov {
+                    dst: source,
+                    src: Src::Reg(ctx),
+                });
+                self.emit(Inst::Alu {
+                    op: AluOp::Add,
+                    dst: source,
+                    src: Src::Imm(i32::from(offset)),
+                });
+                let args = vec![
+                    Arg::Frame(buffer),
+                    Arg::Imm(i64::from(len)),
+                    Arg::Reg(source),
+                ];
+                self.emit(Inst::Call {
+                    helper: PROBE_READ_KERNEL,
+                    args,
+                    ret: None,
+                });
                 Value::Mem(buffer)
             }
             FieldKind::DataLocString => {
@@ -254,13 +379,37 @@ impl Lowerer<'_> {
                 let buffer = self.alloc(len);
                 self.zero(Base::Frame, buffer, len);
                 let location = self.vreg();
-                self.emit(Inst::Load { dst: location, base: Base::Reg(ctx), offset, size: Size::U32 });
-                self.emit(Inst::Alu { op: AluOp::And, dst: location, src: Src::Imm(0xffff) });
+                self.emit(Inst::Load {
+                    dst: location,
+                    base: Base::Reg(ctx),
+                    offset,
+                    size: Size::U32,
+                });
+                self.emit(Inst::Alu {
+                    op: AluOp::And,
+                    dst: location,
+                    src: Src::Imm(0xffff),
+                });
                 let source = self.vreg();
-                self.emit(Inst::Mov { dst: source, src: Src::Reg(ctx) });
-                self.emit(Inst::Alu { op: AluOp::Add, dst: source, src: Src::Reg(location) });
-                let args = vec![Arg::Frame(buffer), Arg::Imm(i64::from(len)), Arg::Reg(source)];
-                self.emit(Inst::Call { helper: PROBE_READ_KERNEL_STR, args, ret: None });
+                self.emit(Inst::Mov {
+                    dst: source,
+                    src: Src::Reg(ctx),
+                });
+                self.emit(Inst::Alu {
+                    op: AluOp::Add,
+                    dst: source,
+                    src: Src::Reg(location),
+                });
+                let args = vec![
+                    Arg::Frame(buffer),
+                    Arg::Imm(i64::from(len)),
+                    Arg::Reg(source),
+                ];
+                self.emit(Inst::Call {
+                    helper: PROBE_READ_KERNEL_STR,
+                    args,
+                    ret: None,
+                });
                 Value::Mem(buffer)
             }
         }
@@ -275,35 +424,76 @@ impl Lowerer<'_> {
                 // A NUL fits after `len` characters, and the verifier needs a bounded size.
                 let requested = self.int_expr(len);
                 let size = self.vreg();
-                self.emit(Inst::Mov { dst: size, src: Src::Reg(requested) });
-                self.emit(Inst::Alu { op: AluOp::Add, dst: size, src: Src::Imm(1) });
+                self.emit(Inst::Mov {
+                    dst: size,
+                    src: Src::Reg(requested),
+                });
+                self.emit(Inst::Alu {
+                    op: AluOp::Add,
+                    dst: size,
+                    src: Src::Imm(1),
+                });
                 let within = self.label();
-                self.emit(Inst::Branch { cond: Cond::Le, lhs: size, rhs: Src::Imm(buffer_len as i32), target: within });
-                self.emit(Inst::Mov { dst: size, src: Src::Imm(buffer_len as i32) });
+                self.emit(Inst::Branch {
+                    cond: Cond::Le,
+                    lhs: size,
+                    rhs: Src::Imm(buffer_len as i32),
+                    target: within,
+                });
+                self.emit(Inst::Mov {
+                    dst: size,
+                    src: Src::Imm(buffer_len as i32),
+                });
                 self.emit(Inst::Bind(within));
                 Arg::Reg(size)
             }
         };
         let buffer = self.alloc(buffer_len);
         self.zero(Base::Frame, buffer, buffer_len);
-        let helper = if user { PROBE_READ_USER_STR } else { PROBE_READ_KERNEL_STR };
+        let helper = if user {
+            PROBE_READ_USER_STR
+        } else {
+            PROBE_READ_KERNEL_STR
+        };
         let args = vec![Arg::Frame(buffer), size, Arg::Reg(pointer)];
-        self.emit(Inst::Call { helper, args, ret: None });
+        self.emit(Inst::Call {
+            helper,
+            args,
+            ret: None,
+        });
         Value::Mem(buffer)
     }
 
     fn unary(&mut self, op: UnOp, inner: &TExpr) -> VReg {
         let value = self.int_expr(inner);
         let reg = self.vreg();
-        self.emit(Inst::Mov { dst: reg, src: Src::Reg(value) });
+        self.emit(Inst::Mov {
+            dst: reg,
+            src: Src::Reg(value),
+        });
         match op {
             UnOp::Neg => self.emit(Inst::Neg { dst: reg }),
-            UnOp::BitNot => self.emit(Inst::Alu { op: AluOp::Xor, dst: reg, src: Src::Imm(-1) }),
+            UnOp::BitNot => self.emit(Inst::Alu {
+                op: AluOp::Xor,
+                dst: reg,
+                src: Src::Imm(-1),
+            }),
             UnOp::Not => {
                 let done = self.label();
-                self.emit(Inst::Mov { dst: reg, src: Src::Imm(1) });
-                self.emit(Inst::Branch { cond: Cond::Eq, lhs: value, rhs: Src::Imm(0), target: done });
-                self.emit(Inst::Mov { dst: reg, src: Src::Imm(0) });
+                self.emit(Inst::Mov {
+                    dst: reg,
+                    src: Src::Imm(1),
+                });
+                self.emit(Inst::Branch {
+                    cond: Cond::Eq,
+                    lhs: value,
+                    rhs: Src::Imm(0),
+                    target: done,
+                });
+                self.emit(Inst::Mov {
+                    dst: reg,
+                    src: Src::Imm(0),
+                });
                 self.emit(Inst::Bind(done));
             }
             UnOp::Deref | UnOp::AddrOf => unreachable!("the checker rejects pointer operators"),
@@ -313,7 +503,9 @@ impl Lowerer<'_> {
 
     fn binary(&mut self, op: BinOp, lhs: &TExpr, rhs: &TExpr) -> VReg {
         if op.is_comparison() || matches!(op, BinOp::LogicalAnd | BinOp::LogicalOr) {
-            return self.truth_value(|this, false_label| this.branch_unless_binary(op, lhs, rhs, false_label));
+            return self.truth_value(|this, false_label| {
+                this.branch_unless_binary(op, lhs, rhs, false_label)
+            });
         }
         let left = self.int_expr(lhs);
         let right = self.int_expr(rhs);
@@ -333,8 +525,15 @@ impl Lowerer<'_> {
             _ => unreachable!("comparisons are handled above"),
         };
         let reg = self.vreg();
-        self.emit(Inst::Mov { dst: reg, src: Src::Reg(left) });
-        self.emit(Inst::Alu { op: alu, dst: reg, src: Src::Reg(right) });
+        self.emit(Inst::Mov {
+            dst: reg,
+            src: Src::Reg(left),
+        });
+        self.emit(Inst::Alu {
+            op: alu,
+            dst: reg,
+            src: Src::Reg(right),
+        });
         reg
     }
 
@@ -343,10 +542,16 @@ impl Lowerer<'_> {
         let reg = self.vreg();
         let (false_label, done) = (self.label(), self.label());
         branch(self, false_label);
-        self.emit(Inst::Mov { dst: reg, src: Src::Imm(1) });
+        self.emit(Inst::Mov {
+            dst: reg,
+            src: Src::Imm(1),
+        });
         self.emit(Inst::Jump(done));
         self.emit(Inst::Bind(false_label));
-        self.emit(Inst::Mov { dst: reg, src: Src::Imm(0) });
+        self.emit(Inst::Mov {
+            dst: reg,
+            src: Src::Imm(0),
+        });
         self.emit(Inst::Bind(done));
         reg
     }
@@ -354,16 +559,31 @@ impl Lowerer<'_> {
     /// Jump to `target` when `cond` is false; fall through when true.
     pub(super) fn branch_unless(&mut self, cond: &TExpr, target: Label) {
         self.with_span(cond.span, |this| match &cond.kind {
-            TExprKind::Binary { op, lhs, rhs } if op.is_comparison() || matches!(op, BinOp::LogicalAnd | BinOp::LogicalOr) => {
+            TExprKind::Binary { op, lhs, rhs }
+                if op.is_comparison() || matches!(op, BinOp::LogicalAnd | BinOp::LogicalOr) =>
+            {
                 this.branch_unless_binary(*op, lhs, rhs, target)
             }
-            TExprKind::Unary { op: UnOp::Not, expr } => {
+            TExprKind::Unary {
+                op: UnOp::Not,
+                expr,
+            } => {
                 let value = this.int_expr(expr);
-                this.emit(Inst::Branch { cond: Cond::Ne, lhs: value, rhs: Src::Imm(0), target });
+                this.emit(Inst::Branch {
+                    cond: Cond::Ne,
+                    lhs: value,
+                    rhs: Src::Imm(0),
+                    target,
+                });
             }
             _ => {
                 let value = this.int_expr(cond);
-                this.emit(Inst::Branch { cond: Cond::Eq, lhs: value, rhs: Src::Imm(0), target });
+                this.emit(Inst::Branch {
+                    cond: Cond::Eq,
+                    lhs: value,
+                    rhs: Src::Imm(0),
+                    target,
+                });
             }
         })
     }
@@ -386,14 +606,26 @@ impl Lowerer<'_> {
             _ if matches!(lhs.ty, Type::Str { .. }) => {
                 let equal = self.strings_equal(lhs, rhs, u32::MAX);
                 let cond = if op == BinOp::Eq { Cond::Eq } else { Cond::Ne };
-                self.emit(Inst::Branch { cond, lhs: equal, rhs: Src::Imm(0), target });
+                self.emit(Inst::Branch {
+                    cond,
+                    lhs: equal,
+                    rhs: Src::Imm(0),
+                    target,
+                });
             }
             _ => {
                 let left = self.int_expr(lhs);
                 let right = self.int_expr(rhs);
                 let signed = lhs.ty.is_signed() && rhs.ty.is_signed();
-                let cond = comparison(op, signed).negate().expect("comparisons have negations");
-                self.emit(Inst::Branch { cond, lhs: left, rhs: Src::Reg(right), target });
+                let cond = comparison(op, signed)
+                    .negate()
+                    .expect("comparisons have negations");
+                self.emit(Inst::Branch {
+                    cond,
+                    lhs: left,
+                    rhs: Src::Reg(right),
+                    target,
+                });
             }
         }
     }
@@ -412,17 +644,43 @@ impl Lowerer<'_> {
         let (x, y) = (self.vreg(), self.vreg());
         let (differ, same, done) = (self.label(), self.label(), self.label());
         for i in 0..len as i16 {
-            self.emit(Inst::Load { dst: x, base: Base::Frame, offset: a + i, size: Size::U8 });
-            self.emit(Inst::Load { dst: y, base: Base::Frame, offset: b + i, size: Size::U8 });
-            self.emit(Inst::Branch { cond: Cond::Ne, lhs: x, rhs: Src::Reg(y), target: differ });
-            self.emit(Inst::Branch { cond: Cond::Eq, lhs: x, rhs: Src::Imm(0), target: same });
+            self.emit(Inst::Load {
+                dst: x,
+                base: Base::Frame,
+                offset: a + i,
+                size: Size::U8,
+            });
+            self.emit(Inst::Load {
+                dst: y,
+                base: Base::Frame,
+                offset: b + i,
+                size: Size::U8,
+            });
+            self.emit(Inst::Branch {
+                cond: Cond::Ne,
+                lhs: x,
+                rhs: Src::Reg(y),
+                target: differ,
+            });
+            self.emit(Inst::Branch {
+                cond: Cond::Eq,
+                lhs: x,
+                rhs: Src::Imm(0),
+                target: same,
+            });
         }
         self.emit(Inst::Jump(same));
         self.emit(Inst::Bind(differ));
-        self.emit(Inst::Mov { dst: result, src: Src::Imm(0) });
+        self.emit(Inst::Mov {
+            dst: result,
+            src: Src::Imm(0),
+        });
         self.emit(Inst::Jump(done));
         self.emit(Inst::Bind(same));
-        self.emit(Inst::Mov { dst: result, src: Src::Imm(1) });
+        self.emit(Inst::Mov {
+            dst: result,
+            src: Src::Imm(1),
+        });
         self.emit(Inst::Bind(done));
         result
     }
@@ -445,8 +703,13 @@ impl Lowerer<'_> {
     fn ternary_arm(&mut self, arm: &TExpr, result: Value, ty: &Type) {
         let value = self.expr(arm);
         match (result, value) {
-            (Value::Int(dst), Value::Int(src)) => self.emit(Inst::Mov { dst, src: Src::Reg(src) }),
-            (Value::Mem(offset), value) => self.store_value(value, &arm.ty, Base::Frame, offset, ty),
+            (Value::Int(dst), Value::Int(src)) => self.emit(Inst::Mov {
+                dst,
+                src: Src::Reg(src),
+            }),
+            (Value::Mem(offset), value) => {
+                self.store_value(value, &arm.ty, Base::Frame, offset, ty)
+            }
             (Value::Int(_), Value::Mem(_)) => unreachable!("the checker unified the arms"),
         }
     }

@@ -19,26 +19,41 @@ impl Lowerer<'_> {
                 let key_ty = self.map_key_type(map);
                 self.store_value(value, &key.ty, Base::Frame, offset, &key_ty);
             }
-            None if bucket.is_none() => {
-                self.emit(Inst::Store { base: Base::Frame, offset, src: Src::Imm(0), size: Size::U64 })
-            }
+            None if bucket.is_none() => self.emit(Inst::Store {
+                base: Base::Frame,
+                offset,
+                src: Src::Imm(0),
+                size: Size::U64,
+            }),
             None => {}
         }
         if let Some(bucket) = bucket {
             let at = offset + layout.key_bytes as i16;
-            self.emit(Inst::Store { base: Base::Frame, offset: at, src: Src::Reg(bucket), size: Size::U64 });
+            self.emit(Inst::Store {
+                base: Base::Frame,
+                offset: at,
+                src: Src::Reg(bucket),
+                size: Size::U64,
+            });
         }
         offset
     }
 
     fn map_key_type(&self, map: MapRef) -> Type {
-        self.program_maps()[map.0].key.clone().expect("keyed access to a keyed map")
+        self.program_maps()[map.0]
+            .key
+            .clone()
+            .expect("keyed access to a keyed map")
     }
 
     fn lookup(&mut self, map: MapRef, key: i16) -> VReg {
         let pointer = self.vreg();
         let args = vec![Arg::Map(self.maps.script[map.0].id), Arg::Frame(key)];
-        self.emit(Inst::Call { helper: MAP_LOOKUP_ELEM, args, ret: Some(pointer) });
+        self.emit(Inst::Call {
+            helper: MAP_LOOKUP_ELEM,
+            args,
+            ret: Some(pointer),
+        });
         pointer
     }
 
@@ -49,7 +64,11 @@ impl Lowerer<'_> {
             Arg::Frame(value),
             Arg::Imm(BPF_ANY),
         ];
-        self.emit(Inst::Call { helper: MAP_UPDATE_ELEM, args, ret: None });
+        self.emit(Inst::Call {
+            helper: MAP_UPDATE_ELEM,
+            args,
+            ret: None,
+        });
     }
 
     /// `@m[key]` as a value: the stored value, or zero when absent.
@@ -62,15 +81,33 @@ impl Lowerer<'_> {
             Type::Str { .. } | Type::Tuple(_) => {
                 let buffer = self.alloc(ty.size());
                 self.zero(Base::Frame, buffer, ty.size());
-                self.emit(Inst::Branch { cond: Cond::Eq, lhs: pointer, rhs: Src::Imm(0), target: missing });
+                self.emit(Inst::Branch {
+                    cond: Cond::Eq,
+                    lhs: pointer,
+                    rhs: Src::Imm(0),
+                    target: missing,
+                });
                 self.copy((Base::Frame, buffer), (Base::Reg(pointer), 0), ty.size());
                 Value::Mem(buffer)
             }
             _ => {
                 let reg = self.vreg();
-                self.emit(Inst::Mov { dst: reg, src: Src::Imm(0) });
-                self.emit(Inst::Branch { cond: Cond::Eq, lhs: pointer, rhs: Src::Imm(0), target: missing });
-                self.emit(Inst::Load { dst: reg, base: Base::Reg(pointer), offset: 0, size: Size::U64 });
+                self.emit(Inst::Mov {
+                    dst: reg,
+                    src: Src::Imm(0),
+                });
+                self.emit(Inst::Branch {
+                    cond: Cond::Eq,
+                    lhs: pointer,
+                    rhs: Src::Imm(0),
+                    target: missing,
+                });
+                self.emit(Inst::Load {
+                    dst: reg,
+                    base: Base::Reg(pointer),
+                    offset: 0,
+                    size: Size::U64,
+                });
                 Value::Int(reg)
             }
         };
@@ -95,12 +132,22 @@ impl Lowerer<'_> {
     pub(super) fn delete(&mut self, map: MapRef, key: Option<&TExpr>) {
         let key = self.key(map, key, None);
         let args = vec![Arg::Map(self.maps.script[map.0].id), Arg::Frame(key)];
-        self.emit(Inst::Call { helper: MAP_DELETE_ELEM, args, ret: None });
+        self.emit(Inst::Call {
+            helper: MAP_DELETE_ELEM,
+            args,
+            ret: None,
+        });
     }
 
     /// `@m[key] = count()` and friends: update the value in place when it
     /// exists (no atomics needed in per-CPU maps), insert the first value otherwise.
-    pub(super) fn aggregate(&mut self, map: MapRef, key: Option<&TExpr>, func: AggFunc, arg: Option<&TExpr>) {
+    pub(super) fn aggregate(
+        &mut self,
+        map: MapRef,
+        key: Option<&TExpr>,
+        func: AggFunc,
+        arg: Option<&TExpr>,
+    ) {
         let value = match arg {
             Some(arg) => self.int_expr(arg),
             None => self.constant(1),
@@ -112,10 +159,19 @@ impl Lowerer<'_> {
         };
         let key = self.key(map, key, bucket);
         let per_cpu = self.maps.script[map.0].per_cpu;
-        self.comment(format!("{}() on {}", func.name(), self.program_maps()[map.0].name));
+        self.comment(format!(
+            "{}() on {}",
+            func.name(),
+            self.program_maps()[map.0].name
+        ));
         let pointer = self.lookup(map, key);
         let (insert, done) = (self.label(), self.label());
-        self.emit(Inst::Branch { cond: Cond::Eq, lhs: pointer, rhs: Src::Imm(0), target: insert });
+        self.emit(Inst::Branch {
+            cond: Cond::Eq,
+            lhs: pointer,
+            rhs: Src::Imm(0),
+            target: insert,
+        });
         self.update_in_place(func, pointer, value, per_cpu);
         self.emit(Inst::Jump(done));
         self.emit(Inst::Bind(insert));
@@ -131,7 +187,11 @@ impl Lowerer<'_> {
         let base = Base::Reg(pointer);
         match func {
             AggFunc::Count | AggFunc::Sum | AggFunc::Hist | AggFunc::Lhist { .. } => {
-                let amount = if matches!(func, AggFunc::Sum) { value } else { self.constant(1) };
+                let amount = if matches!(func, AggFunc::Sum) {
+                    value
+                } else {
+                    self.constant(1)
+                };
                 self.add_to(pointer, 0, amount, per_cpu);
             }
             AggFunc::Avg | AggFunc::Stats => {
@@ -142,10 +202,29 @@ impl Lowerer<'_> {
             AggFunc::Min | AggFunc::Max => {
                 let current = self.vreg();
                 let keep = self.label();
-                self.emit(Inst::Load { dst: current, base, offset: 0, size: Size::U64 });
-                let cond = if func == AggFunc::Min { Cond::Sle } else { Cond::Sge };
-                self.emit(Inst::Branch { cond, lhs: current, rhs: Src::Reg(value), target: keep });
-                self.emit(Inst::Store { base, offset: 0, src: Src::Reg(value), size: Size::U64 });
+                self.emit(Inst::Load {
+                    dst: current,
+                    base,
+                    offset: 0,
+                    size: Size::U64,
+                });
+                let cond = if func == AggFunc::Min {
+                    Cond::Sle
+                } else {
+                    Cond::Sge
+                };
+                self.emit(Inst::Branch {
+                    cond,
+                    lhs: current,
+                    rhs: Src::Reg(value),
+                    target: keep,
+                });
+                self.emit(Inst::Store {
+                    base,
+                    offset: 0,
+                    src: Src::Reg(value),
+                    size: Size::U64,
+                });
                 self.emit(Inst::Bind(keep));
             }
         }
@@ -154,18 +233,44 @@ impl Lowerer<'_> {
     fn add_to(&mut self, pointer: VReg, offset: i16, amount: VReg, per_cpu: bool) {
         if per_cpu {
             let current = self.vreg();
-            self.emit(Inst::Load { dst: current, base: Base::Reg(pointer), offset, size: Size::U64 });
-            self.emit(Inst::Alu { op: AluOp::Add, dst: current, src: Src::Reg(amount) });
-            self.emit(Inst::Store { base: Base::Reg(pointer), offset, src: Src::Reg(current), size: Size::U64 });
+            self.emit(Inst::Load {
+                dst: current,
+                base: Base::Reg(pointer),
+                offset,
+                size: Size::U64,
+            });
+            self.emit(Inst::Alu {
+                op: AluOp::Add,
+                dst: current,
+                src: Src::Reg(amount),
+            });
+            self.emit(Inst::Store {
+                base: Base::Reg(pointer),
+                offset,
+                src: Src::Reg(current),
+                size: Size::U64,
+            });
         } else {
-            self.emit(Inst::AtomicAdd { base: pointer, offset, src: amount, size: Size::U64 });
+            self.emit(Inst::AtomicAdd {
+                base: pointer,
+                offset,
+                src: amount,
+                size: Size::U64,
+            });
         }
     }
 
     fn initial_value(&mut self, func: AggFunc, buffer: i16, value: VReg) {
-        let store = |src: Src, offset: i16| Inst::Store { base: Base::Frame, offset: buffer + offset, src, size: Size::U64 };
+        let store = |src: Src, offset: i16| Inst::Store {
+            base: Base::Frame,
+            offset: buffer + offset,
+            src,
+            size: Size::U64,
+        };
         match func {
-            AggFunc::Count | AggFunc::Hist | AggFunc::Lhist { .. } => self.emit(store(Src::Imm(1), 0)),
+            AggFunc::Count | AggFunc::Hist | AggFunc::Lhist { .. } => {
+                self.emit(store(Src::Imm(1), 0))
+            }
             AggFunc::Sum => self.emit(store(Src::Reg(value), 0)),
             AggFunc::Min | AggFunc::Max => {
                 self.emit(store(Src::Reg(value), 0));
@@ -182,19 +287,60 @@ impl Lowerer<'_> {
     fn log2_bucket(&mut self, value: VReg) -> VReg {
         let (bucket, v, high) = (self.vreg(), self.vreg(), self.vreg());
         let done = self.label();
-        self.emit(Inst::Mov { dst: bucket, src: Src::Imm(0) });
-        self.emit(Inst::Branch { cond: Cond::Slt, lhs: value, rhs: Src::Imm(0), target: done });
-        self.emit(Inst::Mov { dst: bucket, src: Src::Imm(1) });
-        self.emit(Inst::Branch { cond: Cond::Eq, lhs: value, rhs: Src::Imm(0), target: done });
-        self.emit(Inst::Mov { dst: bucket, src: Src::Imm(2) });
-        self.emit(Inst::Mov { dst: v, src: Src::Reg(value) });
+        self.emit(Inst::Mov {
+            dst: bucket,
+            src: Src::Imm(0),
+        });
+        self.emit(Inst::Branch {
+            cond: Cond::Slt,
+            lhs: value,
+            rhs: Src::Imm(0),
+            target: done,
+        });
+        self.emit(Inst::Mov {
+            dst: bucket,
+            src: Src::Imm(1),
+        });
+        self.emit(Inst::Branch {
+            cond: Cond::Eq,
+            lhs: value,
+            rhs: Src::Imm(0),
+            target: done,
+        });
+        self.emit(Inst::Mov {
+            dst: bucket,
+            src: Src::Imm(2),
+        });
+        self.emit(Inst::Mov {
+            dst: v,
+            src: Src::Reg(value),
+        });
         for bits in [32, 16, 8, 4, 2, 1] {
             let skip = self.label();
-            self.emit(Inst::Mov { dst: high, src: Src::Reg(v) });
-            self.emit(Inst::Alu { op: AluOp::Rsh, dst: high, src: Src::Imm(bits) });
-            self.emit(Inst::Branch { cond: Cond::Eq, lhs: high, rhs: Src::Imm(0), target: skip });
-            self.emit(Inst::Mov { dst: v, src: Src::Reg(high) });
-            self.emit(Inst::Alu { op: AluOp::Add, dst: bucket, src: Src::Imm(bits) });
+            self.emit(Inst::Mov {
+                dst: high,
+                src: Src::Reg(v),
+            });
+            self.emit(Inst::Alu {
+                op: AluOp::Rsh,
+                dst: high,
+                src: Src::Imm(bits),
+            });
+            self.emit(Inst::Branch {
+                cond: Cond::Eq,
+                lhs: high,
+                rhs: Src::Imm(0),
+                target: skip,
+            });
+            self.emit(Inst::Mov {
+                dst: v,
+                src: Src::Reg(high),
+            });
+            self.emit(Inst::Alu {
+                op: AluOp::Add,
+                dst: bucket,
+                src: Src::Imm(bits),
+            });
             self.emit(Inst::Bind(skip));
         }
         self.emit(Inst::Bind(done));
@@ -203,18 +349,53 @@ impl Lowerer<'_> {
 
     /// Bucket of `lhist()`: 0 below min, 1 + (v - min) / step inside, the last above.
     fn linear_bucket(&mut self, value: VReg, min: i64, max: i64, step: i64) -> VReg {
-        let (bucket, low, high) = (self.vreg(), self.constant(min as u64), self.constant(max as u64));
+        let (bucket, low, high) = (
+            self.vreg(),
+            self.constant(min as u64),
+            self.constant(max as u64),
+        );
         let done = self.label();
-        self.emit(Inst::Mov { dst: bucket, src: Src::Imm(0) });
-        self.emit(Inst::Branch { cond: Cond::Slt, lhs: value, rhs: Src::Reg(low), target: done });
+        self.emit(Inst::Mov {
+            dst: bucket,
+            src: Src::Imm(0),
+        });
+        self.emit(Inst::Branch {
+            cond: Cond::Slt,
+            lhs: value,
+            rhs: Src::Reg(low),
+            target: done,
+        });
         let last = (max - min) / step + 1;
-        self.emit(Inst::Mov { dst: bucket, src: Src::Imm(last as i32) });
-        self.emit(Inst::Branch { cond: Cond::Sge, lhs: value, rhs: Src::Reg(high), target: done });
-        self.emit(Inst::Mov { dst: bucket, src: Src::Reg(value) });
-        self.emit(Inst::Alu { op: AluOp::Sub, dst: bucket, src: Src::Reg(low) });
+        self.emit(Inst::Mov {
+            dst: bucket,
+            src: Src::Imm(last as i32),
+        });
+        self.emit(Inst::Branch {
+            cond: Cond::Sge,
+            lhs: value,
+            rhs: Src::Reg(high),
+            target: done,
+        });
+        self.emit(Inst::Mov {
+            dst: bucket,
+            src: Src::Reg(value),
+        });
+        self.emit(Inst::Alu {
+            op: AluOp::Sub,
+            dst: bucket,
+            src: Src::Reg(low),
+        });
         let step = self.constant(step as u64);
-        self.emit(Inst::Alu { op: AluOp::Div, dst: bucket, src: Src::Reg(step) });
-        self.emit(Inst::Alu { op: AluOp::Add, dst: bucket, src: Src::Imm(1) });
+        self.emit(Inst::Alu {
+            op: AluOp::Div,
+            dst: bucket,
+            src: Src::Reg(step),
+        });
+        self.emit(Inst::Alu {
+            op: AluOp::Add,
+            dst: bucket,
+            src: Src::Imm(1),
+        });
         self.emit(Inst::Bind(done));
         bucket
     }
@@ -224,20 +405,50 @@ impl Lowerer<'_> {
         let (message, args): (Message, Vec<&TExpr>) = match emit {
             Emit::Printf { format, args } => {
                 let layout = message_layout(args.iter().map(|a| &a.ty));
-                let message = Message::Printf { format: format.clone(), args: layout };
+                let message = Message::Printf {
+                    format: format.clone(),
+                    args: layout,
+                };
                 (message, args.iter().collect())
             }
             Emit::PrintValue(value) => {
                 let layout = message_layout([&value.ty]);
-                (Message::PrintValue { value: layout[0].clone() }, vec![value])
+                (
+                    Message::PrintValue {
+                        value: layout[0].clone(),
+                    },
+                    vec![value],
+                )
             }
             Emit::PrintMap { map, top, div } => {
                 let map = self.maps.script[map.0].id;
-                (Message::PrintMap { map, top: *top, div: *div }, vec![])
+                (
+                    Message::PrintMap {
+                        map,
+                        top: *top,
+                        div: *div,
+                    },
+                    vec![],
+                )
             }
-            Emit::Clear(map) => (Message::ClearMap { map: self.maps.script[map.0].id }, vec![]),
-            Emit::Zero(map) => (Message::ZeroMap { map: self.maps.script[map.0].id }, vec![]),
-            Emit::Time(format) => (Message::Time { format: format.clone() }, vec![]),
+            Emit::Clear(map) => (
+                Message::ClearMap {
+                    map: self.maps.script[map.0].id,
+                },
+                vec![],
+            ),
+            Emit::Zero(map) => (
+                Message::ZeroMap {
+                    map: self.maps.script[map.0].id,
+                },
+                vec![],
+            ),
+            Emit::Time(format) => (
+                Message::Time {
+                    format: format.clone(),
+                },
+                vec![],
+            ),
             Emit::Exit => (Message::Exit, vec![]),
         };
         let offsets: Vec<u32> = match &message {
@@ -251,12 +462,26 @@ impl Lowerer<'_> {
         let values: Vec<Value> = args.iter().map(|a| self.expr(a)).collect();
         let buffer = self.alloc(size);
         self.comment(format!("message {}", id.0));
-        self.emit(Inst::Store { base: Base::Frame, offset: buffer, src: Src::Imm(id.0 as i32), size: Size::U64 });
+        self.emit(Inst::Store {
+            base: Base::Frame,
+            offset: buffer,
+            src: Src::Imm(id.0 as i32),
+            size: Size::U64,
+        });
         for ((value, arg), at) in values.into_iter().zip(&args).zip(offsets) {
             self.store_value(value, &arg.ty, Base::Frame, buffer + at as i16, &arg.ty);
         }
-        let args = vec![Arg::Map(self.maps.ringbuf), Arg::Frame(buffer), Arg::Imm(i64::from(size)), Arg::Imm(0)];
-        self.emit(Inst::Call { helper: RINGBUF_OUTPUT, args, ret: None });
+        let args = vec![
+            Arg::Map(self.maps.ringbuf),
+            Arg::Frame(buffer),
+            Arg::Imm(i64::from(size)),
+            Arg::Imm(0),
+        ];
+        self.emit(Inst::Call {
+            helper: RINGBUF_OUTPUT,
+            args,
+            ret: None,
+        });
         if matches!(emit, Emit::Exit) {
             let exit = self.exit_label();
             self.emit(Inst::Jump(exit));
@@ -265,7 +490,9 @@ impl Lowerer<'_> {
 }
 
 /// Offsets and layouts of message fields after the 8-byte message id.
-fn message_layout<'t>(types: impl IntoIterator<Item = &'t Type>) -> Vec<(u32, crate::codegen::program::ValueType)> {
+fn message_layout<'t>(
+    types: impl IntoIterator<Item = &'t Type>,
+) -> Vec<(u32, crate::codegen::program::ValueType)> {
     let mut offset = 8;
     types
         .into_iter()

@@ -6,7 +6,7 @@ use crate::frontend::checked::{AggFunc, CheckedProgram, MapDecl, MapValueKind};
 /// Entries per script map, as bpftrace's default `max_map_keys`.
 pub const MAX_MAP_KEYS: u32 = 4096;
 /// Ring buffer size for messages to user space.
-pub const RINGBUF_BYTES: u32 = 1 << 22;
+pub const RINGBUF_BYTES: u32 = 1 << 20;
 
 /// Map ids and layouts the lowering needs.
 #[derive(Clone, Debug)]
@@ -53,7 +53,14 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         max_entries: 1,
         script_map: None,
     });
-    (specs, MapLayouts { script, ringbuf, globals })
+    (
+        specs,
+        MapLayouts {
+            script,
+            ringbuf,
+            globals,
+        },
+    )
 }
 
 fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
@@ -69,7 +76,11 @@ fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
             AggFunc::Stats => (MapValue::Stats, 16, false),
             AggFunc::Hist => (MapValue::Hist, 8, true),
             AggFunc::Lhist { min, max, step } => (
-                MapValue::Lhist { min: *min, max: *max, step: *step },
+                MapValue::Lhist {
+                    min: *min,
+                    max: *max,
+                    step: *step,
+                },
                 8,
                 true,
             ),
@@ -80,7 +91,11 @@ fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
     let key_size = (key_bytes + if bucketed { 8 } else { 0 }).max(8);
     let spec = MapSpec {
         name: decl.name.clone(),
-        kind: if per_cpu { MapKind::PerCpuHash } else { MapKind::Hash },
+        kind: if per_cpu {
+            MapKind::PerCpuHash
+        } else {
+            MapKind::Hash
+        },
         key_size,
         value_size,
         max_entries: MAX_MAP_KEYS,
@@ -89,6 +104,12 @@ fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
             value,
         }),
     };
-    let layout = ScriptMapLayout { id, key_bytes, key_size, value_size, per_cpu };
+    let layout = ScriptMapLayout {
+        id,
+        key_bytes,
+        key_size,
+        value_size,
+        per_cpu,
+    };
     (spec, layout)
 }

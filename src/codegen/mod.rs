@@ -34,8 +34,13 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
     };
     let mut errors = Vec::new();
     for (index, probe) in program.probes.iter().enumerate() {
-        let (mut function, (_, peak_span)) =
-            lower::Lowerer::lower(probe, index, &program.maps, &layouts, &mut compiled.messages);
+        let (mut function, (_, peak_span)) = lower::Lowerer::lower(
+            probe,
+            index,
+            &program.maps,
+            &layouts,
+            &mut compiled.messages,
+        );
         prune::remove_unreachable(&mut function);
         let allocation = regalloc::allocate(&function);
         if allocation.frame_bytes > STACK_LIMIT {
@@ -50,12 +55,23 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
         match emit::emit(&function, &allocation) {
             Ok(assembled) => {
                 let name = program_name(index, &probe.name);
-                compiled.programs.push(assembled.into_program(name, probe.name.clone(), probe.attach.clone()));
+                compiled.programs.push(assembled.into_program(
+                    name,
+                    probe.name.clone(),
+                    probe.attach.clone(),
+                ));
             }
-            Err(error) => errors.push(ScriptError::new(probe.span, format!("internal code generation error: {error}"))),
+            Err(error) => errors.push(ScriptError::new(
+                probe.span,
+                format!("internal code generation error: {error}"),
+            )),
         }
     }
-    if errors.is_empty() { Ok(compiled) } else { Err(errors) }
+    if errors.is_empty() {
+        Ok(compiled)
+    } else {
+        Err(errors)
+    }
 }
 
 /// A BPF object name (at most 15 characters) that still says which probe it is.

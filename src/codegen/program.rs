@@ -191,21 +191,38 @@ pub enum MapValue {
     Stats,
     /// The key gains a trailing u64 bucket index; the value is a per-CPU u64 count.
     Hist,
-    Lhist { min: i64, max: i64, step: i64 },
+    Lhist {
+        min: i64,
+        max: i64,
+        step: i64,
+    },
 }
 
 /// The byte layout of a value in a map key, map value or message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ValueType {
-    Int { size: u8, signed: bool },
+    Int {
+        size: u8,
+        signed: bool,
+    },
     /// NUL-terminated within a fixed buffer.
-    Str { len: u32 },
+    Str {
+        len: u32,
+    },
     /// Fields at their offsets; the size includes padding.
-    Tuple { fields: Vec<(u32, ValueType)>, size: u32 },
+    Tuple {
+        fields: Vec<(u32, ValueType)>,
+        size: u32,
+    },
     /// A stack id from a stack trace map.
-    Stack { kernel: bool, map: MapId },
+    Stack {
+        kernel: bool,
+        map: MapId,
+    },
     /// u64 address printed as a symbol.
-    Symbol { kernel: bool },
+    Symbol {
+        kernel: bool,
+    },
     /// A probe name, stored as a u64 index into `Compiled::programs`.
     Probe,
 }
@@ -229,12 +246,24 @@ pub enum Message {
         args: Vec<(u32, ValueType)>,
     },
     /// `print(value)`
-    PrintValue { value: (u32, ValueType) },
+    PrintValue {
+        value: (u32, ValueType),
+    },
     /// `print(@map[, top[, div]])`
-    PrintMap { map: MapId, top: u64, div: u64 },
-    ClearMap { map: MapId },
-    ZeroMap { map: MapId },
+    PrintMap {
+        map: MapId,
+        top: u64,
+        div: u64,
+    },
+    ClearMap {
+        map: MapId,
+    },
+    ZeroMap {
+        map: MapId,
+    },
     /// `time(fmt)`
-    Time { format: String },
+    Time {
+        format: String,
+    },
     Exit,
 }

@@ -33,19 +33,32 @@ mod tests {
     fn drops_code_after_jump() {
         let insts = vec![
             Inst::Jump(Label(0)),
-            Inst::Mov { dst: VReg(0), src: Src::Imm(1) },
+            Inst::Mov {
+                dst: VReg(0),
+                src: Src::Imm(1),
+            },
             Inst::Bind(Label(0)),
             Inst::Exit,
             Inst::Exit,
         ];
         let mut function = Function {
-            insts: insts.into_iter().map(|inst| Annotated { inst, span: None, comment: None }).collect(),
+            insts: insts
+                .into_iter()
+                .map(|inst| Annotated {
+                    inst,
+                    span: None,
+                    comment: None,
+                })
+                .collect(),
             vregs: 1,
             labels: 1,
             frame_bytes: 0,
         };
         remove_unreachable(&mut function);
         let left: Vec<Inst> = function.insts.into_iter().map(|a| a.inst).collect();
-        assert_eq!(left, vec![Inst::Jump(Label(0)), Inst::Bind(Label(0)), Inst::Exit]);
+        assert_eq!(
+            left,
+            vec![Inst::Jump(Label(0)), Inst::Bind(Label(0)), Inst::Exit]
+        );
     }
 }

@@ -167,7 +167,11 @@ mod tests {
         Function {
             insts: insts
                 .into_iter()
-                .map(|inst| Annotated { inst, span: None, comment: None })
+                .map(|inst| Annotated {
+                    inst,
+                    span: None,
+                    comment: None,
+                })
                 .collect(),
             vregs,
             labels: 4,
@@ -176,7 +180,10 @@ mod tests {
     }
 
     fn mov(dst: u32, imm: i32) -> Inst {
-        Inst::Mov { dst: VReg(dst), src: Src::Imm(imm) }
+        Inst::Mov {
+            dst: VReg(dst),
+            src: Src::Imm(imm),
+        }
     }
 
     fn call_using(regs: &[u32]) -> Inst {
@@ -190,7 +197,16 @@ mod tests {
     /// Values live across a helper call sit in r6–r9, never in r0–r5.
     #[test]
     fn values_across_calls_use_callee_saved_registers() {
-        let f = function(vec![mov(0, 1), mov(1, 2), call_using(&[]), call_using(&[0, 1]), Inst::Exit], 2);
+        let f = function(
+            vec![
+                mov(0, 1),
+                mov(1, 2),
+                call_using(&[]),
+                call_using(&[0, 1]),
+                Inst::Exit,
+            ],
+            2,
+        );
         let alloc = allocate(&f);
         for v in [VReg(0), VReg(1)] {
             assert!(matches!(alloc.locations[&v], Location::Reg(6..=9)));
@@ -223,19 +239,33 @@ mod tests {
             .chain([Inst::Exit])
             .collect();
         let alloc = allocate(&function(insts, 8));
-        assert!(alloc.locations.values().all(|l| matches!(l, Location::Reg(_))));
+        assert!(
+            alloc
+                .locations
+                .values()
+                .all(|l| matches!(l, Location::Reg(_)))
+        );
     }
 
     /// A value used after a loop stays live through the loop's back edge.
     #[test]
     fn liveness_follows_back_edges() {
         let insts = vec![
-            mov(0, 7),                                                      // 0: v0 live until the end
-            mov(1, 0),                                                      // 1
-            Inst::Bind(Label(0)),                                           // 2
-            Inst::Alu { op: crate::codegen::ir::AluOp::Add, dst: VReg(1), src: Src::Imm(1) },
-            Inst::Branch { cond: Cond::Lt, lhs: VReg(1), rhs: Src::Imm(10), target: Label(0) },
-            call_using(&[0]),                                               // 5
+            mov(0, 7),            // 0: v0 live until the end
+            mov(1, 0),            // 1
+            Inst::Bind(Label(0)), // 2
+            Inst::Alu {
+                op: crate::codegen::ir::AluOp::Add,
+                dst: VReg(1),
+                src: Src::Imm(1),
+            },
+            Inst::Branch {
+                cond: Cond::Lt,
+                lhs: VReg(1),
+                rhs: Src::Imm(10),
+                target: Label(0),
+            },
+            call_using(&[0]), // 5
             Inst::Exit,
         ];
         let intervals = live_intervals(&function(insts, 2));

@@ -93,8 +93,14 @@ pub enum StmtKind {
         otherwise: Option<Block>,
     },
     /// `unroll(N) { ... }`
-    Unroll { count: Expr, body: Block },
-    While { cond: Expr, body: Block },
+    Unroll {
+        count: Expr,
+        body: Block,
+    },
+    While {
+        cond: Expr,
+        body: Block,
+    },
     Break,
     Continue,
     Return,
@@ -123,10 +129,19 @@ pub enum ExprKind {
     /// `$#`
     PositionalCount,
     /// `@name` or `@name[k]` or `@name[k1, k2]`; `name` is empty for `@`.
-    Map { name: String, keys: Vec<Expr> },
+    Map {
+        name: String,
+        keys: Vec<Expr>,
+    },
     /// `name(args...)`
-    Call { name: String, args: Vec<Expr> },
-    Unary { op: UnOp, expr: Box<Expr> },
+    Call {
+        name: String,
+        args: Vec<Expr>,
+    },
+    Unary {
+        op: UnOp,
+        expr: Box<Expr>,
+    },
     Binary {
         op: BinOp,
         lhs: Box<Expr>,
@@ -145,13 +160,22 @@ pub enum ExprKind {
         arrow: bool,
     },
     /// `expr.0` on a tuple.
-    TupleIndex { expr: Box<Expr>, index: u32 },
+    TupleIndex {
+        expr: Box<Expr>,
+        index: u32,
+    },
     /// `expr[index]` on a pointer or array.
-    Index { expr: Box<Expr>, index: Box<Expr> },
+    Index {
+        expr: Box<Expr>,
+        index: Box<Expr>,
+    },
     /// `(a, b, ...)`, at least two elements.
     Tuple(Vec<Expr>),
     /// `(type)expr`
-    Cast { ty: TypeName, expr: Box<Expr> },
+    Cast {
+        ty: TypeName,
+        expr: Box<Expr>,
+    },
     /// `x++`, `++x`, `x--`, `--x` on a variable or map element.
     IncDec {
         target: Box<Expr>,

@@ -6,7 +6,9 @@
 
 use std::collections::HashMap;
 
-use crate::frontend::ast::{BinOp, Block, Expr, ExprKind, ProbeBlock, Script, Span, Stmt, StmtKind};
+use crate::frontend::ast::{
+    BinOp, Block, Expr, ExprKind, ProbeBlock, Script, Span, Stmt, StmtKind,
+};
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
 use crate::frontend::probes::{Environment, ResolvedProbe, resolve};
@@ -113,12 +115,27 @@ impl Checker {
     fn stmt(&mut self, stmt: &Stmt) -> Option<TStmt> {
         let kind = match &stmt.kind {
             StmtKind::Expr(expr) => self.expr_stmt(expr)?,
-            StmtKind::Assign { target, op: None, value } => self.assign(target, value)?,
-            StmtKind::Assign { target, op: Some(op), value } => self.compound(target, *op, value.clone(), stmt.span)?,
-            StmtKind::If { cond, then, otherwise } => TStmtKind::If {
+            StmtKind::Assign {
+                target,
+                op: None,
+                value,
+            } => self.assign(target, value)?,
+            StmtKind::Assign {
+                target,
+                op: Some(op),
+                value,
+            } => self.compound(target, *op, value.clone(), stmt.span)?,
+            StmtKind::If {
+                cond,
+                then,
+                otherwise,
+            } => TStmtKind::If {
                 cond: self.condition(cond),
                 then: self.block(then),
-                otherwise: otherwise.as_ref().map(|b| self.block(b)).unwrap_or_default(),
+                otherwise: otherwise
+                    .as_ref()
+                    .map(|b| self.block(b))
+                    .unwrap_or_default(),
             },
             StmtKind::While { cond, body } => {
                 let cond = self.condition(cond);
@@ -136,22 +153,39 @@ impl Checker {
             }
             StmtKind::Break | StmtKind::Continue => {
                 if self.probe.loop_depth == 0 {
-                    let word = if matches!(stmt.kind, StmtKind::Break) { "break" } else { "continue" };
-                    self.error(ScriptError::new(stmt.span, format!("`{word}` outside of a loop")));
+                    let word = if matches!(stmt.kind, StmtKind::Break) {
+                        "break"
+                    } else {
+                        "continue"
+                    };
+                    self.error(ScriptError::new(
+                        stmt.span,
+                        format!("`{word}` outside of a loop"),
+                    ));
                     return None;
                 }
-                if matches!(stmt.kind, StmtKind::Break) { TStmtKind::Break } else { TStmtKind::Continue }
+                if matches!(stmt.kind, StmtKind::Break) {
+                    TStmtKind::Break
+                } else {
+                    TStmtKind::Continue
+                }
             }
             StmtKind::Return => TStmtKind::Return,
         };
-        Some(TStmt { kind, span: stmt.span })
+        Some(TStmt {
+            kind,
+            span: stmt.span,
+        })
     }
 
     fn unroll_count(&mut self, count: &Expr) -> Option<u32> {
         match count.kind {
             ExprKind::Int(n) if (1..=100).contains(&n) => Some(n as u32),
             _ => {
-                self.error(ScriptError::new(count.span, "unroll needs an integer literal from 1 to 100"));
+                self.error(ScriptError::new(
+                    count.span,
+                    "unroll needs an integer literal from 1 to 100",
+                ));
                 None
             }
         }
@@ -160,9 +194,14 @@ impl Checker {
     /// `x++` as a statement, function calls, and other expressions for effect.
     fn expr_stmt(&mut self, expr: &Expr) -> Option<TStmtKind> {
         match &expr.kind {
-            ExprKind::IncDec { target, increment, .. } => {
+            ExprKind::IncDec {
+                target, increment, ..
+            } => {
                 let op = if *increment { BinOp::Add } else { BinOp::Sub };
-                let one = Expr { kind: ExprKind::Int(1), span: expr.span };
+                let one = Expr {
+                    kind: ExprKind::Int(1),
+                    span: expr.span,
+                };
                 self.compound(target, op, one, expr.span)
             }
             ExprKind::Call { name, args } => self.call_stmt(name, args, expr.span),
@@ -178,9 +217,18 @@ impl Checker {
     fn compound(&mut self, target: &Expr, op: BinOp, value: Expr, span: Span) -> Option<TStmtKind> {
         if let ExprKind::Map { name, keys } = &target.kind {
             let key = self.map_key(keys, target.span)?;
-            self.declare_map(name, key.as_ref().map(|k| &k.ty), MapValueKind::Plain(Type::I64), target.span)?;
+            self.declare_map(
+                name,
+                key.as_ref().map(|k| &k.ty),
+                MapValueKind::Plain(Type::I64),
+                target.span,
+            )?;
         }
-        let kind = ExprKind::Binary { op, lhs: Box::new(target.clone()), rhs: Box::new(value) };
+        let kind = ExprKind::Binary {
+            op,
+            lhs: Box::new(target.clone()),
+            rhs: Box::new(value),
+        };
         self.assign(target, &Expr { kind, span })
     }
 
@@ -197,20 +245,41 @@ impl Checker {
                 {
                     let (agg, arg) = agg?;
                     let key = self.map_key(keys, target.span)?;
-                    let map = self.declare_map(name, key.as_ref().map(|k| &k.ty), MapValueKind::Aggregate(agg), target.span)?;
-                    return Some(TStmtKind::Aggregate { map, key, func: agg, arg });
+                    let map = self.declare_map(
+                        name,
+                        key.as_ref().map(|k| &k.ty),
+                        MapValueKind::Aggregate(agg),
+                        target.span,
+                    )?;
+                    return Some(TStmtKind::Aggregate {
+                        map,
+                        key,
+                        func: agg,
+                        arg,
+                    });
                 }
                 let value = self.expr(value)?;
                 if value.ty == Type::Void {
-                    self.error(ScriptError::new(value.span, "this expression has no value to store"));
+                    self.error(ScriptError::new(
+                        value.span,
+                        "this expression has no value to store",
+                    ));
                     return None;
                 }
                 let key = self.map_key(keys, target.span)?;
-                let map = self.declare_map(name, key.as_ref().map(|k| &k.ty), MapValueKind::Plain(value.ty.clone()), target.span)?;
+                let map = self.declare_map(
+                    name,
+                    key.as_ref().map(|k| &k.ty),
+                    MapValueKind::Plain(value.ty.clone()),
+                    target.span,
+                )?;
                 Some(TStmtKind::AssignMap { map, key, value })
             }
             _ => {
-                self.error(ScriptError::new(target.span, "can only assign to a `$variable` or a `@map`"));
+                self.error(ScriptError::new(
+                    target.span,
+                    "can only assign to a `$variable` or a `@map`",
+                ));
                 None
             }
         }
@@ -222,7 +291,10 @@ impl Checker {
         for key in keys {
             let key = self.expr(key)?;
             if matches!(key.ty, Type::Void | Type::Tuple(_)) {
-                self.error(ScriptError::new(key.span, format!("a map key cannot be of type {}", key.ty)));
+                self.error(ScriptError::new(
+                    key.span,
+                    format!("a map key cannot be of type {}", key.ty),
+                ));
                 return None;
             }
             checked.push(key);
@@ -232,7 +304,11 @@ impl Checker {
             1 => checked.pop(),
             _ => {
                 let ty = Type::Tuple(checked.iter().map(|k| k.ty.clone()).collect());
-                Some(TExpr { kind: TExprKind::Tuple(checked), ty, span })
+                Some(TExpr {
+                    kind: TExprKind::Tuple(checked),
+                    ty,
+                    span,
+                })
             }
         })
     }
@@ -244,7 +320,10 @@ impl Checker {
             Some(known) => match known.unify(ty) {
                 Some(t) => t,
                 None => {
-                    self.error(ScriptError::new(span, format!("${name} holds {known} elsewhere; cannot assign {ty}")));
+                    self.error(ScriptError::new(
+                        span,
+                        format!("${name} holds {known} elsewhere; cannot assign {ty}"),
+                    ));
                     return None;
                 }
             },
@@ -262,14 +341,28 @@ impl Checker {
 
     /// The type a variable settles on after every assignment in the script.
     pub(super) fn var_type(&self, name: &str) -> Option<Type> {
-        self.var_types.get(&(self.probe.block, name.to_string())).cloned()
+        self.var_types
+            .get(&(self.probe.block, name.to_string()))
+            .cloned()
     }
 
-    pub(super) fn declare_map(&mut self, name: &str, key: Option<&Type>, value: MapValueKind, span: Span) -> Option<MapRef> {
+    pub(super) fn declare_map(
+        &mut self,
+        name: &str,
+        key: Option<&Type>,
+        value: MapValueKind,
+        span: Span,
+    ) -> Option<MapRef> {
         let display = format!("@{name}");
         let Some(&map) = self.map_index.get(name) else {
             let map = MapRef(self.maps.len());
-            self.maps.push(MapDecl { name: display, key: key.cloned(), value, read_in_kernel: false, span });
+            self.maps.push(MapDecl {
+                name: display,
+                key: key.cloned(),
+                value,
+                read_in_kernel: false,
+                span,
+            });
             self.map_index.insert(name.to_string(), map);
             return Some(map);
         };
@@ -279,13 +372,21 @@ impl Checker {
             (Some(a), Some(b)) => match a.unify(b) {
                 Some(t) => Some(t),
                 None => {
-                    self.error(ScriptError::new(span, format!("{display} has keys of type {a} elsewhere; this key is {b}")));
+                    self.error(ScriptError::new(
+                        span,
+                        format!("{display} has keys of type {a} elsewhere; this key is {b}"),
+                    ));
                     return None;
                 }
             },
             (a, b) => {
-                let describe = |k: Option<&Type>| k.map_or("no key".to_string(), |t| format!("a {t} key"));
-                let message = format!("{display} is used with {} elsewhere and with {} here", describe(a.as_ref()), describe(b));
+                let describe =
+                    |k: Option<&Type>| k.map_or("no key".to_string(), |t| format!("a {t} key"));
+                let message = format!(
+                    "{display} is used with {} elsewhere and with {} here",
+                    describe(a.as_ref()),
+                    describe(b)
+                );
                 self.error(ScriptError::new(span, message));
                 return None;
             }
@@ -294,17 +395,26 @@ impl Checker {
             (MapValueKind::Plain(a), MapValueKind::Plain(b)) => match a.unify(&b) {
                 Some(t) => MapValueKind::Plain(t),
                 None => {
-                    self.error(ScriptError::new(span, format!("{display} holds {a} elsewhere; cannot store {b}")));
+                    self.error(ScriptError::new(
+                        span,
+                        format!("{display} holds {a} elsewhere; cannot store {b}"),
+                    ));
                     return None;
                 }
             },
-            (MapValueKind::Aggregate(a), MapValueKind::Aggregate(b)) if *a == b => MapValueKind::Aggregate(b),
+            (MapValueKind::Aggregate(a), MapValueKind::Aggregate(b)) if *a == b => {
+                MapValueKind::Aggregate(b)
+            }
             (old, new) => {
                 let describe = |v: &MapValueKind| match v {
                     MapValueKind::Plain(t) => format!("values of type {t}"),
                     MapValueKind::Aggregate(f) => format!("{}()", f.name()),
                 };
-                let message = format!("{display} holds {} elsewhere; cannot also hold {}", describe(old), describe(&new));
+                let message = format!(
+                    "{display} holds {} elsewhere; cannot also hold {}",
+                    describe(old),
+                    describe(&new)
+                );
                 self.error(ScriptError::new(span, message));
                 return None;
             }
@@ -325,6 +435,3 @@ impl Checker {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -17,7 +17,10 @@ impl Checker {
         match self.expr(expr) {
             Some(e) if e.ty.is_int() => e,
             Some(e) => {
-                self.error(ScriptError::new(e.span, format!("a condition must be an integer, not {}", e.ty)));
+                self.error(ScriptError::new(
+                    e.span,
+                    format!("a condition must be an integer, not {}", e.ty),
+                ));
                 int(0, e.span)
             }
             None => int(0, expr.span),
@@ -29,7 +32,12 @@ impl Checker {
         let (kind, ty) = match &expr.kind {
             ExprKind::Int(n) => (TExprKind::Int(*n), Type::I64),
             ExprKind::Bool(b) => (TExprKind::Int(u64::from(*b)), Type::I64),
-            ExprKind::Str(s) => (TExprKind::Str(s.clone()), Type::Str { len: s.len() as u32 + 1 }),
+            ExprKind::Str(s) => (
+                TExprKind::Str(s.clone()),
+                Type::Str {
+                    len: s.len() as u32 + 1,
+                },
+            ),
             ExprKind::Ident(name) => return self.ident(name, span),
             ExprKind::Var(name) => return self.var(name, span),
             ExprKind::Positional(_) | ExprKind::PositionalCount => {
@@ -39,14 +47,28 @@ impl Checker {
             ExprKind::Call { name, args } => return self.call_expr(name, args, span),
             ExprKind::Unary { op, expr } => return self.unary(*op, expr, span),
             ExprKind::Binary { op, lhs, rhs } => return self.binary(*op, lhs, rhs, span),
-            ExprKind::Ternary { cond, then, otherwise } => {
+            ExprKind::Ternary {
+                cond,
+                then,
+                otherwise,
+            } => {
                 let cond = self.condition(cond);
                 let then = self.expr(then)?;
                 let otherwise = self.expr(otherwise)?;
                 let Some(ty) = then.ty.unify(&otherwise.ty) else {
-                    return self.fail(span, &format!("the branches of `?:` differ: {} and {}", then.ty, otherwise.ty));
+                    return self.fail(
+                        span,
+                        &format!(
+                            "the branches of `?:` differ: {} and {}",
+                            then.ty, otherwise.ty
+                        ),
+                    );
                 };
-                let kind = TExprKind::Ternary { cond: Box::new(cond), then: Box::new(then), otherwise: Box::new(otherwise) };
+                let kind = TExprKind::Ternary {
+                    cond: Box::new(cond),
+                    then: Box::new(then),
+                    otherwise: Box::new(otherwise),
+                };
                 (kind, ty)
             }
             ExprKind::Field { expr, field, .. } => return self.field(expr, field, span),
@@ -56,13 +78,30 @@ impl Checker {
                     return self.fail(span, &format!("`.{index}` needs a tuple, not {}", tuple.ty));
                 };
                 let Some(ty) = fields.get(*index as usize).cloned() else {
-                    return self.fail(span, &format!("tuple index {index} is out of range for {}", tuple.ty));
+                    return self.fail(
+                        span,
+                        &format!("tuple index {index} is out of range for {}", tuple.ty),
+                    );
                 };
-                (TExprKind::TupleIndex { expr: Box::new(tuple), index: *index as usize }, ty)
+                (
+                    TExprKind::TupleIndex {
+                        expr: Box::new(tuple),
+                        index: *index as usize,
+                    },
+                    ty,
+                )
             }
-            ExprKind::Index { .. } => return self.fail(span, "indexing needs typed pointers (BTF), which probe contexts here do not provide"),
+            ExprKind::Index { .. } => {
+                return self.fail(
+                    span,
+                    "indexing needs typed pointers (BTF), which probe contexts here do not provide",
+                );
+            }
             ExprKind::Tuple(items) => {
-                let items = items.iter().map(|e| self.expr(e)).collect::<Option<Vec<_>>>()?;
+                let items = items
+                    .iter()
+                    .map(|e| self.expr(e))
+                    .collect::<Option<Vec<_>>>()?;
                 if let Some(bad) = items.iter().find(|e| e.ty == Type::Void) {
                     return self.fail(bad.span, "a tuple element needs a value");
                 }
@@ -71,7 +110,10 @@ impl Checker {
             }
             ExprKind::Cast { ty, expr } => return self.cast(ty, expr, span),
             ExprKind::IncDec { .. } => {
-                return self.fail(span, "`++`/`--` changes a variable or map; use it as a statement");
+                return self.fail(
+                    span,
+                    "`++`/`--` changes a variable or map; use it as a statement",
+                );
             }
         };
         Some(TExpr { kind, ty, span })
@@ -83,7 +125,13 @@ impl Checker {
     }
 
     fn ident(&mut self, name: &str, span: Span) -> Option<TExpr> {
-        let builtin = |b: Builtin, ty: Type| Some(TExpr { kind: TExprKind::Builtin(b), ty, span });
+        let builtin = |b: Builtin, ty: Type| {
+            Some(TExpr {
+                kind: TExprKind::Builtin(b),
+                ty,
+                span,
+            })
+        };
         match name {
             "pid" => builtin(Builtin::Pid, Type::U64),
             "tid" => builtin(Builtin::Tid, Type::U64),
@@ -98,14 +146,28 @@ impl Checker {
             "probe" => builtin(Builtin::Probe, Type::Probe),
             "retval" => {
                 let probe = self.resolved();
-                if !(probe.is_return && matches!(probe.context, Context::PtRegs | Context::U64Array)) {
-                    return self.fail(span, "`retval` is only available in uretprobe, kretprobe and fexit probes");
+                if !(probe.is_return
+                    && matches!(probe.context, Context::PtRegs | Context::U64Array))
+                {
+                    return self.fail(
+                        span,
+                        "`retval` is only available in uretprobe, kretprobe and fexit probes",
+                    );
                 }
                 builtin(Builtin::Retval, Type::U64)
             }
             "func" => match self.resolved().func.clone() {
-                Some(func) => Some(TExpr { ty: Type::Str { len: func.len() as u32 + 1 }, kind: TExprKind::Str(func), span }),
-                None => self.fail(span, "`func` is only available in uprobe, usdt, kprobe and fentry probes"),
+                Some(func) => Some(TExpr {
+                    ty: Type::Str {
+                        len: func.len() as u32 + 1,
+                    },
+                    kind: TExprKind::Str(func),
+                    span,
+                }),
+                None => self.fail(
+                    span,
+                    "`func` is only available in uprobe, usdt, kprobe and fentry probes",
+                ),
             },
             "args" => self.fail(span, "`args` needs a field: `args.NAME`"),
             _ => match name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok()) {
@@ -127,13 +189,19 @@ impl Checker {
             let why = match &probe.context {
                 Context::Tracepoint(_) => "tracepoints have `args.FIELD` instead".to_string(),
                 Context::Usdt(args) => format!("this USDT probe has {} arguments", args.len()),
-                Context::PtRegs if probe.is_return => "return probes have `retval` instead".to_string(),
+                Context::PtRegs if probe.is_return => {
+                    "return probes have `retval` instead".to_string()
+                }
                 Context::PtRegs => "only arg0..arg5 are passed in registers".to_string(),
                 _ => format!("`{}` probes have no arguments", probe.name),
             };
             return self.fail(span, &format!("`arg{n}` is not available here: {why}"));
         }
-        Some(TExpr { kind: TExprKind::Arg(n), ty: Type::U64, span })
+        Some(TExpr {
+            kind: TExprKind::Arg(n),
+            ty: Type::U64,
+            span,
+        })
     }
 
     /// `$name`, whose type is what every assignment in the probe settles on.
@@ -141,8 +209,14 @@ impl Checker {
         let Some(&id) = self.probe.vars.get(name) else {
             return self.fail(span, &format!("${name} is used before it is assigned"));
         };
-        let ty = self.var_type(name).unwrap_or_else(|| self.probe.var_list[id.0].clone());
-        Some(TExpr { kind: TExprKind::Var(id), ty, span })
+        let ty = self
+            .var_type(name)
+            .unwrap_or_else(|| self.probe.var_list[id.0].clone());
+        Some(TExpr {
+            kind: TExprKind::Var(id),
+            ty,
+            span,
+        })
     }
 
     fn map_read(&mut self, name: &str, keys: &[Expr], span: Span) -> Option<TExpr> {
@@ -150,20 +224,37 @@ impl Checker {
         let key = self.map_key(keys, span)?;
         let decl = &mut self.maps[map.0];
         if decl.key.is_some() != key.is_some() {
-            let message = if key.is_some() { "has no keys" } else { "needs a key" };
+            let message = if key.is_some() {
+                "has no keys"
+            } else {
+                "needs a key"
+            };
             let name = decl.name.clone();
             return self.fail(span, &format!("{name} {message}"));
         }
         decl.read_in_kernel = true;
         let ty = match &decl.value {
             MapValueKind::Plain(ty) => ty.clone(),
-            MapValueKind::Aggregate(AggFunc::Count | AggFunc::Sum | AggFunc::Min | AggFunc::Max) => Type::I64,
+            MapValueKind::Aggregate(
+                AggFunc::Count | AggFunc::Sum | AggFunc::Min | AggFunc::Max,
+            ) => Type::I64,
             MapValueKind::Aggregate(agg) => {
-                let message = format!("{} holds {}() values, which can only be printed", decl.name, agg.name());
+                let message = format!(
+                    "{} holds {}() values, which can only be printed",
+                    decl.name,
+                    agg.name()
+                );
                 return self.fail(span, &message);
             }
         };
-        Some(TExpr { kind: TExprKind::MapRead { map, key: key.map(Box::new) }, ty, span })
+        Some(TExpr {
+            kind: TExprKind::MapRead {
+                map,
+                key: key.map(Box::new),
+            },
+            ty,
+            span,
+        })
     }
 
     fn unary(&mut self, op: UnOp, inner: &Expr, span: Span) -> Option<TExpr> {
@@ -179,7 +270,14 @@ impl Checker {
                 return self.fail(span, "pointer dereference needs typed pointers (BTF), which probe contexts here do not provide");
             }
         };
-        Some(TExpr { kind: TExprKind::Unary { op, expr: Box::new(expr) }, ty, span })
+        Some(TExpr {
+            kind: TExprKind::Unary {
+                op,
+                expr: Box::new(expr),
+            },
+            ty,
+            span,
+        })
     }
 
     fn binary(&mut self, op: BinOp, lhs: &Expr, rhs: &Expr, span: Span) -> Option<TExpr> {
@@ -192,13 +290,24 @@ impl Checker {
             if op.is_comparison() || matches!(op, BinOp::LogicalAnd | BinOp::LogicalOr) {
                 Type::I64
             } else {
-                Type::Int { size: 8, signed: lhs.ty.is_signed() && rhs.ty.is_signed() }
+                Type::Int {
+                    size: 8,
+                    signed: lhs.ty.is_signed() && rhs.ty.is_signed(),
+                }
             }
         } else {
             let message = format!("`{}` cannot combine {} and {}", op.symbol(), lhs.ty, rhs.ty);
             return self.fail(span, &message);
         };
-        Some(TExpr { kind: TExprKind::Binary { op, lhs: Box::new(lhs), rhs: Box::new(rhs) }, ty, span })
+        Some(TExpr {
+            kind: TExprKind::Binary {
+                op,
+                lhs: Box::new(lhs),
+                rhs: Box::new(rhs),
+            },
+            ty,
+            span,
+        })
     }
 
     fn field(&mut self, base: &Expr, field: &str, span: Span) -> Option<TExpr> {
@@ -223,7 +332,11 @@ impl Checker {
             FieldKind::DataLocString => Type::Str { len: STRING_LEN },
             FieldKind::Pointer { .. } => Type::U64,
         };
-        Some(TExpr { kind: TExprKind::Field(found), ty, span })
+        Some(TExpr {
+            kind: TExprKind::Field(found),
+            ty,
+            span,
+        })
     }
 
     fn cast(&mut self, ty: &TypeName, inner: &Expr, span: Span) -> Option<TExpr> {
@@ -233,12 +346,22 @@ impl Checker {
             _ => None,
         };
         let Some(target) = target else {
-            return self.fail(ty.span, &format!("cannot cast to `{}`: only integer types are known here", ty.name));
+            return self.fail(
+                ty.span,
+                &format!(
+                    "cannot cast to `{}`: only integer types are known here",
+                    ty.name
+                ),
+            );
         };
         if !expr.ty.is_int() {
             return self.fail(span, &format!("cannot cast {} to {}", expr.ty, target));
         }
-        Some(TExpr { kind: TExprKind::Cast(Box::new(expr)), ty: target, span })
+        Some(TExpr {
+            kind: TExprKind::Cast(Box::new(expr)),
+            ty: target,
+            span,
+        })
     }
 
     /// Calls that return a value.
@@ -246,26 +369,49 @@ impl Checker {
         match name {
             "str" => self.str_call(args, span),
             "strncmp" => self.strncmp(args, span),
-            "count" | "sum" | "min" | "max" | "avg" | "stats" | "hist" | "lhist" => {
-                self.fail(span, &format!("{name}() must be assigned to a map: `@x = {name}(...)`"))
-            }
+            "count" | "sum" | "min" | "max" | "avg" | "stats" | "hist" | "lhist" => self.fail(
+                span,
+                &format!("{name}() must be assigned to a map: `@x = {name}(...)`"),
+            ),
             _ if is_statement_call(name) => self.fail(span, &format!("{name}() has no value")),
             _ => self.fail(span, &format!("unknown function `{name}`")),
         }
     }
 
     fn strncmp(&mut self, args: &[Expr], span: Span) -> Option<TExpr> {
-        let [lhs, rhs, Expr { kind: ExprKind::Int(limit), .. }] = args else {
-            return self.fail(span, "strncmp() takes two strings and an integer literal length");
+        let [
+            lhs,
+            rhs,
+            Expr {
+                kind: ExprKind::Int(limit),
+                ..
+            },
+        ] = args
+        else {
+            return self.fail(
+                span,
+                "strncmp() takes two strings and an integer literal length",
+            );
         };
         let (lhs, rhs) = (self.expr(lhs)?, self.expr(rhs)?);
         for side in [&lhs, &rhs] {
             if !matches!(side.ty, Type::Str { .. }) {
-                return self.fail(side.span, &format!("strncmp() compares strings, not {}", side.ty));
+                return self.fail(
+                    side.span,
+                    &format!("strncmp() compares strings, not {}", side.ty),
+                );
             }
         }
-        let kind = TExprKind::StrNcmp { lhs: Box::new(lhs), rhs: Box::new(rhs), limit: (*limit).min(u64::from(u32::MAX)) as u32 };
-        Some(TExpr { kind, ty: Type::I64, span })
+        let kind = TExprKind::StrNcmp {
+            lhs: Box::new(lhs),
+            rhs: Box::new(rhs),
+            limit: (*limit).min(u64::from(u32::MAX)) as u32,
+        };
+        Some(TExpr {
+            kind,
+            ty: Type::I64,
+            span,
+        })
     }
 
     fn str_call(&mut self, args: &[Expr], span: Span) -> Option<TExpr> {
@@ -293,12 +439,25 @@ impl Checker {
             }
         };
         let user = self.resolved().user_memory;
-        Some(TExpr { kind: TExprKind::ReadStr { ptr: Box::new(ptr), len, user }, ty: Type::Str { len: buffer }, span })
+        Some(TExpr {
+            kind: TExprKind::ReadStr {
+                ptr: Box::new(ptr),
+                len,
+                user,
+            },
+            ty: Type::Str { len: buffer },
+            span,
+        })
     }
 
     /// `count()`, `sum(x)` ... on the right of a map assignment.
     /// `None` when `name` is not an aggregation; `Some(None)` on error.
-    pub(super) fn aggregate(&mut self, name: &str, args: &[Expr], span: Span) -> Option<Option<(AggFunc, Option<TExpr>)>> {
+    pub(super) fn aggregate(
+        &mut self,
+        name: &str,
+        args: &[Expr],
+        span: Span,
+    ) -> Option<Option<(AggFunc, Option<TExpr>)>> {
         let func = match name {
             "count" => AggFunc::Count,
             "sum" => AggFunc::Sum,
@@ -312,7 +471,11 @@ impl Checker {
         };
         let expected = usize::from(func != AggFunc::Count);
         if args.len() != expected {
-            let what = if expected == 0 { "no arguments" } else { "one integer argument" };
+            let what = if expected == 0 {
+                "no arguments"
+            } else {
+                "one integer argument"
+            };
             self.error(ScriptError::new(span, format!("{name}() takes {what}")));
             return Some(None);
         }
@@ -333,9 +496,16 @@ impl Checker {
         let value = self.int_arg(value, "lhist")?;
         let mut constant = |e: &Expr, what: &str| match e.kind {
             ExprKind::Int(n) => Some(n as i64),
-            _ => self.fail(e.span, &format!("lhist() {what} must be an integer literal")),
+            _ => self.fail(
+                e.span,
+                &format!("lhist() {what} must be an integer literal"),
+            ),
         };
-        let (min, max, step) = (constant(min, "min")?, constant(max, "max")?, constant(step, "step")?);
+        let (min, max, step) = (
+            constant(min, "min")?,
+            constant(max, "max")?,
+            constant(step, "step")?,
+        );
         if step <= 0 || max <= min {
             return self.fail(span, "lhist() needs min < max and a positive step");
         }
@@ -348,7 +518,10 @@ impl Checker {
     fn int_arg(&mut self, arg: &Expr, func: &str) -> Option<TExpr> {
         let arg = self.expr(arg)?;
         if !arg.ty.is_int() {
-            return self.fail(arg.span, &format!("{func}() needs an integer, not {}", arg.ty));
+            return self.fail(
+                arg.span,
+                &format!("{func}() needs an integer, not {}", arg.ty),
+            );
         }
         Some(arg)
     }
@@ -364,12 +537,21 @@ impl Checker {
             }
             "time" => match args {
                 [] => Emit::Time("%H:%M:%S\n".into()),
-                [Expr { kind: ExprKind::Str(format), .. }] => Emit::Time(format.clone()),
+                [
+                    Expr {
+                        kind: ExprKind::Str(format),
+                        ..
+                    },
+                ] => Emit::Time(format.clone()),
                 _ => return self.fail(span, "time() takes an optional format string literal"),
             },
             "clear" | "zero" => {
                 let map = self.whole_map(name, args, span)?;
-                if name == "clear" { Emit::Clear(map) } else { Emit::Zero(map) }
+                if name == "clear" {
+                    Emit::Clear(map)
+                } else {
+                    Emit::Zero(map)
+                }
             }
             "delete" => return self.delete(args, span),
             _ => {
@@ -381,24 +563,45 @@ impl Checker {
     }
 
     fn no_args(&mut self, name: &str, args: &[Expr], span: Span) -> Option<()> {
-        if args.is_empty() { Some(()) } else { self.fail(span, &format!("{name}() takes no arguments")) }
+        if args.is_empty() {
+            Some(())
+        } else {
+            self.fail(span, &format!("{name}() takes no arguments"))
+        }
     }
 
     /// `clear(@m)`, `zero(@m)`, `print(@m)`: a map named without a key.
     fn whole_map(&mut self, func: &str, args: &[Expr], span: Span) -> Option<MapRef> {
         match args.first() {
-            Some(Expr { kind: ExprKind::Map { name, keys }, span: map_span }) if keys.is_empty() => {
-                self.lookup_map(name, *map_span)
-            }
+            Some(Expr {
+                kind: ExprKind::Map { name, keys },
+                span: map_span,
+            }) if keys.is_empty() => self.lookup_map(name, *map_span),
             _ => self.fail(span, &format!("{func}() takes a map such as `@name`")),
         }
     }
 
     fn delete(&mut self, args: &[Expr], span: Span) -> Option<TStmtKind> {
         let (name, keys, map_span) = match args {
-            [Expr { kind: ExprKind::Map { name, keys }, span: s }] => (name, keys.clone(), *s),
-            [Expr { kind: ExprKind::Map { name, keys }, span: s }, key] if keys.is_empty() => (name, vec![key.clone()], *s),
-            _ => return self.fail(span, "delete() takes a map element: `delete(@m[key])` or `delete(@m, key)`"),
+            [
+                Expr {
+                    kind: ExprKind::Map { name, keys },
+                    span: s,
+                },
+            ] => (name, keys.clone(), *s),
+            [
+                Expr {
+                    kind: ExprKind::Map { name, keys },
+                    span: s,
+                },
+                key,
+            ] if keys.is_empty() => (name, vec![key.clone()], *s),
+            _ => {
+                return self.fail(
+                    span,
+                    "delete() takes a map element: `delete(@m[key])` or `delete(@m, key)`",
+                );
+            }
         };
         let map = self.lookup_map(name, map_span)?;
         let key = self.map_key(&keys, map_span)?;
@@ -406,7 +609,10 @@ impl Checker {
     }
 
     fn print(&mut self, args: &[Expr], span: Span) -> Option<Emit> {
-        if let Some(Expr { kind: ExprKind::Map { keys, .. }, .. }) = args.first()
+        if let Some(Expr {
+            kind: ExprKind::Map { keys, .. },
+            ..
+        }) = args.first()
             && keys.is_empty()
         {
             let map = self.whole_map("print", args, span)?;
@@ -429,16 +635,29 @@ impl Checker {
     }
 
     fn printf(&mut self, args: &[Expr], span: Span) -> Option<Emit> {
-        let Some((Expr { kind: ExprKind::Str(format), span: format_span }, rest)) = args.split_first().map(|(f, r)| (f, r)).filter(|(f, _)| matches!(f.kind, ExprKind::Str(_))) else {
+        let Some((
+            Expr {
+                kind: ExprKind::Str(format),
+                span: format_span,
+            },
+            rest,
+        )) = args.split_first()
+        else {
             return self.fail(span, "printf() needs a format string literal first");
         };
         let specs = match printf::parse_format(format) {
             Ok(specs) => specs,
             Err(error) => return self.fail(*format_span, &format!("bad printf format: {error}")),
         };
-        let wanted: Vec<bool> = printf::specs(&specs).map(|s| s.arg_kind() == printf::ArgKind::Text).collect();
+        let wanted: Vec<bool> = printf::specs(&specs)
+            .map(|s| s.arg_kind() == printf::ArgKind::Text)
+            .collect();
         if wanted.len() != rest.len() {
-            let message = format!("the format has {} conversions but {} arguments follow", wanted.len(), rest.len());
+            let message = format!(
+                "the format has {} conversions but {} arguments follow",
+                wanted.len(),
+                rest.len()
+            );
             return self.fail(span, &message);
         }
         let mut checked = Vec::new();
@@ -454,16 +673,26 @@ impl Checker {
             }
             checked.push(arg);
         }
-        Some(Emit::Printf { format: format.clone(), args: checked })
+        Some(Emit::Printf {
+            format: format.clone(),
+            args: checked,
+        })
     }
 }
 
 fn is_statement_call(name: &str) -> bool {
-    matches!(name, "printf" | "print" | "exit" | "time" | "clear" | "zero" | "delete")
+    matches!(
+        name,
+        "printf" | "print" | "exit" | "time" | "clear" | "zero" | "delete"
+    )
 }
 
 fn int(n: u64, span: Span) -> TExpr {
-    TExpr { kind: TExprKind::Int(n), ty: Type::I64, span }
+    TExpr {
+        kind: TExprKind::Int(n),
+        ty: Type::I64,
+        span,
+    }
 }
 
 fn int_type(name: &str) -> Option<Type> {
@@ -478,7 +707,10 @@ fn int_type(name: &str) -> Option<Type> {
         _ => return None,
     };
     let bits: u8 = bits.parse().ok()?;
-    Some(Type::Int { size: bits / 8, signed })
+    Some(Type::Int {
+        size: bits / 8,
+        signed,
+    })
 }
 
 /// The pt_regs offset of argument `n` (x86-64 calling convention).

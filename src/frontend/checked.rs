@@ -94,9 +94,18 @@ pub enum Context {
 /// Where a USDT argument lives when the probe fires.
 #[derive(Clone, Debug, PartialEq)]
 pub enum UsdtArgSpec {
-    Register { pt_regs_offset: u16, size: u8, signed: bool },
+    Register {
+        pt_regs_offset: u16,
+        size: u8,
+        signed: bool,
+    },
     Constant(i64),
-    Memory { base_offset: u16, displacement: i64, size: u8, signed: bool },
+    Memory {
+        base_offset: u16,
+        displacement: i64,
+        size: u8,
+        signed: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -108,13 +117,18 @@ pub struct TracepointField {
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum FieldKind {
-    Int { size: u8, signed: bool },
+    Int {
+        size: u8,
+        signed: bool,
+    },
     /// `char name[N]`
     CharArray(u32),
     /// `__data_loc char[] name`
     DataLocString,
     /// A pointer; `user` when it points into user memory (syscall arguments).
-    Pointer { user: bool },
+    Pointer {
+        user: bool,
+    },
 }
 
 #[derive(Clone, Debug)]

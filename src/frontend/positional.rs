@@ -22,7 +22,11 @@ fn block(block: &mut Block, params: &[String]) {
                 expr(target, params);
                 expr(value, params);
             }
-            StmtKind::If { cond, then, otherwise } => {
+            StmtKind::If {
+                cond,
+                then,
+                otherwise,
+            } => {
                 expr(cond, params);
                 self::block(then, params);
                 if let Some(otherwise) = otherwise {
@@ -48,24 +52,36 @@ fn expr(e: &mut Expr, params: &[String]) {
             };
         }
         ExprKind::PositionalCount => e.kind = ExprKind::Int(params.len() as u64),
-        ExprKind::Map { keys: list, .. } | ExprKind::Call { args: list, .. } | ExprKind::Tuple(list) => {
-            list.iter_mut().for_each(|x| expr(x, params))
-        }
+        ExprKind::Map { keys: list, .. }
+        | ExprKind::Call { args: list, .. }
+        | ExprKind::Tuple(list) => list.iter_mut().for_each(|x| expr(x, params)),
         ExprKind::Unary { expr: inner, .. }
         | ExprKind::Field { expr: inner, .. }
         | ExprKind::TupleIndex { expr: inner, .. }
         | ExprKind::Cast { expr: inner, .. }
         | ExprKind::IncDec { target: inner, .. } => expr(inner, params),
-        ExprKind::Binary { lhs, rhs, .. } | ExprKind::Index { expr: lhs, index: rhs } => {
+        ExprKind::Binary { lhs, rhs, .. }
+        | ExprKind::Index {
+            expr: lhs,
+            index: rhs,
+        } => {
             expr(lhs, params);
             expr(rhs, params);
         }
-        ExprKind::Ternary { cond, then, otherwise } => {
+        ExprKind::Ternary {
+            cond,
+            then,
+            otherwise,
+        } => {
             expr(cond, params);
             expr(then, params);
             expr(otherwise, params);
         }
-        ExprKind::Int(_) | ExprKind::Str(_) | ExprKind::Bool(_) | ExprKind::Ident(_) | ExprKind::Var(_) => {}
+        ExprKind::Int(_)
+        | ExprKind::Str(_)
+        | ExprKind::Bool(_)
+        | ExprKind::Ident(_)
+        | ExprKind::Var(_) => {}
     }
 }
 
@@ -86,7 +102,11 @@ mod tests {
     fn replaces_parameters() {
         let mut script = parse(r#"BEGIN { printf("%d %s %d\n", $1, $2, $#); }"#, "t").unwrap();
         substitute(&mut script, &["42".into(), "abc".into()]);
-        let StmtKind::Expr(Expr { kind: ExprKind::Call { args, .. }, .. }) = &script.probes[0].body.stmts[0].kind else {
+        let StmtKind::Expr(Expr {
+            kind: ExprKind::Call { args, .. },
+            ..
+        }) = &script.probes[0].body.stmts[0].kind
+        else {
             panic!("printf call expected");
         };
         assert_eq!(args[1].kind, ExprKind::Int(42));

@@ -29,13 +29,19 @@ pub struct UsdtTarget {
 /// What the checker may ask about the machine. Errors are messages for a
 /// diagnostic on the probe spec.
 pub trait Environment {
-    fn expand_tracepoints(&self, category: &str, name: &str)
-    -> Result<Vec<(String, String)>, String>;
+    fn expand_tracepoints(
+        &self,
+        category: &str,
+        name: &str,
+    ) -> Result<Vec<(String, String)>, String>;
     fn tracepoint_fields(&self, category: &str, name: &str)
     -> Result<Vec<TracepointField>, String>;
     /// Resolve `binary` (path, program or library name) and the functions matching `pattern`.
-    fn functions(&self, binary: &str, pattern: &str)
-    -> Result<(PathBuf, Vec<FunctionTarget>), String>;
+    fn functions(
+        &self,
+        binary: &str,
+        pattern: &str,
+    ) -> Result<(PathBuf, Vec<FunctionTarget>), String>;
     fn usdt(
         &self,
         binary: &str,
@@ -195,7 +201,10 @@ fn uprobes(
     let (pattern, extra) = split_offset(function)?;
     let (path, targets) = env.functions(binary, pattern)?;
     if extra != 0 && targets.len() != 1 {
-        return Err(format!("an offset needs exactly one function, but `{pattern}` matches {}", targets.len()));
+        return Err(format!(
+            "an offset needs exactly one function, but `{pattern}` matches {}",
+            targets.len()
+        ));
     }
     let provider = if retprobe { "uretprobe" } else { "uprobe" };
     Ok(targets
@@ -230,7 +239,12 @@ fn usdts(
         .into_iter()
         .map(|target| {
             let mut probe = ResolvedProbe::new(
-                format!("usdt:{}:{}:{}", path.display(), target.provider, target.name),
+                format!(
+                    "usdt:{}:{}:{}",
+                    path.display(),
+                    target.provider,
+                    target.name
+                ),
                 AttachPoint::Usdt {
                     binary: path.clone(),
                     provider: target.provider.clone(),
@@ -271,7 +285,9 @@ fn timer(
     all_cpus: bool,
 ) -> Result<Vec<ResolvedProbe>, String> {
     let [unit, value] = parts else {
-        return Err(format!("`{spec}`: expected `{provider}:UNIT:N` (UNIT: hz, s, ms, us)"));
+        return Err(format!(
+            "`{spec}`: expected `{provider}:UNIT:N` (UNIT: hz, s, ms, us)"
+        ));
     };
     let n = parse_number(value)
         .filter(|n| *n > 0)
@@ -332,8 +348,16 @@ const HARDWARE_EVENTS: EventTable = &[
     (&["ref-cycles"], 9, 1_000_000),
 ];
 
-fn perf_counter(parts: &[&str], type_: u32, table: EventTable) -> Result<Vec<ResolvedProbe>, String> {
-    let provider = if type_ == PERF_TYPE_HARDWARE { "hardware" } else { "software" };
+fn perf_counter(
+    parts: &[&str],
+    type_: u32,
+    table: EventTable,
+) -> Result<Vec<ResolvedProbe>, String> {
+    let provider = if type_ == PERF_TYPE_HARDWARE {
+        "hardware"
+    } else {
+        "software"
+    };
     let (event, period) = match parts {
         [event] => (*event, None),
         [event, period] => (*event, Some(*period)),
@@ -343,7 +367,10 @@ fn perf_counter(parts: &[&str], type_: u32, table: EventTable) -> Result<Vec<Res
         table.iter().find(|(names, _, _)| names.contains(&event))
     else {
         let known: Vec<&str> = table.iter().map(|(names, _, _)| names[0]).collect();
-        return Err(format!("unknown {provider} event `{event}` (known: {})", known.join(", ")));
+        return Err(format!(
+            "unknown {provider} event `{event}` (known: {})",
+            known.join(", ")
+        ));
     };
     let period = match period {
         Some(text) => parse_number(text)
@@ -352,7 +379,10 @@ fn perf_counter(parts: &[&str], type_: u32, table: EventTable) -> Result<Vec<Res
         None => *default_period,
     };
     let attach = AttachPoint::PerfEvent {
-        event: PerfEvent { type_, config: *config },
+        event: PerfEvent {
+            type_,
+            config: *config,
+        },
         sample: PerfSample::Period(period),
         all_cpus: true,
     };
@@ -386,7 +416,12 @@ mod tests {
                 }],
             ))
         }
-        fn usdt(&self, _: &str, _: Option<&str>, _: &str) -> Result<(PathBuf, Vec<UsdtTarget>), String> {
+        fn usdt(
+            &self,
+            _: &str,
+            _: Option<&str>,
+            _: &str,
+        ) -> Result<(PathBuf, Vec<UsdtTarget>), String> {
             Err("no usdt here".into())
         }
     }
@@ -406,12 +441,20 @@ mod tests {
         assert_eq!(probes[0].name, "profile:hz:99");
         assert!(matches!(
             probes[0].attach,
-            AttachPoint::PerfEvent { sample: PerfSample::FrequencyHz(99), all_cpus: true, .. }
+            AttachPoint::PerfEvent {
+                sample: PerfSample::FrequencyHz(99),
+                all_cpus: true,
+                ..
+            }
         ));
         let probes = resolve(&spec("i", &["ms", "100"]), &NoMachine).unwrap();
         assert!(matches!(
             probes[0].attach,
-            AttachPoint::PerfEvent { sample: PerfSample::Period(100_000_000), all_cpus: false, .. }
+            AttachPoint::PerfEvent {
+                sample: PerfSample::Period(100_000_000),
+                all_cpus: false,
+                ..
+            }
         ));
     }
 

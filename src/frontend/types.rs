@@ -11,9 +11,14 @@ pub const COMM_LEN: u32 = 16;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Type {
-    Int { size: u8, signed: bool },
+    Int {
+        size: u8,
+        signed: bool,
+    },
     /// A NUL-terminated string in a buffer of `len` bytes.
-    Str { len: u32 },
+    Str {
+        len: u32,
+    },
     Tuple(Vec<Type>),
     /// The name of the probe that fired (`probe`).
     Probe,
@@ -22,8 +27,14 @@ pub enum Type {
 }
 
 impl Type {
-    pub const U64: Type = Type::Int { size: 8, signed: false };
-    pub const I64: Type = Type::Int { size: 8, signed: true };
+    pub const U64: Type = Type::Int {
+        size: 8,
+        signed: false,
+    };
+    pub const I64: Type = Type::Int {
+        size: 8,
+        signed: true,
+    };
 
     pub fn is_int(&self) -> bool {
         matches!(self, Type::Int { .. })

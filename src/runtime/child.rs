@@ -4,9 +4,9 @@
 //! probes (`cpid`) and to uprobe filters, but it only `exec`s once released,
 //! after every probe is attached.
 
+use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::ffi::CString;
 use std::thread;
 
 use crate::runtime::maps_read::Stopper;
@@ -50,7 +50,10 @@ impl TracedCommand {
                 libc::execvp(pointers[0], pointers.as_ptr());
                 libc::_exit(127)
             },
-            pid => Ok(TracedCommand { pid, gate: write_end }),
+            pid => Ok(TracedCommand {
+                pid,
+                gate: write_end,
+            }),
         }
     }
 
@@ -100,7 +103,11 @@ pub fn stop_when_process_exits(pid: i32, stopper: Stopper) {
     // SAFETY: fd is a new descriptor we own.
     let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
     thread::spawn(move || {
-        let mut poll = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut poll = libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd; a pidfd becomes readable when the process exits.
         while unsafe { libc::poll(&mut poll, 1, -1) } < 0 {}
         stopper.stop();

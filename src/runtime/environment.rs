@@ -16,27 +16,51 @@ pub struct SystemEnvironment {
 }
 
 impl Environment for SystemEnvironment {
-    fn expand_tracepoints(&self, category: &str, name: &str) -> Result<Vec<(String, String)>, String> {
+    fn expand_tracepoints(
+        &self,
+        category: &str,
+        name: &str,
+    ) -> Result<Vec<(String, String)>, String> {
         tracefs::expand(category, name).map_err(|e| e.to_string())
     }
 
-    fn tracepoint_fields(&self, category: &str, name: &str) -> Result<Vec<TracepointField>, String> {
+    fn tracepoint_fields(
+        &self,
+        category: &str,
+        name: &str,
+    ) -> Result<Vec<TracepointField>, String> {
         let format = tracefs::read_format(category, name).map_err(|e| e.to_string())?;
         let user = category == "syscalls";
-        Ok(format.fields.iter().filter_map(|f| field(f, user)).collect())
+        Ok(format
+            .fields
+            .iter()
+            .filter_map(|f| field(f, user))
+            .collect())
     }
 
-    fn functions(&self, binary: &str, pattern: &str) -> Result<(PathBuf, Vec<FunctionTarget>), String> {
+    fn functions(
+        &self,
+        binary: &str,
+        pattern: &str,
+    ) -> Result<(PathBuf, Vec<FunctionTarget>), String> {
         let path = elf::resolve_binary(binary, self.pid).map_err(|e| e.to_string())?;
         let functions = elf::find_functions(&path, pattern).map_err(|e| e.to_string())?;
         let targets = functions
             .into_iter()
-            .map(|f| FunctionTarget { name: f.name, file_offset: f.file_offset })
+            .map(|f| FunctionTarget {
+                name: f.name,
+                file_offset: f.file_offset,
+            })
             .collect();
         Ok((path, targets))
     }
 
-    fn usdt(&self, binary: &str, provider: Option<&str>, name: &str) -> Result<(PathBuf, Vec<UsdtTarget>), String> {
+    fn usdt(
+        &self,
+        binary: &str,
+        provider: Option<&str>,
+        name: &str,
+    ) -> Result<(PathBuf, Vec<UsdtTarget>), String> {
         let path = elf::resolve_binary(binary, self.pid).map_err(|e| e.to_string())?;
         let probes = usdt::find_usdt(&path, provider, name).map_err(|e| e.to_string())?;
         let targets = probes
@@ -59,7 +83,10 @@ impl Environment for SystemEnvironment {
 /// How a tracefs field is read; `None` for fields scripts cannot use
 /// (arrays other than strings).
 fn field(field: &tracefs::Field, user: bool) -> Option<TracepointField> {
-    let is_char = field.c_type.trim_start_matches("const ").starts_with("char")
+    let is_char = field
+        .c_type
+        .trim_start_matches("const ")
+        .starts_with("char")
         || field.c_type.contains("u8");
     let kind = if field.data_loc || field.rel_loc {
         FieldKind::DataLocString
@@ -71,11 +98,18 @@ fn field(field: &tracefs::Field, user: bool) -> Option<TracepointField> {
     } else if field.is_pointer {
         FieldKind::Pointer { user }
     } else if field.size <= 8 {
-        FieldKind::Int { size: field.size as u8, signed: field.signed }
+        FieldKind::Int {
+            size: field.size as u8,
+            signed: field.signed,
+        }
     } else {
         return None;
     };
-    Some(TracepointField { name: field.name.clone(), offset: field.offset, kind })
+    Some(TracepointField {
+        name: field.name.clone(),
+        offset: field.offset,
+        kind,
+    })
 }
 
 fn usdt_arg(arg: &UsdtArg) -> Result<UsdtArgSpec, String> {
@@ -92,6 +126,9 @@ fn usdt_arg(arg: &UsdtArg) -> Result<UsdtArgSpec, String> {
             size: arg.size,
             signed: arg.signed,
         }),
-        _ => Err(format!("USDT argument `{}` uses an addressing form wprof cannot read", arg.spec)),
+        _ => Err(format!(
+            "USDT argument `{}` uses an addressing form wprof cannot read",
+            arg.spec
+        )),
     }
 }

@@ -49,7 +49,9 @@ enum Ending {
 /// Run `compiled` until `exit()`, Ctrl-C, the duration, or the traced process ends.
 pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Result<(), RunError> {
     let mut loaded = loader::load(compiled)?;
-    let globals = compiled.globals.expect("the code generator always makes a globals map");
+    let globals = compiled
+        .globals
+        .expect("the code generator always makes a globals map");
     loaded.set_global(globals, GlobalSlot::StartNs, monotonic_ns())?;
 
     let child = match &options.command {
@@ -64,7 +66,11 @@ pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Re
         None => None,
     };
     let probes = compiled.programs.len();
-    writeln!(out, "Attaching {probes} probe{}...", if probes == 1 { "" } else { "s" })?;
+    writeln!(
+        out,
+        "Attaching {probes} probe{}...",
+        if probes == 1 { "" } else { "s" }
+    )?;
     out.flush()?;
     let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
     loaded.attach_all(AttachOptions { pid })?;
@@ -82,10 +88,14 @@ pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Re
 
     let deadline = options.duration.map(|d| Instant::now() + d);
     while printer.ending == Ending::Running {
-        let timeout = deadline.map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()));
+        let timeout = deadline.map_or(Duration::from_secs(3600), |d| {
+            d.saturating_duration_since(Instant::now())
+        });
         let _ = loaded.poll(timeout, |bytes| printer.message(bytes, out))?;
         printer.run_map_requests(&loaded, out)?;
-        if printer.ending == Ending::Running && (stopper.is_stopped() || deadline.is_some_and(|d| Instant::now() >= d)) {
+        if printer.ending == Ending::Running
+            && (stopper.is_stopped() || deadline.is_some_and(|d| Instant::now() >= d))
+        {
             printer.ending = Ending::Stopped;
         }
     }
@@ -122,20 +132,34 @@ fn install_interrupt_handler(stopper: crate::runtime::maps_read::Stopper) {
 
 /// `CLOCK_MONOTONIC`, the clock of `bpf_ktime_get_ns`.
 fn monotonic_ns() -> u64 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime only writes the timespec we pass.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
     now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
-fn print_exit_maps(compiled: &Compiled, loaded: &Loaded, printer: &Printer, out: &mut dyn Write) -> Result<(), RunError> {
+fn print_exit_maps(
+    compiled: &Compiled,
+    loaded: &Loaded,
+    printer: &Printer,
+    out: &mut dyn Write,
+) -> Result<(), RunError> {
     let mut dumps = Vec::new();
     for (index, spec) in compiled.maps.iter().enumerate() {
-        let Some(script) = &spec.script_map else { continue };
+        let Some(script) = &spec.script_map else {
+            continue;
+        };
         let entries = agg::collect_entries(script, &loaded.map_entries(MapId(index as u32))?);
         match entries {
             // bpftrace prints empty maps too, as a blank line.
-            Ok(entries) => dumps.push(MapDump { name: &spec.name, spec: script, entries }),
+            Ok(entries) => dumps.push(MapDump {
+                name: &spec.name,
+                spec: script,
+                entries,
+            }),
             Err(error) => eprintln!("wprof: cannot decode {}: {error}", spec.name),
         }
     }
@@ -175,7 +199,13 @@ impl<'a> Printer<'a> {
                 _ => None,
             })
             .collect();
-        Printer { compiled, formats, map_requests: Vec::new(), paused: false, ending: Ending::Running }
+        Printer {
+            compiled,
+            formats,
+            map_requests: Vec::new(),
+            paused: false,
+            ending: Ending::Running,
+        }
     }
 
     fn message(&mut self, bytes: &[u8], out: &mut dyn Write) -> ControlFlow<()> {
@@ -192,9 +222,14 @@ impl<'a> Printer<'a> {
     }
 
     fn dispatch(&mut self, bytes: &[u8], out: &mut dyn Write) -> io::Result<()> {
-        let id = bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        let id = bytes
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
         let Some(message) = id.and_then(|id| self.compiled.messages.get(id as usize)) else {
-            return Err(io::Error::other(format!("malformed message of {} bytes from BPF", bytes.len())));
+            return Err(io::Error::other(format!(
+                "malformed message of {} bytes from BPF",
+                bytes.len()
+            )));
         };
         match message {
             Message::Printf { args, .. } => {
@@ -208,7 +243,8 @@ impl<'a> Printer<'a> {
                 maps::print_value(&mut WriteAdapter(out), &values[0], self)
             }
             Message::Time { format } => {
-                let text = crate::output::time::format_time(format, std::time::SystemTime::now()).map_err(io::Error::other)?;
+                let text = crate::output::time::format_time(format, std::time::SystemTime::now())
+                    .map_err(io::Error::other)?;
                 out.write_all(&text)
             }
             Message::Exit => {
@@ -229,9 +265,20 @@ impl<'a> Printer<'a> {
                 Message::PrintMap { map, top, div } => {
                     let spec = &self.compiled.maps[map.0 as usize];
                     let script = spec.script_map.as_ref().expect("print() takes script maps");
-                    let entries = agg::collect_entries(script, &loaded.map_entries(map)?).map_err(io::Error::other)?;
-                    let options = PrintOptions { top, div: div.max(1) };
-                    maps::print_map(&mut WriteAdapter(out), &spec.name, script, entries, options, self)?;
+                    let entries = agg::collect_entries(script, &loaded.map_entries(map)?)
+                        .map_err(io::Error::other)?;
+                    let options = PrintOptions {
+                        top,
+                        div: div.max(1),
+                    };
+                    maps::print_map(
+                        &mut WriteAdapter(out),
+                        &spec.name,
+                        script,
+                        entries,
+                        options,
+                        self,
+                    )?;
                 }
                 Message::ClearMap { map } => loaded.clear(map)?,
                 Message::ZeroMap { map } => loaded.zero(map)?,
@@ -243,7 +290,10 @@ impl<'a> Printer<'a> {
     }
 }
 
-fn decode_fields(bytes: &[u8], fields: &[(u32, crate::codegen::program::ValueType)]) -> io::Result<Vec<Value>> {
+fn decode_fields(
+    bytes: &[u8],
+    fields: &[(u32, crate::codegen::program::ValueType)],
+) -> io::Result<Vec<Value>> {
     fields
         .iter()
         .map(|(at, ty)| {

@@ -123,7 +123,13 @@ pub fn ensure_mounted() -> Result<PathBuf, TracefsError> {
     let target = std::ffi::CString::new(TRACEFS_MOUNTS[0]).expect("no NUL in a constant path");
     // SAFETY: mount(2) reads the NUL-terminated strings we pass and nothing else.
     unsafe {
-        libc::mount(c"nodev".as_ptr(), target.as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null());
+        libc::mount(
+            c"nodev".as_ptr(),
+            target.as_ptr(),
+            c"tracefs".as_ptr(),
+            0,
+            std::ptr::null(),
+        );
     }
     tracefs_root()
 }
