@@ -384,6 +384,15 @@ impl Assembler {
         self.emit(insn);
     }
 
+    /// `dst = &map_value[0] + offset` (`src_reg = BPF_PSEUDO_MAP_VALUE`): a
+    /// direct pointer into a one-element array map, no helper call needed.
+    pub fn ld_map_value(&mut self, dst: Reg, map: MapId, offset: u32) {
+        let insn = self.len();
+        self.out.map_relocs.push(MapReloc { insn, map });
+        let imm = (i64::from(offset) << 32) | i64::from(map.0);
+        self.emit(Instruction::loadtype(dst, imm, MemoryOpLoadType::MapValue));
+    }
+
     /// `dst = *(size *)(base + off)`, zero-extended.
     pub fn load(&mut self, size: Size, dst: Reg, base: Reg, off: i16) {
         self.emit(Instruction::loadx(dst, base, off, size.to_bpf_ins()));

@@ -134,6 +134,11 @@ impl Emitter<'_> {
                 self.asm.neg64(reg);
                 self.write_back(*dst, reg);
             }
+            Inst::MapValueAddr { dst, map, offset } => {
+                let reg = self.target(*dst, Reg::R0);
+                self.asm.ld_map_value(reg, *map, *offset);
+                self.write_back(*dst, reg);
+            }
             Inst::FrameAddr { dst, offset } => {
                 let reg = self.target(*dst, Reg::R0);
                 self.asm.mov64_reg(reg, Reg::R10);

@@ -60,6 +60,8 @@ pub enum Inst {
     Neg {
         dst: VReg,
     },
+    /// dst = address of byte `offset` of the value of one-element array `map`.
+    MapValueAddr { dst: VReg, map: MapId, offset: u32 },
     /// dst = r10 + offset
     FrameAddr {
         dst: VReg,
@@ -113,7 +115,10 @@ impl Inst {
             Base::Frame => None,
         };
         match self {
-            Inst::Ctx { .. } | Inst::Imm64 { .. } | Inst::FrameAddr { .. } => vec![],
+            Inst::Ctx { .. }
+            | Inst::Imm64 { .. }
+            | Inst::FrameAddr { .. }
+            | Inst::MapValueAddr { .. } => vec![],
             Inst::Mov { src: s, .. } => src(s).into_iter().collect(),
             Inst::Alu { dst, src: s, .. } => std::iter::once(*dst).chain(src(s)).collect(),
             Inst::Neg { dst } => vec![*dst],
@@ -143,6 +148,7 @@ impl Inst {
             | Inst::Alu { dst, .. }
             | Inst::Neg { dst }
             | Inst::FrameAddr { dst, .. }
+            | Inst::MapValueAddr { dst, .. }
             | Inst::Load { dst, .. } => Some(*dst),
             Inst::Call { ret, .. } => *ret,
             _ => None,

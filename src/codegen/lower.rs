@@ -2,9 +2,9 @@
 //! the frame (stack buffer) allocator and statements; expressions, maps and
 //! messages live in the sibling `lower_*` files.
 
-use crate::codegen::ir::{Annotated, Base, Function, Inst, Label, Size, Src, VReg};
+use crate::codegen::ir::{Annotated, Base, Cond, Function, Inst, Label, Size, Src, VReg};
 use crate::codegen::maps::MapLayouts;
-use crate::codegen::program::Message;
+use crate::codegen::program::{AttachPoint, GlobalSlot, Message};
 use crate::frontend::ast::Span;
 use crate::frontend::checked::{CheckedProbe, MapDecl, TStmt, TStmtKind};
 use crate::frontend::types::Type;
@@ -71,6 +71,17 @@ impl<'a> Lowerer<'a> {
         lowerer.ctx = lowerer.vreg();
         lowerer.exit_label = lowerer.label();
         lowerer.prologue();
+        if !matches!(probe.attach, AttachPoint::Begin | AttachPoint::End) {
+            lowerer.comment("return once tracing has stopped");
+            let stopped = lowerer.global(GlobalSlot::Stopped);
+            let exit = lowerer.exit_label;
+            lowerer.emit(Inst::Branch {
+                cond: Cond::Ne,
+                lhs: stopped,
+                rhs: Src::Imm(0),
+                target: exit,
+            });
+        }
         if let Some(predicate) = &probe.predicate {
             lowerer.span = Some(predicate.span);
             lowerer.comment("predicate");

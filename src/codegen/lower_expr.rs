@@ -192,43 +192,23 @@ impl Lowerer<'_> {
         Value::Int(reg)
     }
 
-    /// One u64 slot of the globals map (0 if the map cannot be read).
-    fn global(&mut self, slot: GlobalSlot) -> VReg {
-        let key = self.alloc(8);
-        self.emit(Inst::Store {
-            base: Base::Frame,
-            offset: key,
-            src: Src::Imm(0),
-            size: Size::U32,
-        });
+    /// One u64 slot of the globals map, read through a direct value pointer.
+    pub(super) fn global(&mut self, slot: GlobalSlot) -> VReg {
         let pointer = self.vreg();
-        let args = vec![Arg::Map(self.maps.globals), Arg::Frame(key)];
-        self.emit(Inst::Call {
-            helper: MAP_LOOKUP_ELEM,
-            args,
-            ret: Some(pointer),
+        let map = self.maps.globals;
+        self.emit(Inst::MapValueAddr {
+            dst: pointer,
+            map,
+            offset: 8 * slot as u32,
         });
-        let result = self.vreg();
-        let done = self.label();
-        self.emit(Inst::Mov {
-            dst: result,
-            src: Src::Imm(0),
-        });
-        self.emit(Inst::Branch {
-            cond: Cond::Eq,
-            lhs: pointer,
-            rhs: Src::Imm(0),
-            target: done,
-        });
-        let offset = 8 * slot as i16;
+        let value = self.vreg();
         self.emit(Inst::Load {
-            dst: result,
+            dst: value,
             base: Base::Reg(pointer),
-            offset,
+            offset: 0,
             size: Size::U64,
         });
-        self.emit(Inst::Bind(done));
-        result
+        value
     }
 
     fn arg(&mut self, n: u32) -> VReg {

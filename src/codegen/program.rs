@@ -32,9 +32,12 @@ pub enum GlobalSlot {
     StartNs = 0,
     /// pid of the `-c` child (`cpid`), 0 without `-c`.
     ChildPid = 1,
+    /// Non-zero once tracing has stopped: probes return at once, so maps
+    /// hold still while they print (detaching takes longer).
+    Stopped = 2,
 }
 
-pub const GLOBAL_SLOTS: u32 = 2;
+pub const GLOBAL_SLOTS: u32 = 3;
 
 #[derive(Clone, Debug)]
 pub struct BpfProgram {
@@ -44,7 +47,8 @@ pub struct BpfProgram {
     pub probe: String,
     pub attach: AttachPoint,
     pub insns: Vec<Insn>,
-    /// Instructions whose `imm` must become a map fd before loading.
+    /// `ld_imm64` instructions (map fd or map value) whose `imm` must become
+    /// a map fd before loading.
     pub map_relocs: Vec<MapReloc>,
     /// For each instruction, the script text it was generated from.
     pub spans: Vec<Option<Span>>,

@@ -343,9 +343,9 @@ fn patch_relocs(prog: &BpfProgram, maps: &[MapHandle]) -> Result<Vec<u64>, LoadE
             return Err(bad("ld_imm64 runs past the end"));
         }
         let slot = insns[reloc.insn];
-        // BPF_LD | BPF_IMM | BPF_DW with src_reg = BPF_PSEUDO_MAP_FD.
-        if slot & 0xff != 0x18 || (slot >> 12) & 0xf != 1 {
-            return Err(bad("not an ld_imm64 with src_reg = BPF_PSEUDO_MAP_FD"));
+        // BPF_LD | BPF_IMM | BPF_DW with src_reg = BPF_PSEUDO_MAP_FD or BPF_PSEUDO_MAP_VALUE.
+        if slot & 0xff != 0x18 || !matches!((slot >> 12) & 0xf, 1 | 2) {
+            return Err(bad("not an ld_imm64 of a map fd or map value"));
         }
         let fd = u32::try_from(map.as_fd().as_raw_fd()).map_err(|_| bad("negative fd"))?;
         insns[reloc.insn] = (slot & 0xffff_ffff) | (u64::from(fd) << 32);

@@ -9,5 +9,6 @@ pub mod loader;
 pub mod maps_read;
 mod perf_event;
 pub mod session;
+mod teardown;
 pub mod tracefs;
 pub mod usdt;

@@ -100,6 +100,8 @@ pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Re
         }
     }
 
+    loaded.set_global(globals, GlobalSlot::Stopped, 1)?;
+    crate::runtime::teardown::hand_off_descriptors();
     loaded.detach_all();
     if printer.ending == Ending::ExitCalled {
         // As in bpftrace, what probes sent after exit() is not printed.
