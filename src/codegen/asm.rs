@@ -38,6 +38,8 @@ pub(crate) mod opcode {
     pub const CMPXCHG: i32 = 0xf0 | FETCH;
     /// `ld_imm64` `src_reg` marking `imm` as a map fd (bpf-ins `MemoryOpLoadType::Map`).
     pub const PSEUDO_MAP_FD: u8 = 1;
+    /// `src_reg` of an `ld_imm64` loading a pointer into a map's value.
+    pub const PSEUDO_MAP_VALUE: u8 = 2;
 }
 
 /// Width of a memory access.

@@ -228,6 +228,8 @@ fn ld_imm64(f: &Fields, next: u64) -> String {
     let value = u64::from(f.imm as u32) | (next & 0xffff_ffff_0000_0000);
     if f.src == PSEUDO_MAP_FD {
         format!("r{} = map[{value}]", f.dst)
+    } else if f.src == PSEUDO_MAP_VALUE {
+        format!("r{} = &map[{}].value + {}", f.dst, f.imm as u32, next >> 32)
     } else {
         format!("r{} = {value:#x}", f.dst)
     }
