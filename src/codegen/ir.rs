@@ -61,7 +61,11 @@ pub enum Inst {
         dst: VReg,
     },
     /// dst = address of byte `offset` of the value of one-element array `map`.
-    MapValueAddr { dst: VReg, map: MapId, offset: u32 },
+    MapValueAddr {
+        dst: VReg,
+        map: MapId,
+        offset: u32,
+    },
     /// dst = r10 + offset
     FrameAddr {
         dst: VReg,

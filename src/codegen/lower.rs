@@ -2,7 +2,7 @@
 //! the frame (stack buffer) allocator and statements; expressions, maps and
 //! messages live in the sibling `lower_*` files.
 
-use crate::codegen::ir::{Annotated, Base, Cond, Function, Inst, Label, Size, Src, VReg};
+use crate::codegen::ir::{AluOp, Annotated, Base, Cond, Function, Inst, Label, Size, Src, VReg};
 use crate::codegen::maps::MapLayouts;
 use crate::codegen::program::{AttachPoint, GlobalSlot, Message};
 use crate::frontend::ast::Span;
@@ -109,10 +109,7 @@ impl<'a> Lowerer<'a> {
                 }
                 _ => {
                     let reg = self.vreg();
-                    self.emit(Inst::Mov {
-                        dst: reg,
-                        src: Src::Imm(0),
-                    });
+                    self.mov_imm(reg, 0);
                     VarSlot::Reg(reg)
                 }
             };
@@ -143,6 +140,33 @@ impl<'a> Lowerer<'a> {
             inst,
             span: self.span,
             comment: self.pending_comment.take(),
+        });
+    }
+
+    pub(super) fn mov_imm(&mut self, dst: VReg, imm: i32) {
+        self.emit(Inst::Mov {
+            dst,
+            src: Src::Imm(imm),
+        });
+    }
+
+    pub(super) fn mov(&mut self, dst: VReg, src: VReg) {
+        self.emit(Inst::Mov {
+            dst,
+            src: Src::Reg(src),
+        });
+    }
+
+    pub(super) fn alu(&mut self, op: AluOp, dst: VReg, src: Src) {
+        self.emit(Inst::Alu { op, dst, src });
+    }
+
+    pub(super) fn branch(&mut self, cond: Cond, lhs: VReg, rhs: Src, target: Label) {
+        self.emit(Inst::Branch {
+            cond,
+            lhs,
+            rhs,
+            target,
         });
     }
 
@@ -333,10 +357,7 @@ impl<'a> Lowerer<'a> {
         let target_ty = self.probe.variables[var].clone();
         let result = self.expr(value);
         match (self.vars[var], result) {
-            (VarSlot::Reg(reg), Value::Int(src)) => self.emit(Inst::Mov {
-                dst: reg,
-                src: Src::Reg(src),
-            }),
+            (VarSlot::Reg(reg), Value::Int(src)) => self.mov(reg, src),
             (VarSlot::Mem(offset), result) => {
                 self.store_value(result, &value.ty, Base::Frame, offset, &target_ty)
             }

@@ -68,11 +68,7 @@ impl Lowerer<'_> {
             }
             TExprKind::StrNcmp { lhs, rhs, limit } => {
                 let equal = self.strings_equal(lhs, rhs, *limit);
-                self.emit(Inst::Alu {
-                    op: AluOp::Xor,
-                    dst: equal,
-                    src: Src::Imm(1),
-                });
+                self.alu(AluOp::Xor, equal, Src::Imm(1));
                 Value::Int(equal)
             }
         }
@@ -81,10 +77,7 @@ impl Lowerer<'_> {
     pub(super) fn constant(&mut self, n: u64) -> VReg {
         let reg = self.vreg();
         match i32::try_from(n as i64) {
-            Ok(imm) => self.emit(Inst::Mov {
-                dst: reg,
-                src: Src::Imm(imm),
-            }),
+            Ok(imm) => self.mov_imm(reg, imm),
             Err(_) => self.emit(Inst::Imm64 { dst: reg, value: n }),
         }
         reg
@@ -119,11 +112,7 @@ impl Lowerer<'_> {
     }
 
     fn shift(&mut self, reg: VReg, op: AluOp, bits: i32) {
-        self.emit(Inst::Alu {
-            op,
-            dst: reg,
-            src: Src::Imm(bits),
-        });
+        self.alu(op, reg, Src::Imm(bits));
     }
 
     /// The low 32 bits of `reg`, in place.
@@ -166,11 +155,7 @@ impl Lowerer<'_> {
             Builtin::Elapsed => {
                 let now = self.call0(KTIME_GET_NS);
                 let start = self.global(GlobalSlot::StartNs);
-                self.emit(Inst::Alu {
-                    op: AluOp::Sub,
-                    dst: now,
-                    src: Src::Reg(start),
-                });
+                self.alu(AluOp::Sub, now, Src::Reg(start));
                 now
             }
             Builtin::Cpu => self.call0(GET_SMP_PROCESSOR_ID),
@@ -241,11 +226,7 @@ impl Lowerer<'_> {
                 } => {
                     self.emit(load(base_offset as i16));
                     let displacement = self.constant(displacement as u64);
-                    self.emit(Inst::Alu {
-                        op: AluOp::Add,
-                        dst: reg,
-                        src: Src::Reg(displacement),
-                    });
+                    self.alu(AluOp::Add, reg, Src::Reg(displacement));
                     let buffer = self.alloc(8);
                     self.emit(Inst::Store {
                         base: Base::Frame,
@@ -289,10 +270,7 @@ impl Lowerer<'_> {
     /// A copy of `value` converted to integer type `ty`.
     fn convert(&mut self, value: VReg, ty: &Type) -> VReg {
         let reg = self.vreg();
-        self.emit(Inst::Mov {
-            dst: reg,
-            src: Src::Reg(value),
-        });
+        self.mov(reg, value);
         match ty {
             Type::Int { size, signed } => self.extend(reg, *size, *signed),
             _ => reg,
@@ -333,15 +311,8 @@ impl Lowerer<'_> {
                 let buffer = self.alloc(len);
                 self.zero(Base::Frame, buffer, len.next_multiple_of(8));
                 let source = self.vreg();
-                self.emit(Inst::Mov {
-                    dst: source,
-                    src: Src::Reg(ctx),
-                });
-                self.emit(Inst::Alu {
-                    op: AluOp::Add,
-                    dst: source,
-                    src: Src::Imm(i32::from(offset)),
-                });
+                self.mov(source, ctx);
+                self.alu(AluOp::Add, source, Src::Imm(i32::from(offset)));
                 let args = vec![
                     Arg::Frame(buffer),
                     Arg::Imm(i64::from(len)),
@@ -365,21 +336,10 @@ impl Lowerer<'_> {
                     offset,
                     size: Size::U32,
                 });
-                self.emit(Inst::Alu {
-                    op: AluOp::And,
-                    dst: location,
-                    src: Src::Imm(0xffff),
-                });
+                self.alu(AluOp::And, location, Src::Imm(0xffff));
                 let source = self.vreg();
-                self.emit(Inst::Mov {
-                    dst: source,
-                    src: Src::Reg(ctx),
-                });
-                self.emit(Inst::Alu {
-                    op: AluOp::Add,
-                    dst: source,
-                    src: Src::Reg(location),
-                });
+                self.mov(source, ctx);
+                self.alu(AluOp::Add, source, Src::Reg(location));
                 let args = vec![
                     Arg::Frame(buffer),
                     Arg::Imm(i64::from(len)),
@@ -404,26 +364,11 @@ impl Lowerer<'_> {
                 // A NUL fits after `len` characters, and the verifier needs a bounded size.
                 let requested = self.int_expr(len);
                 let size = self.vreg();
-                self.emit(Inst::Mov {
-                    dst: size,
-                    src: Src::Reg(requested),
-                });
-                self.emit(Inst::Alu {
-                    op: AluOp::Add,
-                    dst: size,
-                    src: Src::Imm(1),
-                });
+                self.mov(size, requested);
+                self.alu(AluOp::Add, size, Src::Imm(1));
                 let within = self.label();
-                self.emit(Inst::Branch {
-                    cond: Cond::Le,
-                    lhs: size,
-                    rhs: Src::Imm(buffer_len as i32),
-                    target: within,
-                });
-                self.emit(Inst::Mov {
-                    dst: size,
-                    src: Src::Imm(buffer_len as i32),
-                });
+                self.branch(Cond::Le, size, Src::Imm(buffer_len as i32), within);
+                self.mov_imm(size, buffer_len as i32);
                 self.emit(Inst::Bind(within));
                 Arg::Reg(size)
             }
@@ -447,33 +392,15 @@ impl Lowerer<'_> {
     fn unary(&mut self, op: UnOp, inner: &TExpr) -> VReg {
         let value = self.int_expr(inner);
         let reg = self.vreg();
-        self.emit(Inst::Mov {
-            dst: reg,
-            src: Src::Reg(value),
-        });
+        self.mov(reg, value);
         match op {
             UnOp::Neg => self.emit(Inst::Neg { dst: reg }),
-            UnOp::BitNot => self.emit(Inst::Alu {
-                op: AluOp::Xor,
-                dst: reg,
-                src: Src::Imm(-1),
-            }),
+            UnOp::BitNot => self.alu(AluOp::Xor, reg, Src::Imm(-1)),
             UnOp::Not => {
                 let done = self.label();
-                self.emit(Inst::Mov {
-                    dst: reg,
-                    src: Src::Imm(1),
-                });
-                self.emit(Inst::Branch {
-                    cond: Cond::Eq,
-                    lhs: value,
-                    rhs: Src::Imm(0),
-                    target: done,
-                });
-                self.emit(Inst::Mov {
-                    dst: reg,
-                    src: Src::Imm(0),
-                });
+                self.mov_imm(reg, 1);
+                self.branch(Cond::Eq, value, Src::Imm(0), done);
+                self.mov_imm(reg, 0);
                 self.emit(Inst::Bind(done));
             }
             UnOp::Deref | UnOp::AddrOf => unreachable!("the checker rejects pointer operators"),
@@ -505,15 +432,8 @@ impl Lowerer<'_> {
             _ => unreachable!("comparisons are handled above"),
         };
         let reg = self.vreg();
-        self.emit(Inst::Mov {
-            dst: reg,
-            src: Src::Reg(left),
-        });
-        self.emit(Inst::Alu {
-            op: alu,
-            dst: reg,
-            src: Src::Reg(right),
-        });
+        self.mov(reg, left);
+        self.alu(alu, reg, Src::Reg(right));
         reg
     }
 
@@ -522,16 +442,10 @@ impl Lowerer<'_> {
         let reg = self.vreg();
         let (false_label, done) = (self.label(), self.label());
         branch(self, false_label);
-        self.emit(Inst::Mov {
-            dst: reg,
-            src: Src::Imm(1),
-        });
+        self.mov_imm(reg, 1);
         self.emit(Inst::Jump(done));
         self.emit(Inst::Bind(false_label));
-        self.emit(Inst::Mov {
-            dst: reg,
-            src: Src::Imm(0),
-        });
+        self.mov_imm(reg, 0);
         self.emit(Inst::Bind(done));
         reg
     }
@@ -586,12 +500,7 @@ impl Lowerer<'_> {
             _ if matches!(lhs.ty, Type::Str { .. }) => {
                 let equal = self.strings_equal(lhs, rhs, u32::MAX);
                 let cond = if op == BinOp::Eq { Cond::Eq } else { Cond::Ne };
-                self.emit(Inst::Branch {
-                    cond,
-                    lhs: equal,
-                    rhs: Src::Imm(0),
-                    target,
-                });
+                self.branch(cond, equal, Src::Imm(0), target);
             }
             _ => {
                 let left = self.int_expr(lhs);
@@ -600,12 +509,7 @@ impl Lowerer<'_> {
                 let cond = comparison(op, signed)
                     .negate()
                     .expect("comparisons have negations");
-                self.emit(Inst::Branch {
-                    cond,
-                    lhs: left,
-                    rhs: Src::Reg(right),
-                    target,
-                });
+                self.branch(cond, left, Src::Reg(right), target);
             }
         }
     }
@@ -636,31 +540,15 @@ impl Lowerer<'_> {
                 offset: b + i,
                 size: Size::U8,
             });
-            self.emit(Inst::Branch {
-                cond: Cond::Ne,
-                lhs: x,
-                rhs: Src::Reg(y),
-                target: differ,
-            });
-            self.emit(Inst::Branch {
-                cond: Cond::Eq,
-                lhs: x,
-                rhs: Src::Imm(0),
-                target: same,
-            });
+            self.branch(Cond::Ne, x, Src::Reg(y), differ);
+            self.branch(Cond::Eq, x, Src::Imm(0), same);
         }
         self.emit(Inst::Jump(same));
         self.emit(Inst::Bind(differ));
-        self.emit(Inst::Mov {
-            dst: result,
-            src: Src::Imm(0),
-        });
+        self.mov_imm(result, 0);
         self.emit(Inst::Jump(done));
         self.emit(Inst::Bind(same));
-        self.emit(Inst::Mov {
-            dst: result,
-            src: Src::Imm(1),
-        });
+        self.mov_imm(result, 1);
         self.emit(Inst::Bind(done));
         result
     }

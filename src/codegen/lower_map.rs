@@ -7,6 +7,7 @@ use crate::codegen::lower::{Lowerer, Value};
 use crate::codegen::program::{Message, MessageId};
 use crate::frontend::checked::{AggFunc, Emit, MapRef, TExpr};
 use crate::frontend::types::Type;
+use crate::output::hist::HIST_MAX_LOG2;
 
 impl Lowerer<'_> {
     /// Build the key of `map` in a frame buffer, with a histogram bucket after it.
@@ -81,27 +82,14 @@ impl Lowerer<'_> {
             Type::Str { .. } | Type::Tuple(_) => {
                 let buffer = self.alloc(ty.size());
                 self.zero(Base::Frame, buffer, ty.size());
-                self.emit(Inst::Branch {
-                    cond: Cond::Eq,
-                    lhs: pointer,
-                    rhs: Src::Imm(0),
-                    target: missing,
-                });
+                self.branch(Cond::Eq, pointer, Src::Imm(0), missing);
                 self.copy((Base::Frame, buffer), (Base::Reg(pointer), 0), ty.size());
                 Value::Mem(buffer)
             }
             _ => {
                 let reg = self.vreg();
-                self.emit(Inst::Mov {
-                    dst: reg,
-                    src: Src::Imm(0),
-                });
-                self.emit(Inst::Branch {
-                    cond: Cond::Eq,
-                    lhs: pointer,
-                    rhs: Src::Imm(0),
-                    target: missing,
-                });
+                self.mov_imm(reg, 0);
+                self.branch(Cond::Eq, pointer, Src::Imm(0), missing);
                 self.emit(Inst::Load {
                     dst: reg,
                     base: Base::Reg(pointer),
@@ -166,12 +154,7 @@ impl Lowerer<'_> {
         ));
         let pointer = self.lookup(map, key);
         let (insert, done) = (self.label(), self.label());
-        self.emit(Inst::Branch {
-            cond: Cond::Eq,
-            lhs: pointer,
-            rhs: Src::Imm(0),
-            target: insert,
-        });
+        self.branch(Cond::Eq, pointer, Src::Imm(0), insert);
         self.update_in_place(func, pointer, value, per_cpu);
         self.emit(Inst::Jump(done));
         self.emit(Inst::Bind(insert));
@@ -239,11 +222,7 @@ impl Lowerer<'_> {
                 offset,
                 size: Size::U64,
             });
-            self.emit(Inst::Alu {
-                op: AluOp::Add,
-                dst: current,
-                src: Src::Reg(amount),
-            });
+            self.alu(AluOp::Add, current, Src::Reg(amount));
             self.emit(Inst::Store {
                 base: Base::Reg(pointer),
                 offset,
@@ -283,66 +262,30 @@ impl Lowerer<'_> {
         }
     }
 
-    /// Bucket of `hist()`: 0 for negatives, 1 for zero, 2 + floor(log2(v)) above.
+    /// Bucket of `hist()`: 0 for negatives, 1 for zero, 2 + floor(log2(v))
+    /// above, as `output::hist::hist_bucket` defines.
     fn log2_bucket(&mut self, value: VReg) -> VReg {
         let (bucket, v, high) = (self.vreg(), self.vreg(), self.vreg());
         let done = self.label();
-        self.emit(Inst::Mov {
-            dst: bucket,
-            src: Src::Imm(0),
-        });
-        self.emit(Inst::Branch {
-            cond: Cond::Slt,
-            lhs: value,
-            rhs: Src::Imm(0),
-            target: done,
-        });
-        self.emit(Inst::Mov {
-            dst: bucket,
-            src: Src::Imm(1),
-        });
-        self.emit(Inst::Branch {
-            cond: Cond::Eq,
-            lhs: value,
-            rhs: Src::Imm(0),
-            target: done,
-        });
-        self.emit(Inst::Mov {
-            dst: bucket,
-            src: Src::Imm(2),
-        });
-        self.emit(Inst::Mov {
-            dst: v,
-            src: Src::Reg(value),
-        });
+        self.mov_imm(bucket, 0);
+        self.branch(Cond::Slt, value, Src::Imm(0), done);
+        self.mov_imm(bucket, 1);
+        self.branch(Cond::Eq, value, Src::Imm(0), done);
+        self.mov_imm(bucket, 2);
+        self.mov(v, value);
         for bits in [32, 16, 8, 4, 2, 1] {
             let skip = self.label();
-            self.emit(Inst::Mov {
-                dst: high,
-                src: Src::Reg(v),
-            });
-            self.emit(Inst::Alu {
-                op: AluOp::Rsh,
-                dst: high,
-                src: Src::Imm(bits),
-            });
-            self.emit(Inst::Branch {
-                cond: Cond::Eq,
-                lhs: high,
-                rhs: Src::Imm(0),
-                target: skip,
-            });
-            self.emit(Inst::Mov {
-                dst: v,
-                src: Src::Reg(high),
-            });
-            self.emit(Inst::Alu {
-                op: AluOp::Add,
-                dst: bucket,
-                src: Src::Imm(bits),
-            });
+            self.mov(high, v);
+            self.alu(AluOp::Rsh, high, Src::Imm(bits));
+            self.branch(Cond::Eq, high, Src::Imm(0), skip);
+            self.mov(v, high);
+            self.alu(AluOp::Add, bucket, Src::Imm(bits));
             self.emit(Inst::Bind(skip));
         }
+        // bpftrace 0.17 puts everything from 2^31 up into its last bucket.
+        let last = HIST_MAX_LOG2 as i32 + 2;
+        self.branch(Cond::Le, bucket, Src::Imm(last), done);
+        self.mov_imm(bucket, last);
         self.emit(Inst::Bind(done));
         bucket
     }
@@ -355,47 +298,16 @@ impl Lowerer<'_> {
             self.constant(max as u64),
         );
         let done = self.label();
-        self.emit(Inst::Mov {
-            dst: bucket,
-            src: Src::Imm(0),
-        });
-        self.emit(Inst::Branch {
-            cond: Cond::Slt,
-            lhs: value,
-            rhs: Src::Reg(low),
-            target: done,
-        });
+        self.mov_imm(bucket, 0);
+        self.branch(Cond::Slt, value, Src::Reg(low), done);
         let last = (max - min) / step + 1;
-        self.emit(Inst::Mov {
-            dst: bucket,
-            src: Src::Imm(last as i32),
-        });
-        self.emit(Inst::Branch {
-            cond: Cond::Sge,
-            lhs: value,
-            rhs: Src::Reg(high),
-            target: done,
-        });
-        self.emit(Inst::Mov {
-            dst: bucket,
-            src: Src::Reg(value),
-        });
-        self.emit(Inst::Alu {
-            op: AluOp::Sub,
-            dst: bucket,
-            src: Src::Reg(low),
-        });
+        self.mov_imm(bucket, last as i32);
+        self.branch(Cond::Sge, value, Src::Reg(high), done);
+        self.mov(bucket, value);
+        self.alu(AluOp::Sub, bucket, Src::Reg(low));
         let step = self.constant(step as u64);
-        self.emit(Inst::Alu {
-            op: AluOp::Div,
-            dst: bucket,
-            src: Src::Reg(step),
-        });
-        self.emit(Inst::Alu {
-            op: AluOp::Add,
-            dst: bucket,
-            src: Src::Imm(1),
-        });
+        self.alu(AluOp::Div, bucket, Src::Reg(step));
+        self.alu(AluOp::Add, bucket, Src::Imm(1));
         self.emit(Inst::Bind(done));
         bucket
     }

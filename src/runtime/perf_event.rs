@@ -53,11 +53,7 @@ pub(super) fn attach(
     sample: PerfSample,
     all_cpus: bool,
 ) -> Result<Vec<Link>, String> {
-    let cpus = if all_cpus {
-        online_cpus()
-    } else {
-        vec![0]
-    };
+    let cpus = if all_cpus { online_cpus() } else { vec![0] };
     let fds = open_per_cpu(event, sample, &cpus).map_err(|(cpu, e)| {
         let hint = if event.type_ == 0 {
             "hardware events are not available here (VM?); use a software event such as cpu-clock"
