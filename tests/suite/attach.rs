@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 
-use super::{RUN_TIMEOUT, entries, map_lines, wprof_ok, workload};
+use super::{RUN_TIMEOUT, entries, map_lines, workload, wprof_ok};
 use crate::common::{scratch_dir, wprof_bin};
 use crate::require_bpf;
 
@@ -16,12 +16,24 @@ use crate::require_bpf;
 fn uprobe_counts_every_call() {
     require_bpf!();
     let t = workload("uprobe_target");
-    let script = ["add", "mul3", "greet", "answer", "alloc_block", "fib", "negate"]
-        .map(|f| format!("uprobe:{t}:{f}"))
-        .join(",\n")
+    let script = [
+        "add",
+        "mul3",
+        "greet",
+        "answer",
+        "alloc_block",
+        "fib",
+        "negate",
+    ]
+    .map(|f| format!("uprobe:{t}:{f}"))
+    .join(",\n")
         + " { @[func] = count(); }";
     let out = wprof_ok(&["-e", &script, "-c", &format!("{t} 6")]);
-    assert!(out.stdout.starts_with("Attaching 7 probes...\n"), "{}", out.stdout);
+    assert!(
+        out.stdout.starts_with("Attaching 7 probes...\n"),
+        "{}",
+        out.stdout
+    );
     let expected = entries([
         ("@[add]", 6),
         ("@[mul3]", 6),
@@ -135,7 +147,9 @@ fn pid_option_scopes_uprobes_to_one_process() {
     let mut traced = Target::start(&t, &go_traced, 3);
     let mut other = Target::start(&t, &go_other, 7);
     let pid = traced.0.id().to_string();
-    let script = format!(r#"BEGIN {{ printf("ready\n"); }} uprobe:{t}:tick {{ @ticks = count(); @pids[pid] = count(); }}"#);
+    let script = format!(
+        r#"BEGIN {{ printf("ready\n"); }} uprobe:{t}:tick {{ @ticks = count(); @pids[pid] = count(); }}"#
+    );
     let mut tracer = Command::new(wprof_bin())
         .args(["-p", &pid, "-e", &script])
         .stdin(Stdio::null())
@@ -145,7 +159,11 @@ fn pid_option_scopes_uprobes_to_one_process() {
         .expect("start wprof");
     let lines = read_lines(tracer.stdout.take().expect("piped"));
     let first: Vec<String> = lines.iter().take(2).collect();
-    assert_eq!(first, ["Attaching 2 probes...", "ready"], "wprof did not start");
+    assert_eq!(
+        first,
+        ["Attaching 2 probes...", "ready"],
+        "wprof did not start"
+    );
 
     // The untraced copy runs to completion first, so its calls cannot be missed
     // by an early stop; then the traced copy runs and its exit ends wprof.
@@ -156,7 +174,8 @@ fn pid_option_scopes_uprobes_to_one_process() {
     let status = tracer.wait().expect("wait for wprof");
     let rest: Vec<String> = lines.iter().collect();
     let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut tracer.stderr.take().expect("piped"), &mut stderr).expect("stderr");
+    std::io::Read::read_to_string(&mut tracer.stderr.take().expect("piped"), &mut stderr)
+        .expect("stderr");
     assert!(status.success(), "wprof failed: {status}\n{stderr}");
     let expected = entries([("@ticks".to_string(), 3), (format!("@pids[{pid}]"), 3)]);
     assert_eq!(map_lines(&rest.join("\n")), expected, "{rest:?}");
@@ -214,10 +233,30 @@ fn tracepoint_args_fields() {
     let out = wprof_ok(&["-e", script, "-c", &format!("{t} 5")]);
     let maps = map_lines(&out.stdout);
     // N openat(O_RDONLY) plus one open(O_WRONLY); the dynamic loader opens other files.
-    assert_eq!(maps.get("@open[/dev/null]").map(String::as_str), Some("6"), "{}", out.stdout);
-    assert_eq!(maps.get("@bytes").map(String::as_str), Some("105"), "1+11+21+31+41\n{}", out.stdout);
-    assert_eq!(maps.get("@writes").map(String::as_str), Some("5"), "{}", out.stdout);
-    assert_eq!(maps.get("@pgid_arg[0]").map(String::as_str), Some("10"), "{}", out.stdout);
+    assert_eq!(
+        maps.get("@open[/dev/null]").map(String::as_str),
+        Some("6"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        maps.get("@bytes").map(String::as_str),
+        Some("105"),
+        "1+11+21+31+41\n{}",
+        out.stdout
+    );
+    assert_eq!(
+        maps.get("@writes").map(String::as_str),
+        Some("5"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        maps.get("@pgid_arg[0]").map(String::as_str),
+        Some("10"),
+        "{}",
+        out.stdout
+    );
 }
 
 /// A `__data_loc` string field (`sched_process_exec`'s filename) reads the
@@ -235,17 +274,65 @@ fn tracepoint_data_loc_string() {
 #[test]
 fn tracepoint_wildcard_expands_to_every_match() {
     require_bpf!();
-    let events = std::fs::read_to_string("/sys/kernel/tracing/available_events").expect("read available_events");
+    let events = std::fs::read_to_string("/sys/kernel/tracing/available_events")
+        .expect("read available_events");
     let matching = events
         .lines()
         .filter(|line| line.strip_prefix("syscalls:sys_enter_getp").is_some())
         .count();
-    assert!(matching >= 4, "getpid, getppid, getpgid, getpriority ...: {matching}");
+    assert!(
+        matching >= 4,
+        "getpid, getppid, getpgid, getpriority ...: {matching}"
+    );
     let t = workload("syscalls");
     let script = "tracepoint:syscalls:sys_enter_getp* /pid == cpid/ { @[probe] = count(); }";
     let out = wprof_ok(&["-e", script, "-c", &format!("{t} 2")]);
-    assert!(out.stdout.starts_with(&format!("Attaching {matching} probes...\n")), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .starts_with(&format!("Attaching {matching} probes...\n")),
+        "{}",
+        out.stdout
+    );
     let maps = map_lines(&out.stdout);
-    assert_eq!(maps.get("@[tracepoint:syscalls:sys_enter_getppid]").map(String::as_str), Some("2"), "{}", out.stdout);
-    assert_eq!(maps.get("@[tracepoint:syscalls:sys_enter_getpgid]").map(String::as_str), Some("4"), "{}", out.stdout);
+    assert_eq!(
+        maps.get("@[tracepoint:syscalls:sys_enter_getppid]")
+            .map(String::as_str),
+        Some("2"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        maps.get("@[tracepoint:syscalls:sys_enter_getpgid]")
+            .map(String::as_str),
+        Some("4"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// String builtins and ternaries compute the right values at run time:
+/// `str(p, N)` truncates, `==` and `strncmp` compare, ternaries pick keys.
+#[test]
+fn strings_and_ternaries_at_run_time() {
+    require_bpf!();
+    let t = workload("syscalls");
+    let script = r#"tracepoint:syscalls:sys_enter_openat /pid == cpid/ {
+          $path = str(args.filename); $short = str(args.filename, 8);
+          if ($path == "/dev/null") { @null[$short] = count(); }
+          @etc = sum(strncmp($path, "/etc/", 5) == 0); }
+        tracepoint:syscalls:sys_enter_write /pid == cpid && args.fd == 3/ {
+          @kind[args.count > 20 ? "big" : "small"] = count();
+          @level[args.count > 30 ? 3 : args.count > 10 ? 2 : 1] = count(); }"#;
+    let out = wprof_ok(&["-e", script, "-c", &format!("{t} 5")]);
+    // Writes of 1, 11, 21, 31, 41 bytes; ld.so opens /etc/ld.so.cache once.
+    let expected = entries([
+        ("@null[/dev/nu]", 6),
+        ("@etc", 1),
+        ("@kind[small]", 2),
+        ("@kind[big]", 3),
+        ("@level[1]", 1),
+        ("@level[2]", 2),
+        ("@level[3]", 2),
+    ]);
+    assert_eq!(map_lines(&out.stdout), expected, "{}", out.stdout);
 }

@@ -16,12 +16,19 @@ fn codegen_scripts() -> Vec<PathBuf> {
         .filter(|path| path.extension().is_some_and(|x| x == "bt"))
         .collect();
     scripts.sort();
-    assert!(scripts.len() >= 8, "expected the codegen scripts in {}", dir.display());
+    assert!(
+        scripts.len() >= 8,
+        "expected the codegen scripts in {}",
+        dir.display()
+    );
     scripts
 }
 
 fn stem(path: &Path) -> String {
-    path.file_stem().expect("a file name").to_string_lossy().into_owned()
+    path.file_stem()
+        .expect("a file name")
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The annotated listing of each codegen script matches its reviewed snapshot.
@@ -34,7 +41,8 @@ fn dump_bpf_listings_match_snapshots() {
         let mut settings = insta::Settings::clone_current();
         settings.set_input_file(&script);
         settings.set_prepend_module_to_snapshot(false);
-        settings.bind(|| insta::assert_snapshot!(format!("codegen__{}", stem(&script)), out.stdout));
+        settings
+            .bind(|| insta::assert_snapshot!(format!("codegen__{}", stem(&script)), out.stdout));
     }
 }
 
@@ -44,7 +52,12 @@ fn codegen_scripts_pass_the_verifier() {
     require_bpf!();
     for script in codegen_scripts() {
         let out = wprof_ok(&["-d", "1", &path_str(&script)]);
-        assert!(out.stdout.starts_with("Attaching "), "{}: {}", script.display(), out.stdout);
+        assert!(
+            out.stdout.starts_with("Attaching "),
+            "{}: {}",
+            script.display(),
+            out.stdout
+        );
         let maps = map_lines(&out.stdout);
         // Scripts that run in BEGIN also compute known values.
         let expected: &[(&str, &str)] = match stem(&script).as_str() {
@@ -53,7 +66,13 @@ fn codegen_scripts_pass_the_verifier() {
             _ => &[],
         };
         for (name, value) in expected {
-            assert_eq!(maps.get(*name).map(String::as_str), Some(*value), "{}: {}", script.display(), out.stdout);
+            assert_eq!(
+                maps.get(*name).map(String::as_str),
+                Some(*value),
+                "{}: {}",
+                script.display(),
+                out.stdout
+            );
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use wprof::runtime::features;
 
-use super::{one_error, wprof_fails, wprof_ok, workload};
+use super::{one_error, workload, wprof_fails, wprof_ok};
 use crate::require_bpf;
 
 /// Runs `script` with `-e`, expects failure and exactly `body` as the one error.
@@ -134,11 +134,15 @@ fn printf_argument_count_mismatch() {
 /// the limit and pointing at that statement.
 #[test]
 fn stack_limit_points_at_the_statement() {
-    let args = vec!["str(0)"; 9].join(", ");
-    let script = format!("BEGIN {{\n  $x = 1;\n  printf(\"{}\\n\", {args});\n}}", "%s ".repeat(9).trim_end());
+    let args = ["str(0)"; 9].join(", ");
+    let script = format!(
+        "BEGIN {{\n  $x = 1;\n  printf(\"{}\\n\", {args});\n}}",
+        "%s ".repeat(9).trim_end()
+    );
     let out = wprof_fails(&["-e", &script]);
     let line = script.lines().nth(2).expect("line 3");
-    let underline = "─".repeat(line.trim().len());
+    // The span covers the call, not its `;`.
+    let underline = "─".repeat(line.trim().trim_end_matches(';').len());
     let expected = one_error(&format!(
         "  × `BEGIN` needs 1160 bytes of BPF stack; the kernel allows 512
    ╭─[<script>:3:3]
@@ -156,7 +160,11 @@ fn stack_limit_points_at_the_statement() {
 /// The same script without the wide printf compiles (the limit is not hit by accident).
 #[test]
 fn stack_limit_not_hit_by_small_printf() {
-    let out = wprof_ok(&["--dump-bpf", "-e", r#"BEGIN { printf("%s %s\n", comm, str(0)); }"#]);
+    let out = wprof_ok(&[
+        "--dump-bpf",
+        "-e",
+        r#"BEGIN { printf("%s %s\n", comm, str(0)); }"#,
+    ]);
     assert!(out.stdout.starts_with("; BEGIN ("), "{}", out.stdout);
 }
 
@@ -167,22 +175,48 @@ fn missing_kernel_features_are_named() {
     require_bpf!();
     let found = features::detect();
     let cases = [
-        ("kprobe:do_nanosleep { }", found.kprobes.reason().map(str::to_owned), "this kernel has no kprobe support"),
-        ("fentry:vfs_read { }", found.fentry().reason().map(str::to_owned), "this kernel refuses fentry/fexit programs"),
-        ("hardware:cycles:1000000 { }", found.hardware_pmu.reason().map(str::to_owned), "this machine has no hardware PMU"),
+        (
+            "kprobe:do_nanosleep { }",
+            found.kprobes.reason().map(str::to_owned),
+            "this kernel has no kprobe support",
+        ),
+        (
+            "fentry:vfs_read { }",
+            found.fentry().reason().map(str::to_owned),
+            "this kernel refuses fentry/fexit programs",
+        ),
+        (
+            "hardware:cycles:1000000 { }",
+            found.hardware_pmu.reason().map(str::to_owned),
+            "this machine has no hardware PMU",
+        ),
     ];
     for (script, missing, needle) in cases {
         let dump = wprof_ok(&["--dump-bpf", "-e", script]);
-        assert!(dump.stdout.contains("instructions)"), "{script}: {}", dump.stdout);
+        assert!(
+            dump.stdout.contains("instructions)"),
+            "{script}: {}",
+            dump.stdout
+        );
         let Some(reason) = missing else {
-            eprintln!("SKIPPED {script}: this kernel has the feature, so there is no error to check");
+            eprintln!(
+                "SKIPPED {script}: this kernel has the feature, so there is no error to check"
+            );
             continue;
         };
         let out = wprof_fails(&["-e", script]);
         assert!(out.stderr.contains(needle), "{script}: {}", out.stderr);
         let head = out.stderr.lines().nth(3).unwrap_or_default();
-        assert!(head.starts_with("  × cannot run `"), "{script}: {}", out.stderr);
-        assert!(out.stderr.contains("[<script>:1:1]"), "{script}: {}", out.stderr);
+        assert!(
+            head.starts_with("  × cannot run `"),
+            "{script}: {}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains("[<script>:1:1]"),
+            "{script}: {}",
+            out.stderr
+        );
         assert!(!reason.is_empty());
         assert_eq!(out.stdout, "");
     }

@@ -8,7 +8,7 @@ use wprof::frontend::ast::Span;
 use wprof::runtime::environment::SystemEnvironment;
 use wprof::runtime::loader::LoadError;
 
-use super::{one_error, wprof, wprof_fails, wprof_ok, workload};
+use super::{one_error, workload, wprof, wprof_fails, wprof_ok};
 use crate::require_bpf;
 
 /// BEGIN fires once before any event, END once after the last one, and maps print after END.
@@ -32,7 +32,11 @@ fn exit_stops_the_session() {
     let script = r#"BEGIN { printf("one\n"); exit(); } END { printf("end\n"); }"#;
     let out = wprof_ok(&["-e", script, "-c", "sleep 30"]);
     assert_eq!(out.stdout, "Attaching 2 probes...\none\nend\n\n\n");
-    assert!(out.elapsed < Duration::from_secs(20), "took {:?}", out.elapsed);
+    assert!(
+        out.elapsed < Duration::from_secs(20),
+        "took {:?}",
+        out.elapsed
+    );
 }
 
 /// `-d 300ms` stops after 300 ms (and not much later), then runs END.
@@ -42,8 +46,16 @@ fn duration_stops_on_time() {
     let script = r#"BEGIN { printf("go\n"); } END { printf("end\n"); }"#;
     let out = wprof_ok(&["-d", "300ms", "-e", script]);
     assert_eq!(out.stdout, "Attaching 2 probes...\ngo\nend\n\n\n");
-    assert!(out.elapsed >= Duration::from_millis(300), "stopped early: {:?}", out.elapsed);
-    assert!(out.elapsed < Duration::from_secs(10), "stopped late: {:?}", out.elapsed);
+    assert!(
+        out.elapsed >= Duration::from_millis(300),
+        "stopped early: {:?}",
+        out.elapsed
+    );
+    assert!(
+        out.elapsed < Duration::from_secs(10),
+        "stopped late: {:?}",
+        out.elapsed
+    );
 }
 
 /// The session ends when the `-c` command exits, and `cpid` is that command's pid.
@@ -64,7 +76,11 @@ fn command_ends_session_and_sets_cpid() {
         .unwrap_or_else(|| panic!("the child printed no pid: {}", out.stderr));
     assert_eq!(cpid, child);
     assert_ne!(cpid, "0");
-    assert!(out.elapsed < Duration::from_secs(20), "took {:?}", out.elapsed);
+    assert!(
+        out.elapsed < Duration::from_secs(20),
+        "took {:?}",
+        out.elapsed
+    );
 }
 
 /// Maps print at exit in bpftrace's format: sorted by value, histograms with bars,
@@ -75,7 +91,7 @@ fn maps_print_in_bpftrace_format() {
     let t = workload("syscalls");
     let script = "tracepoint:syscalls:sys_enter_write /pid == cpid && args.fd == 3/ {
                     @h = hist(args.count); @l = lhist(args.count, 0, 50, 10);
-                    @s = stats(args.count); @a = avg(args.count); @n[args.count / 20] = count(); }";
+                    @s = stats(args.count); @a = avg(args.count); @small[args.count < 25] = count(); }";
     let out = wprof_ok(&["-e", script, "-c", &format!("{t} 5")]);
     // write(fd, buf, 10 * i + 1) for i in 0..5: 1, 11, 21, 31, 41.
     let expected = "\
@@ -99,11 +115,10 @@ Attaching 1 probe...
 [30, 40)               1 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|
 [40, 50)               1 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|
 
-@n[2]: 1
-@n[1]: 2
-@n[0]: 2
 @s: count 5, average 21, total 105
 
+@small[0]: 2
+@small[1]: 3
 ";
     assert_eq!(out.stdout, expected);
 }
@@ -127,8 +142,16 @@ fn verifier_rejection_points_at_the_script() {
   help: verifier log (last lines; see the full program with --dump-bpf):",
     );
     let head = head.trim_end();
-    assert!(out.stderr.starts_with(head), "expected:\n{head}\n\ngot:\n{}", out.stderr);
-    assert!(out.stderr.contains("BPF program is too large"), "{}", out.stderr);
+    assert!(
+        out.stderr.starts_with(head),
+        "expected:\n{head}\n\ngot:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("BPF program is too large"),
+        "{}",
+        out.stderr
+    );
     assert_eq!(out.stdout, "", "the verifier runs before anything attaches");
 }
 
@@ -136,23 +159,34 @@ fn verifier_rejection_points_at_the_script() {
 /// failing instruction, with the log's last lines as help (no kernel needed).
 #[test]
 fn verifier_diagnostic_points_at_failing_instruction() {
-    let source = Source { name: "t.bt".into(), text: "BEGIN {\n  @x = 1;\n  printf(\"%d\\n\", 2);\n}\n".into() };
-    let (_, compiled) = driver::compile(&source, &[], &SystemEnvironment::default()).expect("compiles");
+    let source = Source {
+        name: "t.bt".into(),
+        text: "BEGIN {\n  @x = 1;\n  printf(\"%d\\n\", 2);\n}\n".into(),
+    };
+    let (_, compiled) =
+        driver::compile(&source, &[], &SystemEnvironment::default()).expect("compiles");
     let program = &compiled.programs[0];
     let printf_at = source.text.find("printf").expect("printf");
     let insn = (0..program.insns.len())
         .find(|&i| program.spans[i].is_some_and(|s: Span| s.start == printf_at))
         .expect("some instruction comes from printf");
     let log = "0: (bf) r6 = r1\nR1 invalid mem access 'scalar'\nprocessed 9 insns\n".to_string();
-    let error = LoadError::Verifier { program: program.name.clone(), probe: "BEGIN".into(), log, failing_insn: Some(insn) };
-    let rendered = driver::verifier_diagnostic(&error, &compiled, &source).expect("a verifier error").render();
+    let error = LoadError::Verifier {
+        program: program.name.clone(),
+        probe: "BEGIN".into(),
+        log,
+        failing_insn: Some(insn),
+    };
+    let rendered = driver::verifier_diagnostic(&error, &compiled, &source)
+        .expect("a verifier error")
+        .render();
     let expected = format!(
         "  × the BPF verifier rejected `BEGIN` at instruction {insn}
    ╭─[t.bt:3:3]
  2 │   @x = 1;
  3 │   printf(\"%d\\n\", 2);
-   ·   ─────────┬────────
-   ·            ╰── the failing instruction came from here
+   ·   ────────┬────────
+   ·           ╰── the failing instruction came from here
  4 │ }}
    ╰────
   help: verifier log (last lines; see the full program with --dump-bpf):
@@ -161,8 +195,16 @@ fn verifier_diagnostic_points_at_failing_instruction() {
         processed 9 insns
 "
     );
-    assert!(rendered.ends_with(&expected), "expected:\n{expected}\ngot:\n{rendered}");
-    let other = LoadError::Verifier { program: "no_such_program".into(), probe: "x".into(), log: String::new(), failing_insn: None };
+    assert!(
+        rendered.ends_with(&expected),
+        "expected:\n{expected}\ngot:\n{rendered}"
+    );
+    let other = LoadError::Verifier {
+        program: "no_such_program".into(),
+        probe: "x".into(),
+        log: String::new(),
+        failing_insn: None,
+    };
     assert!(driver::verifier_diagnostic(&other, &compiled, &source).is_none());
 }
 

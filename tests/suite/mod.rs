@@ -66,7 +66,7 @@ pub fn wprof_fails(args: &[&str]) -> RunOutput {
 /// The text wprof prints on stderr for one script error: `body` is the
 /// error's own rendering (message, snippet, caret, help).
 pub fn one_error(body: &str) -> String {
-    format!("  × the script has an error\n\nError: \n{body}\n")
+    format!("  × the script has an error\n\nError: \n{body}\n\n")
 }
 
 /// The absolute path of workload `name` (built from `tests/data/NAME.c`) as a string.
@@ -95,7 +95,9 @@ pub fn map_lines(stdout: &str) -> BTreeMap<String, String> {
 }
 
 /// `(name, value)` pairs as a map, for comparing with [`map_lines`].
-pub fn entries<N: ToString, V: ToString>(pairs: impl IntoIterator<Item = (N, V)>) -> BTreeMap<String, String> {
+pub fn entries<N: ToString, V: ToString>(
+    pairs: impl IntoIterator<Item = (N, V)>,
+) -> BTreeMap<String, String> {
     pairs
         .into_iter()
         .map(|(name, value)| (name.to_string(), value.to_string()))

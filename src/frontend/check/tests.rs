@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use crate::frontend::checked::{AggFunc, CheckedProgram, FieldKind, MapDecl, MapValueKind, TracepointField, UsdtArgSpec};
+use crate::frontend::checked::{
+    AggFunc, CheckedProgram, FieldKind, MapDecl, MapValueKind, TracepointField, UsdtArgSpec,
+};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::parse;
 use crate::frontend::probes::{Environment, FunctionTarget, UsdtTarget};
@@ -15,7 +17,11 @@ struct FakeMachine;
 const TRACEPOINTS: [&str; 2] = ["sys_enter_openat", "sys_enter_write"];
 
 impl Environment for FakeMachine {
-    fn expand_tracepoints(&self, category: &str, name: &str) -> Result<Vec<(String, String)>, String> {
+    fn expand_tracepoints(
+        &self,
+        category: &str,
+        name: &str,
+    ) -> Result<Vec<(String, String)>, String> {
         let matches = |tp: &str| match name.strip_suffix('*') {
             Some(prefix) => tp.starts_with(prefix),
             None => tp == name,
@@ -25,12 +31,27 @@ impl Environment for FakeMachine {
             .filter(|tp| category == "syscalls" && matches(tp))
             .map(|tp| (category.to_string(), tp.to_string()))
             .collect();
-        if found.is_empty() { Err(format!("no tracepoint matches `{category}:{name}`")) } else { Ok(found) }
+        if found.is_empty() {
+            Err(format!("no tracepoint matches `{category}:{name}`"))
+        } else {
+            Ok(found)
+        }
     }
 
-    fn tracepoint_fields(&self, _category: &str, name: &str) -> Result<Vec<TracepointField>, String> {
-        let field = |name: &str, offset, kind| TracepointField { name: name.into(), offset, kind };
-        let int = FieldKind::Int { size: 8, signed: true };
+    fn tracepoint_fields(
+        &self,
+        _category: &str,
+        name: &str,
+    ) -> Result<Vec<TracepointField>, String> {
+        let field = |name: &str, offset, kind| TracepointField {
+            name: name.into(),
+            offset,
+            kind,
+        };
+        let int = FieldKind::Int {
+            size: 8,
+            signed: true,
+        };
         Ok(match name {
             "sys_enter_openat" => vec![
                 field("dfd", 16, int.clone()),
@@ -38,21 +59,53 @@ impl Environment for FakeMachine {
                 field("flags", 32, int),
             ],
             _ => vec![
-                field("fd", 16, FieldKind::Int { size: 4, signed: false }),
+                field(
+                    "fd",
+                    16,
+                    FieldKind::Int {
+                        size: 4,
+                        signed: false,
+                    },
+                ),
                 field("buf", 24, FieldKind::Pointer { user: true }),
-                field("count", 32, FieldKind::Int { size: 8, signed: false }),
+                field(
+                    "count",
+                    32,
+                    FieldKind::Int {
+                        size: 8,
+                        signed: false,
+                    },
+                ),
             ],
         })
     }
 
-    fn functions(&self, binary: &str, pattern: &str) -> Result<(PathBuf, Vec<FunctionTarget>), String> {
-        let target = FunctionTarget { name: pattern.into(), file_offset: 0x1000 };
+    fn functions(
+        &self,
+        binary: &str,
+        pattern: &str,
+    ) -> Result<(PathBuf, Vec<FunctionTarget>), String> {
+        let target = FunctionTarget {
+            name: pattern.into(),
+            file_offset: 0x1000,
+        };
         Ok((PathBuf::from(binary), vec![target]))
     }
 
-    fn usdt(&self, _: &str, _: Option<&str>, name: &str) -> Result<(PathBuf, Vec<UsdtTarget>), String> {
+    fn usdt(
+        &self,
+        _: &str,
+        _: Option<&str>,
+        name: &str,
+    ) -> Result<(PathBuf, Vec<UsdtTarget>), String> {
         let arg = UsdtArgSpec::Constant(1);
-        let target = UsdtTarget { provider: "p".into(), name: name.into(), file_offset: 0, semaphore_offset: 0, args: vec![arg] };
+        let target = UsdtTarget {
+            provider: "p".into(),
+            name: name.into(),
+            file_offset: 0,
+            semaphore_offset: 0,
+            args: vec![arg],
+        };
         Ok((PathBuf::from("/bin/x"), vec![target]))
     }
 }
@@ -60,7 +113,8 @@ impl Environment for FakeMachine {
 /// Parses and checks `source` against [`FakeMachine`].
 #[track_caller]
 fn check(source: &str) -> Result<CheckedProgram, Vec<ScriptError>> {
-    let script = parse::parse(source, "t.bt").unwrap_or_else(|e| panic!("parse error in test script:\n{}", e.render()));
+    let script = parse::parse(source, "t.bt")
+        .unwrap_or_else(|e| panic!("parse error in test script:\n{}", e.render()));
     super::check(&script, &FakeMachine)
 }
 
@@ -73,14 +127,24 @@ fn checks(source: &str) -> CheckedProgram {
 /// The single error `source` must produce: its message, the text under the caret, and its help.
 #[track_caller]
 fn error(source: &str) -> (String, String, Option<String>) {
-    let errors = check(source).err().unwrap_or_else(|| panic!("expected an error for {source}"));
+    let errors = check(source)
+        .err()
+        .unwrap_or_else(|| panic!("expected an error for {source}"));
     assert_eq!(errors.len(), 1, "expected one error: {errors:#?}");
     let e = &errors[0];
-    (e.message.clone(), source[e.span.start..e.span.end].to_string(), e.help.clone())
+    (
+        e.message.clone(),
+        source[e.span.start..e.span.end].to_string(),
+        e.help.clone(),
+    )
 }
 
 fn map<'a>(program: &'a CheckedProgram, name: &str) -> &'a MapDecl {
-    program.maps.iter().find(|m| m.name == name).unwrap_or_else(|| panic!("no map {name}"))
+    program
+        .maps
+        .iter()
+        .find(|m| m.name == name)
+        .unwrap_or_else(|| panic!("no map {name}"))
 }
 
 fn str_ty(len: u32) -> Type {
@@ -91,7 +155,9 @@ fn str_ty(len: u32) -> Type {
 /// settle on the longest buffer and integers widen to 64 bits.
 #[test]
 fn infers_map_types_across_probes() {
-    let program = checks(r#"BEGIN { @s["a"] = "hello"; @n = (int8)1; } END { @s["bb"] = comm; @n = (uint32)2; @c[pid, "x"] = count(); }"#);
+    let program = checks(
+        r#"BEGIN { @s["a"] = "hello"; @n = (int8)1; } END { @s["bb"] = comm; @n = (uint32)2; @c[pid, "x"] = count(); }"#,
+    );
     let s = map(&program, "@s");
     assert_eq!(s.key, Some(str_ty(3)));
     assert_eq!(s.value, MapValueKind::Plain(str_ty(16)));
@@ -123,19 +189,31 @@ fn rejects_conflicting_map_values() {
 #[test]
 fn rejects_aggregation_mixed_with_plain_values() {
     let (message, _, _) = error("BEGIN { @x = count(); @x = 5; }");
-    assert_eq!(message, "@x holds count() elsewhere; cannot also hold values of type int64");
+    assert_eq!(
+        message,
+        "@x holds count() elsewhere; cannot also hold values of type int64"
+    );
     let (message, _, _) = error("BEGIN { @x = count(); @x = sum(1); }");
-    assert_eq!(message, "@x holds count() elsewhere; cannot also hold sum()");
+    assert_eq!(
+        message,
+        "@x holds count() elsewhere; cannot also hold sum()"
+    );
 }
 
 /// Keys must agree in type, and a map has keys everywhere or nowhere.
 #[test]
 fn rejects_key_type_mismatch() {
     let (message, at, _) = error(r#"BEGIN { @m[1] = 1; @m["a"] = 2; }"#);
-    assert_eq!(message, "@m has keys of type int64 elsewhere; this key is string[2]");
+    assert_eq!(
+        message,
+        "@m has keys of type int64 elsewhere; this key is string[2]"
+    );
     assert_eq!(at, r#"@m["a"]"#);
     let (message, _, _) = error("BEGIN { @m = 1; @m[1] = 2; }");
-    assert_eq!(message, "@m is used with no key elsewhere and with a int64 key here");
+    assert_eq!(
+        message,
+        "@m is used with no key elsewhere and with a int64 key here"
+    );
     let (message, _, _) = error("BEGIN { @m[1] = 1; @v = @m; }");
     assert_eq!(message, "@m needs a key");
 }
@@ -143,7 +221,9 @@ fn rejects_key_type_mismatch() {
 /// A variable's type is what all its assignments in the probe settle on.
 #[test]
 fn infers_variable_types_across_assignments() {
-    let program = checks(r#"BEGIN { $s = "ab"; $s = "abcdef"; $n = (int8)1; $n = 300; printf("%s %d\n", $s, $n); }"#);
+    let program = checks(
+        r#"BEGIN { $s = "ab"; $s = "abcdef"; $n = (int8)1; $n = 300; printf("%s %d\n", $s, $n); }"#,
+    );
     assert_eq!(program.probes[0].variables, vec![str_ty(7), Type::I64]);
     let (message, at, _) = error(r#"BEGIN { $x = 1; $x = "s"; }"#);
     assert_eq!(message, "$x holds int64 elsewhere; cannot assign string[2]");
@@ -166,19 +246,31 @@ fn variables_are_per_probe() {
 fn rejects_retval_outside_return_probes() {
     checks("uretprobe:/bin/x:f { @r = retval; }");
     let (message, at, _) = error("uprobe:/bin/x:f { @r = retval; }");
-    assert_eq!(message, "`retval` is only available in uretprobe, kretprobe and fexit probes");
+    assert_eq!(
+        message,
+        "`retval` is only available in uretprobe, kretprobe and fexit probes"
+    );
     assert_eq!(at, "retval");
     let (message, _, _) = error("BEGIN { @r = retval; }");
-    assert_eq!(message, "`retval` is only available in uretprobe, kretprobe and fexit probes");
+    assert_eq!(
+        message,
+        "`retval` is only available in uretprobe, kretprobe and fexit probes"
+    );
     let (message, _, _) = error("uretprobe:/bin/x:f { @r = arg0; }");
-    assert_eq!(message, "`arg0` is not available here: return probes have `retval` instead");
+    assert_eq!(
+        message,
+        "`arg0` is not available here: return probes have `retval` instead"
+    );
 }
 
 /// An unknown tracepoint field is an error whose help lists the probe's fields.
 #[test]
 fn rejects_unknown_tracepoint_field_listing_fields() {
     let (message, at, help) = error("tracepoint:syscalls:sys_enter_openat { @ = args.nope; }");
-    assert_eq!(message, "tracepoint:syscalls:sys_enter_openat has no field `nope`");
+    assert_eq!(
+        message,
+        "tracepoint:syscalls:sys_enter_openat has no field `nope`"
+    );
     assert_eq!(at, "args.nope");
     assert_eq!(help.as_deref(), Some("fields: dfd, filename, flags"));
 }
@@ -186,7 +278,8 @@ fn rejects_unknown_tracepoint_field_listing_fields() {
 /// Tracepoint fields are typed from their format: signedness, pointers as integers.
 #[test]
 fn types_tracepoint_fields() {
-    let program = checks("tracepoint:syscalls:sys_enter_write { @fd = args.fd; @buf = str(args.buf); }");
+    let program =
+        checks("tracepoint:syscalls:sys_enter_write { @fd = args.fd; @buf = str(args.buf); }");
     assert_eq!(map(&program, "@fd").value, MapValueKind::Plain(Type::U64));
     assert_eq!(map(&program, "@buf").value, MapValueKind::Plain(str_ty(64)));
 }
@@ -197,9 +290,18 @@ fn types_tracepoint_fields() {
 fn wildcard_checks_each_tracepoint() {
     let program = checks("tracepoint:syscalls:sys_enter_* { @[probe] = count(); }");
     let names: Vec<&str> = program.probes.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!(names, ["tracepoint:syscalls:sys_enter_openat", "tracepoint:syscalls:sys_enter_write"]);
+    assert_eq!(
+        names,
+        [
+            "tracepoint:syscalls:sys_enter_openat",
+            "tracepoint:syscalls:sys_enter_write"
+        ]
+    );
     let (message, _, help) = error("tracepoint:syscalls:sys_enter_* { @ = args.count; }");
-    assert_eq!(message, "tracepoint:syscalls:sys_enter_openat has no field `count`");
+    assert_eq!(
+        message,
+        "tracepoint:syscalls:sys_enter_openat has no field `count`"
+    );
     assert_eq!(help.as_deref(), Some("fields: dfd, filename, flags"));
 }
 
@@ -219,7 +321,10 @@ fn rejects_break_outside_loop() {
 #[test]
 fn rejects_aggregations_as_values() {
     let (message, at, _) = error("BEGIN { $x = count(); }");
-    assert_eq!(message, "count() must be assigned to a map: `@x = count(...)`");
+    assert_eq!(
+        message,
+        "count() must be assigned to a map: `@x = count(...)`"
+    );
     assert_eq!(at, "count()");
     let (message, at, _) = error("BEGIN { @h = hist(1); @x = @h; }");
     assert_eq!(message, "@h holds hist() values, which can only be printed");
@@ -233,12 +338,28 @@ fn rejects_aggregations_as_values() {
 /// lhist() literal bounds.
 #[test]
 fn checks_aggregation_arguments() {
-    assert_eq!(error("BEGIN { @x = count(1); }").0, "count() takes no arguments");
-    assert_eq!(error("BEGIN { @x = sum(); }").0, "sum() takes one integer argument");
-    assert_eq!(error("BEGIN { @x = sum(comm); }").0, "sum() needs an integer, not string[16]");
-    assert_eq!(error("BEGIN { @x = lhist(1, 10, 0, 1); }").0, "lhist() needs min < max and a positive step");
+    assert_eq!(
+        error("BEGIN { @x = count(1); }").0,
+        "count() takes no arguments"
+    );
+    assert_eq!(
+        error("BEGIN { @x = sum(); }").0,
+        "sum() takes one integer argument"
+    );
+    assert_eq!(
+        error("BEGIN { @x = sum(comm); }").0,
+        "sum() needs an integer, not string[16]"
+    );
+    assert_eq!(
+        error("BEGIN { @x = lhist(1, 10, 0, 1); }").0,
+        "lhist() needs min < max and a positive step"
+    );
     let program = checks("BEGIN { @x = lhist(5, 0, 100, 10); }");
-    let lhist = AggFunc::Lhist { min: 0, max: 100, step: 10 };
+    let lhist = AggFunc::Lhist {
+        min: 0,
+        max: 100,
+        step: 10,
+    };
     assert_eq!(map(&program, "@x").value, MapValueKind::Aggregate(lhist));
 }
 
@@ -247,7 +368,10 @@ fn checks_aggregation_arguments() {
 fn checks_printf_format_and_arguments() {
     checks(r#"BEGIN { printf("%d %s %x %%\n", pid, comm, 255); }"#);
     let (message, at, _) = error(r#"BEGIN { printf("%d %d\n", 1); }"#);
-    assert_eq!(message, "the format has 2 conversions but 1 arguments follow");
+    assert_eq!(
+        message,
+        "the format has 2 conversions but 1 arguments follow"
+    );
     assert_eq!(at, r#"printf("%d %d\n", 1)"#);
     let (message, at, _) = error(r#"BEGIN { printf("%d\n", comm); }"#);
     assert_eq!(message, "printf cannot format string[16] here");
@@ -255,14 +379,18 @@ fn checks_printf_format_and_arguments() {
     let (message, _, _) = error(r#"BEGIN { $f = "x"; printf($f); }"#);
     assert_eq!(message, "printf() needs a format string literal first");
     let (message, at, _) = error(r#"BEGIN { printf("%q %d\n", 1); }"#);
-    assert_eq!(message, "bad printf format: unknown conversion `%q` at byte 0");
+    assert_eq!(
+        message,
+        "bad printf format: unknown conversion `%q` at byte 0"
+    );
     assert_eq!(at, r#""%q %d\n""#);
 }
 
 /// Several independent mistakes are all reported, in source order.
 #[test]
 fn reports_every_error() {
-    let errors = check("BEGIN { break; } END { @x = retval; $y = nope; }").expect_err("three errors");
+    let errors =
+        check("BEGIN { break; } END { @x = retval; $y = nope; }").expect_err("three errors");
     let messages: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
     assert_eq!(
         messages,
