@@ -217,3 +217,43 @@ fn begin_exit_prints_output_and_maps() {
     assert!(out.success(), "{}", out.stderr);
     assert_eq!(out.stdout, "Attaching 1 probe...\nhi 1\n\n\n@a[1, x]: 1\n");
 }
+
+/// A `-c` command that cannot be executed is an error naming it, not a silent
+/// successful run.
+#[test]
+#[ignore = "bug: src/runtime/child.rs:50-51 ignores execvp failure (_exit(127)); wprof exits 0"]
+fn command_that_cannot_start_is_an_error() {
+    require_bpf!();
+    let out = wprof(&[
+        "-e",
+        r#"BEGIN { printf("x\n"); }"#,
+        "-c",
+        "/nonexistent/wprof-test-cmd",
+    ]);
+    assert!(!out.success(), "wprof succeeded:\n{}", out.stdout);
+    assert!(
+        out.stderr.contains("/nonexistent/wprof-test-cmd"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// `-p` with a pid no process has is an error, not a session that never ends.
+#[test]
+#[ignore = "bug: src/runtime/child.rs:97-99 returns silently when pidfd_open fails (ESRCH); wprof runs forever"]
+fn pid_option_rejects_missing_process() {
+    require_bpf!();
+    // Pids are always below pid_max, so this one cannot exist.
+    let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max").expect("read pid_max");
+    let script = r#"BEGIN { printf("x\n"); }"#;
+    let mut command = std::process::Command::new(crate::common::wprof_bin());
+    command.args(["-p", pid_max.trim(), "-e", script]);
+    let out =
+        crate::common::run_with_timeout(&mut command, Duration::from_secs(10)).expect("run wprof");
+    assert!(
+        out.status.is_some(),
+        "wprof -p {} did not stop within 10 s",
+        pid_max.trim()
+    );
+    assert!(!out.success(), "wprof succeeded:\n{}", out.stdout);
+}
