@@ -1,0 +1,414 @@
+//! Checker tests against a fake machine: type inference for maps and
+//! variables, and the user mistakes the checker reports.
+
+use std::path::PathBuf;
+
+use crate::frontend::checked::{
+    AggFunc, CheckedProgram, FieldKind, MapDecl, MapValueKind, TracepointField, UsdtArgSpec,
+};
+use crate::frontend::diag::ScriptError;
+use crate::frontend::parse;
+use crate::frontend::probes::{Environment, FunctionTarget, UsdtTarget};
+use crate::frontend::types::Type;
+
+/// A machine with two syscall tracepoints and any function in any binary.
+struct FakeMachine;
+
+const TRACEPOINTS: [&str; 2] = ["sys_enter_openat", "sys_enter_write"];
+
+impl Environment for FakeMachine {
+    fn expand_tracepoints(
+        &self,
+        category: &str,
+        name: &str,
+    ) -> Result<Vec<(String, String)>, String> {
+        let matches = |tp: &str| match name.strip_suffix('*') {
+            Some(prefix) => tp.starts_with(prefix),
+            None => tp == name,
+        };
+        let found: Vec<(String, String)> = TRACEPOINTS
+            .iter()
+            .filter(|tp| category == "syscalls" && matches(tp))
+            .map(|tp| (category.to_string(), tp.to_string()))
+            .collect();
+        if found.is_empty() {
+            Err(format!("no tracepoint matches `{category}:{name}`"))
+        } else {
+            Ok(found)
+        }
+    }
+
+    fn tracepoint_fields(
+        &self,
+        _category: &str,
+        name: &str,
+    ) -> Result<Vec<TracepointField>, String> {
+        let field = |name: &str, offset, kind| TracepointField {
+            name: name.into(),
+            offset,
+            kind,
+        };
+        let int = FieldKind::Int {
+            size: 8,
+            signed: true,
+        };
+        Ok(match name {
+            "sys_enter_openat" => vec![
+                field("dfd", 16, int.clone()),
+                field("filename", 24, FieldKind::Pointer { user: true }),
+                field("flags", 32, int),
+            ],
+            _ => vec![
+                field(
+                    "fd",
+                    16,
+                    FieldKind::Int {
+                        size: 4,
+                        signed: false,
+                    },
+                ),
+                field("buf", 24, FieldKind::Pointer { user: true }),
+                field(
+                    "count",
+                    32,
+                    FieldKind::Int {
+                        size: 8,
+                        signed: false,
+                    },
+                ),
+            ],
+        })
+    }
+
+    fn functions(
+        &self,
+        binary: &str,
+        pattern: &str,
+    ) -> Result<(PathBuf, Vec<FunctionTarget>), String> {
+        let target = FunctionTarget {
+            name: pattern.into(),
+            file_offset: 0x1000,
+        };
+        Ok((PathBuf::from(binary), vec![target]))
+    }
+
+    fn usdt(
+        &self,
+        _: &str,
+        _: Option<&str>,
+        name: &str,
+    ) -> Result<(PathBuf, Vec<UsdtTarget>), String> {
+        let arg = UsdtArgSpec::Constant(1);
+        let target = UsdtTarget {
+            provider: "p".into(),
+            name: name.into(),
+            file_offset: 0,
+            semaphore_offset: 0,
+            args: vec![arg],
+        };
+        Ok((PathBuf::from("/bin/x"), vec![target]))
+    }
+}
+
+/// Parses and checks `source` against [`FakeMachine`].
+#[track_caller]
+fn check(source: &str) -> Result<CheckedProgram, Vec<ScriptError>> {
+    let script = parse::parse(source, "t.bt")
+        .unwrap_or_else(|e| panic!("parse error in test script:\n{}", e.render()));
+    super::check(&script, &FakeMachine)
+}
+
+/// Checks `source`, which must have no errors.
+#[track_caller]
+fn checks(source: &str) -> CheckedProgram {
+    check(source).unwrap_or_else(|errors| panic!("unexpected errors: {errors:#?}"))
+}
+
+/// The single error `source` must produce: its message, the text under the caret, and its help.
+#[track_caller]
+fn error(source: &str) -> (String, String, Option<String>) {
+    let errors = check(source)
+        .err()
+        .unwrap_or_else(|| panic!("expected an error for {source}"));
+    assert_eq!(errors.len(), 1, "expected one error: {errors:#?}");
+    let e = &errors[0];
+    (
+        e.message.clone(),
+        source[e.span.start..e.span.end].to_string(),
+        e.help.clone(),
+    )
+}
+
+fn map<'a>(program: &'a CheckedProgram, name: &str) -> &'a MapDecl {
+    program
+        .maps
+        .iter()
+        .find(|m| m.name == name)
+        .unwrap_or_else(|| panic!("no map {name}"))
+}
+
+fn str_ty(len: u32) -> Type {
+    Type::Str { len }
+}
+
+/// A map's key and value types come from assignments in every probe; strings
+/// settle on the longest buffer and integers widen to 64 bits.
+#[test]
+fn infers_map_types_across_probes() {
+    let program = checks(
+        r#"BEGIN { @s["a"] = "hello"; @n = (int8)1; } END { @s["bb"] = comm; @n = (uint32)2; @c[pid, "x"] = count(); }"#,
+    );
+    let s = map(&program, "@s");
+    assert_eq!(s.key, Some(str_ty(3)));
+    assert_eq!(s.value, MapValueKind::Plain(str_ty(16)));
+    assert_eq!(map(&program, "@n").value, MapValueKind::Plain(Type::U64));
+    let c = map(&program, "@c");
+    assert_eq!(c.key, Some(Type::Tuple(vec![Type::U64, str_ty(2)])));
+    assert_eq!(c.value, MapValueKind::Aggregate(AggFunc::Count));
+    assert!(!c.read_in_kernel);
+}
+
+/// A map read in one probe takes the type assigned in a later probe.
+#[test]
+fn map_read_before_its_assignment_in_text_order() {
+    let program = checks(r#"BEGIN { printf("%s\n", @name); } END { @name = comm; }"#);
+    let name = map(&program, "@name");
+    assert_eq!(name.value, MapValueKind::Plain(str_ty(16)));
+    assert!(name.read_in_kernel);
+}
+
+/// Storing a string where an integer was stored is an error on the second store.
+#[test]
+fn rejects_conflicting_map_values() {
+    let (message, at, _) = error(r#"BEGIN { @x = 1; } END { @x = "s"; }"#);
+    assert_eq!(message, "@x holds int64 elsewhere; cannot store string[2]");
+    assert_eq!(at, "@x");
+}
+
+/// A map that is an aggregation in one place cannot hold plain values or another aggregation.
+#[test]
+fn rejects_aggregation_mixed_with_plain_values() {
+    let (message, _, _) = error("BEGIN { @x = count(); @x = 5; }");
+    assert_eq!(
+        message,
+        "@x holds count() elsewhere; cannot also hold values of type int64"
+    );
+    let (message, _, _) = error("BEGIN { @x = count(); @x = sum(1); }");
+    assert_eq!(
+        message,
+        "@x holds count() elsewhere; cannot also hold sum()"
+    );
+}
+
+/// Keys must agree in type, and a map has keys everywhere or nowhere.
+#[test]
+fn rejects_key_type_mismatch() {
+    let (message, at, _) = error(r#"BEGIN { @m[1] = 1; @m["a"] = 2; }"#);
+    assert_eq!(
+        message,
+        "@m has keys of type int64 elsewhere; this key is string[2]"
+    );
+    assert_eq!(at, r#"@m["a"]"#);
+    let (message, _, _) = error("BEGIN { @m = 1; @m[1] = 2; }");
+    assert_eq!(
+        message,
+        "@m is used with no key elsewhere and with a int64 key here"
+    );
+    let (message, _, _) = error("BEGIN { @m[1] = 1; @v = @m; }");
+    assert_eq!(message, "@m needs a key");
+}
+
+/// A variable's type is what all its assignments in the probe settle on.
+#[test]
+fn infers_variable_types_across_assignments() {
+    let program = checks(
+        r#"BEGIN { $s = "ab"; $s = "abcdef"; $n = (int8)1; $n = 300; printf("%s %d\n", $s, $n); }"#,
+    );
+    assert_eq!(program.probes[0].variables, vec![str_ty(7), Type::I64]);
+    let (message, at, _) = error(r#"BEGIN { $x = 1; $x = "s"; }"#);
+    assert_eq!(message, "$x holds int64 elsewhere; cannot assign string[2]");
+    assert_eq!(at, "$x");
+}
+
+/// Variables are local to their probe block: the same name may differ in type.
+#[test]
+fn variables_are_per_probe() {
+    let program = checks(r#"BEGIN { $x = 1; } END { $x = "s"; }"#);
+    assert_eq!(program.probes[0].variables, vec![Type::I64]);
+    assert_eq!(program.probes[1].variables, vec![str_ty(2)]);
+    let (message, at, _) = error("BEGIN { $y = 1; } END { @z = $y; }");
+    assert_eq!(message, "$y is used before it is assigned");
+    assert_eq!(at, "$y");
+}
+
+/// `retval` exists only in return probes; `argN` only where arguments are.
+#[test]
+fn rejects_retval_outside_return_probes() {
+    checks("uretprobe:/bin/x:f { @r = retval; }");
+    let (message, at, _) = error("uprobe:/bin/x:f { @r = retval; }");
+    assert_eq!(
+        message,
+        "`retval` is only available in uretprobe, kretprobe and fexit probes"
+    );
+    assert_eq!(at, "retval");
+    let (message, _, _) = error("BEGIN { @r = retval; }");
+    assert_eq!(
+        message,
+        "`retval` is only available in uretprobe, kretprobe and fexit probes"
+    );
+    let (message, _, _) = error("uretprobe:/bin/x:f { @r = arg0; }");
+    assert_eq!(
+        message,
+        "`arg0` is not available here: return probes have `retval` instead"
+    );
+}
+
+/// An unknown tracepoint field is an error whose help lists the probe's fields.
+#[test]
+fn rejects_unknown_tracepoint_field_listing_fields() {
+    let (message, at, help) = error("tracepoint:syscalls:sys_enter_openat { @ = args.nope; }");
+    assert_eq!(
+        message,
+        "tracepoint:syscalls:sys_enter_openat has no field `nope`"
+    );
+    assert_eq!(at, "args.nope");
+    assert_eq!(help.as_deref(), Some("fields: dfd, filename, flags"));
+}
+
+/// Tracepoint fields are typed from their format: signedness, pointers as integers.
+#[test]
+fn types_tracepoint_fields() {
+    let program =
+        checks("tracepoint:syscalls:sys_enter_write { @fd = args.fd; @buf = str(args.buf); }");
+    assert_eq!(map(&program, "@fd").value, MapValueKind::Plain(Type::U64));
+    assert_eq!(map(&program, "@buf").value, MapValueKind::Plain(str_ty(64)));
+}
+
+/// A wildcard checks the body once per matching tracepoint; a field only one
+/// of them has is an error for the other.
+#[test]
+fn wildcard_checks_each_tracepoint() {
+    let program = checks("tracepoint:syscalls:sys_enter_* { @[probe] = count(); }");
+    let names: Vec<&str> = program.probes.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "tracepoint:syscalls:sys_enter_openat",
+            "tracepoint:syscalls:sys_enter_write"
+        ]
+    );
+    let (message, _, help) = error("tracepoint:syscalls:sys_enter_* { @ = args.count; }");
+    assert_eq!(
+        message,
+        "tracepoint:syscalls:sys_enter_openat has no field `count`"
+    );
+    assert_eq!(help.as_deref(), Some("fields: dfd, filename, flags"));
+}
+
+/// `break` and `continue` need an enclosing loop.
+#[test]
+fn rejects_break_outside_loop() {
+    checks("BEGIN { $i = 0; while ($i < 3) { $i++; if ($i == 2) { continue; } break; } }");
+    let (message, at, _) = error("BEGIN { if (1) { break; } }");
+    assert_eq!(message, "`break` outside of a loop");
+    assert_eq!(at, "break");
+    let (message, _, _) = error("BEGIN { continue; }");
+    assert_eq!(message, "`continue` outside of a loop");
+}
+
+/// Aggregations are assigned to maps only; hist-like maps are print-only, while
+/// count/sum/min/max maps read as integers.
+#[test]
+fn rejects_aggregations_as_values() {
+    let (message, at, _) = error("BEGIN { $x = count(); }");
+    assert_eq!(
+        message,
+        "count() must be assigned to a map: `@x = count(...)`"
+    );
+    assert_eq!(at, "count()");
+    let (message, at, _) = error("BEGIN { @h = hist(1); @x = @h; }");
+    assert_eq!(message, "@h holds hist() values, which can only be printed");
+    assert_eq!(at, "@h");
+    let program = checks("BEGIN { @c = count(); @x = @c + 1; }");
+    assert_eq!(map(&program, "@x").value, MapValueKind::Plain(Type::I64));
+    assert!(map(&program, "@c").read_in_kernel);
+}
+
+/// Aggregation arguments are checked: count() takes none, sum() one integer,
+/// lhist() literal bounds.
+#[test]
+fn checks_aggregation_arguments() {
+    assert_eq!(
+        error("BEGIN { @x = count(1); }").0,
+        "count() takes no arguments"
+    );
+    assert_eq!(
+        error("BEGIN { @x = sum(); }").0,
+        "sum() takes one integer argument"
+    );
+    assert_eq!(
+        error("BEGIN { @x = sum(comm); }").0,
+        "sum() needs an integer, not string[16]"
+    );
+    assert_eq!(
+        error("BEGIN { @x = lhist(1, 10, 0, 1); }").0,
+        "lhist() needs min < max and a positive step"
+    );
+    let program = checks("BEGIN { @x = lhist(5, 0, 100, 10); }");
+    let lhist = AggFunc::Lhist {
+        min: 0,
+        max: 100,
+        step: 10,
+    };
+    assert_eq!(map(&program, "@x").value, MapValueKind::Aggregate(lhist));
+}
+
+/// printf needs a literal format whose conversions match the arguments in number and kind.
+#[test]
+fn checks_printf_format_and_arguments() {
+    checks(r#"BEGIN { printf("%d %s %x %%\n", pid, comm, 255); }"#);
+    let (message, at, _) = error(r#"BEGIN { printf("%d %d\n", 1); }"#);
+    assert_eq!(
+        message,
+        "the format has 2 conversions but 1 arguments follow"
+    );
+    assert_eq!(at, r#"printf("%d %d\n", 1)"#);
+    let (message, at, _) = error(r#"BEGIN { printf("%d\n", comm); }"#);
+    assert_eq!(message, "printf cannot format string[16] here");
+    assert_eq!(at, "comm");
+    let (message, _, _) = error(r#"BEGIN { $f = "x"; printf($f); }"#);
+    assert_eq!(message, "printf() needs a format string literal first");
+    let (message, at, _) = error(r#"BEGIN { printf("%q %d\n", 1); }"#);
+    assert_eq!(
+        message,
+        "bad printf format: unknown conversion `%q` at byte 0"
+    );
+    assert_eq!(at, r#""%q %d\n""#);
+}
+
+/// Several independent mistakes are all reported, in source order.
+#[test]
+fn reports_every_error() {
+    let errors =
+        check("BEGIN { break; } END { @x = retval; $y = nope; }").expect_err("three errors");
+    let messages: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+    assert_eq!(
+        messages,
+        [
+            "`break` outside of a loop",
+            "`retval` is only available in uretprobe, kretprobe and fexit probes",
+            "unknown identifier `nope`",
+        ]
+    );
+}
+
+/// Conditions and operators need integers; strings compare only with `==`/`!=`.
+#[test]
+fn checks_operand_types() {
+    checks(r#"BEGIN { if (comm == "sh") { @a = 1; } }"#);
+    let (message, at, _) = error("BEGIN { if (comm) { @a = 1; } }");
+    assert_eq!(message, "a condition must be an integer, not string[16]");
+    assert_eq!(at, "comm");
+    let (message, _, _) = error(r#"BEGIN { @a = comm < "x"; }"#);
+    assert_eq!(message, "`<` cannot combine string[16] and string[2]");
+}

@@ -1,0 +1,242 @@
+//! Rejected scripts: the exact text wprof prints on stderr (miette's plain
+//! rendering, as stderr is not a terminal here), with `name:line:col` and a
+//! caret, a failing exit code, and never a panic.
+
+use wprof::runtime::features;
+
+use super::{one_error, workload, wprof_fails, wprof_ok};
+use crate::require_bpf;
+
+/// Runs `script` with `-e`, expects failure and exactly `body` as the one error.
+#[track_caller]
+fn assert_rejected(script: &str, body: &str) {
+    let out = wprof_fails(&["-e", script]);
+    assert_eq!(out.stderr, one_error(body), "script: {script}");
+    assert_eq!(out.stdout, "", "a rejected script attaches nothing");
+}
+
+/// A syntax error points at the unexpected token.
+#[test]
+fn syntax_error() {
+    assert_rejected(
+        r#"BEGIN { printf("hi\n" }"#,
+        r#"  × expected `,` or `)`, found `}`
+   ╭─[<script>:1:23]
+ 1 │ BEGIN { printf("hi\n" }
+   ·                       ┬
+   ·                       ╰── unexpected `}`
+   ╰────"#,
+    );
+}
+
+/// An unknown function is named, on its call, with line and column of a later line.
+#[test]
+fn unknown_builtin() {
+    assert_rejected(
+        "BEGIN {\n  @x = 1;\n  foo(@x);\n}",
+        "  × unknown function `foo`
+   ╭─[<script>:3:3]
+ 2 │   @x = 1;
+ 3 │   foo(@x);
+   ·   ───────
+ 4 │ }
+   ╰────",
+    );
+}
+
+/// A map assigned an integer and a string is a type error on the second assignment.
+#[test]
+fn type_error_conflicting_map_values() {
+    assert_rejected(
+        r#"BEGIN { @x = 1; @x = "s"; }"#,
+        "  × @x holds int64 elsewhere; cannot store string[2]
+   ╭─[<script>:1:17]
+ 1 │ BEGIN { @x = 1; @x = \"s\"; }
+   ·                 ──
+   ╰────",
+    );
+}
+
+/// Arithmetic on a string is a type error naming both types.
+#[test]
+fn type_error_in_arithmetic() {
+    assert_rejected(
+        "BEGIN { $x = comm + 1; }",
+        "  × `+` cannot combine string[16] and int64
+   ╭─[<script>:1:14]
+ 1 │ BEGIN { $x = comm + 1; }
+   ·              ────────
+   ╰────",
+    );
+}
+
+/// An unknown probe type lists the known ones.
+#[test]
+fn unknown_probe_type() {
+    assert_rejected(
+        "bogus:x { }",
+        "  × unknown probe type `bogus`
+   ╭─[<script>:1:1]
+ 1 │ bogus:x { }
+   · ───────
+   ╰────
+  help: probe types: BEGIN, END, uprobe, uretprobe, usdt, tracepoint, rawtracepoint, kprobe,
+        kretprobe, fentry, fexit, profile, interval, software, hardware",
+    );
+}
+
+/// A tracepoint that does not exist is named in the error.
+#[test]
+fn missing_tracepoint() {
+    require_bpf!();
+    assert_rejected(
+        "tracepoint:syscalls:sys_enter_nope { }",
+        "  × no tracepoint matches `syscalls:sys_enter_nope` (searched /sys/kernel/tracing/
+  │ available_events)
+   ╭─[<script>:1:1]
+ 1 │ tracepoint:syscalls:sys_enter_nope { }
+   · ──────────────────────────────────
+   ╰────",
+    );
+}
+
+/// A uprobe on a function the binary lacks names the function and the binary.
+#[test]
+fn missing_function_in_binary() {
+    let t = workload("uprobe_target");
+    let script = format!("uprobe:{t}:no_such_function {{ }}");
+    let out = wprof_fails(&["-e", &script]);
+    let underline = "─".repeat(script.len() - 4);
+    let expected = one_error(&format!(
+        "  × no function matching `no_such_function` in {t}
+   ╭─[<script>:1:1]
+ 1 │ {script}
+   · {underline}
+   ╰────"
+    ));
+    assert_eq!(out.stderr, expected);
+}
+
+/// printf with fewer arguments than conversions is rejected on the call.
+#[test]
+fn printf_argument_count_mismatch() {
+    assert_rejected(
+        r#"BEGIN { printf("%d %d\n", 1); }"#,
+        r#"  × the format has 2 conversions but 1 arguments follow
+   ╭─[<script>:1:9]
+ 1 │ BEGIN { printf("%d %d\n", 1); }
+   ·         ────────────────────
+   ╰────"#,
+    );
+}
+
+/// A statement needing more than 512 bytes of BPF stack is a diagnostic naming
+/// the limit and pointing at that statement.
+#[test]
+fn stack_limit_points_at_the_statement() {
+    let args = ["str(0)"; 9].join(", ");
+    let script = format!(
+        "BEGIN {{\n  $x = 1;\n  printf(\"{}\\n\", {args});\n}}",
+        "%s ".repeat(9).trim_end()
+    );
+    let out = wprof_fails(&["-e", &script]);
+    let line = script.lines().nth(2).expect("line 3");
+    // The span covers the call, not its `;`.
+    let underline = "─".repeat(line.trim().trim_end_matches(';').len());
+    let expected = one_error(&format!(
+        "  × `BEGIN` needs 1160 bytes of BPF stack; the kernel allows 512
+   ╭─[<script>:3:3]
+ 2 │   $x = 1;
+ 3 │ {line}
+   ·   {underline}
+ 4 │ }}
+   ╰────
+  help: this statement needs the most: split it, or use shorter strings (`str(p, N)`) and fewer
+        string arguments"
+    ));
+    assert_eq!(out.stderr, expected);
+}
+
+/// The same script without the wide printf compiles (the limit is not hit by accident).
+#[test]
+fn stack_limit_not_hit_by_small_printf() {
+    let out = wprof_ok(&[
+        "--dump-bpf",
+        "-e",
+        r#"BEGIN { printf("%s %s\n", comm, str(0)); }"#,
+    ]);
+    assert!(out.stdout.starts_with("; BEGIN ("), "{}", out.stdout);
+}
+
+/// Scripts whose probes this kernel cannot run fail with a message naming the
+/// missing feature, pointing at the probe; `--dump-bpf` still compiles them.
+#[test]
+fn missing_kernel_features_are_named() {
+    require_bpf!();
+    let found = features::detect();
+    let cases = [
+        (
+            "kprobe:do_nanosleep { }",
+            found.kprobes.reason().map(str::to_owned),
+            "this kernel has no kprobe support",
+        ),
+        (
+            "fentry:vfs_read { }",
+            found.fentry().reason().map(str::to_owned),
+            "this kernel refuses fentry/fexit programs",
+        ),
+        (
+            "hardware:cycles:1000000 { }",
+            found.hardware_pmu.reason().map(str::to_owned),
+            "this machine has no hardware PMU",
+        ),
+    ];
+    for (script, missing, needle) in cases {
+        let dump = wprof_ok(&["--dump-bpf", "-e", script]);
+        assert!(
+            dump.stdout.contains("instructions)"),
+            "{script}: {}",
+            dump.stdout
+        );
+        let Some(reason) = missing else {
+            eprintln!(
+                "SKIPPED {script}: this kernel has the feature, so there is no error to check"
+            );
+            continue;
+        };
+        let out = wprof_fails(&["-e", script]);
+        assert!(out.stderr.contains(needle), "{script}: {}", out.stderr);
+        let head = out.stderr.lines().nth(3).unwrap_or_default();
+        assert!(
+            head.starts_with("  × cannot run `"),
+            "{script}: {}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains("[<script>:1:1]"),
+            "{script}: {}",
+            out.stderr
+        );
+        assert!(!reason.is_empty());
+        assert_eq!(out.stdout, "");
+    }
+}
+
+/// The kprobe error's exact text on this machine (CONFIG_KPROBES off).
+#[test]
+fn missing_kprobes_exact_message() {
+    require_bpf!();
+    if features::detect().kprobes.is_available() {
+        eprintln!("SKIPPED missing_kprobes_exact_message: this kernel has kprobes");
+        return;
+    }
+    assert_rejected(
+        "kprobe:do_nanosleep { }",
+        "  × cannot run `kprobe:do_nanosleep`: this kernel has no kprobe support (CONFIG_KPROBES is off: /
+  │ sys/kernel/tracing/kprobe_events and /sys/bus/event_source/devices/kprobe are missing)
+   ╭─[<script>:1:1]
+ 1 │ kprobe:do_nanosleep { }
+   · ───────────────────────
+   ╰────",
+    );
+}

@@ -1,0 +1,105 @@
+//! Helpers shared by the suite: running wprof with a timeout, checking that it
+//! never panics, and reading the maps it prints at exit.
+
+mod attach;
+mod dump;
+mod errors;
+mod load;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::common::{RunOutput, run_with_timeout, wprof_bin};
+
+/// Longest any single wprof run may take before the test fails.
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs wprof with `args` (stdin closed) and fails the test if it panicked or hung.
+#[track_caller]
+pub fn wprof(args: &[&str]) -> RunOutput {
+    let out = run_with_timeout(Command::new(wprof_bin()).args(args), RUN_TIMEOUT)
+        .unwrap_or_else(|e| panic!("cannot run wprof {args:?}: {e}"));
+    assert!(
+        !out.stderr.contains("panicked"),
+        "wprof {args:?} panicked:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.status.is_some(),
+        "wprof {args:?} did not finish within {RUN_TIMEOUT:?}\nstdout:\n{}\nstderr:\n{}",
+        out.stdout,
+        out.stderr
+    );
+    out
+}
+
+/// Runs wprof and expects it to succeed.
+#[track_caller]
+pub fn wprof_ok(args: &[&str]) -> RunOutput {
+    let out = wprof(args);
+    assert!(
+        out.success(),
+        "wprof {args:?} failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    out
+}
+
+/// Runs wprof and expects it to fail with exit code 1.
+#[track_caller]
+pub fn wprof_fails(args: &[&str]) -> RunOutput {
+    let out = wprof(args);
+    assert_eq!(
+        out.status.and_then(|s| s.code()),
+        Some(1),
+        "wprof {args:?} should fail with exit code 1\nstdout:\n{}\nstderr:\n{}",
+        out.stdout,
+        out.stderr
+    );
+    out
+}
+
+/// The text wprof prints on stderr for one script error: `body` is the
+/// error's own rendering (message, snippet, caret, help).
+pub fn one_error(body: &str) -> String {
+    format!("  × the script has an error\n\nError: \n{body}\n\n")
+}
+
+/// The absolute path of workload `name` (built from `tests/data/NAME.c`) as a string.
+#[track_caller]
+pub fn workload(name: &str) -> String {
+    path_str(&crate::common::workload(name))
+}
+
+/// A path as UTF-8 text, for building scripts and command lines.
+#[track_caller]
+pub fn path_str(path: &Path) -> String {
+    path.to_str()
+        .unwrap_or_else(|| panic!("non-UTF-8 path {}", path.display()))
+        .to_string()
+}
+
+/// Entries of the maps wprof printed: `@name[key]: value` lines as
+/// `"@name[key]" → "value"`. Histograms and other multi-line values are left out.
+pub fn map_lines(stdout: &str) -> BTreeMap<String, String> {
+    stdout
+        .lines()
+        .filter(|line| line.starts_with('@'))
+        .filter_map(|line| line.split_once(": "))
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
+}
+
+/// `(name, value)` pairs as a map, for comparing with [`map_lines`].
+pub fn entries<N: ToString, V: ToString>(
+    pairs: impl IntoIterator<Item = (N, V)>,
+) -> BTreeMap<String, String> {
+    pairs
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
+}
