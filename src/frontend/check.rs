@@ -381,7 +381,7 @@ impl Checker {
             },
             (a, b) => {
                 let describe =
-                    |k: Option<&Type>| k.map_or("no key".to_string(), |t| format!("a {t} key"));
+                    |k: Option<&Type>| k.map_or("no key".to_string(), |t| format!("{t} keys"));
                 let message = format!(
                     "{display} is used with {} elsewhere and with {} here",
                     describe(a.as_ref()),
@@ -435,3 +435,6 @@ impl Checker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

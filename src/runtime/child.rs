@@ -19,6 +19,8 @@ pub struct TracedCommand {
     pid: libc::pid_t,
     /// Write end of the pipe the child blocks on.
     gate: OwnedFd,
+    /// Read end of a close-on-exec pipe: EOF when `exec` succeeded, the errno when it failed.
+    exec_status: OwnedFd,
 }
 
 /// A released command; killed and reaped by [`RunningCommand::finish`].
@@ -38,21 +40,29 @@ impl TracedCommand {
             .collect::<io::Result<_>>()?;
         let mut pointers: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
         pointers.push(std::ptr::null());
+        // Fail before anything is attached when the program cannot be found.
+        crate::runtime::elf::resolve_binary(&argv[0], None)
+            .map_err(|e| io::Error::new(io::ErrorKind::NotFound, e.to_string()))?;
         let (read_end, write_end) = pipe()?;
+        let (status_read, status_write) = pipe()?;
         // SAFETY: the child only calls async-signal-safe functions (close,
-        // read, execvp, _exit) on memory prepared before the fork.
+        // read, write, execvp, _exit) on memory prepared before the fork.
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
             0 => unsafe {
                 libc::close(write_end.as_raw_fd());
+                libc::close(status_read.as_raw_fd());
                 let mut byte = 0u8;
                 libc::read(read_end.as_raw_fd(), (&raw mut byte).cast(), 1);
                 libc::execvp(pointers[0], pointers.as_ptr());
+                let errno = *libc::__errno_location();
+                libc::write(status_write.as_raw_fd(), (&raw const errno).cast(), 4);
                 libc::_exit(127)
             },
             pid => Ok(TracedCommand {
                 pid,
                 gate: write_end,
+                exec_status: status_read,
             }),
         }
     }
@@ -62,10 +72,18 @@ impl TracedCommand {
     }
 
     /// Let the command `exec`, and stop the session when it exits.
-    pub fn release(self, stopper: Stopper) -> RunningCommand {
+    pub fn release(self, stopper: Stopper) -> io::Result<RunningCommand> {
         drop(self.gate);
-        stop_when_process_exits(self.pid, stopper);
-        RunningCommand { pid: self.pid }
+        let running = RunningCommand { pid: self.pid };
+        let mut errno = [0u8; 4];
+        // SAFETY: reads at most 4 bytes into our buffer.
+        let got = unsafe { libc::read(self.exec_status.as_raw_fd(), errno.as_mut_ptr().cast(), 4) };
+        if got == 4 {
+            running.finish();
+            return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)));
+        }
+        watch_process(self.pid, stopper)?;
+        Ok(running)
     }
 }
 
@@ -93,12 +111,13 @@ pub(super) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Stop the session when process `pid` exits, without reaping it.
-pub fn stop_when_process_exits(pid: i32, stopper: Stopper) {
+/// Stop the session when process `pid` exits (without reaping it); an
+/// error when there is no such process.
+pub fn watch_process(pid: i32, stopper: Stopper) -> io::Result<()> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
     if fd < 0 {
-        return;
+        return Err(io::Error::last_os_error());
     }
     // SAFETY: fd is a new descriptor we own.
     let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -112,4 +131,5 @@ pub fn stop_when_process_exits(pid: i32, stopper: Stopper) {
         while unsafe { libc::poll(&mut poll, 1, -1) } < 0 {}
         stopper.stop();
     });
+    Ok(())
 }

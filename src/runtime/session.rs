@@ -11,7 +11,7 @@ use crate::output::agg;
 use crate::output::maps::{self, MapDump, PrintOptions};
 use crate::output::printf::{self, Piece};
 use crate::output::value::{Resolve, Value, decode};
-use crate::runtime::child::TracedCommand;
+use crate::runtime::child::{self, TracedCommand};
 use crate::runtime::loader::{self, AttachOptions, Loaded};
 
 #[derive(Clone, Debug, Default)]
@@ -34,6 +34,8 @@ pub enum RunError {
     Map(#[from] crate::runtime::maps_read::MapError),
     #[error("cannot start `{command}`: {source}")]
     Command { command: String, source: io::Error },
+    #[error("cannot trace process {pid}: {source}")]
+    Process { pid: i32, source: io::Error },
     #[error("cannot write output: {0}")]
     Output(#[from] io::Error),
 }
@@ -49,6 +51,10 @@ enum Ending {
 /// Run `compiled` until `exit()`, Ctrl-C, the duration, or the traced process ends.
 pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Result<(), RunError> {
     let mut loaded = loader::load(compiled)?;
+    let stopper = loaded.stopper();
+    if let Some(pid) = options.pid {
+        child::watch_process(pid, stopper.clone()).map_err(|source| RunError::Process { pid, source })?;
+    }
     let globals = compiled
         .globals
         .expect("the code generator always makes a globals map");
@@ -75,16 +81,16 @@ pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Re
     let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
     loaded.attach_all(AttachOptions { pid })?;
 
-    let stopper = loaded.stopper();
     install_interrupt_handler(stopper.clone());
-    if let Some(pid) = options.pid {
-        crate::runtime::child::stop_when_process_exits(pid, stopper.clone());
-    }
     let mut printer = Printer::new(compiled);
     for index in loaded.programs_at(&AttachPoint::Begin) {
         loaded.run_once(index)?;
     }
-    let running = child.map(|c| c.release(stopper.clone()));
+    let command_text = || options.command.as_deref().unwrap_or_default().join(" ");
+    let running = child
+        .map(|c| c.release(stopper.clone()))
+        .transpose()
+        .map_err(|source| RunError::Command { command: command_text(), source })?;
 
     let deadline = options.duration.map(|d| Instant::now() + d);
     while printer.ending == Ending::Running {

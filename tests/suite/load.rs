@@ -221,7 +221,6 @@ fn begin_exit_prints_output_and_maps() {
 /// A `-c` command that cannot be executed is an error naming it, not a silent
 /// successful run.
 #[test]
-#[ignore = "bug: src/runtime/child.rs:50-51 ignores execvp failure (_exit(127)); wprof exits 0"]
 fn command_that_cannot_start_is_an_error() {
     require_bpf!();
     let out = wprof(&[
@@ -240,7 +239,6 @@ fn command_that_cannot_start_is_an_error() {
 
 /// `-p` with a pid no process has is an error, not a session that never ends.
 #[test]
-#[ignore = "bug: src/runtime/child.rs:97-99 returns silently when pidfd_open fails (ESRCH); wprof runs forever"]
 fn pid_option_rejects_missing_process() {
     require_bpf!();
     // Pids are always below pid_max, so this one cannot exist.

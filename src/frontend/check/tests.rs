@@ -212,7 +212,7 @@ fn rejects_key_type_mismatch() {
     let (message, _, _) = error("BEGIN { @m = 1; @m[1] = 2; }");
     assert_eq!(
         message,
-        "@m is used with no key elsewhere and with a int64 key here"
+        "@m is used with no key elsewhere and with int64 keys here"
     );
     let (message, _, _) = error("BEGIN { @m[1] = 1; @v = @m; }");
     assert_eq!(message, "@m needs a key");
