@@ -53,7 +53,8 @@ pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Re
     let mut loaded = loader::load(compiled)?;
     let stopper = loaded.stopper();
     if let Some(pid) = options.pid {
-        child::watch_process(pid, stopper.clone()).map_err(|source| RunError::Process { pid, source })?;
+        child::watch_process(pid, stopper.clone())
+            .map_err(|source| RunError::Process { pid, source })?;
     }
     let globals = compiled
         .globals
@@ -90,7 +91,10 @@ pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Re
     let running = child
         .map(|c| c.release(stopper.clone()))
         .transpose()
-        .map_err(|source| RunError::Command { command: command_text(), source })?;
+        .map_err(|source| RunError::Command {
+            command: command_text(),
+            source,
+        })?;
 
     let deadline = options.duration.map(|d| Instant::now() + d);
     while printer.ending == Ending::Running {
