@@ -16,20 +16,40 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            if !message.is_empty() {
-                eprintln!("{message}");
-            }
+        Err(Failure::Script(errors)) => {
+            eprintln!("{}", render(errors));
+            ExitCode::FAILURE
+        }
+        Err(Failure::Message(message)) => {
+            eprintln!("wprof: {message}");
             ExitCode::FAILURE
         }
     }
 }
 
-fn run(cli: Cli) -> Result<(), String> {
+/// Why wprof stops with an error: diagnostics on the script, or a plain message.
+enum Failure {
+    Script(ScriptErrors),
+    Message(String),
+}
+
+impl From<ScriptErrors> for Failure {
+    fn from(errors: ScriptErrors) -> Self {
+        Failure::Script(errors)
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure::Message(message)
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
     let (source, params) = read_source(&cli)?;
     let _ = tracefs::ensure_mounted();
     let env = SystemEnvironment { pid: cli.pid };
-    let (checked, compiled) = driver::compile(&source, &params, &env).map_err(|e| render(&e))?;
+    let (checked, compiled) = driver::compile(&source, &params, &env)?;
     if cli.dump_bpf {
         let mut out = io::stdout().lock();
         for program in &compiled.programs {
@@ -40,16 +60,17 @@ fn run(cli: Cli) -> Result<(), String> {
                 program.insns.len(),
                 render_listing(program, &source.text)
             );
-            out.write_all(text.as_bytes()).map_err(|e| e.to_string())?;
+            out.write_all(text.as_bytes())
+                .map_err(|e| format!("cannot write the listing: {e}"))?;
         }
         return Ok(());
     }
-    driver::check_kernel_support(&source, &checked, &features::detect()).map_err(|e| render(&e))?;
+    driver::check_kernel_support(&source, &checked, &features::detect())?;
     let command = match &cli.command {
         Some(text) => Some(
             shlex::split(text)
                 .filter(|argv| !argv.is_empty())
-                .ok_or_else(|| format!("wprof: cannot split -c command `{text}`"))?,
+                .ok_or_else(|| format!("cannot split -c command `{text}`"))?,
         ),
         None => None,
     };
@@ -59,15 +80,17 @@ fn run(cli: Cli) -> Result<(), String> {
         duration: cli.duration,
     };
     let mut out = io::stdout().lock();
-    session::run(&compiled, &options, &mut out).map_err(|error| match &error {
-        RunError::Load(load) => driver::verifier_diagnostic(load, &compiled, &source)
-            .map_or_else(|| format!("wprof: {error}"), |d| render(&d)),
-        _ => format!("wprof: {error}"),
+    session::run(&compiled, &options, &mut out).map_err(|error| {
+        let verifier = match &error {
+            RunError::Load(load) => driver::verifier_diagnostic(load, &compiled, &source),
+            _ => None,
+        };
+        verifier.map_or_else(|| Failure::Message(error.to_string()), Failure::Script)
     })
 }
 
 /// The script text and its positional parameters.
-fn read_source(cli: &Cli) -> Result<(Source, Vec<String>), String> {
+fn read_source(cli: &Cli) -> Result<(Source, Vec<String>), Failure> {
     match (&cli.program, &cli.script) {
         (Some(text), script) => {
             // With -e, a "script" argument is really the first positional parameter.
@@ -86,7 +109,7 @@ fn read_source(cli: &Cli) -> Result<(Source, Vec<String>), String> {
         }
         (None, Some(path)) => {
             let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("wprof: cannot read {}: {e}", path.display()))?;
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
             Ok((
                 Source {
                     name: path.display().to_string(),
@@ -95,24 +118,17 @@ fn read_source(cli: &Cli) -> Result<(Source, Vec<String>), String> {
                 cli.params.clone(),
             ))
         }
-        (None, None) => {
-            Err("wprof: give a program with -e 'PROGRAM' or a script file (see --help)".into())
-        }
+        (None, None) => Err(Failure::Message(
+            "give a program with -e 'PROGRAM' or a script file (see --help)".into(),
+        )),
     }
 }
 
-fn render(errors: &ScriptErrors) -> String {
+/// Diagnostics with colour on a terminal, plain text otherwise (tests read it).
+fn render(errors: ScriptErrors) -> String {
     if io::stderr().is_terminal() {
-        format!("{:?}", miette::Report::new(clone_errors(errors)))
+        format!("{:?}", miette::Report::new(errors))
     } else {
         errors.render()
     }
-}
-
-fn clone_errors(errors: &ScriptErrors) -> ScriptErrors {
-    ScriptErrors::new(
-        errors.source.name(),
-        errors.source.inner(),
-        errors.errors.clone(),
-    )
 }
