@@ -1,26 +1,26 @@
 //! Runtime stage, first step: takes the compiler's [`Compiled`] output,
 //! creates its maps, patches their fds into the programs, wraps the programs
 //! in an in-memory ELF and loads it with libbpf; then attaches each program
-//! by its [`AttachPoint`]. Output: a [`Loaded`] that owns every kernel object
-//! and reads messages and maps (see [`super::maps_read`]).
+//! by its [`AttachPoint`] (per-kind code in `attach.rs`). Output: a
+//! [`Loaded`] that owns every kernel object and reads messages and maps (see
+//! [`super::maps_read`]).
 //!
-//! libbpf's own printing is captured, never written to stderr: the verifier
-//! log of a failing program becomes [`LoadError::Verifier`].
+//! libbpf's own printing is captured, never written to stderr (`libbpf_log.rs`):
+//! the verifier log of a failing program becomes [`LoadError::Verifier`].
 
-use std::cell::RefCell;
 use std::os::fd::{AsFd, AsRawFd};
-use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use libbpf_rs::{
-    Link, MapHandle, MapType, Object, ObjectBuilder, PrintLevel, ProgramInput, ProgramMut,
-    TracepointCategory, UprobeOpts,
-};
+use libbpf_rs::{Link, MapHandle, MapType, Object, ObjectBuilder, ProgramInput, ProgramMut};
 
+use super::attach::attach_point;
 use super::elf_object::{ElfProgram, write_elf};
+use super::libbpf_log::{failed_program, install_print_capture, verifier_log, with_captured_print};
 use super::maps_read::{MapError, Ring, Stopper};
-use super::perf_event;
 use crate::codegen::program::{AttachPoint, BpfProgram, Compiled, MapKind, MapSpec};
+
+// Public at its original path, `runtime::loader::failing_insn`.
+pub use super::libbpf_log::failing_insn;
 
 /// Why loading failed. Nothing stays loaded after an error.
 #[derive(Debug, thiserror::Error)]
@@ -353,66 +353,6 @@ fn patch_relocs(prog: &BpfProgram, maps: &[MapHandle]) -> Result<Vec<u64>, LoadE
     Ok(insns)
 }
 
-thread_local! {
-    /// libbpf output printed on this thread while a capture is active.
-    static CAPTURED: RefCell<Option<String>> = const { RefCell::new(None) };
-}
-
-fn capture_print(_level: PrintLevel, msg: String) {
-    CAPTURED.with(|c| {
-        if let Some(buf) = c.borrow_mut().as_mut() {
-            buf.push_str(&msg);
-        }
-    });
-}
-
-/// Routes libbpf's printing (warnings and worse) to [`CAPTURED`]: silent
-/// unless a capture is active on the printing thread.
-fn install_print_capture() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        libbpf_rs::set_print(Some((PrintLevel::Warn, capture_print)));
-    });
-}
-
-fn with_captured_print<T>(f: impl FnOnce() -> T) -> (T, String) {
-    CAPTURED.with(|c| *c.borrow_mut() = Some(String::new()));
-    let out = f();
-    let printed = CAPTURED.with(|c| c.borrow_mut().take()).unwrap_or_default();
-    (out, printed)
-}
-
-/// The program named in libbpf's `prog 'NAME': failed to load` line.
-fn failed_program(printed: &str) -> Option<&str> {
-    printed.lines().rev().find_map(|line| {
-        let rest = line.strip_prefix("libbpf: ").unwrap_or(line);
-        let rest = rest.strip_prefix("prog '")?;
-        let (name, tail) = rest.split_once("': ")?;
-        tail.starts_with("failed to load").then_some(name)
-    })
-}
-
-/// The verifier log libbpf printed between its BEGIN/END markers.
-fn verifier_log(printed: &str) -> Option<String> {
-    const BEGIN: &str = "-- BEGIN PROG LOAD LOG --\n";
-    const END: &str = "-- END PROG LOAD LOG --";
-    let start = printed.rfind(BEGIN)? + BEGIN.len();
-    let len = printed[start..].find(END)?;
-    let log = printed[start..start + len].trim_end();
-    (!log.is_empty()).then(|| log.to_string())
-}
-
-/// The index of the last `N: (op) ...` instruction line of a verifier log.
-pub fn failing_insn(log: &str) -> Option<usize> {
-    log.lines().rev().find_map(|line| {
-        let (index, rest) = line.split_once(": (")?;
-        let op = rest.get(..3)?;
-        (op.ends_with(')') && op[..2].chars().all(|c| c.is_ascii_hexdigit()))
-            .then(|| index.trim().parse().ok())
-            .flatten()
-    })
-}
-
 impl Loaded {
     /// Attaches every program except `BEGIN`/`END`; stops at the first
     /// failure (what is attached stays attached until drop).
@@ -518,317 +458,17 @@ impl Loaded {
     }
 }
 
-/// Attaches `prog` by the kind of `point`.
-fn attach_point(prog: &ProgramMut<'_>, point: &AttachPoint, pid: i32) -> Result<Vec<Link>, String> {
-    match point {
-        AttachPoint::Begin | AttachPoint::End => {
-            Err("BEGIN/END probes run with run_once, not attach".into())
-        }
-        AttachPoint::Tracepoint { category, name } => attach_tracepoint(prog, category, name),
-        AttachPoint::RawTracepoint { name } => prog
-            .attach_raw_tracepoint(name)
-            .map(|l| vec![l])
-            .map_err(|e| {
-                explain(
-                    &e,
-                    "list raw tracepoints in /sys/kernel/tracing/available_events",
-                )
-            }),
-        AttachPoint::Uprobe {
-            binary,
-            offset,
-            retprobe,
-            ..
-        } => attach_uprobe(prog, pid, binary, *offset, 0, *retprobe),
-        AttachPoint::Usdt {
-            binary,
-            offset,
-            semaphore_offset,
-            ..
-        } => attach_uprobe(prog, pid, binary, *offset, *semaphore_offset, false),
-        AttachPoint::Kprobe {
-            function,
-            offset,
-            retprobe,
-        } => attach_kprobe(prog, function, *offset, *retprobe),
-        AttachPoint::Fentry { .. } => prog.attach_trace().map(|l| vec![l]).map_err(|e| {
-            explain(
-                &e,
-                "fentry/fexit need BPF trampolines; use a kprobe or tracepoint",
-            )
-        }),
-        AttachPoint::PerfEvent {
-            event,
-            sample,
-            all_cpus,
-        } => perf_event::attach(prog, *event, *sample, *all_cpus),
-    }
-}
-
 const NOT_LOADED: &str = "program was not loaded (loader bug)";
 
 fn find_program<'o>(object: &'o Object, name: &str) -> Option<ProgramMut<'o>> {
     object.progs_mut().find(|p| p.name() == name)
 }
 
-/// The error text plus advice keyed on the errno.
-pub(super) fn explain(err: &libbpf_rs::Error, advice: &str) -> String {
-    use libbpf_rs::ErrorKind as K;
-    let errno_hint = match err.kind() {
-        K::PermissionDenied => "run as root (CAP_BPF and CAP_PERFMON are needed); ",
-        K::NotFound => "the target does not exist; ",
-        K::Unsupported => "this kernel lacks the feature; ",
-        _ => "",
-    };
-    format!("{err:#}; {errno_hint}{advice}")
-}
-
-fn attach_tracepoint(
-    prog: &ProgramMut<'_>,
-    category: &str,
-    name: &str,
-) -> Result<Vec<Link>, String> {
-    prog.attach_tracepoint(TracepointCategory::Custom(category.into()), name)
-        .map(|l| vec![l])
-        .map_err(|e| {
-            explain(
-                &e,
-                &format!("check /sys/kernel/tracing/events/{category}/{name} exists"),
-            )
-        })
-}
-
-fn attach_uprobe(
-    prog: &ProgramMut<'_>,
-    pid: i32,
-    binary: &std::path::Path,
-    offset: u64,
-    ref_ctr_offset: u64,
-    retprobe: bool,
-) -> Result<Vec<Link>, String> {
-    let to_usize = |v: u64| usize::try_from(v).map_err(|_| format!("offset {v:#x} too large"));
-    let opts = UprobeOpts {
-        ref_ctr_offset: to_usize(ref_ctr_offset)?,
-        retprobe,
-        ..Default::default()
-    };
-    prog.attach_uprobe_with_opts(pid, binary, to_usize(offset)?, opts)
-        .map(|l| vec![l])
-        .map_err(|e| {
-            let advice = if ref_ctr_offset != 0 && e.kind() == libbpf_rs::ErrorKind::InvalidInput {
-                // uprobe_register: one address, one ref_ctr_offset (Linux 4.20+).
-                "another uprobe at this address may use a different semaphore offset".to_string()
-            } else {
-                format!(
-                    "check that {} exists and is readable, and that the process (-p) is alive",
-                    binary.display()
-                )
-            };
-            explain(&e, &advice)
-        })
-}
-
-fn attach_kprobe(
-    prog: &ProgramMut<'_>,
-    function: &str,
-    offset: u64,
-    retprobe: bool,
-) -> Result<Vec<Link>, String> {
-    if offset != 0 {
-        return Err("kprobes at an offset inside a function are not supported".into());
-    }
-    let kprobes = std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists()
-        || std::path::Path::new("/sys/kernel/tracing/kprobe_events").exists();
-    prog.attach_kprobe(retprobe, function)
-        .map(|l| vec![l])
-        .map_err(|e| {
-            if kprobes {
-                explain(
-                    &e,
-                    &format!("check `{function}` is in /proc/kallsyms and not inlined"),
-                )
-            } else {
-                explain(
-                    &e,
-                    "this kernel has no kprobes (CONFIG_KPROBES is off); use a tracepoint instead",
-                )
-            }
-        })
-}
-
-/// Hand-assembled programs for the runtime's kernel tests (the real
-/// assembler lives in codegen; these stay minimal on purpose).
-#[cfg(test)]
-pub(crate) mod test_support {
-    use crate::codegen::program::{
-        AttachPoint, BpfProgram, Compiled, MapId, MapKind, MapReloc, MapSpec,
-    };
-
-    /// One raw instruction slot.
-    pub fn ins(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {
-        u64::from(op)
-            | u64::from(dst) << 8
-            | u64::from(src) << 12
-            | u64::from(off as u16) << 16
-            | u64::from(imm as u32) << 32
-    }
-    pub fn mov_imm(dst: u8, imm: i32) -> u64 {
-        ins(0xb7, dst, 0, 0, imm)
-    }
-    pub fn mov_reg(dst: u8, src: u8) -> u64 {
-        ins(0xbf, dst, src, 0, 0)
-    }
-    pub fn exit() -> u64 {
-        ins(0x95, 0, 0, 0, 0)
-    }
-    pub fn call(helper: i32) -> u64 {
-        ins(0x85, 0, 0, 0, helper)
-    }
-
-    /// A program under construction: slots plus map relocations.
-    #[derive(Default)]
-    pub struct Asm {
-        pub insns: Vec<u64>,
-        pub relocs: Vec<MapReloc>,
-    }
-
-    impl Asm {
-        pub fn push(&mut self, insns: &[u64]) -> &mut Self {
-            self.insns.extend_from_slice(insns);
-            self
-        }
-        /// `dst = map` as a pseudo map-fd `ld_imm64`.
-        pub fn ld_map(&mut self, dst: u8, map: MapId) -> &mut Self {
-            self.relocs.push(MapReloc {
-                insn: self.insns.len(),
-                map,
-            });
-            self.push(&[ins(0x18, dst, 1, 0, 0), 0])
-        }
-        /// Skips `body` unless the current thread id is `tid`; leaves
-        /// pid_tgid in r6.
-        pub fn only_thread(&mut self, tid: i32, body: Asm) -> &mut Self {
-            self.push(&[call(14), mov_reg(6, 0), ins(0xbc, 0, 0, 0, 0)]);
-            let len = i16::try_from(body.insns.len()).expect("short body");
-            self.push(&[ins(0x55, 0, 0, len, tid)]);
-            self.append(body)
-        }
-        pub fn append(&mut self, body: Asm) -> &mut Self {
-            let base = self.insns.len();
-            self.relocs.extend(body.relocs.iter().map(|r| MapReloc {
-                insn: r.insn + base,
-                map: r.map,
-            }));
-            self.push(&body.insns)
-        }
-        /// Sends r6 as an 8-byte ring buffer record.
-        pub fn send_r6(&mut self, ring: MapId) -> &mut Self {
-            self.push(&[ins(0x7b, 10, 6, -8, 0)]).ld_map(1, ring);
-            self.push(&[
-                mov_reg(2, 10),
-                ins(0x07, 2, 0, 0, -8),
-                mov_imm(3, 8),
-                mov_imm(4, 0),
-                call(130),
-            ])
-        }
-        /// Atomically adds 1 to the u64 at key 0 of an array map.
-        pub fn count(&mut self, map: MapId) -> &mut Self {
-            self.push(&[ins(0x62, 10, 0, -4, 0)]).ld_map(1, map);
-            self.push(&[
-                mov_reg(2, 10),
-                ins(0x07, 2, 0, 0, -4),
-                call(1),
-                ins(0x15, 0, 0, 2, 0),
-                mov_imm(1, 1),
-                ins(0xdb, 0, 1, 0, 0),
-            ])
-        }
-        /// Adds 1 to the u64 at key 0 (u32) of a hash map, inserting it first.
-        pub fn count_hash(&mut self, map: MapId) -> &mut Self {
-            self.push(&[ins(0x62, 10, 0, -4, 0)]).ld_map(1, map);
-            self.push(&[
-                mov_reg(2, 10),
-                ins(0x07, 2, 0, 0, -4),
-                call(1),
-                ins(0x15, 0, 0, 3, 0),
-                mov_imm(1, 1),
-                ins(0xdb, 0, 1, 0, 0),
-                ins(0x05, 0, 0, 9, 0),
-                ins(0x7a, 10, 0, -16, 1),
-            ])
-            .ld_map(1, map);
-            self.push(&[
-                mov_reg(2, 10),
-                ins(0x07, 2, 0, 0, -4),
-                mov_reg(3, 10),
-                ins(0x07, 3, 0, 0, -16),
-                mov_imm(4, 0),
-                call(2),
-            ])
-        }
-        /// `return 0`.
-        pub fn ret0(&mut self) -> &mut Self {
-            self.push(&[mov_imm(0, 0), exit()])
-        }
-        pub fn program(&self, name: &str, probe: &str, attach: AttachPoint) -> BpfProgram {
-            BpfProgram {
-                name: name.into(),
-                probe: probe.into(),
-                attach,
-                insns: self.insns.clone(),
-                map_relocs: self.relocs.clone(),
-                spans: vec![None; self.insns.len()],
-                comments: vec![None; self.insns.len()],
-            }
-        }
-    }
-
-    pub fn map(name: &str, kind: MapKind, key: u32, value: u32, entries: u32) -> MapSpec {
-        MapSpec {
-            name: name.into(),
-            kind,
-            key_size: key,
-            value_size: value,
-            max_entries: entries,
-            script_map: None,
-        }
-    }
-
-    /// A `Compiled` with a 64 KiB ring buffer as map 0 and `maps` after it.
-    pub fn with_ring(maps: Vec<MapSpec>, programs: Vec<BpfProgram>) -> Compiled {
-        let mut all = vec![map("ring", MapKind::RingBuf, 0, 0, 1 << 16)];
-        all.extend(maps);
-        Compiled {
-            programs,
-            maps: all,
-            ringbuf: Some(MapId(0)),
-            ..Default::default()
-        }
-    }
-
-    /// The calling thread's id.
-    pub fn tid() -> i32 {
-        let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
-        let tid = link.file_name().expect("tid").to_string_lossy();
-        tid.parse().expect("numeric tid")
-    }
-
-    /// Sums the u64 at the start of each per-CPU value of every entry.
-    pub fn sum_u64(entries: &[(Vec<u8>, Vec<Vec<u8>>)]) -> u64 {
-        entries
-            .iter()
-            .flat_map(|(_, values)| values)
-            .map(|v| u64::from_ne_bytes(v[..8].try_into().expect("8 bytes")))
-            .sum()
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::test_support::*;
     use super::*;
     use crate::codegen::program::{MapId, PerfEvent, PerfSample};
+    use crate::runtime::test_support::*;
     use std::ops::ControlFlow;
 
     const RING: MapId = MapId(0);
@@ -854,22 +494,6 @@ mod tests {
                 .expect("poll");
         }
         got
-    }
-
-    /// The test assembler agrees with bpf_ins on a few encodings.
-    #[test]
-    fn test_asm_matches_bpf_ins() {
-        use bpf_ins::{Instruction, Register};
-        assert_eq!(
-            mov_imm(0, 5),
-            Instruction::mov64(Register::R0, 5).encode().0
-        );
-        assert_eq!(
-            mov_reg(2, 10),
-            Instruction::movx64(Register::R2, Register::R10).encode().0
-        );
-        assert_eq!(call(130), Instruction::call(130).encode().0);
-        assert_eq!(exit(), Instruction::exit().encode().0);
     }
 
     /// Verifier line parsing finds the last instruction before the error.
@@ -930,96 +554,6 @@ mod tests {
         assert_eq!(loaded.run_once(0).expect("run after detach"), 0);
     }
 
-    #[unsafe(no_mangle)]
-    #[inline(never)]
-    extern "C" fn wprof_loader_uprobe_target(x: u64) -> u64 {
-        std::hint::black_box(x).wrapping_add(1)
-    }
-
-    /// File offset of a function of this binary, from /proc/self/maps.
-    fn self_file_offset(addr: usize) -> (std::path::PathBuf, u64) {
-        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
-        for line in maps.lines() {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (start, end) = fields[0].split_once('-').expect("range");
-            let start = usize::from_str_radix(start, 16).expect("hex");
-            let end = usize::from_str_radix(end, 16).expect("hex");
-            if (start..end).contains(&addr) {
-                let off = u64::from_str_radix(fields[2], 16).expect("hex");
-                return (fields[5].into(), (addr - start) as u64 + off);
-            }
-        }
-        panic!("address {addr:#x} not mapped");
-    }
-
-    /// A uprobe on a function of the test binary counts its calls (pid filter on).
-    #[test]
-    fn uprobe_counts_calls() {
-        let addr = wprof_loader_uprobe_target as *const () as usize;
-        let (binary, offset) = self_file_offset(addr);
-        let mut asm = Asm::default();
-        asm.count(COUNTS).ret0();
-        let attach = AttachPoint::Uprobe {
-            binary,
-            symbol: "wprof_loader_uprobe_target".into(),
-            offset,
-            retprobe: false,
-        };
-        let prog = asm.program("up", "uprobe:self:wprof_loader_uprobe_target", attach);
-        let counts = map("counts", MapKind::Array, 4, 8, 1);
-        let mut loaded = load(&with_ring(vec![counts], vec![prog])).expect("load");
-        let pid = i32::try_from(std::process::id()).expect("pid");
-        loaded
-            .attach_all(AttachOptions { pid: Some(pid) })
-            .expect("attach");
-        for i in 0..4 {
-            std::hint::black_box(wprof_loader_uprobe_target(i));
-        }
-        assert_eq!(sum_u64(&loaded.map_entries(COUNTS).expect("entries")), 4);
-    }
-
-    #[unsafe(no_mangle)]
-    #[inline(never)]
-    extern "C" fn wprof_loader_usdt_site(x: u64) -> u64 {
-        std::hint::black_box(x).wrapping_mul(3)
-    }
-
-    /// A USDT-style semaphore: non-zero initial value keeps it in `.data`,
-    /// which is file-backed (the kernel only counts in file-backed pages).
-    #[unsafe(no_mangle)]
-    static WPROF_LOADER_SEMAPHORE: std::sync::atomic::AtomicU16 =
-        std::sync::atomic::AtomicU16::new(0x100);
-
-    /// A USDT attach bumps the semaphore through ref_ctr_offset while attached.
-    #[test]
-    fn usdt_semaphore_counts_attach() {
-        use std::sync::atomic::Ordering;
-        let (binary, offset) = self_file_offset(wprof_loader_usdt_site as *const () as usize);
-        let sem_addr = &raw const WPROF_LOADER_SEMAPHORE as usize;
-        let (_, semaphore_offset) = self_file_offset(sem_addr);
-        let attach = AttachPoint::Usdt {
-            binary,
-            provider: "wprof".into(),
-            name: "test".into(),
-            offset,
-            semaphore_offset,
-        };
-        let prog = Asm::default()
-            .ret0()
-            .program("usdt", "usdt:self:wprof:test", attach);
-        let mut loaded = load(&with_ring(vec![], vec![prog])).expect("load");
-        let pid = i32::try_from(std::process::id()).expect("pid");
-        loaded
-            .attach_all(AttachOptions { pid: Some(pid) })
-            .expect("attach");
-        assert_eq!(WPROF_LOADER_SEMAPHORE.load(Ordering::SeqCst), 0x101);
-        // The kernel refuses a second probe at one address with another
-        // ref_ctr_offset (EINVAL), hence a site of its own.
-        std::hint::black_box(wprof_loader_usdt_site(1));
-        loaded.detach_all();
-        assert_eq!(WPROF_LOADER_SEMAPHORE.load(Ordering::SeqCst), 0x100);
-    }
-
     /// A program reading an uninitialised register is a Verifier error with
     /// the log and the failing instruction.
     #[test]
@@ -1049,26 +583,6 @@ mod tests {
             Err(other) => panic!("wrong error: {other}"),
             Ok(_) => panic!("invalid program loaded"),
         }
-    }
-
-    /// Attaching a kprobe fails with an AttachError naming the probe.
-    #[test]
-    fn kprobe_attach_error_names_probe() {
-        let attach = AttachPoint::Kprobe {
-            function: "wprof_no_such_function".into(),
-            offset: 0,
-            retprobe: false,
-        };
-        let prog = Asm::default()
-            .ret0()
-            .program("kp", "kprobe:wprof_no_such_function", attach);
-        let mut loaded = load(&with_ring(vec![], vec![prog])).expect("load");
-        let err = loaded
-            .attach_all(AttachOptions::default())
-            .expect_err("kprobe attached");
-        assert_eq!(err.probe, "kprobe:wprof_no_such_function");
-        assert!(!err.reason.is_empty());
-        println!("kprobe: {err}");
     }
 
     /// A fentry program the kernel refuses to load is reported at attach

@@ -308,8 +308,8 @@ fn ignore_not_found(e: libbpf_rs::Error) -> Result<(), libbpf_rs::Error> {
 mod tests {
     use super::*;
     use crate::codegen::program::{AttachPoint, MapKind};
-    use crate::runtime::loader::test_support::*;
     use crate::runtime::loader::{AttachOptions, load};
+    use crate::runtime::test_support::*;
     use std::time::Instant;
 
     const RING: MapId = MapId(0);

@@ -7,8 +7,8 @@ use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
 
 use libbpf_rs::{Link, ProgramMut};
 
+use super::attach::explain;
 use super::features::online_cpus;
-use super::loader::explain;
 use crate::codegen::program::{PerfEvent, PerfSample};
 use crate::sys;
 
@@ -80,8 +80,8 @@ pub(super) fn attach(
 mod tests {
     use super::*;
     use crate::codegen::program::{AttachPoint, MapId, MapKind};
-    use crate::runtime::loader::test_support::*;
     use crate::runtime::loader::{AttachOptions, load};
+    use crate::runtime::test_support::*;
     use std::time::{Duration, Instant};
 
     const COUNTS: MapId = MapId(1);
