@@ -181,3 +181,24 @@ pub struct Function {
     /// Bytes of the frame used by buffers (below r10).
     pub frame_bytes: u32,
 }
+
+#[cfg(test)]
+impl Function {
+    /// A function of unannotated instructions, for tests.
+    pub fn from_insts(insts: Vec<Inst>, vregs: u32, labels: u32, frame_bytes: u32) -> Function {
+        let insts = insts
+            .into_iter()
+            .map(|inst| Annotated {
+                inst,
+                span: None,
+                comment: None,
+            })
+            .collect();
+        Function {
+            insts,
+            vregs,
+            labels,
+            frame_bytes,
+        }
+    }
+}

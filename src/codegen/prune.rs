@@ -26,7 +26,7 @@ pub fn remove_unreachable(function: &mut Function) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::ir::{Annotated, Label, Src, VReg};
+    use crate::codegen::ir::{Label, Src, VReg};
 
     /// Code after an unconditional jump, up to the jump's target, is removed.
     #[test]
@@ -41,19 +41,7 @@ mod tests {
             Inst::Exit,
             Inst::Exit,
         ];
-        let mut function = Function {
-            insts: insts
-                .into_iter()
-                .map(|inst| Annotated {
-                    inst,
-                    span: None,
-                    comment: None,
-                })
-                .collect(),
-            vregs: 1,
-            labels: 1,
-            frame_bytes: 0,
-        };
+        let mut function = Function::from_insts(insts, 1, 1, 0);
         remove_unreachable(&mut function);
         let left: Vec<Inst> = function.insts.into_iter().map(|a| a.inst).collect();
         assert_eq!(

@@ -161,22 +161,10 @@ pub(super) fn successors(insts: &[&Inst]) -> Vec<Vec<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::ir::{Annotated, Arg, Cond, Src};
+    use crate::codegen::ir::{Arg, Cond, Src};
 
     fn function(insts: Vec<Inst>, vregs: u32) -> Function {
-        Function {
-            insts: insts
-                .into_iter()
-                .map(|inst| Annotated {
-                    inst,
-                    span: None,
-                    comment: None,
-                })
-                .collect(),
-            vregs,
-            labels: 4,
-            frame_bytes: 16,
-        }
+        Function::from_insts(insts, vregs, 4, 16)
     }
 
     fn mov(dst: u32, imm: i32) -> Inst {
