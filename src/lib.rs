@@ -4,10 +4,12 @@
 //! script text → [`frontend`] → checked program → [`codegen`] → BPF programs →
 //! [`runtime`] → messages → [`output`]. [`driver`] runs them in order.
 
+pub mod capture;
 pub mod cli;
 pub mod codegen;
 pub mod driver;
 pub mod frontend;
 pub mod output;
+pub mod render;
 pub mod runtime;
 pub mod sys;

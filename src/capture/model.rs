@@ -1,0 +1,168 @@
+//! What a capture holds, independent of how it is stored: the capture's
+//! description, record schemas, interned strings, threads, stacks and symbols,
+//! and events. `CaptureWriter` stores these, `CaptureReader` gives them back,
+//! and renderers (Perfetto, NDJSON, summary) see nothing else.
+
+/// Index into the capture's string table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StringId(pub u32);
+
+/// Index into the capture's thread table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ThreadId(pub u32);
+
+/// Index into the capture's stack table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackId(pub u32);
+
+/// Index into the capture's frame table (a unique code address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FrameId(pub u32);
+
+/// Index into the capture's record schemas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecordId(pub u32);
+
+/// Facts about the capture as a whole, written first.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CaptureInfo {
+    /// The command line that made the capture.
+    pub command_line: Vec<String>,
+    /// The probe script's text and name (`<script>` for `-e`).
+    pub script: String,
+    pub script_name: String,
+    pub hostname: String,
+    pub kernel_release: String,
+    pub cpus: u32,
+    /// `CLOCK_MONOTONIC` (the clock of `bpf_ktime_get_ns`) at capture start:
+    /// event timestamps are relative to this.
+    pub start_monotonic_ns: u64,
+    /// Wall clock (ns since the Unix epoch) at the same instant.
+    pub start_realtime_ns: u64,
+    /// The wprof version that wrote the capture.
+    pub wprof_version: String,
+}
+
+/// How one kind of event is laid out: made from a record block (`< ... >`) or a span.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordSchema {
+    /// The probe (or span) as written, e.g. `uprobe:/usr/lib/x86_64-linux-gnu/libc.so.6:malloc`.
+    pub probe: String,
+    /// A short name for tracks and event names, e.g. `malloc`.
+    pub name: String,
+    pub kind: RecordKind,
+    pub fields: Vec<FieldSchema>,
+    /// Whether events carry a stack.
+    pub has_stack: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordKind {
+    /// One point in time.
+    Instant,
+    /// A start and a duration (a span pairing two probes).
+    Span,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldSchema {
+    pub name: String,
+    pub ty: FieldType,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldType {
+    Int,
+    UInt,
+    Str,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FieldValue {
+    Int(i64),
+    UInt(u64),
+    Str(StringId),
+}
+
+/// A thread as first seen (or renamed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Thread {
+    pub tid: u32,
+    pub pid: u32,
+    /// The thread's name (`comm`).
+    pub name: StringId,
+    /// The process's name (its main thread's `comm`).
+    pub process_name: StringId,
+}
+
+/// A call stack, innermost frame first.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Stack {
+    pub frames: Vec<FrameId>,
+}
+
+/// A code address, normalized so that it can be symbolized after the
+/// process is gone: kernel addresses as they are, user addresses as an offset
+/// into a file identified by path and build id.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum FrameAddr {
+    Kernel {
+        addr: u64,
+    },
+    User {
+        module: StringId,
+        build_id: Option<Vec<u8>>,
+        file_offset: u64,
+    },
+    /// A user address that could not be tied to a file (JIT code, exited process).
+    UnknownUser {
+        addr: u64,
+    },
+}
+
+/// What a frame's address resolved to, stored at the end of the capture.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Symbol {
+    /// The function, or `None` when the address did not resolve.
+    pub function: Option<StringId>,
+    /// Offset of the address from the function's start.
+    pub offset: u64,
+    pub file: Option<StringId>,
+    pub line: Option<u32>,
+    /// Functions inlined at this address, outermost first.
+    pub inlined: Vec<StringId>,
+}
+
+/// One event, timestamps relative to `CaptureInfo::start_monotonic_ns`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event {
+    pub ts_ns: u64,
+    pub cpu: u32,
+    pub thread: ThreadId,
+    pub record: RecordId,
+    /// Spans only.
+    pub duration_ns: Option<u64>,
+    /// In `RecordSchema::fields` order.
+    pub values: Vec<FieldValue>,
+    pub stack: Option<StackId>,
+}
+
+/// Why events were lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DropReason {
+    /// The ring buffer was full.
+    RingBufferFull,
+    /// A stack could not be captured (stack map full or hash collision).
+    StackLost,
+    /// A span ended without a matching start (started before the capture, or evicted).
+    UnmatchedSpanEnd,
+}
+
+/// Counts kept during the capture and written at its end.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CaptureStats {
+    pub events: u64,
+    pub drops: Vec<(DropReason, u64)>,
+    /// Length of the captured window.
+    pub duration_ns: u64,
+}

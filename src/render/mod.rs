@@ -1,0 +1,4 @@
+//! Renderers: a capture → Perfetto trace, NDJSON, summary. Each sees only a
+//! `CaptureReader` and the replay options, so live and replay output agree.
+
+pub mod filter;
