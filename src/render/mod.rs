@@ -4,3 +4,4 @@
 pub mod filter;
 pub mod ndjson;
 pub mod source;
+pub mod summary;

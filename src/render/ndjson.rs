@@ -455,78 +455,8 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::capture::model::{CaptureStats, FieldValue as V, Symbol};
+    use crate::capture::model::{CaptureStats, FieldValue as V};
     use crate::render::source::FakeCapture;
-
-    /// Two processes, an instant probe with stacks and a span probe with
-    /// strings that need escaping; every kind of frame.
-    fn sample() -> FakeCapture {
-        let mut c = FakeCapture::new();
-        let app = c.add_thread(100, 100, "app", "app");
-        let worker = c.add_thread(101, 100, "work\"er\u{1}", "app");
-        let bash = c.add_thread(200, 200, &String::from_utf8_lossy(b"ba\xffsh"), "bash");
-        let malloc = c.add_schema(
-            "malloc",
-            RecordKind::Instant,
-            &[("size", FieldType::UInt)],
-            true,
-        );
-        let fields = [("what", FieldType::Str), ("ret", FieldType::Int)];
-        let lock = c.add_schema("lock", RecordKind::Span, &fields, false);
-        let user = c.add_user_frame(
-            "/usr/lib/libfoo.so",
-            0x51a,
-            "func",
-            0x1a,
-            Some(("file.c", 12)),
-        );
-        let inner = c.intern("inner");
-        let outer = c.intern("outer");
-        c.symbols[user.0 as usize].as_mut().unwrap().inlined = vec![outer, inner];
-        let open = Symbol {
-            function: Some(c.intern("do_sys_open")),
-            offset: 0x10,
-            ..Symbol::default()
-        };
-        let kernel = c.add_frame(
-            FrameAddr::Kernel {
-                addr: 0xffff_ffff_8100_0010,
-            },
-            Some(open),
-        );
-        let raw_kernel = c.add_frame(
-            FrameAddr::Kernel {
-                addr: 0xffff_ffff_8100_0020,
-            },
-            None,
-        );
-        let module = c.intern("/opt/libbar.so");
-        let unresolved = FrameAddr::User {
-            module,
-            build_id: None,
-            file_offset: 0x1234,
-        };
-        let unresolved = c.add_frame(unresolved, Some(Symbol::default()));
-        let unknown = c.add_frame(
-            FrameAddr::UnknownUser {
-                addr: 0x7f00_dead_beef,
-            },
-            None,
-        );
-        let deep = c.add_stack(&[user, kernel]);
-        let odd = c.add_stack(&[unknown, unresolved, raw_kernel]);
-        let e = c.add_event(1_234_567_890, app, malloc, vec![V::UInt(64)]);
-        (e.cpu, e.stack) = (1, Some(deep));
-        let text = c.intern("a\"b\\c\nd\te");
-        let e = c.add_event(1_500_000_000, worker, lock, vec![V::Str(text), V::Int(-5)]);
-        e.duration_ns = Some(123_000);
-        c.add_event(2_000_000_000, app, malloc, vec![V::UInt(128)])
-            .stack = Some(deep);
-        c.add_event(2_500_000_000, bash, malloc, vec![V::UInt(1)])
-            .stack = Some(odd);
-        c.stats.as_mut().unwrap().drops = vec![(DropReason::StackLost, 3)];
-        c
-    }
 
     fn run(source: &dyn CaptureSource, filter: &Filter) -> (String, u64) {
         let mut out = Vec::new();
@@ -550,10 +480,10 @@ mod tests {
     /// The whole output of a small capture: header, stacks once before first use, events.
     #[test]
     fn renders_exact_lines() {
-        let (text, written) = run(&sample(), &Filter::default());
+        let (text, written) = run(&FakeCapture::sample(), &Filter::default());
         let header = concat!(
             r#"{"type":"header","version":1,"wprof":"0.1.0","host":"testhost","kernel":"6.18.0-test","#,
-            r#""cpus":2,"start_realtime_ns":1781094600123456789,"duration_s":1.000000000,"#,
+            r#""cpus":2,"start_realtime_ns":1781094600123456789,"duration_s":3.000000000,"#,
             r#""command_line":["wprof","-e","uprobe:libc:malloc < >"],"script":"uprobe:libc:malloc < >","#,
             r#""script_name":"<script>","probes":[{"id":0,"probe":"uprobe:/usr/lib/libc.so.6:malloc","#,
             r#""name":"malloc","kind":"instant","fields":[{"name":"size","type":"uint"}],"stack":true},"#,
@@ -576,7 +506,7 @@ mod tests {
             end_ns: Some(2_500_000_000),
             ..Filter::default()
         };
-        assert_eq!(body(&sample(), &filter), [E1, S0, E2]);
+        assert_eq!(body(&FakeCapture::sample(), &filter), [E1, S0, E2]);
     }
 
     /// Process id and process name filters keep only that process's events and stacks.
@@ -586,18 +516,18 @@ mod tests {
             pids: vec![200],
             ..Filter::default()
         };
-        assert_eq!(body(&sample(), &by_pid), [S1, E3]);
+        assert_eq!(body(&FakeCapture::sample(), &by_pid), [S1, E3]);
         let by_name = Filter {
             process_names: vec![glob::Pattern::new("ap*").unwrap()],
             ..Filter::default()
         };
-        assert_eq!(body(&sample(), &by_name), [S0, E0, E1, E2]);
+        assert_eq!(body(&FakeCapture::sample(), &by_name), [S0, E0, E1, E2]);
     }
 
     /// An unfinished, damaged capture says so in the header.
     #[test]
     fn header_of_unfinished_capture() {
-        let mut capture = sample();
+        let mut capture = FakeCapture::sample();
         capture.stats = None;
         capture.damage = Some("truncated after 4 events".into());
         let (text, _) = run(&capture, &Filter::default());
@@ -610,7 +540,7 @@ mod tests {
     /// A read failure is an error, after the lines read before it were written.
     #[test]
     fn read_failure_after_partial_output() {
-        let mut capture = sample();
+        let mut capture = FakeCapture::sample();
         capture.read_error = Some("bad block at 4096".into());
         let mut out = Vec::new();
         let error = render(&capture, &Filter::default(), &mut out).unwrap_err();
@@ -657,14 +587,14 @@ mod tests {
     /// The same capture gives the same bytes.
     #[test]
     fn output_is_deterministic() {
-        let capture = sample();
+        let capture = FakeCapture::sample();
         assert_eq!(
             run(&capture, &Filter::default()),
             run(&capture, &Filter::default())
         );
         assert_eq!(
             run(&capture, &Filter::default()),
-            run(&sample(), &Filter::default())
+            run(&FakeCapture::sample(), &Filter::default())
         );
     }
 
@@ -676,9 +606,9 @@ mod tests {
             schema["$schema"],
             "https://json-schema.org/draft/2020-12/schema"
         );
-        let mut unfinished = sample();
+        let mut unfinished = FakeCapture::sample();
         (unfinished.stats, unfinished.damage) = (None, Some("truncated".into()));
-        for capture in [sample(), unfinished] {
+        for capture in [FakeCapture::sample(), unfinished] {
             let (text, _) = run(&capture, &Filter::default());
             for line in text.lines() {
                 let value: Value = serde_json::from_str(line).expect("line is JSON");

@@ -41,7 +41,9 @@ mod fake {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::capture::model::{FieldSchema, FieldType, FieldValue, RecordId, RecordKind};
+    use crate::capture::model::{
+        DropReason, FieldSchema, FieldType, FieldValue, FieldValue as V, RecordId, RecordKind,
+    };
 
     /// An in-memory capture for renderer tests, built with small helpers.
     #[derive(Clone, Debug, Default)]
@@ -90,6 +92,78 @@ mod fake {
                 }),
                 ..Default::default()
             }
+        }
+
+        /// Two processes, an instant probe with stacks and a span probe with
+        /// strings that need escaping; every kind of frame.
+        pub fn sample() -> Self {
+            let mut c = FakeCapture::new();
+            let app = c.add_thread(100, 100, "app", "app");
+            let worker = c.add_thread(101, 100, "work\"er\u{1}", "app");
+            let bash = c.add_thread(200, 200, &String::from_utf8_lossy(b"ba\xffsh"), "bash");
+            let malloc = c.add_schema(
+                "malloc",
+                RecordKind::Instant,
+                &[("size", FieldType::UInt)],
+                true,
+            );
+            let fields = [("what", FieldType::Str), ("ret", FieldType::Int)];
+            let lock = c.add_schema("lock", RecordKind::Span, &fields, false);
+            let user = c.add_user_frame(
+                "/usr/lib/libfoo.so",
+                0x51a,
+                "func",
+                0x1a,
+                Some(("file.c", 12)),
+            );
+            let inner = c.intern("inner");
+            let outer = c.intern("outer");
+            c.symbols[user.0 as usize].as_mut().unwrap().inlined = vec![outer, inner];
+            let open = Symbol {
+                function: Some(c.intern("do_sys_open")),
+                offset: 0x10,
+                ..Symbol::default()
+            };
+            let kernel = c.add_frame(
+                FrameAddr::Kernel {
+                    addr: 0xffff_ffff_8100_0010,
+                },
+                Some(open),
+            );
+            let raw_kernel = c.add_frame(
+                FrameAddr::Kernel {
+                    addr: 0xffff_ffff_8100_0020,
+                },
+                None,
+            );
+            let module = c.intern("/opt/libbar.so");
+            let unresolved = FrameAddr::User {
+                module,
+                build_id: None,
+                file_offset: 0x1234,
+            };
+            let unresolved = c.add_frame(unresolved, Some(Symbol::default()));
+            let unknown = c.add_frame(
+                FrameAddr::UnknownUser {
+                    addr: 0x7f00_dead_beef,
+                },
+                None,
+            );
+            let deep = c.add_stack(&[user, kernel]);
+            let odd = c.add_stack(&[unknown, unresolved, raw_kernel]);
+            let e = c.add_event(1_234_567_890, app, malloc, vec![V::UInt(64)]);
+            (e.cpu, e.stack) = (1, Some(deep));
+            let text = c.intern("a\"b\\c\nd\te");
+            let e = c.add_event(1_500_000_000, worker, lock, vec![V::Str(text), V::Int(-5)]);
+            e.duration_ns = Some(123_000);
+            c.add_event(2_000_000_000, app, malloc, vec![V::UInt(128)])
+                .stack = Some(deep);
+            c.add_event(2_500_000_000, bash, malloc, vec![V::UInt(1)])
+                .stack = Some(odd);
+            let stats = c.stats.as_mut().expect("a new capture is finished");
+            stats.drops = vec![(DropReason::StackLost, 3)];
+            stats.duration_ns = 3_000_000_000;
+            c
         }
 
         /// Interns `text`.
