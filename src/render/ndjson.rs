@@ -455,7 +455,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::capture::model::{CaptureStats, FieldValue as V};
+    use crate::capture::model::{CaptureStats, FieldValue as V, StringId};
     use crate::render::source::FakeCapture;
 
     fn run(source: &dyn CaptureSource, filter: &Filter) -> (String, u64) {
@@ -700,14 +700,15 @@ mod tests {
         }
     }
 
-    /// Synthetic events for the speed test: four threads, eight stacks.
+    /// Synthetic events for the speed test: four threads, eight stacks, a
+    /// number and a string (string 0 is `"worker-0"`).
     fn generate(index: u64, event: &mut Event) {
         event.ts_ns = index * 500;
         event.cpu = (index % 2) as u32;
         event.thread = ThreadId((index % 4) as u32);
         event.stack = Some(StackId((index % 8) as u32));
         if event.values.is_empty() {
-            event.values.push(V::UInt(0));
+            event.values = vec![V::UInt(0), V::Str(StringId(0))];
         }
         event.values[0] = V::UInt(index * 16);
     }
@@ -727,7 +728,7 @@ mod tests {
         capture.add_schema(
             "malloc",
             RecordKind::Instant,
-            &[("size", FieldType::UInt)],
+            &[("size", FieldType::UInt), ("who", FieldType::Str)],
             true,
         );
         let frame = capture.add_user_frame("/usr/lib/libc.so.6", 0x9a0d0, "malloc", 0x20, None);

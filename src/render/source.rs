@@ -34,7 +34,7 @@ pub trait CaptureSource {
 }
 
 #[cfg(test)]
-pub use fake::FakeCapture;
+pub use fake::{FakeCapture, MakeEvent};
 
 #[cfg(test)]
 mod fake {
@@ -44,6 +44,9 @@ mod fake {
     use crate::capture::model::{
         DropReason, FieldSchema, FieldType, FieldValue, FieldValue as V, RecordId, RecordKind,
     };
+
+    /// Fills the reused event with the event at an index.
+    pub type MakeEvent = fn(u64, &mut Event);
 
     /// An in-memory capture for renderer tests, built with small helpers.
     #[derive(Clone, Debug, Default)]
@@ -63,7 +66,7 @@ mod fake {
         pub read_error: Option<String>,
         /// After `events`, this many more made on the fly by the function (given
         /// the index and a reused event): for speed tests without the memory.
-        pub generated: Option<(u64, fn(u64, &mut Event))>,
+        pub generated: Option<(u64, MakeEvent)>,
     }
 
     impl FakeCapture {
