@@ -2,3 +2,6 @@
 //! `CaptureReader` and the replay options, so live and replay output agree.
 
 pub mod filter;
+pub mod ndjson;
+pub mod source;
+pub mod summary;
