@@ -306,26 +306,27 @@ impl<'a> Decoder<'a> {
         }
     }
 
+    #[inline(never)]
     fn uvarint_slow(&mut self) -> Result<u64, Malformed> {
-        let start = self.pos;
         let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let Some(&b) = self.buf.get(self.pos) else {
-                self.pos = start;
-                return Err(self.error("the chunk ends inside a number"));
-            };
+        let mut shift = 0;
+        let mut pos = self.pos;
+        while let Some(&b) = self.buf.get(pos) {
             if shift == 63 && b > 1 {
-                self.pos = start;
                 return Err(self.error("number too large"));
             }
-            self.pos += 1;
+            pos += 1;
             v |= u64::from(b & 0x7f) << shift;
             if b < 0x80 {
+                self.pos = pos;
                 return Ok(v);
             }
+            shift += 7;
+            if shift > 63 {
+                return Err(self.error("number too large"));
+            }
         }
-        self.pos = start;
-        Err(self.error("number too large"))
+        Err(self.error("the chunk ends inside a number"))
     }
 
     #[inline]
