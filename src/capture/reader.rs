@@ -958,6 +958,42 @@ mod tests {
         }
     }
 
+    /// Ids that point past their table are reported with the offset of the
+    /// id, even in chunks whose checksums are right.
+    #[test]
+    fn rejects_ids_out_of_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = sample(64);
+        let description = &s.bytes[..chunks(&s.bytes)[1].1];
+        let chunk = |kind, items, payload: &[u8]| -> Vec<u8> {
+            let header = ChunkHeader::for_payload(kind, items, payload).unwrap();
+            header.encode().iter().chain(payload).copied().collect()
+        };
+        let mut bytes = description.to_vec();
+        let threads_at = bytes.len() as u64;
+        bytes.extend(chunk(ChunkKind::Threads, 1, &[1, 1, 5, 5]));
+        let r = open_bytes(&dir, &bytes).unwrap();
+        let cut = r.damage().unwrap().cut.clone();
+        assert!(matches!(cut, Some(Cut::Corrupt { offset, .. }) if offset == threads_at + 22));
+
+        let mut bytes = description.to_vec();
+        let events_at = bytes.len() as u64;
+        // record 2 (no fields), ts 0, cpu 0, thread 3 of none
+        bytes.extend(chunk(ChunkKind::Events, 1, &[2 << 2, 0, 0, 3]));
+        let r = open_bytes(&dir, &bytes).unwrap();
+        assert_eq!(r.events_len(), 1);
+        let err = collect(&r).unwrap_err();
+        assert!(
+            matches!(err, CaptureError::Corrupt { offset, .. } if offset == events_at + 23),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("thread id 3 out of range (0 known)"),
+            "{err}"
+        );
+    }
+
     /// A file that is not a capture says so.
     #[test]
     fn rejects_wrong_magic() {
