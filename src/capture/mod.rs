@@ -3,3 +3,4 @@
 //! their processes (normalize while they live, symbolize at the end).
 
 pub mod model;
+pub mod stacks;
