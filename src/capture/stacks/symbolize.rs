@@ -91,19 +91,14 @@ pub fn symbolize(frames: &[(RawFrame, AddrKind)], options: &SymbolizeOptions) ->
         .build();
 
     if !kernel.is_empty() {
-        let mut source = Kernel::default();
         // kallsyms only: searching for and parsing a vmlinux with DWARF costs
         // seconds and gives line numbers few users have sources for.
-        source.vmlinux = MaybeDefault::None;
-        source.debug_syms = false;
-        let source = Source::Kernel(source);
-        let filled = fill(
-            &symbolizer,
-            &source,
-            &kernel,
-            &mut out.symbols,
-            abs_addr,
-        );
+        let source = Source::Kernel(Kernel {
+            vmlinux: MaybeDefault::None,
+            debug_syms: false,
+            ..Kernel::default()
+        });
+        let filled = fill(&symbolizer, &source, &kernel, &mut out.symbols, abs_addr);
         out.stats.kernel_unavailable = !filled;
     }
     for ((path, build_id), pending) in &users {
@@ -119,16 +114,11 @@ pub fn symbolize(frames: &[(RawFrame, AddrKind)], options: &SymbolizeOptions) ->
                 continue;
             }
         }
-        let mut source = Elf::new(*path);
-        source.debug_syms = options.code_info;
-        let source = Source::Elf(source);
-        if !fill(
-            &symbolizer,
-            &source,
-            pending,
-            &mut out.symbols,
-            file_offset,
-        ) {
+        // `Elf::new` consults DWARF and debug links even without code info:
+        // Debian-style stripped libraries only have names in their
+        // `/usr/lib/debug` files.
+        let source = Source::Elf(Elf::new(*path));
+        if !fill(&symbolizer, &source, pending, &mut out.symbols, file_offset) {
             // Readable but not an ELF file blazesym can use.
             out.stats.missing_files += 1;
         }

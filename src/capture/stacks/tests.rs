@@ -217,7 +217,7 @@ fn cache_refreshes_on_new_mapping() {
     let unmapped = NormalizedAddr::Unknown {
         reason: UnknownReason::Unmapped,
     };
-    assert_eq!(first, [unmapped.clone()]);
+    assert_eq!(first, std::slice::from_ref(&unmapped));
     // Map a file after the cache was filled.
     let file = std::fs::File::open("/bin/sh").expect("open /bin/sh");
     let len = 4096;
@@ -315,21 +315,36 @@ fn missing_and_replaced_files_are_counted() {
     assert_eq!(out.stats.unresolved, 4);
 }
 
-/// Prints how long 100k distinct user and kernel addresses take, with and
-/// without DWARF (`cargo test --release -- --ignored --nocapture timing`).
+/// Prints how long 1k and 100k distinct user addresses and 100k kernel
+/// addresses take, with and without DWARF lines (`cargo test --release -- --ignored --nocapture timing`).
 #[test]
 #[ignore = "timing report, run by hand"]
 fn timing_100k_addresses() {
-    let libc = libc_path();
-    let text = std::fs::metadata(&libc).expect("stat libc").len();
-    let user: Vec<_> = (0..100_000u64)
-        .map(|i| RawFrame::User {
-            path: libc.clone(),
-            build_id: None,
-            file_offset: 0x28000 + (i * 13) % (text / 2),
-        })
-        .map(|f| (f, AddrKind::Return))
-        .collect();
+    let mut user_files = vec![libc_path()];
+    // A debug build of wprof: a big binary with full DWARF.
+    let wprof = concat!(env!("CARGO_MANIFEST_DIR"), "/target/debug/wprof");
+    if Path::new(wprof).is_file() {
+        user_files.push(wprof.to_string());
+    }
+    let names_only = SymbolizeOptions {
+        code_info: false,
+        inlined: false,
+        demangle: true,
+    };
+    let lines_only = SymbolizeOptions {
+        inlined: false,
+        ..SymbolizeOptions::default()
+    };
+    for (path, count) in user_files.iter().flat_map(|p| [(p, 1_000), (p, 100_000)]) {
+        let frames = text_frames(path, count);
+        for (name, options) in [
+            ("names", names_only),
+            ("names + lines", lines_only),
+            ("names + lines + inlined", SymbolizeOptions::default()),
+        ] {
+            report(&format!("{path}: {name}"), &frames, &options);
+        }
+    }
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").expect("read kallsyms");
     let kernel: Vec<_> = kallsyms
         .lines()
@@ -338,31 +353,10 @@ fn timing_100k_addresses() {
         .take(100_000)
         .map(|addr| (RawFrame::Kernel { addr: addr + 1 }, AddrKind::Return))
         .collect();
-    let fast = SymbolizeOptions {
-        code_info: false,
-        inlined: false,
-        demangle: true,
-    };
-    for (name, frames, options) in [
-        ("user, names only", &user, fast),
-        (
-            "user, DWARF lines + inlined",
-            &user,
-            SymbolizeOptions::default(),
-        ),
-        ("kernel", &kernel, SymbolizeOptions::default()),
-    ] {
-        let start = Instant::now();
-        let out = symbolize(frames, &options);
-        eprintln!(
-            "{name}: {} frames in {:?}, {} resolved",
-            frames.len(),
-            start.elapsed(),
-            out.stats.resolved
-        );
-    }
+    report("kernel", &kernel, &SymbolizeOptions::default());
+
     let pid = std::process::id();
-    let base = libc_base(pid);
+    let base = maps_line_for("libc.so").0;
     let addrs: Vec<u64> = (0..100_000u64).map(|i| base + 0x28000 + i * 7).collect();
     let mut normalizer = StackNormalizer::new();
     for round in ["cold", "warm"] {
@@ -372,12 +366,39 @@ fn timing_100k_addresses() {
     }
 }
 
-fn libc_path() -> String {
-    maps_line_for("libc.so").1
+fn report(name: &str, frames: &[(RawFrame, AddrKind)], options: &SymbolizeOptions) {
+    let start = Instant::now();
+    let out = symbolize(frames, options);
+    let elapsed = start.elapsed();
+    let lines = out.symbols.iter().filter(|s| s.line.is_some()).count();
+    let inlined = out.symbols.iter().filter(|s| !s.inlined.is_empty()).count();
+    eprintln!(
+        "{name}: {} frames in {elapsed:?}: {} named, {lines} with lines, {inlined} with inlined",
+        frames.len(),
+        out.stats.resolved,
+    );
 }
 
-fn libc_base(_pid: u32) -> u64 {
-    maps_line_for("libc.so").0
+/// `count` distinct return-address frames spread over `path`'s `.text`.
+fn text_frames(path: &str, count: u64) -> Vec<(RawFrame, AddrKind)> {
+    use object::{Object, ObjectSection};
+    let data = std::fs::read(path).expect("read ELF");
+    let elf = object::File::parse(&*data).expect("parse ELF");
+    let text = elf.section_by_name(".text").expect(".text");
+    let (start, size) = text.file_range().expect(".text in file");
+    let step = (size / count).max(1);
+    (0..count)
+        .map(|i| RawFrame::User {
+            path: path.to_string(),
+            build_id: None,
+            file_offset: start + (i * step) % size,
+        })
+        .map(|f| (f, AddrKind::Return))
+        .collect()
+}
+
+fn libc_path() -> String {
+    maps_line_for("libc.so").1
 }
 
 /// Start address and path of the first mapping of a file matching `name`.
