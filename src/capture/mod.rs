@@ -5,4 +5,5 @@
 pub mod format;
 pub mod model;
 pub mod reader;
+pub mod stacks;
 pub mod writer;
