@@ -33,7 +33,7 @@ pub struct Cli {
     pub script: Option<PathBuf>,
 
     /// Positional parameters for the script ($1, $2, ...).
-    #[arg(value_name = "ARGS", trailing_var_arg = true)]
+    #[arg(value_name = "ARGS")]
     pub params: Vec<String>,
 
     /// Run COMMAND after the probes are attached; stop tracing when it exits.

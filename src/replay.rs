@@ -10,7 +10,7 @@ use wprof::capture::reader::CaptureReader;
 use wprof::cli::Cli;
 use wprof::driver::Source;
 use wprof::render::filter::Filter;
-use wprof::render::{ndjson, perfetto, summary};
+use wprof::render::{ndjson, summary};
 
 use crate::Failure;
 
@@ -39,11 +39,6 @@ pub fn render_outputs(cli: &Cli, filter: &Filter) -> Result<(), Failure> {
     let reader = CaptureReader::open(&cli.data).map_err(|e| e.to_string())?;
     if let Some(damage) = reader.damage() {
         eprintln!("wprof: {}: {damage}", cli.data.display());
-    }
-    if let Some(path) = &cli.trace {
-        let mut out = create(path)?;
-        perfetto::render(&reader, filter, &mut out).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-        out.flush().map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     if let Some(path) = &cli.json {
         let result = if path.as_os_str() == "-" {

@@ -11,6 +11,9 @@ use crate::codegen::program::{Message, MessageId, record_header as header};
 use crate::frontend::checked::{CheckedRecord, RecordRef, RecordRole, SpanRef, StackKind, TExpr};
 use crate::frontend::types::{COMM_LEN, Type};
 
+/// `struct pt_regs` offset of the stack pointer (x86-64).
+const PT_REGS_SP: i16 = 152;
+
 /// `-EEXIST` from `bpf_get_stackid`: the stack's bucket holds another stack.
 const STACK_COLLISION: i32 = -17;
 
@@ -72,7 +75,7 @@ impl Lowerer<'_> {
         self.alu(AluOp::Sub, now, Src::Reg(start));
         self.store(Base::Frame, buffer + header::DURATION as i16, Src::Reg(now));
         if decl.start_stack.is_some() {
-            self.copy((Base::Frame, buffer + header::KERNEL_STACK as i16), (Base::Reg(open), 8), 16);
+            self.copy((Base::Frame, buffer + header::KERNEL_STACK as i16), (Base::Reg(open), 8), 24);
         } else {
             self.store_stacks(buffer + header::KERNEL_STACK as i16, record.stack);
         }
@@ -127,9 +130,14 @@ impl Lowerer<'_> {
         }
     }
 
-    /// The kernel and user stack ids at `at` and `at + 8` (-1 when not wanted).
+    /// The kernel and user stack ids at `at` and `at + 8` (-1 when not
+    /// wanted), and at `at + 16` the entry return address of user stacks.
     fn store_stacks(&mut self, at: i16, stack: Option<StackKind>) {
+        self.store(Base::Frame, at + 16, Src::Imm(0));
         let Some(stack) = stack else { return };
+        if stack.user() && self.probe.function_entry {
+            self.entry_return_address(at + 16);
+        }
         let map = self.maps.stacks.expect("records with stacks have a stack map");
         for (wanted, flags, at) in [(stack.kernel(), 0, at), (stack.user(), BPF_F_USER_STACK, at + 8)] {
             if !wanted {
@@ -144,6 +152,15 @@ impl Lowerer<'_> {
             self.count_drop(DropReason::StackLost);
             self.emit(Inst::Bind(kept));
         }
+    }
+
+    /// `*(u64 *)regs->sp`: at a function's first instruction, the return
+    /// address into its caller.
+    fn entry_return_address(&mut self, at: i16) {
+        let ctx = self.ctx;
+        let sp = self.load(Base::Reg(ctx), PT_REGS_SP);
+        let args = vec![Arg::Frame(at), Arg::Imm(8), Arg::Reg(sp)];
+        self.emit(Inst::Call { helper: PROBE_READ_USER, args, ret: None });
     }
 
     fn store_fields(&mut self, at: i16, values: &[TExpr]) {

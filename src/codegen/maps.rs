@@ -84,8 +84,9 @@ const STACK_ENTRIES: u32 = 16384;
 const OPEN_SPANS: u32 = 16384;
 /// Counters in the drops map, one per `DropReason`.
 const DROP_REASONS: u32 = 3;
-/// An open span's value: start time, kernel and user stack ids, then the start fields.
-pub const SPAN_VALUE_HEADER: u32 = 24;
+/// An open span's value: start time, kernel and user stack ids, entry
+/// return address, then the start fields.
+pub const SPAN_VALUE_HEADER: u32 = 32;
 
 fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
     let key_bytes = decl.key.as_ref().map_or(0, |k| k.size());

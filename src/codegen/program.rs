@@ -298,7 +298,10 @@ pub mod record_header {
     /// Stack ids in `Compiled::stacks`; negative when absent.
     pub const KERNEL_STACK: u32 = 56;
     pub const USER_STACK: u32 = 64;
-    pub const FIELDS: u32 = 72;
+    /// At a function-entry uprobe, the caller's return address (the
+    /// frame-pointer unwinder cannot see it yet); 0 otherwise.
+    pub const ENTRY_RETURN: u32 = 72;
+    pub const FIELDS: u32 = 80;
 }
 
 /// Frames kept per stack (the kernel's limit for stack trace maps).

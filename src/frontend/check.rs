@@ -144,6 +144,7 @@ impl Checker {
                     body,
                     variables: std::mem::take(&mut self.probe.var_list),
                     span: source.span,
+                    function_entry: probe.function_entry,
                 });
             }
         }

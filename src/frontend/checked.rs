@@ -147,6 +147,8 @@ pub struct CheckedProbe {
     pub body: Vec<TStmt>,
     pub variables: Vec<Type>,
     pub span: Span,
+    /// At a function's first instruction (see `ResolvedProbe::function_entry`).
+    pub function_entry: bool,
 }
 
 /// How the probe's context argument is read.

@@ -62,6 +62,9 @@ pub struct ResolvedProbe {
     /// Whether pointers in this context point into user memory.
     pub user_memory: bool,
     pub is_return: bool,
+    /// A uprobe on a function's first instruction, where the caller's
+    /// return address is still on top of the stack.
+    pub function_entry: bool,
 }
 
 impl ResolvedProbe {
@@ -73,6 +76,7 @@ impl ResolvedProbe {
             func: None,
             user_memory: false,
             is_return: false,
+            function_entry: false,
         }
     }
 }
@@ -223,6 +227,7 @@ fn uprobes(
             probe.func = Some(target.name);
             probe.user_memory = true;
             probe.is_return = retprobe;
+            probe.function_entry = !retprobe && extra == 0;
             probe
         })
         .collect())

@@ -4,6 +4,7 @@
 
 use std::ops::ControlFlow;
 
+use crate::capture::reader::CaptureReader;
 use crate::capture::model::{
     CaptureInfo, CaptureStats, Event, FrameAddr, FrameId, RecordSchema, Stack, StackId, StringId,
     Symbol, Thread, ThreadId,
@@ -31,6 +32,45 @@ pub trait CaptureSource {
     /// Calls `f` on each event in time order until it returns `Break`.
     /// `Err` is a read failure part way through.
     fn for_each_event(&self, f: &mut dyn FnMut(&Event) -> ControlFlow<()>) -> Result<(), String>;
+}
+
+impl CaptureSource for CaptureReader {
+    fn info(&self) -> &CaptureInfo {
+        CaptureReader::info(self)
+    }
+    fn schemas(&self) -> &[RecordSchema] {
+        CaptureReader::schemas(self)
+    }
+    fn string(&self, id: StringId) -> &str {
+        CaptureReader::string(self, id)
+    }
+    fn threads(&self) -> &[Thread] {
+        CaptureReader::threads(self)
+    }
+    fn thread(&self, id: ThreadId) -> &Thread {
+        CaptureReader::thread(self, id)
+    }
+    fn stack(&self, id: StackId) -> &Stack {
+        CaptureReader::stack(self, id)
+    }
+    fn frame(&self, id: FrameId) -> &FrameAddr {
+        CaptureReader::frame(self, id)
+    }
+    fn symbol(&self, id: FrameId) -> Option<&Symbol> {
+        CaptureReader::symbol(self, id)
+    }
+    fn stacks_len(&self) -> usize {
+        CaptureReader::stacks_len(self)
+    }
+    fn stats(&self) -> Option<&CaptureStats> {
+        CaptureReader::stats(self)
+    }
+    fn damage(&self) -> Option<String> {
+        CaptureReader::damage(self).map(|d| d.to_string())
+    }
+    fn for_each_event(&self, f: &mut dyn FnMut(&Event) -> ControlFlow<()>) -> Result<(), String> {
+        CaptureReader::for_each_event(self, f).map_err(|e| e.to_string())
+    }
 }
 
 #[cfg(test)]

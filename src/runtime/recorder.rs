@@ -30,12 +30,23 @@ pub enum RecordError {
     Malformed(String),
 }
 
+/// A stack as the probe left it: ids in the stack map, and the return
+/// address a function-entry uprobe adds after the innermost user frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct RawStack {
+    pid: u32,
+    kernel: i64,
+    user: i64,
+    entry_return: u64,
+}
+
 /// An event whose stack ids still need the stack map.
 struct Pending {
     event: Event,
     pid: u32,
     kernel_stack: i64,
     user_stack: i64,
+    entry_return: u64,
 }
 
 pub struct Recorder {
@@ -46,8 +57,8 @@ pub struct Recorder {
     spans: Vec<bool>,
     stack_map: Option<MapId>,
     threads: HashMap<(u32, Vec<u8>), ThreadId>,
-    /// Raw stacks already stored, by (pid for user stacks, kernel id, user id).
-    stacks: HashMap<(u32, i64, i64), Option<StackId>>,
+    /// Raw stacks already stored (pid 0 for kernel-only stacks).
+    stacks: HashMap<RawStack, Option<StackId>>,
     /// How each frame was first seen (innermost or return address).
     frame_kinds: Vec<AddrKind>,
     normalizer: StackNormalizer,
@@ -119,6 +130,7 @@ impl Recorder {
             pid,
             kernel_stack: u64_at(header::KERNEL_STACK)? as i64,
             user_stack: u64_at(header::USER_STACK)? as i64,
+            entry_return: u64_at(header::ENTRY_RETURN)?,
         });
         Ok(())
     }
@@ -155,7 +167,13 @@ impl Recorder {
     /// write what has left the reorder window.
     pub fn process(&mut self, loaded: &Loaded) -> Result<(), RecordError> {
         for mut pending in std::mem::take(&mut self.pending) {
-            pending.event.stack = self.stack(loaded, pending.pid, pending.kernel_stack, pending.user_stack)?;
+            let raw = RawStack {
+                pid: pending.pid,
+                kernel: pending.kernel_stack,
+                user: pending.user_stack,
+                entry_return: pending.entry_return,
+            };
+            pending.event.stack = self.stack(loaded, raw)?;
             self.newest_ns = self.newest_ns.max(pending.event.ts_ns);
             self.sequence += 1;
             self.ordered.insert((pending.event.ts_ns, self.sequence), pending.event);
@@ -173,24 +191,27 @@ impl Recorder {
         Ok(())
     }
 
-    fn stack(&mut self, loaded: &Loaded, pid: u32, kernel: i64, user: i64) -> Result<Option<StackId>, RecordError> {
+    fn stack(&mut self, loaded: &Loaded, raw: RawStack) -> Result<Option<StackId>, RecordError> {
         let Some(map) = self.stack_map else { return Ok(None) };
-        if kernel < 0 && user < 0 {
+        if raw.kernel < 0 && raw.user < 0 {
             return Ok(None);
         }
-        let key = (if user >= 0 { pid } else { 0 }, kernel, user);
+        let key = RawStack { pid: if raw.user >= 0 { raw.pid } else { 0 }, ..raw };
         if let Some(known) = self.stacks.get(&key) {
             return Ok(*known);
         }
         let mut frames = Vec::new();
-        if kernel >= 0 {
-            for addr in loaded.stack(map, kernel as u32)? {
+        if raw.kernel >= 0 {
+            for addr in loaded.stack(map, raw.kernel as u32)? {
                 frames.push(self.frame(FrameAddr::Kernel { addr }, frames.len()));
             }
         }
-        if user >= 0 {
-            let addrs = loaded.stack(map, user as u32)?;
-            let normalized = self.normalizer.normalize_user(pid, &addrs);
+        if raw.user >= 0 {
+            let mut addrs = loaded.stack(map, raw.user as u32)?;
+            if raw.entry_return != 0 && !addrs.is_empty() {
+                addrs.insert(1, raw.entry_return);
+            }
+            let normalized = self.normalizer.normalize_user(raw.pid, &addrs);
             for (addr, normalized) in addrs.into_iter().zip(normalized) {
                 let frame = match RawFrame::from_normalized(addr, normalized) {
                     RawFrame::User { path, build_id, file_offset } => FrameAddr::User {

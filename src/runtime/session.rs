@@ -374,20 +374,15 @@ impl<'a> Printer<'a> {
                 bytes.len()
             )));
         };
-        if let Message::Record { record, .. } = message {
-            let index = id.unwrap_or_default() as usize;
-            return match &mut self.recorder {
+        let index = id.unwrap_or_default() as usize;
+        match message {
+            Message::Record { record, .. } => match &mut self.recorder {
                 Some(recorder) => recorder.push(index, *record, bytes).map_err(io::Error::other),
                 None => Ok(()),
-            };
-        }
-        if self.quiet {
-            return Ok(());
-        }
-        match message {
+            },
+            _ if self.quiet => Ok(()),
             Message::Printf { args, .. } => {
                 let values = decode_fields(bytes, args)?;
-                let index = id.unwrap_or_default() as usize;
                 let pieces = self.formats[index].as_deref().unwrap_or_default();
                 out.write_all(&printf::format(pieces, &values, self))
             }
