@@ -2,3 +2,4 @@
 //! `CaptureReader` and the replay options, so live and replay output agree.
 
 pub mod filter;
+pub mod perfetto;
