@@ -121,7 +121,7 @@ pub fn malloc(ts_ns: u64, thread: u32, size: u64, stack: u32) -> Event {
         thread: ThreadId(thread),
         record: RecordId(0),
         duration_ns: None,
-        values: vec![FieldValue::UInt(size), FieldValue::Int(-1)],
+        values: vec![FieldValue::UInt(size), FieldValue::Int(3)],
         stack: Some(StackId(stack)),
     }
 }

@@ -21,6 +21,7 @@
 //! an event earlier than one already written is skipped and counted in
 //! [`RenderStats::out_of_order`].
 
+mod encode;
 #[cfg(test)]
 mod fake;
 mod interning;
@@ -34,10 +35,10 @@ use std::collections::BinaryHeap;
 use std::io::{self, Write};
 use std::ops::ControlFlow;
 
+use self::encode::EventPacket;
 use self::interning::Interner;
 use self::proto::{
-    AnnotationValue, Clock, ClockSnapshot, DebugAnnotation, TracePacket, TracePacketDefaults,
-    TrackDescriptor, TrackEvent,
+    AnnotationValue, Clock, ClockSnapshot, TracePacket, TracePacketDefaults, TrackDescriptor,
 };
 use self::tracks::{Names, Tracks};
 use crate::capture::model::{
@@ -140,6 +141,16 @@ impl<W: Write> PacketWriter<'_, W> {
         prost::encoding::message::encode(proto::TRACE_PACKET_FIELD, packet, &mut self.buf);
         self.bytes += (self.buf.len() - before) as u64;
         self.packets += 1;
+        self.flush_if_full()
+    }
+
+    fn write_event(&mut self, event: &EventPacket) -> Result<(), RenderError> {
+        self.bytes += encode::put_event_packet(&mut self.buf, event) as u64;
+        self.packets += 1;
+        self.flush_if_full()
+    }
+
+    fn flush_if_full(&mut self) -> Result<(), RenderError> {
         if self.buf.len() >= FLUSH_BYTES {
             self.flush_buffer()?;
         }
@@ -165,8 +176,8 @@ struct Renderer<'a, S: CaptureSource, W: Write> {
     ends: BinaryHeap<PendingEnd>,
     begins: u64,
     last_ts_ns: u64,
-    /// Reused for every event packet, so the hot path does not allocate.
-    scratch: TracePacket,
+    /// Reused for every event's annotations, so the hot path does not allocate.
+    annotations: Vec<(u64, AnnotationValue)>,
     stats: RenderStats,
 }
 
@@ -186,11 +197,7 @@ impl<'a, S: CaptureSource, W: Write> Renderer<'a, S, W> {
             ends: BinaryHeap::new(),
             begins: 0,
             last_ts_ns: 0,
-            scratch: TracePacket {
-                trusted_packet_sequence_id: Some(SEQUENCE_ID),
-                track_event: Some(TrackEvent::default()),
-                ..TracePacket::default()
-            },
+            annotations: Vec::new(),
             stats: RenderStats::default(),
         }
     }
@@ -298,39 +305,28 @@ impl<'a, S: CaptureSource, W: Write> Renderer<'a, S, W> {
         if event.values.len() != schema.fields.len() {
             self.stats.malformed += 1;
         }
-        let mut annotations = std::mem::take(
-            &mut self
-                .scratch
-                .track_event
-                .as_mut()
-                .expect("the scratch packet always has a track event")
-                .debug_annotations,
-        );
-        annotations.clear();
+        self.annotations.clear();
         for (i, value) in event.values.iter().take(schema.fields.len()).enumerate() {
             let value = match *value {
                 FieldValue::Int(v) => AnnotationValue::Int(v),
                 FieldValue::UInt(v) => AnnotationValue::Uint(v),
-                FieldValue::Str(id) => AnnotationValue::StringIid(self.interner.string_value(source, id)),
+                FieldValue::Str(id) => {
+                    AnnotationValue::StringIid(self.interner.string_value(source, id))
+                }
             };
-            annotations.push(DebugAnnotation {
-                name_iid: Some(self.interner.record(source, event.record).fields[i]),
-                value: Some(value),
-            });
+            let name_iid = self.interner.record(source, event.record).fields[i];
+            self.annotations.push((name_iid, value));
         }
-        let packet = &mut self.scratch;
-        packet.timestamp = Some(self.source.info().start_monotonic_ns.saturating_add(event.ts_ns));
-        packet.track_event = Some(TrackEvent {
-            debug_annotations: annotations,
-            r#type: Some(kind),
+        let interned = self.interner.take_pending();
+        self.writer.write_event(&EventPacket {
+            timestamp: source.info().start_monotonic_ns.saturating_add(event.ts_ns),
+            kind,
+            track_uuid: track,
             name_iid: Some(name_iid),
-            track_uuid: Some(track),
             callstack_iid,
-        });
-        packet.interned_data = self.interner.take_pending();
-        let written = self.writer.write(packet);
-        packet.interned_data = None;
-        written
+            annotations: &self.annotations,
+            interned: interned.as_ref(),
+        })
     }
 
     /// Writes the slice ENDs due at or before `ts_ns`.
@@ -340,15 +336,14 @@ impl<'a, S: CaptureSource, W: Write> Renderer<'a, S, W> {
                 break;
             }
             self.ends.pop();
-            self.writer.write(&TracePacket {
-                timestamp: Some(self.source.info().start_monotonic_ns.saturating_add(end_ns)),
-                trusted_packet_sequence_id: Some(SEQUENCE_ID),
-                track_event: Some(TrackEvent {
-                    r#type: Some(proto::TYPE_SLICE_END),
-                    track_uuid: Some(track),
-                    ..TrackEvent::default()
-                }),
-                ..TracePacket::default()
+            self.writer.write_event(&EventPacket {
+                timestamp: self.source.info().start_monotonic_ns.saturating_add(end_ns),
+                kind: proto::TYPE_SLICE_END,
+                track_uuid: track,
+                name_iid: None,
+                callstack_iid: None,
+                annotations: &[],
+                interned: None,
             })?;
         }
         Ok(())

@@ -242,7 +242,7 @@ fn python_oracle_accepts_trace() {
         .arg(&trace)
         .args(["--expect-instants", "3", "--expect-slices", "3"])
         .args(["--expect-name", "malloc=3", "--expect-name", "read=3"])
-        .args(["--expect-tracks", "9", "--expect-callstacks", "2"])
+        .args(["--expect-tracks", "10", "--expect-callstacks", "2"])
         .output()
         .expect("python3 runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
