@@ -264,8 +264,10 @@ impl<'a, S: CaptureSource, W: Write> Renderer<'a, S, W> {
             }
             RecordKind::Span => (proto::TYPE_SLICE_BEGIN, self.begin_span(event, thread, &names)),
         };
-        for descriptor in self.tracks.take_new() {
-            self.writer.write(&descriptor_packet(descriptor))?;
+        if self.tracks.has_new() {
+            for descriptor in self.tracks.take_new() {
+                self.writer.write(&descriptor_packet(descriptor))?;
+            }
         }
         self.write_event(event, schema, kind, track)
     }

@@ -75,6 +75,11 @@ impl Tracks {
         }
     }
 
+    /// Whether tracks were created since the last `take_new`.
+    pub fn has_new(&self) -> bool {
+        !self.new.is_empty()
+    }
+
     /// Descriptors to write before the event that needed them.
     pub fn take_new(&mut self) -> impl Iterator<Item = TrackDescriptor> + '_ {
         self.new.drain(..)
