@@ -11,7 +11,14 @@ Examples:
   wprof -e 'uprobe:libc:malloc { @bytes = hist(arg0); }' -c './my-program'
   wprof -e 'tracepoint:syscalls:sys_enter_openat { printf(\"%s %s\\n\", comm, str(args.filename)); }'
   wprof script.bt 42          # $1 is 42 inside the script
-  wprof --dump-bpf -e 'BEGIN { printf(\"hi\\n\"); exit(); }'";
+  wprof --dump-bpf -e 'BEGIN { printf(\"hi\\n\"); exit(); }'
+
+Captures (record blocks `< ... >` and spans write wprof.data):
+  wprof -e 'uprobe:libc:malloc < size = arg0; stack >' -d 1s -T trace.pb
+  wprof -e 'span io { tracepoint:syscalls:sys_enter_read < fd = args.fd > tracepoint:syscalls:sys_exit_read < ret = args.ret > }' -- ./my-program
+  wprof -R -T trace-500ms.pb -d 500ms      # replay the first 500 ms of wprof.data
+  wprof -R -I -D wprof.data                # what a capture holds
+  wprof -R -J - -n 'my-prog*'              # NDJSON of one program's events";
 
 /// A system tracer with a bpftrace-compatible probe language compiled straight to BPF.
 #[derive(Debug, Parser)]
@@ -44,6 +51,46 @@ pub struct Cli {
     /// Print the generated BPF programs next to the script lines they came from, and exit.
     #[arg(long = "dump-bpf")]
     pub dump_bpf: bool,
+
+    /// The capture file written by record blocks, and read by -R.
+    #[arg(short = 'D', value_name = "PATH", default_value = "wprof.data")]
+    pub data: PathBuf,
+
+    /// Write a Perfetto trace of the capture.
+    #[arg(short = 'T', value_name = "PATH")]
+    pub trace: Option<PathBuf>,
+
+    /// Write the capture as NDJSON (`-` for standard output).
+    #[arg(short = 'J', value_name = "PATH")]
+    pub json: Option<PathBuf>,
+
+    /// Print a summary of the capture.
+    #[arg(short = 'I')]
+    pub summary: bool,
+
+    /// Replay: render an existing capture (-D) instead of tracing; needs no root.
+    #[arg(short = 'R')]
+    pub replay: bool,
+
+    /// Replay from this time after the capture's start (e.g. 200ms).
+    #[arg(long = "replay-start", value_name = "DURATION", value_parser = parse_duration)]
+    pub replay_start: Option<Duration>,
+
+    /// Replay up to this time after the capture's start.
+    #[arg(long = "replay-end", value_name = "DURATION", value_parser = parse_duration)]
+    pub replay_end: Option<Duration>,
+
+    /// Replay only processes whose name matches this glob (repeatable).
+    #[arg(short = 'n', value_name = "NAME-GLOB")]
+    pub process_names: Vec<String>,
+
+    /// Print the JSON Schema of the NDJSON output, and exit.
+    #[arg(long = "json-schema")]
+    pub json_schema: bool,
+
+    /// The command to trace, after `--` (like -c, without quoting).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command_args: Vec<String>,
 }
 
 /// `1500` (milliseconds), `500ms`, `5s`, `2m`, `250us`.

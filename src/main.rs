@@ -9,7 +9,9 @@ use wprof::codegen::listing::render_listing;
 use wprof::driver::{self, Source};
 use wprof::frontend::diag::{INLINE_SCRIPT_NAME, ScriptErrors};
 use wprof::runtime::environment::SystemEnvironment;
-use wprof::runtime::session::{self, RunError, RunOptions};
+use wprof::runtime::session::{self, CaptureTarget, RunError, RunOptions};
+
+mod replay;
 use wprof::runtime::{features, tracefs};
 
 fn main() -> ExitCode {
@@ -46,6 +48,13 @@ impl From<String> for Failure {
 }
 
 fn run(cli: Cli) -> Result<(), Failure> {
+    if cli.json_schema {
+        print!("{}", wprof::render::ndjson::json_schema());
+        return Ok(());
+    }
+    if cli.replay {
+        return replay::replay(&cli);
+    }
     let (source, params) = read_source(&cli)?;
     let _ = tracefs::ensure_mounted();
     let env = SystemEnvironment { pid: cli.pid };
@@ -66,27 +75,45 @@ fn run(cli: Cli) -> Result<(), Failure> {
         return Ok(());
     }
     driver::check_kernel_support(&source, &checked, &features::detect())?;
-    let command = match &cli.command {
-        Some(text) => Some(
+    let command = match (&cli.command, cli.command_args.is_empty()) {
+        (Some(_), false) => return Err("give the command either with -c or after `--`, not both".to_string().into()),
+        (Some(text), true) => Some(
             shlex::split(text)
                 .filter(|argv| !argv.is_empty())
                 .ok_or_else(|| format!("cannot split -c command `{text}`"))?,
         ),
-        None => None,
+        (None, false) => Some(cli.command_args.clone()),
+        (None, true) => None,
     };
+    let capture = (!compiled.records.is_empty()).then(|| CaptureTarget {
+        path: cli.data.clone(),
+        info: replay::capture_info(&source),
+    });
     let options = RunOptions {
         pid: cli.pid,
         command,
         duration: cli.duration,
+        capture,
     };
-    let mut out = io::stdout().lock();
-    session::run(&compiled, &options, &mut out).map_err(|error| {
-        let verifier = match &error {
-            RunError::Load(load) => driver::verifier_diagnostic(load, &compiled, &source),
-            _ => None,
-        };
-        verifier.map_or_else(|| Failure::Message(error.to_string()), Failure::Script)
-    })
+    let summary = {
+        let mut out = io::stdout().lock();
+        session::run(&compiled, &options, &mut out).map_err(|error| {
+            let verifier = match &error {
+                RunError::Load(load) => driver::verifier_diagnostic(load, &compiled, &source),
+                _ => None,
+            };
+            verifier.map_or_else(|| Failure::Message(error.to_string()), Failure::Script)
+        })?
+    };
+    if let Some(stats) = &summary.capture {
+        replay::warn_about_drops(stats);
+        replay::render_outputs(&cli, &Default::default())?;
+    } else if cli.trace.is_some() || cli.json.is_some() || cli.summary {
+        return Err("-T, -J and -I render captures: the script has no record block (`< ... >`) or span"
+            .to_string()
+            .into());
+    }
+    Ok(())
 }
 
 /// The script text and its positional parameters.

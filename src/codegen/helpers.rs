@@ -17,3 +17,7 @@ pub const RINGBUF_OUTPUT: u32 = 130;
 
 /// `flags` for `bpf_map_update_elem`: create or replace.
 pub const BPF_ANY: i64 = 0;
+
+pub const GET_STACKID: u32 = 27;
+/// `flags` for `bpf_get_stackid`: the user stack instead of the kernel's.
+pub const BPF_F_USER_STACK: i64 = 1 << 8;

@@ -6,7 +6,7 @@ use crate::codegen::ir::{AluOp, Annotated, Base, Cond, Function, Inst, Label, Si
 use crate::codegen::maps::MapLayouts;
 use crate::codegen::program::{AttachPoint, GlobalSlot, Message};
 use crate::frontend::ast::Span;
-use crate::frontend::checked::{CheckedProbe, MapDecl, TStmt, TStmtKind};
+use crate::frontend::checked::{CheckedProbe, CheckedProgram, MapDecl, TStmt, TStmtKind};
 use crate::frontend::types::Type;
 
 /// Where a value produced by an expression lives.
@@ -28,7 +28,7 @@ enum VarSlot {
 pub(super) struct Lowerer<'a> {
     pub(super) probe: &'a CheckedProbe,
     pub(super) probe_index: usize,
-    decls: &'a [MapDecl],
+    pub(super) program: &'a CheckedProgram,
     pub(super) maps: &'a MapLayouts,
     pub(super) messages: &'a mut Vec<Message>,
     pub(super) function: Function,
@@ -48,14 +48,14 @@ impl<'a> Lowerer<'a> {
     pub(super) fn lower(
         probe: &'a CheckedProbe,
         probe_index: usize,
-        decls: &'a [MapDecl],
+        program: &'a CheckedProgram,
         maps: &'a MapLayouts,
         messages: &'a mut Vec<Message>,
     ) -> (Function, (u32, Option<Span>)) {
         let mut lowerer = Lowerer {
             probe,
             probe_index,
-            decls,
+            program,
             maps,
             messages,
             function: Function::default(),
@@ -88,6 +88,10 @@ impl<'a> Lowerer<'a> {
             let exit = lowerer.exit_label;
             lowerer.branch_unless(predicate, exit);
         }
+        if let Some(record) = &probe.record {
+            lowerer.span = Some(probe.span);
+            lowerer.record(record);
+        }
         lowerer.stmts(&probe.body);
         lowerer.span = None;
         let exit = lowerer.exit_label;
@@ -118,7 +122,7 @@ impl<'a> Lowerer<'a> {
     }
 
     pub(super) fn program_maps(&self) -> &'a [MapDecl] {
-        self.decls
+        &self.program.maps
     }
 
     pub(super) fn exit_label(&self) -> Label {

@@ -14,6 +14,10 @@ pub struct MapLayouts {
     pub script: Vec<ScriptMapLayout>,
     pub ringbuf: MapId,
     pub globals: MapId,
+    pub stacks: Option<MapId>,
+    pub drops: Option<MapId>,
+    /// One map of open spans per span, in `SpanRef` order.
+    pub spans: Vec<MapId>,
 }
 
 #[derive(Clone, Debug)]
@@ -53,15 +57,35 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         max_entries: 1,
         script_map: None,
     });
-    (
-        specs,
-        MapLayouts {
-            script,
-            ringbuf,
-            globals,
-        },
-    )
+    let mut internal = |name: String, kind, key_size, value_size, max_entries| {
+        specs.push(MapSpec { name, kind, key_size, value_size, max_entries, script_map: None });
+        MapId(specs.len() as u32 - 1)
+    };
+    let stacked = program.records.iter().any(|r| r.stack.is_some());
+    let depth = crate::codegen::program::MAX_STACK_DEPTH;
+    let stacks = stacked.then(|| internal("wprof_stacks".into(), MapKind::StackTrace, 4, 8 * depth, STACK_ENTRIES));
+    let drops = (!program.records.is_empty())
+        .then(|| internal("wprof_drops".into(), MapKind::PerCpuArray, 4, 8, DROP_REASONS));
+    let spans = program
+        .spans
+        .iter()
+        .map(|span| {
+            let value = SPAN_VALUE_HEADER + span.start_fields.iter().map(|(_, t)| t.size()).sum::<u32>();
+            internal(format!("span_{}", span.name), MapKind::Hash, span.key.size(), value, OPEN_SPANS)
+        })
+        .collect();
+    let layouts = MapLayouts { script, ringbuf, globals, stacks, drops, spans };
+    (specs, layouts)
 }
+
+/// Distinct stacks a capture can hold at once.
+const STACK_ENTRIES: u32 = 16384;
+/// Spans open at the same time, per span.
+const OPEN_SPANS: u32 = 16384;
+/// Counters in the drops map, one per `DropReason`.
+const DROP_REASONS: u32 = 3;
+/// An open span's value: start time, kernel and user stack ids, then the start fields.
+pub const SPAN_VALUE_HEADER: u32 = 24;
 
 fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
     let key_bytes = decl.key.as_ref().map_or(0, |k| k.size());

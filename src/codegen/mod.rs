@@ -12,12 +12,15 @@ pub mod listing;
 mod lower;
 mod lower_expr;
 mod lower_map;
+mod lower_record;
 mod maps;
 pub mod program;
 mod prune;
 pub mod regalloc;
 
-use crate::frontend::checked::CheckedProgram;
+use crate::capture::model::{FieldSchema, FieldType, RecordKind, RecordSchema};
+use crate::frontend::checked::{CheckedProgram, RecordDecl};
+use crate::frontend::types::Type;
 use crate::frontend::diag::ScriptError;
 use program::Compiled;
 
@@ -30,6 +33,9 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
         maps,
         ringbuf: Some(layouts.ringbuf),
         globals: Some(layouts.globals),
+        records: program.records.iter().map(record_schema).collect(),
+        stacks: layouts.stacks,
+        drops: layouts.drops,
         ..Compiled::default()
     };
     let mut errors = Vec::new();
@@ -37,7 +43,7 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
         let (mut function, (_, peak_span)) = lower::Lowerer::lower(
             probe,
             index,
-            &program.maps,
+            program,
             &layouts,
             &mut compiled.messages,
         );
@@ -71,6 +77,29 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
         Ok(compiled)
     } else {
         Err(errors)
+    }
+}
+
+/// How a record kind is described in captures.
+fn record_schema(decl: &RecordDecl) -> RecordSchema {
+    let fields = decl
+        .fields
+        .iter()
+        .map(|(name, ty)| FieldSchema {
+            name: name.clone(),
+            ty: match ty {
+                Type::Int { signed: true, .. } => FieldType::Int,
+                Type::Int { .. } => FieldType::UInt,
+                _ => FieldType::Str,
+            },
+        })
+        .collect();
+    RecordSchema {
+        probe: decl.probe.clone(),
+        name: decl.name.clone(),
+        kind: if decl.is_span { RecordKind::Span } else { RecordKind::Instant },
+        fields,
+        has_stack: decl.stack.is_some(),
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use crate::capture::model::RecordSchema;
 use crate::frontend::ast::Span;
 
 /// Index into `Compiled::maps`.
@@ -23,6 +24,12 @@ pub struct Compiled {
     pub ringbuf: Option<MapId>,
     /// A one-element array of `GlobalSlot`s written by user space before any probe fires.
     pub globals: Option<MapId>,
+    /// The kinds of capture event, indexed by `Message::Record::record`.
+    pub records: Vec<RecordSchema>,
+    /// The stack trace map record stacks are ids into.
+    pub stacks: Option<MapId>,
+    /// Per-CPU u64 counters of lost events, indexed by `DropReason as u32`.
+    pub drops: Option<MapId>,
 }
 
 /// Slots of the globals map (each a u64), in index order.
@@ -270,4 +277,29 @@ pub enum Message {
         format: String,
     },
     Exit,
+    /// A capture event: the header at the offsets in [`record_header`], then the fields.
+    Record {
+        record: u32,
+        fields: Vec<(u32, ValueType)>,
+    },
 }
+
+/// Offsets in a `Message::Record` (after the 8-byte message id).
+pub mod record_header {
+    /// `bpf_ktime_get_ns()` when the event (or the span) began.
+    pub const TS: u32 = 8;
+    pub const PID_TGID: u32 = 16;
+    /// u32
+    pub const CPU: u32 = 24;
+    /// `char[16]`
+    pub const COMM: u32 = 32;
+    /// Spans only; 0 otherwise.
+    pub const DURATION: u32 = 48;
+    /// Stack ids in `Compiled::stacks`; negative when absent.
+    pub const KERNEL_STACK: u32 = 56;
+    pub const USER_STACK: u32 = 64;
+    pub const FIELDS: u32 = 72;
+}
+
+/// Frames kept per stack (the kernel's limit for stack trace maps).
+pub const MAX_STACK_DEPTH: u32 = 127;

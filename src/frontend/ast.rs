@@ -30,18 +30,60 @@ impl From<Span> for miette::SourceSpan {
     }
 }
 
-/// A whole script: probe blocks in source order.
+/// A whole script: probe blocks and span blocks, each in source order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Script {
     pub probes: Vec<ProbeBlock>,
+    pub spans: Vec<SpanBlock>,
 }
 
-/// `spec[, spec...] [/predicate/] { statements }`
+/// `spec[, spec...] [/predicate/] { statements }`, or with a record block
+/// `spec [/predicate/] < items > [{ statements }]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProbeBlock {
     pub specs: Vec<ProbeSpec>,
     pub predicate: Option<Expr>,
+    /// `< item; item; ... >`: record one capture event per hit.
+    pub record: Option<Record>,
+    /// The actions; empty for a block that only records.
     pub body: Block,
+    pub span: Span,
+}
+
+/// `< item; item; ... >`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Record {
+    pub items: Vec<RecordItem>,
+    pub span: Span,
+}
+
+/// `name = expr`, or a bare expression (`pid`, `arg0`, `args.filename`,
+/// `stack`, `ustack`, `kstack`) named after itself.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordItem {
+    pub name: Option<String>,
+    pub value: Expr,
+    pub span: Span,
+}
+
+/// `span NAME [by KEY] { START_PROBE [/pred/] [< items >]  END_PROBE [/pred/] [< items >] }`:
+/// pairs each start with the next end of the same key (default: the thread)
+/// into one event with a duration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpanBlock {
+    pub name: String,
+    pub key: Option<Expr>,
+    pub start: SpanEnd,
+    pub end: SpanEnd,
+    pub span: Span,
+}
+
+/// One end of a span: its probes, predicate and recorded items.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpanEnd {
+    pub specs: Vec<ProbeSpec>,
+    pub predicate: Option<Expr>,
+    pub record: Option<Record>,
     pub span: Span,
 }
 

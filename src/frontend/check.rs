@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use crate::frontend::ast::{
-    BinOp, Block, Expr, ExprKind, ProbeBlock, Script, Span, Stmt, StmtKind,
+    BinOp, Block, Expr, ExprKind, ProbeSpec, Record, Script, Span, Stmt, StmtKind,
 };
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
@@ -17,34 +17,77 @@ use crate::frontend::types::Type;
 /// Check a parsed script against the machine described by `env`.
 pub fn check(script: &Script, env: &dyn Environment) -> Result<CheckedProgram, Vec<ScriptError>> {
     let mut errors = Vec::new();
-    let mut blocks = Vec::new();
-    for block in &script.probes {
+    let mut resolve_all = |specs: &[ProbeSpec]| {
         let mut resolved = Vec::new();
-        for spec in &block.specs {
+        for spec in specs {
             match resolve(spec, env) {
                 Ok(probes) => resolved.extend(probes),
                 Err(error) => errors.push(error),
             }
         }
-        blocks.push((block, resolved));
+        resolved
+    };
+    let mut sources = Vec::new();
+    for block in &script.probes {
+        sources.push(Source {
+            predicate: block.predicate.as_ref(),
+            record: block.record.as_ref(),
+            body: Some(&block.body),
+            role: SourceRole::Plain,
+            resolved: resolve_all(&block.specs),
+            span: block.span,
+        });
+    }
+    for (index, span) in script.spans.iter().enumerate() {
+        let key = span.key.as_ref();
+        let start = SourceRole::SpanStart(SpanRef(index), key);
+        for (end, role) in [(&span.start, start), (&span.end, SourceRole::SpanEnd(SpanRef(index), key))] {
+            sources.push(Source {
+                predicate: end.predicate.as_ref(),
+                record: end.record.as_ref(),
+                body: None,
+                role,
+                resolved: resolve_all(&end.specs),
+                span: end.span,
+            });
+        }
     }
     if !errors.is_empty() {
         return Err(errors);
     }
 
     let mut checker = Checker::default();
-    checker.check_all(&blocks);
+    checker.check_all(&sources, script);
     checker.errors.clear();
     checker.final_pass = true;
-    let probes = checker.check_all(&blocks);
+    let probes = checker.check_all(&sources, script);
     if checker.errors.is_empty() {
         Ok(CheckedProgram {
             probes,
             maps: checker.maps,
+            records: checker.records,
+            spans: checker.spans,
         })
     } else {
         Err(checker.errors)
     }
+}
+
+/// A probe block or one end of a span, with its attach points.
+pub(super) struct Source<'a> {
+    predicate: Option<&'a Expr>,
+    record: Option<&'a Record>,
+    body: Option<&'a Block>,
+    pub(super) role: SourceRole<'a>,
+    resolved: Vec<ResolvedProbe>,
+    pub(super) span: Span,
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum SourceRole<'a> {
+    Plain,
+    SpanStart(SpanRef, Option<&'a Expr>),
+    SpanEnd(SpanRef, Option<&'a Expr>),
 }
 
 #[derive(Default)]
@@ -54,6 +97,8 @@ pub(super) struct Checker {
     pub(super) final_pass: bool,
     pub(super) maps: Vec<MapDecl>,
     map_index: HashMap<String, MapRef>,
+    pub(super) records: Vec<RecordDecl>,
+    pub(super) spans: Vec<SpanDecl>,
     /// Variable types per (probe block, name), collected over both passes.
     var_types: HashMap<(usize, String), Type>,
     pub(super) probe: ProbeState,
@@ -70,28 +115,39 @@ pub(super) struct ProbeState {
 }
 
 impl Checker {
-    fn check_all(&mut self, blocks: &[(&ProbeBlock, Vec<ResolvedProbe>)]) -> Vec<CheckedProbe> {
+    fn check_all(&mut self, sources: &[Source], script: &Script) -> Vec<CheckedProbe> {
+        self.records.clear();
+        self.spans = script.spans.iter().map(|span| self.declare_span(span)).collect();
         let mut probes = Vec::new();
-        for (block_index, (block, resolved)) in blocks.iter().enumerate() {
-            for probe in resolved {
+        for (source_index, source) in sources.iter().enumerate() {
+            for probe in &source.resolved {
                 self.probe = ProbeState {
-                    block: block_index,
+                    block: source_index,
                     resolved: Some(probe.clone()),
                     ..ProbeState::default()
                 };
-                let predicate = block.predicate.as_ref().map(|p| self.condition(p));
-                let body = self.block(&block.body);
+                let predicate = source.predicate.map(|p| self.condition(p));
+                let record = source.record.map(|r| self.record(r, source));
+                let record = match (record, source.role) {
+                    (Some(record), _) => record,
+                    (None, SourceRole::Plain) => None,
+                    // A span end without items still takes part.
+                    (None, _) => self.record(&Record { items: vec![], span: source.span }, source),
+                };
+                let body = source.body.map(|b| self.block(b)).unwrap_or_default();
                 probes.push(CheckedProbe {
                     name: probe.name.clone(),
                     attach: probe.attach.clone(),
                     context: probe.context.clone(),
                     predicate,
+                    record,
                     body,
                     variables: std::mem::take(&mut self.probe.var_list),
-                    span: block.span,
+                    span: source.span,
                 });
             }
         }
+        self.finish_spans();
         probes
     }
 

@@ -12,6 +12,78 @@ use crate::frontend::types::Type;
 pub struct CheckedProgram {
     pub probes: Vec<CheckedProbe>,
     pub maps: Vec<MapDecl>,
+    /// The kinds of capture event the probes record, in `RecordRef` order.
+    pub records: Vec<RecordDecl>,
+    pub spans: Vec<SpanDecl>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RecordRef(pub usize);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SpanRef(pub usize);
+
+/// One kind of capture event: from a record block at one attach point, or a span.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordDecl {
+    /// The probe (or `span:NAME`) as displayed.
+    pub probe: String,
+    /// A short name for tracks: the function, tracepoint or span name.
+    pub name: String,
+    pub is_span: bool,
+    pub fields: Vec<(String, Type)>,
+    pub stack: Option<StackKind>,
+}
+
+/// A span: starts are kept in a map by key until the matching end.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpanDecl {
+    pub name: String,
+    pub key: Type,
+    pub record: RecordRef,
+    /// Recorded at the start and kept until the end.
+    pub start_fields: Vec<(String, Type)>,
+    pub start_stack: Option<StackKind>,
+    pub end_fields: Vec<(String, Type)>,
+    pub end_stack: Option<StackKind>,
+    pub span: Span,
+}
+
+/// Which stacks a record captures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackKind {
+    Kernel,
+    User,
+    Both,
+}
+
+impl StackKind {
+    pub fn kernel(self) -> bool {
+        matches!(self, StackKind::Kernel | StackKind::Both)
+    }
+
+    pub fn user(self) -> bool {
+        matches!(self, StackKind::User | StackKind::Both)
+    }
+}
+
+/// What a probe records when it fires.
+#[derive(Clone, Debug)]
+pub struct CheckedRecord {
+    pub role: RecordRole,
+    /// Values in field order (stacks are not fields).
+    pub values: Vec<TExpr>,
+    pub stack: Option<StackKind>,
+}
+
+#[derive(Clone, Debug)]
+pub enum RecordRole {
+    /// An event of this record kind.
+    Instant(RecordRef),
+    /// Remember the start of a span under `key`.
+    SpanStart { span: SpanRef, key: TExpr },
+    /// Complete the span started under `key` and emit it.
+    SpanEnd { span: SpanRef, key: TExpr },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -71,6 +143,7 @@ pub struct CheckedProbe {
     pub attach: AttachPoint,
     pub context: Context,
     pub predicate: Option<TExpr>,
+    pub record: Option<CheckedRecord>,
     pub body: Vec<TStmt>,
     pub variables: Vec<Type>,
     pub span: Span,

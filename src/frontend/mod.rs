@@ -3,6 +3,7 @@
 pub mod ast;
 pub mod check;
 pub mod check_expr;
+mod check_record;
 pub mod checked;
 pub mod diag;
 pub mod parse;

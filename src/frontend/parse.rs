@@ -14,7 +14,10 @@ mod tests;
 
 use pest::Parser as _;
 
-use super::ast::{Block, ProbeBlock, ProbeSpec, Script, Span, Stmt, StmtKind};
+use super::ast::{
+    Block, ProbeBlock, ProbeSpec, Record, RecordItem, Script, Span, SpanBlock, SpanEnd, Stmt,
+    StmtKind,
+};
 use super::diag::{ScriptError, ScriptErrors};
 
 #[derive(pest_derive::Parser)]
@@ -77,31 +80,107 @@ impl Builder {
 
     fn script(&mut self, pair: Pair) -> Built<Script> {
         let mut probes = Vec::new();
+        let mut spans = Vec::new();
         for item in pair.into_inner() {
-            if item.as_rule() == Rule::probe {
-                probes.push(self.probe(item)?);
+            match item.as_rule() {
+                Rule::probe => probes.push(self.probe(item)?),
+                Rule::span_block => spans.push(self.span_block(item)?),
+                _ => {}
             }
         }
-        Ok(Script { probes })
+        Ok(Script { probes, spans })
     }
 
     fn probe(&mut self, pair: Pair) -> Built<ProbeBlock> {
         let span = span_of(&pair);
         let mut specs = Vec::new();
         let mut predicate = None;
+        let mut record = None;
         let mut body = None;
         for part in significant(pair) {
             match part.as_rule() {
                 Rule::probe_spec => specs.push(probe_spec(part)),
                 Rule::predicate => predicate = Some(self.expr(only_child(part))?),
+                Rule::record => record = Some(self.record(part)?),
                 _ => body = Some(self.block(part)?),
             }
         }
-        let body = body.expect("grammar: a probe ends with a block");
+        let body = body.unwrap_or(Block {
+            stmts: Vec::new(),
+            span: Span::new(span.end, span.end),
+        });
         Ok(ProbeBlock {
             specs,
             predicate,
+            record,
             body,
+            span,
+        })
+    }
+
+    fn record(&mut self, pair: Pair) -> Built<Record> {
+        let span = span_of(&pair);
+        let mut items = Vec::new();
+        for item in significant(pair) {
+            let item_span = span_of(&item);
+            let mut parts = significant(item);
+            let first = parts.next().expect("grammar: an item has a value");
+            let (name, value) = match first.as_rule() {
+                Rule::item_name => {
+                    let value = parts.next().expect("grammar: `name =` has a value");
+                    (Some(first.as_str().to_string()), value)
+                }
+                _ => (None, first),
+            };
+            items.push(RecordItem {
+                name,
+                value: self.expr(value)?,
+                span: item_span,
+            });
+        }
+        Ok(Record { items, span })
+    }
+
+    fn span_block(&mut self, pair: Pair) -> Built<SpanBlock> {
+        let span = span_of(&pair);
+        let mut name = String::new();
+        let mut key = None;
+        let mut ends = Vec::new();
+        for part in significant(pair) {
+            match part.as_rule() {
+                Rule::span_name => name = part.as_str().to_string(),
+                Rule::span_end => ends.push(self.span_end(part)?),
+                Rule::expr => key = Some(self.expr(part)?),
+                _ => {}
+            }
+        }
+        let [start, end]: [SpanEnd; 2] = ends.try_into().expect("grammar: a span has two ends");
+        Ok(SpanBlock {
+            name,
+            key,
+            start,
+            end,
+            span,
+        })
+    }
+
+    fn span_end(&mut self, pair: Pair) -> Built<SpanEnd> {
+        let span = span_of(&pair);
+        let mut specs = Vec::new();
+        let mut predicate = None;
+        let mut record = None;
+        for part in significant(pair) {
+            match part.as_rule() {
+                Rule::probe_spec => specs.push(probe_spec(part)),
+                Rule::predicate => predicate = Some(self.expr(only_child(part))?),
+                Rule::record => record = Some(self.record(part)?),
+                _ => {}
+            }
+        }
+        Ok(SpanEnd {
+            specs,
+            predicate,
+            record,
             span,
         })
     }
@@ -252,6 +331,10 @@ fn is_token(rule: Rule) -> bool {
             | Rule::rbracket
             | Rule::question
             | Rule::colon
+            | Rule::langle
+            | Rule::rangle
+            | Rule::kw_span
+            | Rule::kw_by
             | Rule::pred_end
             | Rule::kw_if
             | Rule::kw_else

@@ -2,4 +2,7 @@
 //! `CaptureReader` and the replay options, so live and replay output agree.
 
 pub mod filter;
+pub mod ndjson;
 pub mod perfetto;
+pub mod source;
+pub mod summary;

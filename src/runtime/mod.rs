@@ -10,6 +10,7 @@ mod libbpf_log;
 pub mod loader;
 pub mod maps_read;
 mod perf_event;
+pub mod recorder;
 pub mod session;
 mod teardown;
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! ring buffer messages into output until something ends the session, then
 //! detach, run END and print the maps.
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
+use std::path::PathBuf;
 use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,8 @@ use crate::output::printf::{self, Piece};
 use crate::output::value::{Resolve, Value, decode};
 use crate::runtime::child::{self, TracedCommand};
 use crate::runtime::loader::{self, AttachOptions, Loaded};
+use crate::runtime::recorder::{RecordError, Recorder};
+use crate::capture::model::{CaptureInfo, CaptureStats, DropReason};
 
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -22,6 +25,23 @@ pub struct RunOptions {
     pub command: Option<Vec<String>>,
     /// `-d`: stop after this long.
     pub duration: Option<Duration>,
+    /// Write record events to this capture file.
+    pub capture: Option<CaptureTarget>,
+}
+
+/// Where a capture goes and what it says about itself; the start times are
+/// filled in when tracing starts.
+#[derive(Clone, Debug)]
+pub struct CaptureTarget {
+    pub path: PathBuf,
+    pub info: CaptureInfo,
+}
+
+/// What a run leaves behind.
+#[derive(Clone, Debug, Default)]
+pub struct RunSummary {
+    /// Statistics of the capture written, if any.
+    pub capture: Option<CaptureStats>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +56,8 @@ pub enum RunError {
     Command { command: String, source: io::Error },
     #[error("cannot trace process {pid}: {source}")]
     Process { pid: i32, source: io::Error },
+    #[error("cannot write the capture: {0}")]
+    Record(#[from] RecordError),
     #[error("cannot write output: {0}")]
     Output(#[from] io::Error),
 }
@@ -49,7 +71,11 @@ enum Ending {
 }
 
 /// Run `compiled` until `exit()`, Ctrl-C, the duration, or the traced process ends.
-pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Result<(), RunError> {
+pub fn run(
+    compiled: &Compiled,
+    options: &RunOptions,
+    out: &mut dyn Write,
+) -> Result<RunSummary, RunError> {
     let mut loaded = loader::load(compiled)?;
     let stopper = loaded.stopper();
     if let Some(pid) = options.pid {
@@ -59,7 +85,17 @@ pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Re
     let globals = compiled
         .globals
         .expect("the code generator always makes a globals map");
-    loaded.set_global(globals, GlobalSlot::StartNs, monotonic_ns())?;
+    let start_ns = monotonic_ns();
+    loaded.set_global(globals, GlobalSlot::StartNs, start_ns)?;
+    let recorder = match &options.capture {
+        Some(target) if !compiled.records.is_empty() => {
+            let mut info = target.info.clone();
+            info.start_monotonic_ns = start_ns;
+            info.start_realtime_ns = realtime_ns();
+            Some(Recorder::create(&target.path, compiled, &info)?)
+        }
+        _ => None,
+    };
 
     let child = match &options.command {
         Some(argv) => {
@@ -83,7 +119,8 @@ pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Re
     loaded.attach_all(AttachOptions { pid })?;
 
     install_interrupt_handler(stopper.clone());
-    let mut printer = Printer::new(compiled);
+    let mut printer = Printer::new(compiled, recorder);
+    let mut status = Status::new(printer.recorder.is_some());
     for index in loaded.programs_at(&AttachPoint::Begin) {
         loaded.run_once(index)?;
     }
@@ -98,11 +135,13 @@ pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Re
 
     let deadline = options.duration.map(|d| Instant::now() + d);
     while printer.ending == Ending::Running {
-        let timeout = deadline.map_or(Duration::from_secs(3600), |d| {
-            d.saturating_duration_since(Instant::now())
-        });
+        let timeout = deadline
+            .map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()))
+            .min(status.poll_interval());
         let _ = loaded.poll(timeout, |bytes| printer.message(bytes, out))?;
         printer.run_map_requests(&loaded, out)?;
+        printer.record(&loaded)?;
+        status.update(&printer, &loaded, compiled.drops, start_ns)?;
         if printer.ending == Ending::Running
             && (stopper.is_stopped() || deadline.is_some_and(|d| Instant::now() >= d))
         {
@@ -113,9 +152,13 @@ pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Re
     loaded.set_global(globals, GlobalSlot::Stopped, 1)?;
     crate::runtime::teardown::hand_off_descriptors();
     loaded.detach_all();
+    let stopped_ns = monotonic_ns();
     if printer.ending == Ending::ExitCalled {
-        // As in bpftrace, what probes sent after exit() is not printed.
-        let _ = loaded.consume(|_| ControlFlow::Continue(()))?;
+        // As in bpftrace, what probes sent after exit() is not printed
+        // (but recorded events are kept).
+        printer.quiet = true;
+        let _ = loaded.consume(|bytes| printer.message(bytes, out))?;
+        printer.quiet = false;
     }
     for index in loaded.programs_at(&AttachPoint::End) {
         loaded.run_once(index)?;
@@ -132,9 +175,78 @@ pub fn run(compiled: &Compiled, options: &RunOptions, out: &mut dyn Write) -> Re
     if let Some(command) = running {
         command.finish();
     }
+    status.clear()?;
+    let capture = match printer.recorder.take() {
+        Some(mut recorder) => {
+            recorder.process(&loaded)?;
+            let drops = read_drops(&loaded, compiled.drops)?;
+            Some(recorder.finish(drops, stopped_ns.saturating_sub(start_ns))?)
+        }
+        None => None,
+    };
     print_exit_maps(compiled, &loaded, &printer, out)?;
     out.flush()?;
-    Ok(())
+    Ok(RunSummary { capture })
+}
+
+/// Lost events by reason, summed over CPUs.
+fn read_drops(loaded: &Loaded, drops: Option<MapId>) -> Result<Vec<(DropReason, u64)>, RunError> {
+    let Some(map) = drops else { return Ok(Vec::new()) };
+    let reasons = [DropReason::RingBufferFull, DropReason::StackLost, DropReason::UnmatchedSpanEnd];
+    let mut counts = vec![0u64; reasons.len()];
+    for (key, values) in loaded.map_entries(map)? {
+        let index = key.get(..4).map_or(usize::MAX, |k| u32::from_le_bytes(k.try_into().expect("4 bytes")) as usize);
+        let total: u64 = values.iter().filter_map(|v| v.get(..8)).map(|v| u64::from_le_bytes(v.try_into().expect("8 bytes"))).sum();
+        if let Some(count) = counts.get_mut(index) {
+            *count += total;
+        }
+    }
+    Ok(reasons.into_iter().zip(counts).filter(|(_, n)| *n > 0).collect())
+}
+
+/// The one-line live status of a capture, on a terminal only.
+struct Status {
+    enabled: bool,
+    last: Instant,
+    shown: bool,
+}
+
+impl Status {
+    const INTERVAL: Duration = Duration::from_millis(250);
+
+    fn new(capturing: bool) -> Status {
+        Status { enabled: capturing && io::stderr().is_terminal(), last: Instant::now(), shown: false }
+    }
+
+    /// How long a poll may wait: captures are written out regularly.
+    fn poll_interval(&self) -> Duration {
+        Self::INTERVAL
+    }
+
+    fn update(&mut self, printer: &Printer, loaded: &Loaded, drops: Option<MapId>, start_ns: u64) -> Result<(), RunError> {
+        let Some(recorder) = &printer.recorder else { return Ok(()) };
+        if !self.enabled || self.last.elapsed() < Self::INTERVAL {
+            return Ok(());
+        }
+        self.last = Instant::now();
+        let lost: u64 = read_drops(loaded, drops)?.iter().map(|(_, n)| n).sum();
+        let elapsed = monotonic_ns().saturating_sub(start_ns) as f64 / 1e9;
+        let line = format!(
+            "\r\x1b[K{elapsed:.1}s  {} events  {lost} dropped  {:.1} MB",
+            recorder.events(),
+            recorder.bytes() as f64 / 1e6
+        );
+        io::stderr().write_all(line.as_bytes())?;
+        self.shown = true;
+        Ok(())
+    }
+
+    fn clear(&mut self) -> Result<(), RunError> {
+        if self.shown {
+            io::stderr().write_all(b"\r\x1b[K")?;
+        }
+        Ok(())
+    }
 }
 
 fn install_interrupt_handler(stopper: crate::runtime::maps_read::Stopper) {
@@ -144,12 +256,17 @@ fn install_interrupt_handler(stopper: crate::runtime::maps_read::Stopper) {
 
 /// `CLOCK_MONOTONIC`, the clock of `bpf_ktime_get_ns`.
 fn monotonic_ns() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+fn realtime_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime only writes the timespec we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    unsafe { libc::clock_gettime(clock, &mut now) };
     now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
@@ -199,10 +316,14 @@ struct Printer<'a> {
     map_requests: Vec<Message>,
     paused: bool,
     ending: Ending,
+    /// Capture events go here.
+    recorder: Option<Recorder>,
+    /// Drop printed output (after `exit()`), keep recorded events.
+    quiet: bool,
 }
 
 impl<'a> Printer<'a> {
-    fn new(compiled: &'a Compiled) -> Self {
+    fn new(compiled: &'a Compiled, recorder: Option<Recorder>) -> Self {
         let formats = compiled
             .messages
             .iter()
@@ -217,7 +338,17 @@ impl<'a> Printer<'a> {
             map_requests: Vec::new(),
             paused: false,
             ending: Ending::Running,
+            recorder,
+            quiet: false,
         }
+    }
+
+    /// Resolve the stacks of new events and write them out.
+    fn record(&mut self, loaded: &Loaded) -> Result<(), RunError> {
+        if let Some(recorder) = &mut self.recorder {
+            recorder.process(loaded)?;
+        }
+        Ok(())
     }
 
     fn message(&mut self, bytes: &[u8], out: &mut dyn Write) -> ControlFlow<()> {
@@ -243,6 +374,16 @@ impl<'a> Printer<'a> {
                 bytes.len()
             )));
         };
+        if let Message::Record { record, .. } = message {
+            let index = id.unwrap_or_default() as usize;
+            return match &mut self.recorder {
+                Some(recorder) => recorder.push(index, *record, bytes).map_err(io::Error::other),
+                None => Ok(()),
+            };
+        }
+        if self.quiet {
+            return Ok(());
+        }
         match message {
             Message::Printf { args, .. } => {
                 let values = decode_fields(bytes, args)?;

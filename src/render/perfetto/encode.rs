@@ -147,7 +147,7 @@ pub fn put_event_packet(buf: &mut Vec<u8>, e: &EventPacket) -> usize {
 mod tests {
     use super::*;
     use crate::render::perfetto::proto::{
-        DebugAnnotation, EventName, TracePacket, TrackEvent, TYPE_INSTANT, TYPE_SLICE_END,
+        DebugAnnotation, EventName, TYPE_INSTANT, TYPE_SLICE_END, TracePacket, TrackEvent,
     };
 
     fn prost_bytes(e: &EventPacket) -> Vec<u8> {

@@ -9,12 +9,12 @@
 
 use std::collections::BTreeMap;
 
-use super::CaptureSource;
 use super::proto::{
     Callstack, DebugAnnotationName, EventName, FRAME_KIND_KERNEL, FRAME_KIND_NATIVE, Frame,
     InternedData, InternedString, Mapping,
 };
 use crate::capture::model::{FrameAddr, FrameId, RecordId, StackId, StringId};
+use crate::render::source::CaptureSource;
 
 /// A record's interned event name and field names, in `fields` order.
 #[derive(Clone, Debug)]
@@ -133,7 +133,7 @@ impl Interner {
     }
 
     /// The iids of `record`'s event name and field names.
-    pub fn record(&mut self, source: &impl CaptureSource, record: RecordId) -> &RecordIids {
+    pub fn record(&mut self, source: &dyn CaptureSource, record: RecordId) -> &RecordIids {
         let i = record.0 as usize;
         if self.records.len() <= i {
             self.records.resize(i + 1, None);
@@ -165,16 +165,18 @@ impl Interner {
     fn annotation_name(&mut self, name: &str) -> u64 {
         let (iid, new) = self.annotation_names.get_or_add(name.to_owned());
         if new {
-            self.pending.debug_annotation_names.push(DebugAnnotationName {
-                iid: Some(iid),
-                name: Some(name.to_owned()),
-            });
+            self.pending
+                .debug_annotation_names
+                .push(DebugAnnotationName {
+                    iid: Some(iid),
+                    name: Some(name.to_owned()),
+                });
         }
         iid
     }
 
     /// The iid of a string field value.
-    pub fn string_value(&mut self, source: &impl CaptureSource, id: StringId) -> u64 {
+    pub fn string_value(&mut self, source: &dyn CaptureSource, id: StringId) -> u64 {
         if let Some(iid) = cached(&self.string_values, id.0) {
             return iid;
         }
@@ -188,7 +190,7 @@ impl Interner {
     }
 
     /// The iid of a callstack, interning its frames, names and mappings.
-    pub fn callstack(&mut self, source: &impl CaptureSource, id: StackId) -> u64 {
+    pub fn callstack(&mut self, source: &dyn CaptureSource, id: StackId) -> u64 {
         if let Some(iid) = cached(&self.callstacks, id.0) {
             return iid;
         }
@@ -207,7 +209,7 @@ impl Interner {
         iid
     }
 
-    fn frame(&mut self, source: &impl CaptureSource, id: FrameId) -> &[u64] {
+    fn frame(&mut self, source: &dyn CaptureSource, id: FrameId) -> &[u64] {
         let i = id.0 as usize;
         if self.frames.len() <= i {
             self.frames.resize(i + 1, None);
@@ -222,7 +224,7 @@ impl Interner {
     /// One Perfetto frame per function at the address: the symbol's function
     /// then each inlined function, all with the same mapping and `rel_pc`.
     /// The source location belongs to the innermost one.
-    fn add_frame(&mut self, source: &impl CaptureSource, id: FrameId) -> Box<[u64]> {
+    fn add_frame(&mut self, source: &dyn CaptureSource, id: FrameId) -> Box<[u64]> {
         let (mapping, rel_pc, kind) = self.mapping(source, source.frame(id));
         let symbol = source.symbol(id);
         let mut names: Vec<Option<StringId>> = vec![symbol.and_then(|s| s.function)];
@@ -257,7 +259,11 @@ impl Interner {
     /// The mapping iid, `rel_pc` and frame kind of an address. User
     /// addresses are file offsets: the mapping stands for the whole file
     /// (start offset 0), so `rel_pc` is the file offset.
-    fn mapping(&mut self, source: &impl CaptureSource, addr: &FrameAddr) -> (u64, u64, Option<i32>) {
+    fn mapping(
+        &mut self,
+        source: &dyn CaptureSource,
+        addr: &FrameAddr,
+    ) -> (u64, u64, Option<i32>) {
         let (key, rel_pc, kind) = match addr {
             FrameAddr::Kernel { addr } => (MappingKey::Kernel, *addr, Some(FRAME_KIND_KERNEL)),
             FrameAddr::UnknownUser { addr } => (MappingKey::UnknownUser, *addr, None),
@@ -282,7 +288,7 @@ impl Interner {
         (iid, rel_pc, kind)
     }
 
-    fn new_mapping(&mut self, source: &impl CaptureSource, iid: u64, key: &MappingKey) -> Mapping {
+    fn new_mapping(&mut self, source: &dyn CaptureSource, iid: u64, key: &MappingKey) -> Mapping {
         let (path, build_id) = match key {
             MappingKey::Kernel => ("[kernel.kallsyms]", None),
             MappingKey::UnknownUser => ("[unknown]", None),
@@ -317,7 +323,7 @@ impl Interner {
         iid
     }
 
-    fn function_name(&mut self, source: &impl CaptureSource, id: StringId) -> u64 {
+    fn function_name(&mut self, source: &dyn CaptureSource, id: StringId) -> u64 {
         if let Some(iid) = cached(&self.function_names, id.0) {
             return iid;
         }
@@ -330,7 +336,7 @@ impl Interner {
         iid
     }
 
-    fn source_path(&mut self, source: &impl CaptureSource, id: StringId) -> u64 {
+    fn source_path(&mut self, source: &dyn CaptureSource, id: StringId) -> u64 {
         if let Some(iid) = cached(&self.source_paths, id.0) {
             return iid;
         }

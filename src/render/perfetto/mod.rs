@@ -41,36 +41,14 @@ use self::proto::{
     AnnotationValue, Clock, ClockSnapshot, TracePacket, TracePacketDefaults, TrackDescriptor,
 };
 use self::tracks::{Names, Tracks};
-use crate::capture::model::{
-    CaptureInfo, Event, FieldValue, FrameAddr, FrameId, RecordKind, RecordSchema, Stack, StackId,
-    StringId, Symbol, Thread, ThreadId,
-};
+use crate::capture::model::{Event, FieldValue, RecordKind, RecordSchema, Thread};
 use crate::render::filter::Filter;
+use crate::render::source::CaptureSource;
 
 /// The one `trusted_packet_sequence_id` of the trace.
 const SEQUENCE_ID: u32 = 1;
 /// Buffered output is handed to the writer in chunks of about this size.
 const FLUSH_BYTES: usize = 256 * 1024;
-
-/// What the renderer reads: a capture's tables and its events in time order.
-/// `CaptureReader` implements it; tests use an in-memory capture.
-pub trait CaptureSource {
-    /// Why reading events failed.
-    type Error: std::error::Error + Send + Sync + 'static;
-    fn info(&self) -> &CaptureInfo;
-    fn schemas(&self) -> &[RecordSchema];
-    fn string(&self, id: StringId) -> &str;
-    fn threads(&self) -> &[Thread];
-    fn thread(&self, id: ThreadId) -> &Thread;
-    fn stack(&self, id: StackId) -> &Stack;
-    fn frame(&self, id: FrameId) -> &FrameAddr;
-    fn symbol(&self, id: FrameId) -> Option<&Symbol>;
-    /// Calls `f` on each event in time order until it breaks.
-    fn for_each_event(
-        &self,
-        f: impl FnMut(&Event) -> ControlFlow<()>,
-    ) -> Result<(), Self::Error>;
-}
 
 /// Counts from one render.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -96,8 +74,8 @@ pub struct RenderStats {
 pub enum RenderError {
     #[error("cannot write the Perfetto trace")]
     Write(#[source] io::Error),
-    #[error("cannot read the capture's events")]
-    Capture(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("cannot read the capture's events: {0}")]
+    Capture(String),
     #[error("event of record {record}, but the capture has {schemas} record schemas")]
     UnknownRecord { record: u32, schemas: usize },
 }
@@ -105,22 +83,22 @@ pub enum RenderError {
 /// Renders the events of `source` that `filter` keeps as a Perfetto trace
 /// into `out` (a serialized `Trace` message, written packet by packet).
 pub fn render(
-    source: &impl CaptureSource,
+    source: &dyn CaptureSource,
     filter: &Filter,
-    out: &mut impl Write,
+    out: &mut dyn Write,
 ) -> Result<RenderStats, RenderError> {
     let mut renderer = Renderer::new(source, filter, out);
     renderer.start()?;
     let mut failed = None;
     source
-        .for_each_event(|event| match renderer.event(event) {
+        .for_each_event(&mut |event| match renderer.event(event) {
             Ok(()) => ControlFlow::Continue(()),
             Err(err) => {
                 failed = Some(err);
                 ControlFlow::Break(())
             }
         })
-        .map_err(|err| RenderError::Capture(Box::new(err)))?;
+        .map_err(RenderError::Capture)?;
     if let Some(err) = failed {
         return Err(err);
     }
@@ -128,14 +106,14 @@ pub fn render(
 }
 
 /// Writes `Trace.packet` entries one by one through a buffer.
-struct PacketWriter<'w, W: Write> {
-    out: &'w mut W,
+struct PacketWriter<'w> {
+    out: &'w mut dyn Write,
     buf: Vec<u8>,
     packets: u64,
     bytes: u64,
 }
 
-impl<W: Write> PacketWriter<'_, W> {
+impl PacketWriter<'_> {
     fn write(&mut self, packet: &TracePacket) -> Result<(), RenderError> {
         let before = self.buf.len();
         prost::encoding::message::encode(proto::TRACE_PACKET_FIELD, packet, &mut self.buf);
@@ -167,10 +145,10 @@ impl<W: Write> PacketWriter<'_, W> {
 /// A slice END waiting for its time: (end, order of BEGIN, track).
 type PendingEnd = Reverse<(u64, u64, u64)>;
 
-struct Renderer<'a, S: CaptureSource, W: Write> {
-    source: &'a S,
+struct Renderer<'a> {
+    source: &'a dyn CaptureSource,
     filter: &'a Filter,
-    writer: PacketWriter<'a, W>,
+    writer: PacketWriter<'a>,
     interner: Interner,
     tracks: Tracks,
     ends: BinaryHeap<PendingEnd>,
@@ -181,8 +159,8 @@ struct Renderer<'a, S: CaptureSource, W: Write> {
     stats: RenderStats,
 }
 
-impl<'a, S: CaptureSource, W: Write> Renderer<'a, S, W> {
-    fn new(source: &'a S, filter: &'a Filter, out: &'a mut W) -> Self {
+impl<'a> Renderer<'a> {
+    fn new(source: &'a dyn CaptureSource, filter: &'a Filter, out: &'a mut dyn Write) -> Self {
         Renderer {
             source,
             filter,
@@ -259,10 +237,15 @@ impl<'a, S: CaptureSource, W: Write> Renderer<'a, S, W> {
         let (kind, track) = match schema.kind {
             RecordKind::Instant => {
                 self.stats.instants += 1;
-                let track = self.tracks.instant(event.thread, thread, event.record, &names);
+                let track = self
+                    .tracks
+                    .instant(event.thread, thread, event.record, &names);
                 (proto::TYPE_INSTANT, track)
             }
-            RecordKind::Span => (proto::TYPE_SLICE_BEGIN, self.begin_span(event, thread, &names)),
+            RecordKind::Span => (
+                proto::TYPE_SLICE_BEGIN,
+                self.begin_span(event, thread, &names),
+            ),
         };
         if self.tracks.has_new() {
             for descriptor in self.tracks.take_new() {

@@ -5,10 +5,11 @@ use std::time::Instant;
 
 use prost::Message;
 
-use super::fake::{FakeCapture, START_NS, decode, malloc, read};
+use super::fake::{START_NS, capture, decode, generate, malloc, read};
 use super::proto::{self, TracePacket};
 use super::{RenderStats, render};
 use crate::render::filter::Filter;
+use crate::render::source::FakeCapture;
 
 fn render_bytes(capture: &FakeCapture, filter: &Filter) -> (Vec<u8>, RenderStats) {
     let mut out = Vec::new();
@@ -33,15 +34,22 @@ fn entry_len(packet: &TracePacket) -> usize {
 /// before use with correct pids, tids and names.
 #[test]
 fn tracks_are_described_before_use() {
-    let mut capture = FakeCapture::new();
-    capture.events = vec![malloc(10, 0, 16, 0), malloc(20, 1, 32, 1), read(30, 5, 2)];
+    let mut capture = capture();
+    capture.events = vec![malloc(10, 0, 16, 0), malloc(20, 1, 32, 1), read(&capture, 30, 5, 2)];
     let (bytes, stats) = render_bytes(&capture, &Filter::default());
     let packets = decode(&bytes);
     let first = &packets[0];
-    assert_eq!(first.sequence_flags, Some(proto::SEQ_INCREMENTAL_STATE_CLEARED));
+    assert_eq!(
+        first.sequence_flags,
+        Some(proto::SEQ_INCREMENTAL_STATE_CLEARED)
+    );
     let defaults = first.trace_packet_defaults.as_ref().expect("defaults");
     assert_eq!(defaults.timestamp_clock_id, Some(proto::CLOCK_MONOTONIC));
-    assert!(packets.iter().all(|p| p.trusted_packet_sequence_id == Some(1)));
+    assert!(
+        packets
+            .iter()
+            .all(|p| p.trusted_packet_sequence_id == Some(1))
+    );
     let mut described = BTreeMap::new();
     for packet in &packets {
         if let Some(d) = &packet.track_descriptor {
@@ -56,8 +64,14 @@ fn tracks_are_described_before_use() {
             assert!(parent.thread.is_some());
         }
     }
-    let threads: Vec<_> = described.values().filter_map(|d| d.thread.clone()).collect();
-    let tids: Vec<_> = threads.iter().map(|t| (t.pid, t.tid, t.thread_name.clone())).collect();
+    let threads: Vec<_> = described
+        .values()
+        .filter_map(|d| d.thread.clone())
+        .collect();
+    let tids: Vec<_> = threads
+        .iter()
+        .map(|t| (t.pid, t.tid, t.thread_name.clone()))
+        .collect();
     assert_eq!(
         tids,
         [
@@ -78,8 +92,13 @@ fn tracks_are_described_before_use() {
 /// closes the span it belongs to and timestamps never decrease.
 #[test]
 fn spans_nest_or_take_lanes() {
-    let mut capture = FakeCapture::new();
-    capture.events = vec![read(0, 100, 0), read(10, 20, 0), read(50, 100, 0), read(200, 1, 0)];
+    let mut capture = capture();
+    capture.events = vec![
+        read(&capture, 0, 100, 0),
+        read(&capture, 10, 20, 0),
+        read(&capture, 50, 100, 0),
+        read(&capture, 200, 1, 0),
+    ];
     let (bytes, stats) = render_bytes(&capture, &Filter::default());
     let packets = decode(&bytes);
     let mut last = 0;
@@ -111,31 +130,53 @@ fn spans_nest_or_take_lanes() {
 /// frame first, inlined functions expanded, file and line on the innermost.
 #[test]
 fn callstacks_interned_at_first_use() {
-    let mut capture = FakeCapture::new();
-    capture.events = vec![malloc(1, 0, 16, 0), malloc(2, 0, 16, 0), malloc(3, 0, 16, 1)];
+    let mut capture = capture();
+    capture.events = vec![
+        malloc(1, 0, 16, 0),
+        malloc(2, 0, 16, 0),
+        malloc(3, 0, 16, 1),
+    ];
     let (bytes, _) = render_bytes(&capture, &Filter::default());
     let packets = decode(&bytes);
     let evs = events(&packets);
-    let first = evs[0].0.interned_data.as_ref().expect("interned with first use");
+    let first = evs[0]
+        .0
+        .interned_data
+        .as_ref()
+        .expect("interned with first use");
     assert_eq!(evs[0].1.callstack_iid, Some(1));
     let frame_names: Vec<_> = first.callstacks[0]
         .frame_ids
         .iter()
         .map(|&iid| {
-            let frame = first.frames.iter().find(|f| f.iid == Some(iid)).expect("frame");
+            let frame = first
+                .frames
+                .iter()
+                .find(|f| f.iid == Some(iid))
+                .expect("frame");
             let name = first
                 .function_names
                 .iter()
                 .find(|n| n.iid == frame.function_name_id)
                 .expect("name");
-            (String::from_utf8(name.str.clone().unwrap()).unwrap(), frame.line_number)
+            (
+                String::from_utf8(name.str.clone().unwrap()).unwrap(),
+                frame.line_number,
+            )
         })
         .collect();
-    let expected = [("main", None), ("inlined_helper", Some(42)), ("malloc", None)];
+    let expected = [
+        ("main", None),
+        ("inlined_helper", Some(42)),
+        ("malloc", None),
+    ];
     let expected: Vec<_> = expected.iter().map(|(n, l)| (n.to_string(), *l)).collect();
     assert_eq!(frame_names, expected);
     assert_eq!(first.mappings.len(), 1);
-    assert!(evs[1].0.interned_data.is_none(), "nothing new the second time");
+    assert!(
+        evs[1].0.interned_data.is_none(),
+        "nothing new the second time"
+    );
     let third = evs[2].0.interned_data.as_ref().expect("the new stack");
     assert_eq!(third.callstacks[0].frame_ids.len(), 4);
     assert_eq!(third.frames.len(), 1, "only the kernel frame is new");
@@ -145,8 +186,12 @@ fn callstacks_interned_at_first_use() {
 /// The replay filter applies: pids and the time window.
 #[test]
 fn filter_applies() {
-    let mut capture = FakeCapture::new();
-    capture.events = vec![malloc(10, 0, 1, 0), malloc(20, 2, 1, 0), malloc(30, 0, 1, 0)];
+    let mut capture = capture();
+    capture.events = vec![
+        malloc(10, 0, 1, 0),
+        malloc(20, 2, 1, 0),
+        malloc(30, 0, 1, 0),
+    ];
     let filter = Filter {
         pids: vec![100],
         end_ns: Some(30),
@@ -160,7 +205,7 @@ fn filter_applies() {
 /// Events earlier than one already written are skipped and counted.
 #[test]
 fn out_of_order_is_counted() {
-    let mut capture = FakeCapture::new();
+    let mut capture = capture();
     capture.events = vec![malloc(10, 0, 1, 0), malloc(5, 1, 1, 0)];
     let (_, stats) = render_bytes(&capture, &Filter::default());
     assert_eq!((stats.instants, stats.out_of_order), (1, 1));
@@ -169,8 +214,13 @@ fn out_of_order_is_counted() {
 /// Same capture, same bytes.
 #[test]
 fn output_is_deterministic() {
-    let mut capture = FakeCapture::new();
-    capture.events = vec![malloc(1, 0, 1, 0), read(2, 9, 1), malloc(3, 2, 1, 1), read(4, 1, 1)];
+    let mut capture = capture();
+    capture.events = vec![
+        malloc(1, 0, 1, 0),
+        read(&capture, 2, 9, 1),
+        malloc(3, 2, 1, 1),
+        read(&capture, 4, 1, 1),
+    ];
     let (a, _) = render_bytes(&capture, &Filter::default());
     let (b, _) = render_bytes(&capture, &Filter::default());
     assert_eq!(a, b);
@@ -180,7 +230,7 @@ fn output_is_deterministic() {
 /// interned, fits in 40 bytes with a day-of-uptime timestamp.
 #[test]
 fn instant_size() {
-    let mut capture = FakeCapture::new();
+    let mut capture = capture();
     capture.events = vec![malloc(1_000, 0, 16, 0), malloc(2_000, 0, 100, 0)];
     let (bytes, _) = render_bytes(&capture, &Filter::default());
     let packets = decode(&bytes);
@@ -192,11 +242,13 @@ fn instant_size() {
 /// Throughput on synthetic instants (2 M in release, fewer in debug builds).
 #[test]
 fn throughput() {
-    let count = if cfg!(debug_assertions) { 200_000 } else { 2_000_000 };
-    let capture = FakeCapture {
-        synthetic: count,
-        ..FakeCapture::new()
+    let count = if cfg!(debug_assertions) {
+        200_000
+    } else {
+        2_000_000
     };
+    let mut capture = capture();
+    capture.generated = Some((count, generate));
     let mut out = std::io::sink();
     let started = Instant::now();
     let stats = render(&capture, &Filter::default(), &mut out).expect("renders");
@@ -214,7 +266,10 @@ fn throughput() {
 #[test]
 fn python_oracle_accepts_trace() {
     let probe = Command::new("python3")
-        .args(["-c", "import perfetto.protos.perfetto.trace.perfetto_trace_pb2"])
+        .args([
+            "-c",
+            "import perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+        ])
         .output();
     match probe {
         Err(err) => return println!("skipped: python3 not runnable: {err}"),
@@ -223,12 +278,12 @@ fn python_oracle_accepts_trace() {
         }
         Ok(_) => {}
     }
-    let mut capture = FakeCapture::new();
+    let mut capture = capture();
     capture.events = vec![
         malloc(10, 0, 16, 0),
-        read(15, 100, 1),
-        read(20, 10, 1),
-        read(25, 100, 1),
+        read(&capture, 15, 100, 1),
+        read(&capture, 20, 10, 1),
+        read(&capture, 25, 100, 1),
         malloc(30, 2, 32, 1),
         malloc(40, 1, 64, 0),
     ];
@@ -247,6 +302,9 @@ fn python_oracle_accepts_trace() {
         .expect("python3 runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "perfetto_check.py failed:\n{stdout}\n{stderr}");
+    assert!(
+        out.status.success(),
+        "perfetto_check.py failed:\n{stdout}\n{stderr}"
+    );
     println!("{stdout}");
 }

@@ -86,7 +86,13 @@ impl Tracks {
     }
 
     /// The track for an instant of `record` on `thread`.
-    pub fn instant(&mut self, id: ThreadId, thread: &Thread, record: RecordId, names: &Names) -> u64 {
+    pub fn instant(
+        &mut self,
+        id: ThreadId,
+        thread: &Thread,
+        record: RecordId,
+        names: &Names,
+    ) -> u64 {
         let lanes = self.lanes(id, thread, record, names);
         if let Some(lane) = lanes.first() {
             return lane.uuid;
@@ -117,7 +123,13 @@ impl Tracks {
         lane.uuid
     }
 
-    fn lanes(&mut self, id: ThreadId, thread: &Thread, record: RecordId, names: &Names) -> &mut Vec<Lane> {
+    fn lanes(
+        &mut self,
+        id: ThreadId,
+        thread: &Thread,
+        record: RecordId,
+        names: &Names,
+    ) -> &mut Vec<Lane> {
         let index = self.thread_index(id, thread, names);
         let records = &mut self.threads[index].records;
         let r = record.0 as usize;

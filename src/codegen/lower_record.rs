@@ -1,0 +1,202 @@
+//! Lowering record blocks and spans into capture events: a header (time,
+//! task, CPU, comm, duration, stack ids) and the fields, sent through the ring
+//! buffer; span starts wait in a map until their end.
+
+use crate::capture::model::DropReason;
+use crate::codegen::helpers::*;
+use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
+use crate::codegen::lower::Lowerer;
+use crate::codegen::maps::SPAN_VALUE_HEADER;
+use crate::codegen::program::{Message, MessageId, record_header as header};
+use crate::frontend::checked::{CheckedRecord, RecordRef, RecordRole, SpanRef, StackKind, TExpr};
+use crate::frontend::types::{COMM_LEN, Type};
+
+/// `-EEXIST` from `bpf_get_stackid`: the stack's bucket holds another stack.
+const STACK_COLLISION: i32 = -17;
+
+impl Lowerer<'_> {
+    pub(super) fn record(&mut self, record: &CheckedRecord) {
+        match &record.role {
+            RecordRole::Instant(id) => self.instant(*id, record),
+            RecordRole::SpanStart { span, key } => self.span_start(*span, key, record),
+            RecordRole::SpanEnd { span, key } => self.span_end(*span, key, record),
+        }
+    }
+
+    fn instant(&mut self, id: RecordRef, record: &CheckedRecord) {
+        let fields = self.program.records[id.0].fields.clone();
+        let (message, size) = self.record_message(id, &fields);
+        self.comment(format!("record {}", self.program.records[id.0].name));
+        let buffer = self.alloc(size);
+        let now = self.call_result(KTIME_GET_NS, vec![]);
+        self.record_header(buffer, message, now);
+        self.store_stacks(buffer + header::KERNEL_STACK as i16, record.stack);
+        self.store_fields(buffer + header::FIELDS as i16, &record.values);
+        self.send(buffer, size);
+    }
+
+    fn span_start(&mut self, span: SpanRef, key: &TExpr, record: &CheckedRecord) {
+        let decl = &self.program.spans[span.0];
+        let value_size = SPAN_VALUE_HEADER + decl.start_fields.iter().map(|(_, t)| t.size()).sum::<u32>();
+        self.comment(format!("span {} starts", decl.name));
+        let key = self.span_key(span, key);
+        let value = self.alloc(value_size);
+        let now = self.call_result(KTIME_GET_NS, vec![]);
+        self.store(Base::Frame, value, Src::Reg(now));
+        self.store_stacks(value + 8, record.stack);
+        self.store_fields(value + SPAN_VALUE_HEADER as i16, &record.values);
+        let map = self.maps.spans[span.0];
+        let args = vec![Arg::Map(map), Arg::Frame(key), Arg::Frame(value), Arg::Imm(BPF_ANY)];
+        self.emit(Inst::Call { helper: MAP_UPDATE_ELEM, args, ret: None });
+    }
+
+    fn span_end(&mut self, span: SpanRef, key: &TExpr, record: &CheckedRecord) {
+        let decl = &self.program.spans[span.0];
+        let id = decl.record;
+        let start_bytes: u32 = decl.start_fields.iter().map(|(_, t)| t.size()).sum();
+        let fields = self.program.records[id.0].fields.clone();
+        let (message, size) = self.record_message(id, &fields);
+        self.comment(format!("span {} ends", decl.name));
+        let key = self.span_key(span, key);
+        let map = self.maps.spans[span.0];
+        let open = self.call_result(MAP_LOOKUP_ELEM, vec![Arg::Map(map), Arg::Frame(key)]);
+        let (found, done) = (self.label(), self.label());
+        self.branch(Cond::Ne, open, Src::Imm(0), found);
+        self.count_drop(DropReason::UnmatchedSpanEnd);
+        self.emit(Inst::Jump(done));
+        self.emit(Inst::Bind(found));
+        let buffer = self.alloc(size);
+        let start = self.load(Base::Reg(open), 0);
+        self.record_header(buffer, message, start);
+        let now = self.call_result(KTIME_GET_NS, vec![]);
+        self.alu(AluOp::Sub, now, Src::Reg(start));
+        self.store(Base::Frame, buffer + header::DURATION as i16, Src::Reg(now));
+        if decl.start_stack.is_some() {
+            self.copy((Base::Frame, buffer + header::KERNEL_STACK as i16), (Base::Reg(open), 8), 16);
+        } else {
+            self.store_stacks(buffer + header::KERNEL_STACK as i16, record.stack);
+        }
+        let fields_at = buffer + header::FIELDS as i16;
+        self.copy((Base::Frame, fields_at), (Base::Reg(open), SPAN_VALUE_HEADER as i16), start_bytes);
+        self.store_fields(fields_at + start_bytes as i16, &record.values);
+        let args = vec![Arg::Map(map), Arg::Frame(key)];
+        self.emit(Inst::Call { helper: MAP_DELETE_ELEM, args, ret: None });
+        self.send(buffer, size);
+        self.emit(Inst::Bind(done));
+    }
+
+    /// The span's key in a frame buffer laid out as the span map's key.
+    fn span_key(&mut self, span: SpanRef, key: &TExpr) -> i16 {
+        let key_ty = self.program.spans[span.0].key.clone();
+        let buffer = self.alloc(key_ty.size());
+        let value = self.expr(key);
+        self.store_value(value, &key.ty, Base::Frame, buffer, &key_ty);
+        buffer
+    }
+
+    /// Register the message for record `id`; returns it and the message size.
+    fn record_message(&mut self, id: RecordRef, fields: &[(String, Type)]) -> (MessageId, u32) {
+        let mut offset = header::FIELDS;
+        let layout = fields
+            .iter()
+            .map(|(_, ty)| {
+                let at = offset;
+                offset += ty.size();
+                (at, ty.layout())
+            })
+            .collect();
+        let message = MessageId(self.messages.len() as u32);
+        self.messages.push(Message::Record { record: id.0 as u32, fields: layout });
+        (message, offset)
+    }
+
+    /// Message id, time, task, CPU and comm; no duration and no stacks yet.
+    fn record_header(&mut self, buffer: i16, message: MessageId, ts: VReg) {
+        self.store(Base::Frame, buffer, Src::Imm(message.0 as i32));
+        self.store(Base::Frame, buffer + header::TS as i16, Src::Reg(ts));
+        let task = self.call_result(GET_CURRENT_PID_TGID, vec![]);
+        self.store(Base::Frame, buffer + header::PID_TGID as i16, Src::Reg(task));
+        let cpu = self.call_result(GET_SMP_PROCESSOR_ID, vec![]);
+        self.store(Base::Frame, buffer + header::CPU as i16, Src::Reg(cpu));
+        let comm = buffer + header::COMM as i16;
+        let args = vec![Arg::Frame(comm), Arg::Imm(i64::from(COMM_LEN))];
+        self.emit(Inst::Call { helper: GET_CURRENT_COMM, args, ret: None });
+        for at in [header::DURATION, header::KERNEL_STACK, header::USER_STACK] {
+            let value = if at == header::DURATION { 0 } else { -1 };
+            self.store(Base::Frame, buffer + at as i16, Src::Imm(value));
+        }
+    }
+
+    /// The kernel and user stack ids at `at` and `at + 8` (-1 when not wanted).
+    fn store_stacks(&mut self, at: i16, stack: Option<StackKind>) {
+        let Some(stack) = stack else { return };
+        let map = self.maps.stacks.expect("records with stacks have a stack map");
+        for (wanted, flags, at) in [(stack.kernel(), 0, at), (stack.user(), BPF_F_USER_STACK, at + 8)] {
+            if !wanted {
+                self.store(Base::Frame, at, Src::Imm(-1));
+                continue;
+            }
+            let ctx = self.ctx;
+            let id = self.call_result(GET_STACKID, vec![Arg::Reg(ctx), Arg::Map(map), Arg::Imm(flags)]);
+            self.store(Base::Frame, at, Src::Reg(id));
+            let kept = self.label();
+            self.branch(Cond::Ne, id, Src::Imm(STACK_COLLISION), kept);
+            self.count_drop(DropReason::StackLost);
+            self.emit(Inst::Bind(kept));
+        }
+    }
+
+    fn store_fields(&mut self, at: i16, values: &[TExpr]) {
+        let mut offset = at;
+        for value in values {
+            let result = self.expr(value);
+            self.store_value(result, &value.ty, Base::Frame, offset, &value.ty);
+            offset += value.ty.size() as i16;
+        }
+    }
+
+    /// Send `size` bytes at `buffer`; count the event as lost when the ring is full.
+    fn send(&mut self, buffer: i16, size: u32) {
+        let ringbuf = self.maps.ringbuf;
+        let args = vec![Arg::Map(ringbuf), Arg::Frame(buffer), Arg::Imm(i64::from(size)), Arg::Imm(0)];
+        let result = self.call_result(RINGBUF_OUTPUT, args);
+        let sent = self.label();
+        self.branch(Cond::Eq, result, Src::Imm(0), sent);
+        self.count_drop(DropReason::RingBufferFull);
+        self.emit(Inst::Bind(sent));
+    }
+
+    /// `drops[reason] += 1` in the per-CPU drops map.
+    fn count_drop(&mut self, reason: DropReason) {
+        let drops = self.maps.drops.expect("records have a drops map");
+        let key = self.alloc(8);
+        self.store_sized(Base::Frame, key, Src::Imm(reason as i32), Size::U32);
+        let counter = self.call_result(MAP_LOOKUP_ELEM, vec![Arg::Map(drops), Arg::Frame(key)]);
+        let missing = self.label();
+        self.branch(Cond::Eq, counter, Src::Imm(0), missing);
+        let value = self.load(Base::Reg(counter), 0);
+        self.alu(AluOp::Add, value, Src::Imm(1));
+        self.store(Base::Reg(counter), 0, Src::Reg(value));
+        self.emit(Inst::Bind(missing));
+    }
+
+    fn call_result(&mut self, helper: u32, args: Vec<Arg>) -> VReg {
+        let result = self.vreg();
+        self.emit(Inst::Call { helper, args, ret: Some(result) });
+        result
+    }
+
+    fn load(&mut self, base: Base, offset: i16) -> VReg {
+        let dst = self.vreg();
+        self.emit(Inst::Load { dst, base, offset, size: Size::U64 });
+        dst
+    }
+
+    fn store(&mut self, base: Base, offset: i16, src: Src) {
+        self.store_sized(base, offset, src, Size::U64);
+    }
+
+    fn store_sized(&mut self, base: Base, offset: i16, src: Src, size: Size) {
+        self.emit(Inst::Store { base, offset, src, size });
+    }
+}

@@ -1,0 +1,383 @@
+//! Summary renderer (`-I`): a [`CaptureSource`] and a [`Filter`] → aligned
+//! text saying how the capture was made, where, when and for how long, what it
+//! holds after the filter (events per probe, threads, processes, stacks), what
+//! was dropped, and whether the file is damaged.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::io::{self, Write};
+use std::ops::ControlFlow;
+
+use crate::capture::model::{DropReason, Event, RecordKind};
+use crate::render::filter::Filter;
+use crate::render::source::CaptureSource;
+
+/// Writes the summary of `source` (events as `filter` keeps them), with the
+/// start in local time. A read failure part way through is reported in the
+/// text and then returned as `InvalidData`.
+pub fn render_summary(
+    source: &dyn CaptureSource,
+    filter: &Filter,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    write_summary(source, filter, out, local_utc_offset_s)
+}
+
+/// What the summary counts while reading events; its size does not depend on
+/// the number of events.
+#[derive(Default)]
+struct Counts {
+    /// Kept events by `RecordId`; the extra last slot is for unknown records.
+    per_probe: Vec<u64>,
+    /// Summed span durations by `RecordId`.
+    span_ns: Vec<u64>,
+    kept: u64,
+    read: u64,
+    threads: Vec<bool>,
+    pids: BTreeSet<u32>,
+    stacks: Vec<bool>,
+    first_ns: Option<u64>,
+    last_ns: u64,
+}
+
+impl Counts {
+    fn add(&mut self, event: &Event, pid: u32) {
+        let probe = (event.record.0 as usize).min(self.per_probe.len() - 1);
+        self.per_probe[probe] += 1;
+        self.span_ns[probe] += event.duration_ns.unwrap_or(0);
+        self.kept += 1;
+        mark(&mut self.threads, event.thread.0);
+        if let Some(stack) = event.stack {
+            mark(&mut self.stacks, stack.0);
+        }
+        self.pids.insert(pid);
+        self.first_ns.get_or_insert(event.ts_ns);
+        self.last_ns = event.ts_ns;
+    }
+}
+
+fn mark(seen: &mut Vec<bool>, index: u32) {
+    let index = index as usize;
+    if index >= seen.len() {
+        seen.resize(index + 1, false);
+    }
+    seen[index] = true;
+}
+
+fn count(source: &dyn CaptureSource, filter: &Filter) -> (Counts, Result<(), String>) {
+    let probes = source.schemas().len() + 1;
+    let mut counts = Counts {
+        per_probe: vec![0; probes],
+        span_ns: vec![0; probes],
+        threads: vec![false; source.threads().len()],
+        stacks: vec![false; source.stacks_len()],
+        ..Counts::default()
+    };
+    let read = source.for_each_event(&mut |event| {
+        counts.read += 1;
+        let thread = source.thread(event.thread);
+        if filter.keeps(event, thread, source.string(thread.process_name)) {
+            counts.add(event, thread.pid);
+        }
+        ControlFlow::Continue(())
+    });
+    (counts, read)
+}
+
+/// `render_summary` with the time zone given as a function from Unix seconds
+/// to the UTC offset in seconds, so tests do not depend on the machine's.
+fn write_summary(
+    source: &dyn CaptureSource,
+    filter: &Filter,
+    out: &mut dyn Write,
+    utc_offset_s: fn(i64) -> i64,
+) -> io::Result<()> {
+    let (counts, read) = count(source, filter);
+    let mut text = String::new();
+    write_description(&mut text, source, utc_offset_s);
+    write_damage(&mut text, source, &read);
+    write_contents(&mut text, source, filter, &counts);
+    write_drops(&mut text, source);
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    read.map_err(|message| io::Error::new(io::ErrorKind::InvalidData, message))
+}
+
+/// Width of the label column.
+const LABEL: usize = 12;
+
+fn row(text: &mut String, label: &str, value: impl std::fmt::Display) {
+    writeln!(text, "{label:<LABEL$}{value}").expect("writing to a String");
+}
+
+fn write_description(text: &mut String, source: &dyn CaptureSource, utc_offset_s: fn(i64) -> i64) {
+    let info = source.info();
+    let command_line = info.command_line.iter().map(String::as_str);
+    let command_line =
+        shlex::try_join(command_line).unwrap_or_else(|_| info.command_line.join(" "));
+    row(text, "command", command_line);
+    row(text, "script", &info.script_name);
+    row(text, "host", &info.hostname);
+    row(text, "kernel", &info.kernel_release);
+    row(text, "cpus", info.cpus);
+    row(text, "wprof", &info.wprof_version);
+    row(
+        text,
+        "start",
+        local_time(info.start_realtime_ns, utc_offset_s),
+    );
+    match source.stats() {
+        Some(stats) => row(text, "duration", seconds(stats.duration_ns)),
+        None => row(text, "duration", "unknown (the capture was not finished)"),
+    }
+}
+
+fn write_damage(text: &mut String, source: &dyn CaptureSource, read: &Result<(), String>) {
+    let mut problems = Vec::new();
+    if let Some(damage) = source.damage() {
+        problems.push(damage);
+    }
+    if source.stats().is_none() {
+        problems.push("the capture was not finished: no end statistics".to_owned());
+    }
+    if let Err(message) = read {
+        problems.push(format!("reading events stopped: {message}"));
+    }
+    if problems.is_empty() {
+        row(text, "damage", "none");
+        return;
+    }
+    row(
+        text,
+        "damage",
+        "DAMAGED: counts below cover only what could be read",
+    );
+    for problem in problems {
+        row(text, "", format!("- {problem}"));
+    }
+}
+
+fn write_contents(text: &mut String, source: &dyn CaptureSource, filter: &Filter, c: &Counts) {
+    text.push('\n');
+    if let Some(description) = describe_filter(filter) {
+        row(text, "filter", description);
+    }
+    let recorded = source.stats().map(|stats| stats.events);
+    let events = match recorded {
+        Some(recorded) => format!("{} kept of {recorded} recorded", c.kept),
+        None => format!("{} kept of {} read", c.kept, c.read),
+    };
+    row(text, "events", events);
+    if let Some(first_ns) = c.first_ns {
+        let span = format!(
+            "first at {}, last at {}",
+            seconds(first_ns),
+            seconds(c.last_ns)
+        );
+        row(text, "", span);
+    }
+    write_probes(text, source, c);
+    let threads = c.threads.iter().filter(|&&seen| seen).count();
+    let processes = plural(c.pids.len(), "process", "processes");
+    row(text, "threads", format!("{threads} in {processes}"));
+    let stacks = c.stacks.iter().filter(|&&seen| seen).count();
+    row(
+        text,
+        "stacks",
+        format!("{stacks} used of {} in the capture", source.stacks_len()),
+    );
+}
+
+fn write_probes(text: &mut String, source: &dyn CaptureSource, c: &Counts) {
+    let schemas = source.schemas();
+    let header = ["id", "name", "kind", "events", "span time", "probe"];
+    let mut rows: Vec<[String; 6]> = vec![header.map(String::from)];
+    for (id, schema) in schemas.iter().enumerate() {
+        let (kind, time) = match schema.kind {
+            RecordKind::Instant => ("instant", String::new()),
+            RecordKind::Span => ("span", seconds(c.span_ns[id])),
+        };
+        let (name, events) = (schema.name.clone(), c.per_probe[id].to_string());
+        let probe = schema.probe.clone();
+        rows.push([id.to_string(), name, kind.into(), events, time, probe]);
+    }
+    let unknown = c.per_probe[schemas.len()];
+    if unknown > 0 {
+        let name = "(unknown)".to_owned();
+        let events = unknown.to_string();
+        rows.push(["?".into(), name, "".into(), events, "".into(), "".into()]);
+    }
+    let width = |column: usize| {
+        rows.iter()
+            .map(|r| r[column].chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let [w0, w1, w2, w3, w4] = [0, 1, 2, 3, 4].map(width);
+    row(text, "probes", schemas.len());
+    for [id, name, kind, events, time, probe] in &rows {
+        let line =
+            format!("{id:>w0$}  {name:<w1$}  {kind:<w2$}  {events:>w3$}  {time:>w4$}  {probe}");
+        row(text, "", line.trim_end());
+    }
+}
+
+fn write_drops(text: &mut String, source: &dyn CaptureSource) {
+    let Some(stats) = source.stats() else {
+        row(text, "drops", "unknown (the capture was not finished)");
+        return;
+    };
+    let reasons = [
+        (DropReason::RingBufferFull, "ring buffer full"),
+        (DropReason::StackLost, "stack lost"),
+        (DropReason::UnmatchedSpanEnd, "unmatched span end"),
+    ];
+    let total: u64 = stats.drops.iter().map(|&(_, n)| n).sum();
+    row(text, "drops", total);
+    for (reason, label) in reasons {
+        let n: u64 = (stats.drops.iter().filter(|&&(r, _)| r == reason))
+            .map(|&(_, n)| n)
+            .sum();
+        row(text, "", format!("{label:<20}{n:>10}"));
+    }
+}
+
+fn describe_filter(filter: &Filter) -> Option<String> {
+    let mut parts = Vec::new();
+    match (filter.start_ns, filter.end_ns) {
+        (None, None) => {}
+        (start, end) => parts.push(format!(
+            "from {} to {}",
+            seconds(start.unwrap_or(0)),
+            end.map_or("the end".to_owned(), seconds)
+        )),
+    }
+    if !filter.pids.is_empty() {
+        let pids: Vec<String> = filter.pids.iter().map(u32::to_string).collect();
+        parts.push(format!("pid {}", pids.join(", ")));
+    }
+    if !filter.process_names.is_empty() {
+        let names: Vec<&str> = filter
+            .process_names
+            .iter()
+            .map(glob::Pattern::as_str)
+            .collect();
+        parts.push(format!("process {}", names.join(", ")));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// `1 process`, `2 processes`.
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `1.234567 s`: microseconds are enough for people.
+fn seconds(ns: u64) -> String {
+    format!("{}.{:06} s", ns / 1_000_000_000, ns % 1_000_000_000 / 1_000)
+}
+
+/// `2026-06-10 14:30:00.123 +02:00`.
+fn local_time(realtime_ns: u64, utc_offset_s: fn(i64) -> i64) -> String {
+    let unix_s = (realtime_ns / 1_000_000_000) as i64;
+    let offset_s = utc_offset_s(unix_s);
+    let local_s = unix_s + offset_s;
+    let (year, month, day) = civil_date(local_s.div_euclid(86_400));
+    let time = local_s.rem_euclid(86_400);
+    let sign = if offset_s < 0 { '-' } else { '+' };
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:03} {sign}{:02}:{:02}",
+        time / 3600,
+        time / 60 % 60,
+        time % 60,
+        realtime_ns % 1_000_000_000 / 1_000_000,
+        offset_s.abs() / 3600,
+        offset_s.abs() / 60 % 60,
+    )
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01: shift to years that
+/// start in March (so the leap day is last), then split into 400-year eras.
+fn civil_date(days: i64) -> (i64, u32, u32) {
+    let shifted = days + 719_468; // days from 0000-03-01
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153; // 0 = March
+    let day = (day_of_year - (153 * month_index + 2) / 5 + 1) as u32;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// The machine's UTC offset at `unix_s`, from the C library's time zone rules.
+fn local_utc_offset_s(unix_s: i64) -> i64 {
+    let time = unix_s as libc::time_t;
+    // SAFETY: an all-zero `tm` is a valid value, and `localtime_r` only writes
+    // into the `tm` it is given (it is the thread-safe form).
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let result = unsafe { libc::localtime_r(&time, &mut tm) };
+    if result.is_null() { 0 } else { tm.tm_gmtoff }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::source::FakeCapture;
+
+    fn summary(source: &dyn CaptureSource, filter: &Filter) -> String {
+        let mut out = Vec::new();
+        write_summary(source, filter, &mut out, |_| 2 * 3600).expect("summary to memory");
+        String::from_utf8(out).expect("summary is UTF-8")
+    }
+
+    /// The whole summary of a finished capture.
+    #[test]
+    fn summary_of_finished_capture() {
+        insta::assert_snapshot!(summary(&FakeCapture::sample(), &Filter::default()));
+    }
+
+    /// Counts follow the filter, which the summary names.
+    #[test]
+    fn summary_after_filter() {
+        let filter = Filter {
+            start_ns: Some(1_300_000_000),
+            pids: vec![100],
+            ..Filter::default()
+        };
+        insta::assert_snapshot!(summary(&FakeCapture::sample(), &filter));
+    }
+
+    /// A truncated, unfinished capture that fails to read says so clearly, and
+    /// the read failure is still returned.
+    #[test]
+    fn summary_of_damaged_capture() {
+        let mut capture = FakeCapture::sample();
+        capture.stats = None;
+        capture.damage = Some("the file ends inside an event block at byte 8192".into());
+        capture.read_error = Some("bad block header at byte 8192".into());
+        let mut out = Vec::new();
+        let error = write_summary(&capture, &Filter::default(), &mut out, |_| -5 * 3600 - 1800)
+            .unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        insta::assert_snapshot!(String::from_utf8(out).unwrap());
+    }
+
+    /// Dates around epochs, leap days and centuries.
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_date(0), (1970, 1, 1));
+        assert_eq!(civil_date(-1), (1969, 12, 31));
+        assert_eq!(civil_date(11_016), (2000, 2, 29));
+        assert_eq!(civil_date(11_017), (2000, 3, 1));
+        assert_eq!(civil_date(20_614), (2026, 6, 10));
+        assert_eq!(civil_date(47_540), (2100, 2, 28));
+        assert_eq!(civil_date(47_541), (2100, 3, 1));
+    }
+}

@@ -1,0 +1,111 @@
+//! Rendering captures, after a capture or with `-R`: open `wprof.data`, apply
+//! the window and process filters, write the Perfetto trace, NDJSON and summary.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use wprof::capture::model::{CaptureInfo, CaptureStats, DropReason};
+use wprof::capture::reader::CaptureReader;
+use wprof::cli::Cli;
+use wprof::driver::Source;
+use wprof::render::filter::Filter;
+use wprof::render::{ndjson, perfetto, summary};
+
+use crate::Failure;
+
+/// `-R`: render the capture in `-D` with the options given.
+pub fn replay(cli: &Cli) -> Result<(), Failure> {
+    if cli.trace.is_none() && cli.json.is_none() && !cli.summary {
+        return Err("-R needs an output: -T trace.pb, -J out.json (or -J -), or -I".to_string().into());
+    }
+    let patterns = cli
+        .process_names
+        .iter()
+        .map(|g| glob::Pattern::new(g).map_err(|e| format!("bad process name pattern `{g}`: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let filter = Filter {
+        start_ns: cli.replay_start.map(|d| d.as_nanos() as u64),
+        // In replay, -d is the window's length from the start.
+        end_ns: cli.replay_end.or(cli.duration).map(|d| d.as_nanos() as u64),
+        pids: cli.pid.into_iter().map(|p| p as u32).collect(),
+        process_names: patterns,
+    };
+    render_outputs(cli, &filter)
+}
+
+/// Write every output asked for from the capture at `-D`.
+pub fn render_outputs(cli: &Cli, filter: &Filter) -> Result<(), Failure> {
+    let reader = CaptureReader::open(&cli.data).map_err(|e| e.to_string())?;
+    if let Some(damage) = reader.damage() {
+        eprintln!("wprof: {}: {damage}", cli.data.display());
+    }
+    if let Some(path) = &cli.trace {
+        let mut out = create(path)?;
+        perfetto::render(&reader, filter, &mut out).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        out.flush().map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if let Some(path) = &cli.json {
+        let result = if path.as_os_str() == "-" {
+            let mut out = io::stdout().lock();
+            ndjson::render(&reader, filter, &mut out).and_then(|_| out.flush())
+        } else {
+            let mut out = create(path)?;
+            ndjson::render(&reader, filter, &mut out).and_then(|_| out.flush())
+        };
+        result.map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    if cli.summary {
+        let mut out = io::stdout().lock();
+        summary::render_summary(&reader, filter, &mut out).map_err(|e| format!("cannot write the summary: {e}"))?;
+    }
+    Ok(())
+}
+
+fn create(path: &Path) -> Result<BufWriter<File>, Failure> {
+    File::create(path)
+        .map(BufWriter::new)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()).into())
+}
+
+/// What a capture says about how it was made; start times come later.
+pub fn capture_info(source: &Source) -> CaptureInfo {
+    let mut uname: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: uname fills the struct we own.
+    unsafe { libc::uname(&mut uname) };
+    let field = |raw: &[libc::c_char]| {
+        let bytes: Vec<u8> = raw.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    CaptureInfo {
+        command_line: std::env::args().collect(),
+        script: source.text.clone(),
+        script_name: source.name.clone(),
+        hostname: field(&uname.nodename),
+        kernel_release: field(&uname.release),
+        cpus: wprof::runtime::features::online_cpus().len() as u32,
+        start_monotonic_ns: 0,
+        start_realtime_ns: 0,
+        wprof_version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
+/// Say so at the end of a capture when events were lost.
+pub fn warn_about_drops(stats: &CaptureStats) {
+    if stats.drops.is_empty() {
+        return;
+    }
+    let reasons: Vec<String> = stats
+        .drops
+        .iter()
+        .map(|(reason, count)| {
+            let why = match reason {
+                DropReason::RingBufferFull => "ring buffer full",
+                DropReason::StackLost => "stack not captured",
+                DropReason::UnmatchedSpanEnd => "span end without a start",
+            };
+            format!("{count} ({why})")
+        })
+        .collect();
+    eprintln!("wprof: warning: events lost: {}", reasons.join(", "));
+}
