@@ -31,7 +31,7 @@ fn key(field: u32, wire: u64) -> u64 {
 
 fn varint_len(v: u64) -> usize {
     // 1 byte per started group of 7 bits, at least 1.
-    ((64 - (v | 1).leading_zeros() as usize) + 6) / 7
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// Writes into a slice sized up front: cheaper per byte than `Vec::push`.

@@ -259,11 +259,7 @@ impl Interner {
     /// The mapping iid, `rel_pc` and frame kind of an address. User
     /// addresses are file offsets: the mapping stands for the whole file
     /// (start offset 0), so `rel_pc` is the file offset.
-    fn mapping(
-        &mut self,
-        source: &dyn CaptureSource,
-        addr: &FrameAddr,
-    ) -> (u64, u64, Option<i32>) {
+    fn mapping(&mut self, source: &dyn CaptureSource, addr: &FrameAddr) -> (u64, u64, Option<i32>) {
         let (key, rel_pc, kind) = match addr {
             FrameAddr::Kernel { addr } => (MappingKey::Kernel, *addr, Some(FRAME_KIND_KERNEL)),
             FrameAddr::UnknownUser { addr } => (MappingKey::UnknownUser, *addr, None),

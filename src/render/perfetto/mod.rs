@@ -154,6 +154,8 @@ struct Renderer<'a> {
     ends: BinaryHeap<PendingEnd>,
     begins: u64,
     last_ts_ns: u64,
+    /// `CaptureInfo::start_monotonic_ns`: event times are relative to it.
+    start_ns: u64,
     /// Reused for every event's annotations, so the hot path does not allocate.
     annotations: Vec<(u64, AnnotationValue)>,
     stats: RenderStats,
@@ -175,6 +177,7 @@ impl<'a> Renderer<'a> {
             ends: BinaryHeap::new(),
             begins: 0,
             last_ts_ns: 0,
+            start_ns: source.info().start_monotonic_ns,
             annotations: Vec::new(),
             stats: RenderStats::default(),
         }
@@ -229,23 +232,32 @@ impl<'a> Renderer<'a> {
             })?;
         self.last_ts_ns = event.ts_ns;
         self.end_slices_until(event.ts_ns)?;
-        let names = Names {
-            thread: source.string(thread.name),
-            process: process_name,
-            record: &schema.name,
-        };
         let (kind, track) = match schema.kind {
             RecordKind::Instant => {
                 self.stats.instants += 1;
-                let track = self
-                    .tracks
-                    .instant(event.thread, thread, event.record, &names);
+                let known = self.tracks.known_instant(event.thread, event.record);
+                let track = known.unwrap_or_else(|| {
+                    let names = Names {
+                        thread: source.string(thread.name),
+                        process: process_name,
+                        record: &schema.name,
+                    };
+                    self.tracks
+                        .instant(event.thread, thread, event.record, &names)
+                });
                 (proto::TYPE_INSTANT, track)
             }
-            RecordKind::Span => (
-                proto::TYPE_SLICE_BEGIN,
-                self.begin_span(event, thread, &names),
-            ),
+            RecordKind::Span => {
+                let names = Names {
+                    thread: source.string(thread.name),
+                    process: process_name,
+                    record: &schema.name,
+                };
+                (
+                    proto::TYPE_SLICE_BEGIN,
+                    self.begin_span(event, thread, &names),
+                )
+            }
         };
         if self.tracks.has_new() {
             for descriptor in self.tracks.take_new() {
@@ -304,7 +316,7 @@ impl<'a> Renderer<'a> {
         }
         let interned = self.interner.take_pending();
         self.writer.write_event(&EventPacket {
-            timestamp: source.info().start_monotonic_ns.saturating_add(event.ts_ns),
+            timestamp: self.start_ns.saturating_add(event.ts_ns),
             kind,
             track_uuid: track,
             name_iid: Some(name_iid),
@@ -322,7 +334,7 @@ impl<'a> Renderer<'a> {
             }
             self.ends.pop();
             self.writer.write_event(&EventPacket {
-                timestamp: self.source.info().start_monotonic_ns.saturating_add(end_ns),
+                timestamp: self.start_ns.saturating_add(end_ns),
                 kind: proto::TYPE_SLICE_END,
                 track_uuid: track,
                 name_iid: None,

@@ -35,7 +35,11 @@ fn entry_len(packet: &TracePacket) -> usize {
 #[test]
 fn tracks_are_described_before_use() {
     let mut capture = capture();
-    capture.events = vec![malloc(10, 0, 16, 0), malloc(20, 1, 32, 1), read(&capture, 30, 5, 2)];
+    capture.events = vec![
+        malloc(10, 0, 16, 0),
+        malloc(20, 1, 32, 1),
+        read(&capture, 30, 5, 2),
+    ];
     let (bytes, stats) = render_bytes(&capture, &Filter::default());
     let packets = decode(&bytes);
     let first = &packets[0];

@@ -85,6 +85,14 @@ impl Tracks {
         self.new.drain(..)
     }
 
+    /// The track for an instant of `record` on the thread `id`, if it exists
+    /// already (the fast path: no names needed).
+    pub fn known_instant(&self, id: ThreadId, record: RecordId) -> Option<u64> {
+        let index = *self.by_thread_id.get(id.0 as usize)?;
+        let thread = self.threads.get((index as usize).checked_sub(1)?)?;
+        Some(thread.records.get(record.0 as usize)?.first()?.uuid)
+    }
+
     /// The track for an instant of `record` on `thread`.
     pub fn instant(
         &mut self,
