@@ -1,0 +1,233 @@
+//! Symbolization at the end of a capture: [`RawFrame`]s → [`RawSymbol`]s.
+//!
+//! Frames are grouped by file (kernel frames form one group), each group's
+//! lookup addresses are sorted and deduplicated, and each group costs one
+//! blazesym call: stacks repeat heavily, so most frames share an address.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use blazesym::MaybeDefault;
+use blazesym::helper::read_elf_build_id;
+use blazesym::symbolize::source::{Elf, Kernel, Source};
+use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized as BlazeSymbolized, Symbolizer};
+
+use super::{AddrKind, RawFrame, RawSymbol};
+
+/// What to look up besides function names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SymbolizeOptions {
+    /// Source file and line from DWARF, when the binary has it.
+    pub code_info: bool,
+    /// Inlined calls at each address (needs `code_info`).
+    pub inlined: bool,
+    /// Demangle Rust and C++ names.
+    pub demangle: bool,
+}
+
+impl Default for SymbolizeOptions {
+    /// Everything on: a capture has a few thousand distinct frames, for which
+    /// DWARF costs milliseconds (see the timing test in `tests.rs`).
+    fn default() -> Self {
+        Self {
+            code_info: true,
+            inlined: true,
+            demangle: true,
+        }
+    }
+}
+
+/// The symbols, in frame order, and what went wrong along the way.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Symbolized {
+    /// One per input frame.
+    pub symbols: Vec<RawSymbol>,
+    /// Counters for the capture summary.
+    pub stats: SymbolizeStats,
+}
+
+/// Counters: misses are expected (binaries deleted, JIT code) and reported
+/// once in the summary, not per frame.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SymbolizeStats {
+    /// Distinct user files read.
+    pub files: usize,
+    /// Distinct user files gone or unreadable since normalization.
+    pub missing_files: usize,
+    /// Distinct user files whose build id changed since normalization.
+    pub replaced_files: usize,
+    /// Whether kernel symbols (`/proc/kallsyms`) could not be read.
+    pub kernel_unavailable: bool,
+    /// Frames with a function name.
+    pub resolved: usize,
+    /// Frames without one.
+    pub unresolved: usize,
+}
+
+/// One frame waiting in a group: its index and where to look it up.
+struct Pending {
+    index: usize,
+    lookup: u64,
+    bias: u64,
+}
+
+type UserKey<'a> = (&'a str, Option<&'a [u8]>);
+
+/// Symbolizes `frames` (each with its [`AddrKind`]), one symbol per frame.
+///
+/// Never fails: anything that cannot be resolved gets `function: None` and is
+/// counted in [`SymbolizeStats`].
+pub fn symbolize(frames: &[(RawFrame, AddrKind)], options: &SymbolizeOptions) -> Symbolized {
+    let mut out = Symbolized {
+        symbols: vec![RawSymbol::default(); frames.len()],
+        stats: SymbolizeStats::default(),
+    };
+    let (kernel, users) = group(frames);
+    let symbolizer = Symbolizer::builder()
+        .enable_auto_reload(false)
+        .enable_code_info(options.code_info)
+        .enable_inlined_fns(options.inlined)
+        .enable_demangling(options.demangle)
+        .build();
+
+    if !kernel.is_empty() {
+        // kallsyms only: searching for and parsing a vmlinux with DWARF costs
+        // seconds and gives line numbers few users have sources for.
+        let source = Source::Kernel(Kernel {
+            vmlinux: MaybeDefault::None,
+            debug_syms: false,
+            ..Kernel::default()
+        });
+        let filled = fill(&symbolizer, &source, &kernel, &mut out.symbols, abs_addr);
+        out.stats.kernel_unavailable = !filled;
+    }
+    for ((path, build_id), pending) in &users {
+        out.stats.files += 1;
+        match check_file(path, *build_id) {
+            FileCheck::Usable => {}
+            FileCheck::Missing => {
+                out.stats.missing_files += 1;
+                continue;
+            }
+            FileCheck::Replaced => {
+                out.stats.replaced_files += 1;
+                continue;
+            }
+        }
+        // `Elf::new` consults DWARF and debug links even without code info:
+        // Debian-style stripped libraries only have names in their
+        // `/usr/lib/debug` files.
+        let source = Source::Elf(Elf::new(*path));
+        if !fill(&symbolizer, &source, pending, &mut out.symbols, file_offset) {
+            // Readable but not an ELF file blazesym can use.
+            out.stats.missing_files += 1;
+        }
+    }
+    let resolved = out.symbols.iter().filter(|s| s.function.is_some()).count();
+    out.stats.resolved = resolved;
+    out.stats.unresolved = frames.len() - resolved;
+    out
+}
+
+/// Splits frames into kernel frames and user frames per file.
+fn group(frames: &[(RawFrame, AddrKind)]) -> (Vec<Pending>, BTreeMap<UserKey<'_>, Vec<Pending>>) {
+    let mut kernel = Vec::new();
+    let mut users: BTreeMap<UserKey<'_>, Vec<Pending>> = BTreeMap::new();
+    for (index, (frame, kind)) in frames.iter().enumerate() {
+        let bias = kind.lookup_bias();
+        let pending = |addr: u64| Pending {
+            index,
+            lookup: addr.saturating_sub(bias),
+            bias,
+        };
+        match frame {
+            RawFrame::Kernel { addr } => kernel.push(pending(*addr)),
+            RawFrame::User {
+                path,
+                build_id,
+                file_offset,
+            } => users
+                .entry((path.as_str(), build_id.as_deref()))
+                .or_default()
+                .push(pending(*file_offset)),
+            RawFrame::UnknownUser { .. } => {}
+        }
+    }
+    (kernel, users)
+}
+
+enum FileCheck {
+    Usable,
+    Missing,
+    Replaced,
+}
+
+/// Whether `path` still holds the file that was normalized.
+fn check_file(path: &str, build_id: Option<&[u8]>) -> FileCheck {
+    let path = Path::new(path);
+    if !path.is_file() {
+        return FileCheck::Missing;
+    }
+    let Some(expected) = build_id else {
+        return FileCheck::Usable;
+    };
+    match read_elf_build_id(&path) {
+        Ok(Some(found)) if *found == *expected => FileCheck::Usable,
+        Ok(_) => FileCheck::Replaced,
+        Err(_) => FileCheck::Missing,
+    }
+}
+
+/// Looks up the distinct addresses of one group in one call and writes each
+/// frame's symbol; `false` when the source could not be read at all.
+fn fill(
+    symbolizer: &Symbolizer,
+    source: &Source<'_>,
+    pending: &[Pending],
+    symbols: &mut [RawSymbol],
+    input: fn(&[u64]) -> Input<&[u64]>,
+) -> bool {
+    let mut unique: Vec<u64> = pending.iter().map(|p| p.lookup).collect();
+    unique.sort_unstable();
+    unique.dedup();
+    let Ok(results) = symbolizer.symbolize(source, input(&unique)) else {
+        return false;
+    };
+    for p in pending {
+        let at = unique
+            .binary_search(&p.lookup)
+            .expect("every lookup address is in `unique`");
+        if let BlazeSymbolized::Sym(sym) = &results[at] {
+            symbols[p.index] = convert(sym, p.bias);
+        }
+    }
+    true
+}
+
+fn abs_addr(addrs: &[u64]) -> Input<&[u64]> {
+    Input::AbsAddr(addrs)
+}
+
+fn file_offset(addrs: &[u64]) -> Input<&[u64]> {
+    Input::FileOffset(addrs)
+}
+
+fn convert(sym: &Sym<'_>, bias: u64) -> RawSymbol {
+    // The instruction's own location is the innermost inlined call's; without
+    // inlining, the function's.
+    let code_info = match sym.inlined.last() {
+        Some(inlined) => inlined.code_info.as_ref(),
+        None => sym.code_info.as_deref(),
+    };
+    RawSymbol {
+        function: Some(sym.name.to_string()),
+        offset: sym.offset as u64 + bias,
+        file: code_info.map(code_file),
+        line: code_info.and_then(|info| info.line),
+        inlined: sym.inlined.iter().map(|f| f.name.to_string()).collect(),
+    }
+}
+
+fn code_file(info: &CodeInfo<'_>) -> String {
+    info.to_path().to_string_lossy().into_owned()
+}
