@@ -3,5 +3,6 @@
 
 pub mod filter;
 pub mod ndjson;
+pub mod perfetto;
 pub mod source;
 pub mod summary;

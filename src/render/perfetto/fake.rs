@@ -1,0 +1,113 @@
+//! The renderer's test capture, built on the shared [`FakeCapture`], and a
+//! decoder for what the renderer writes.
+
+use prost::Message;
+
+use super::proto::TracePacket;
+use crate::capture::model::{
+    Event, FieldType, FieldValue, FrameAddr, RecordId, RecordKind, StackId, StringId, Symbol,
+    ThreadId,
+};
+use crate::render::source::FakeCapture;
+
+/// Monotonic clock at capture start: a day of uptime, so timestamps take
+/// their realistic varint size.
+pub const START_NS: u64 = 86_400_000_000_000;
+
+/// Two processes, three threads (0, 1 in pid 100; 2 in pid 200), an instant
+/// record `malloc` (record 0: a uint, an int, a stack), a span record `read`
+/// (record 1: a string), stacks 0 (two user frames, the inner one with an
+/// inlined function and a source line) and 1 (stack 0 under a kernel frame).
+pub fn capture() -> FakeCapture {
+    let mut c = FakeCapture::new();
+    c.info.start_monotonic_ns = START_NS;
+    c.info.start_realtime_ns = 1_750_000_000_000_000_000;
+    c.add_thread(100, 100, "app", "app");
+    c.add_thread(101, 100, "worker", "app");
+    c.add_thread(200, 200, "bash", "bash");
+    let fields = [("size", FieldType::UInt), ("delta", FieldType::Int)];
+    c.add_schema("malloc", RecordKind::Instant, &fields, true);
+    c.add_schema("read", RecordKind::Span, &[("path", FieldType::Str)], false);
+    let libc = c.intern("/usr/lib/libc.so.6");
+    let user = |file_offset| FrameAddr::User {
+        module: libc,
+        build_id: Some(vec![0xab, 0xcd]),
+        file_offset,
+    };
+    let malloc = Symbol {
+        function: Some(c.intern("malloc")),
+        ..Symbol::default()
+    };
+    let malloc = c.add_frame(user(0x1234), Some(malloc));
+    let main = Symbol {
+        function: Some(c.intern("main")),
+        file: Some(c.intern("app.c")),
+        line: Some(42),
+        inlined: vec![c.intern("inlined_helper")],
+        ..Symbol::default()
+    };
+    let main = c.add_frame(user(0x5678), Some(main));
+    let kernel = c.add_frame(
+        FrameAddr::Kernel {
+            addr: 0xffff_ffff_8100_0000,
+        },
+        None,
+    );
+    c.add_stack(&[malloc, main]);
+    c.add_stack(&[kernel, malloc, main]);
+    c.intern("/etc/passwd");
+    c
+}
+
+/// An instant of record 0 (`malloc`).
+pub fn malloc(ts_ns: u64, thread: u32, size: u64, stack: u32) -> Event {
+    Event {
+        ts_ns,
+        cpu: 0,
+        thread: ThreadId(thread),
+        record: RecordId(0),
+        duration_ns: None,
+        values: vec![FieldValue::UInt(size), FieldValue::Int(3)],
+        stack: Some(StackId(stack)),
+    }
+}
+
+/// A span of record 1 (`read`) with `path` `/etc/passwd`.
+pub fn read(c: &FakeCapture, ts_ns: u64, duration_ns: u64, thread: u32) -> Event {
+    let path = c.strings.iter().position(|s| s == "/etc/passwd");
+    Event {
+        ts_ns,
+        cpu: 1,
+        thread: ThreadId(thread),
+        record: RecordId(1),
+        duration_ns: Some(duration_ns),
+        values: vec![FieldValue::Str(StringId(path.expect("interned") as u32))],
+        stack: None,
+    }
+}
+
+/// For `FakeCapture::generated`: instants of `malloc` every 50 ns, round
+/// robin over the threads and stacks, with varying sizes.
+pub fn generate(i: u64, event: &mut Event) {
+    if event.values.is_empty() {
+        *event = malloc(0, 0, 0, 0);
+    }
+    event.ts_ns = i * 50;
+    event.thread = ThreadId((i % 3) as u32);
+    event.values[0] = FieldValue::UInt(16 + (i % 512));
+    event.stack = Some(StackId((i % 2) as u32));
+}
+
+/// The packets of a trace written by the renderer.
+pub fn decode(mut bytes: &[u8]) -> Vec<TracePacket> {
+    let mut packets = Vec::new();
+    while !bytes.is_empty() {
+        let key = prost::encoding::decode_varint(&mut bytes).expect("packet key");
+        assert_eq!(key, (1 << 3) | 2, "every entry is Trace.packet");
+        let len = prost::encoding::decode_varint(&mut bytes).expect("packet length") as usize;
+        let (packet, rest) = bytes.split_at(len);
+        packets.push(TracePacket::decode(packet).expect("a valid TracePacket"));
+        bytes = rest;
+    }
+    packets
+}

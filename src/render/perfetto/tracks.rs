@@ -1,0 +1,226 @@
+//! Track layout for the Perfetto renderer: process track → thread track →
+//! one child track per record schema, described lazily on first use.
+//!
+//! Uuids are stable and small where it matters: the child tracks that every
+//! event names get 1, 2, 3, … in first-use order (one or two varint bytes per
+//! event); process tracks are `PROCESS_UUID | pid` and thread tracks
+//! `THREAD_UUID | pid << 30 | tid` (Linux pids and tids stay below 2^22, so
+//! these never collide with each other or with child tracks).
+//!
+//! Spans need strictly nested slices per track, because a slice END closes
+//! the innermost open slice. A span that would overlap without nesting goes to
+//! a sibling "lane" track of the same record (`name #2`, `name #3`, …): the
+//! first lane whose open spans all enclose it, or a new lane.
+
+use std::collections::{HashMap, HashSet};
+
+use super::proto::{ProcessDescriptor, ThreadDescriptor, TrackDescriptor};
+use crate::capture::model::{RecordId, Thread, ThreadId};
+
+const PROCESS_UUID: u64 = 1 << 62;
+const THREAD_UUID: u64 = 2 << 62;
+
+/// A span's track and end, for the slice END queue.
+#[derive(Debug)]
+struct Lane {
+    uuid: u64,
+    /// End times of the spans open on this lane, outermost first.
+    open_ends: Vec<u64>,
+}
+
+impl Lane {
+    /// Whether a span `[start, end]` nests in this lane's open spans, after
+    /// closing those that ended by `start` (their END is emitted before a
+    /// BEGIN at the same time).
+    fn fits(&mut self, start: u64, end: u64) -> bool {
+        while self.open_ends.last().is_some_and(|&e| e <= start) {
+            self.open_ends.pop();
+        }
+        self.open_ends.last().is_none_or(|&outer| end <= outer)
+    }
+}
+
+/// One thread's child tracks, by record.
+#[derive(Debug, Default)]
+struct ThreadTracks {
+    uuid: u64,
+    records: Vec<Vec<Lane>>,
+}
+
+/// What a thread and its process are called, for descriptors.
+pub struct Names<'a> {
+    pub thread: &'a str,
+    pub process: &'a str,
+    pub record: &'a str,
+}
+
+#[derive(Debug, Default)]
+pub struct Tracks {
+    /// By `ThreadId`: index into `threads` plus one (0: not seen yet).
+    by_thread_id: Vec<u32>,
+    /// Thread tracks by (pid, tid): renames of a thread share its tracks.
+    by_pid_tid: HashMap<(u32, u32), u32>,
+    threads: Vec<ThreadTracks>,
+    processes: HashSet<u32>,
+    next_uuid: u64,
+    /// Descriptors of tracks created since the last `take_new`.
+    new: Vec<TrackDescriptor>,
+}
+
+impl Tracks {
+    pub fn new() -> Self {
+        Tracks {
+            next_uuid: 1,
+            ..Tracks::default()
+        }
+    }
+
+    /// Whether tracks were created since the last `take_new`.
+    pub fn has_new(&self) -> bool {
+        !self.new.is_empty()
+    }
+
+    /// Descriptors to write before the event that needed them.
+    pub fn take_new(&mut self) -> impl Iterator<Item = TrackDescriptor> + '_ {
+        self.new.drain(..)
+    }
+
+    /// The track for an instant of `record` on the thread `id`, if it exists
+    /// already (the fast path: no names needed).
+    pub fn known_instant(&self, id: ThreadId, record: RecordId) -> Option<u64> {
+        let index = *self.by_thread_id.get(id.0 as usize)?;
+        let thread = self.threads.get((index as usize).checked_sub(1)?)?;
+        Some(thread.records.get(record.0 as usize)?.first()?.uuid)
+    }
+
+    /// The track for an instant of `record` on `thread`.
+    pub fn instant(
+        &mut self,
+        id: ThreadId,
+        thread: &Thread,
+        record: RecordId,
+        names: &Names,
+    ) -> u64 {
+        let lanes = self.lanes(id, thread, record, names);
+        if let Some(lane) = lanes.first() {
+            return lane.uuid;
+        }
+        self.add_lane(id, record, names).uuid
+    }
+
+    /// The track for a span `[start, end]` of `record` on `thread`, which
+    /// from now on counts as open there until `end`.
+    pub fn span(
+        &mut self,
+        id: ThreadId,
+        thread: &Thread,
+        record: RecordId,
+        (start, end): (u64, u64),
+        names: &Names,
+    ) -> u64 {
+        let lanes = self.lanes(id, thread, record, names);
+        let lane = match lanes.iter_mut().position(|lane| lane.fits(start, end)) {
+            Some(i) => i,
+            None => {
+                self.add_lane(id, record, names);
+                self.lanes(id, thread, record, names).len() - 1
+            }
+        };
+        let lane = &mut self.lanes(id, thread, record, names)[lane];
+        lane.open_ends.push(end);
+        lane.uuid
+    }
+
+    fn lanes(
+        &mut self,
+        id: ThreadId,
+        thread: &Thread,
+        record: RecordId,
+        names: &Names,
+    ) -> &mut Vec<Lane> {
+        let index = self.thread_index(id, thread, names);
+        let records = &mut self.threads[index].records;
+        let r = record.0 as usize;
+        if records.len() <= r {
+            records.resize_with(r + 1, Vec::new);
+        }
+        &mut records[r]
+    }
+
+    fn add_lane(&mut self, id: ThreadId, record: RecordId, names: &Names) -> &mut Lane {
+        let index = self.by_thread_id[id.0 as usize] as usize - 1;
+        let uuid = self.next_uuid;
+        self.next_uuid += 1;
+        let thread = &mut self.threads[index];
+        let lanes = &mut thread.records[record.0 as usize];
+        let name = match lanes.len() {
+            0 => names.record.to_owned(),
+            n => format!("{} #{}", names.record, n + 1),
+        };
+        self.new.push(TrackDescriptor {
+            uuid: Some(uuid),
+            name: Some(name),
+            parent_uuid: Some(thread.uuid),
+            ..TrackDescriptor::default()
+        });
+        lanes.push(Lane {
+            uuid,
+            open_ends: Vec::new(),
+        });
+        lanes.last_mut().expect("pushed just above")
+    }
+
+    /// The thread track's index, describing it (and its process) on first use.
+    fn thread_index(&mut self, id: ThreadId, thread: &Thread, names: &Names) -> usize {
+        let i = id.0 as usize;
+        if let Some(&index) = self.by_thread_id.get(i).filter(|&&index| index != 0) {
+            return index as usize - 1;
+        }
+        if self.by_thread_id.len() <= i {
+            self.by_thread_id.resize(i + 1, 0);
+        }
+        let index = match self.by_pid_tid.get(&(thread.pid, thread.tid)) {
+            Some(&index) => index,
+            None => self.add_thread(thread, names),
+        };
+        self.by_thread_id[i] = index + 1;
+        index as usize
+    }
+
+    fn add_thread(&mut self, thread: &Thread, names: &Names) -> u32 {
+        let process_uuid = PROCESS_UUID | u64::from(thread.pid);
+        if self.processes.insert(thread.pid) {
+            self.new.push(TrackDescriptor {
+                uuid: Some(process_uuid),
+                process: Some(ProcessDescriptor {
+                    pid: Some(thread.pid as i32),
+                    process_name: Some(names.process.to_owned()),
+                }),
+                ..TrackDescriptor::default()
+            });
+        }
+        let uuid = THREAD_UUID | u64::from(thread.pid) << 30 | u64::from(thread.tid);
+        self.new.push(TrackDescriptor {
+            uuid: Some(uuid),
+            parent_uuid: Some(process_uuid),
+            thread: Some(ThreadDescriptor {
+                pid: Some(thread.pid as i32),
+                tid: Some(i64::from(thread.tid)),
+                thread_name: Some(names.thread.to_owned()),
+            }),
+            ..TrackDescriptor::default()
+        });
+        let index = self.threads.len() as u32;
+        self.threads.push(ThreadTracks {
+            uuid,
+            records: Vec::new(),
+        });
+        self.by_pid_tid.insert((thread.pid, thread.tid), index);
+        index
+    }
+
+    /// Number of tracks described so far.
+    pub fn count(&self) -> usize {
+        self.processes.len() + self.threads.len() + (self.next_uuid - 1) as usize
+    }
+}
