@@ -76,7 +76,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
     }
     driver::check_kernel_support(&source, &checked, &features::detect())?;
     let command = match (&cli.command, cli.command_args.is_empty()) {
-        (Some(_), false) => return Err("give the command either with -c or after `--`, not both".to_string().into()),
+        (Some(_), false) => {
+            return Err("give the command either with -c or after `--`, not both"
+                .to_string()
+                .into());
+        }
         (Some(text), true) => Some(
             shlex::split(text)
                 .filter(|argv| !argv.is_empty())
@@ -109,9 +113,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
         replay::warn_about_drops(stats);
         replay::render_outputs(&cli, &Default::default())?;
     } else if cli.trace.is_some() || cli.json.is_some() || cli.summary {
-        return Err("-T, -J and -I render captures: the script has no record block (`< ... >`) or span"
-            .to_string()
-            .into());
+        return Err(
+            "-T, -J and -I render captures: the script has no record block (`< ... >`) or span"
+                .to_string()
+                .into(),
+        );
     }
     Ok(())
 }

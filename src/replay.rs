@@ -10,14 +10,18 @@ use wprof::capture::reader::CaptureReader;
 use wprof::cli::Cli;
 use wprof::driver::Source;
 use wprof::render::filter::Filter;
-use wprof::render::{ndjson, summary};
+use wprof::render::{ndjson, perfetto, summary};
 
 use crate::Failure;
 
 /// `-R`: render the capture in `-D` with the options given.
 pub fn replay(cli: &Cli) -> Result<(), Failure> {
     if cli.trace.is_none() && cli.json.is_none() && !cli.summary {
-        return Err("-R needs an output: -T trace.pb, -J out.json (or -J -), or -I".to_string().into());
+        return Err(
+            "-R needs an output: -T trace.pb, -J out.json (or -J -), or -I"
+                .to_string()
+                .into(),
+        );
     }
     let patterns = cli
         .process_names
@@ -40,6 +44,13 @@ pub fn render_outputs(cli: &Cli, filter: &Filter) -> Result<(), Failure> {
     if let Some(damage) = reader.damage() {
         eprintln!("wprof: {}: {damage}", cli.data.display());
     }
+    if let Some(path) = &cli.trace {
+        let mut out = create(path)?;
+        perfetto::render(&reader, filter, &mut out)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        out.flush()
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
     if let Some(path) = &cli.json {
         let result = if path.as_os_str() == "-" {
             let mut out = io::stdout().lock();
@@ -52,7 +63,8 @@ pub fn render_outputs(cli: &Cli, filter: &Filter) -> Result<(), Failure> {
     }
     if cli.summary {
         let mut out = io::stdout().lock();
-        summary::render_summary(&reader, filter, &mut out).map_err(|e| format!("cannot write the summary: {e}"))?;
+        summary::render_summary(&reader, filter, &mut out)
+            .map_err(|e| format!("cannot write the summary: {e}"))?;
     }
     Ok(())
 }
@@ -69,7 +81,11 @@ pub fn capture_info(source: &Source) -> CaptureInfo {
     // SAFETY: uname fills the struct we own.
     unsafe { libc::uname(&mut uname) };
     let field = |raw: &[libc::c_char]| {
-        let bytes: Vec<u8> = raw.iter().take_while(|c| **c != 0).map(|c| *c as u8).collect();
+        let bytes: Vec<u8> = raw
+            .iter()
+            .take_while(|c| **c != 0)
+            .map(|c| *c as u8)
+            .collect();
         String::from_utf8_lossy(&bytes).into_owned()
     };
     CaptureInfo {

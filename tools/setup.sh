@@ -14,3 +14,6 @@ fi
 if [ ! -d /sys/kernel/tracing/events ]; then
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 fi
+# The official Perfetto trace schema, the oracle of the trace tests.
+python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null ||
+  python3 -m pip install -q perfetto

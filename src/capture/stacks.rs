@@ -28,11 +28,13 @@
 //! innermost frame of a stack taken in a syscall or tracepoint is itself the
 //! instruction after a `syscall`/`call`.
 
+mod modules;
 mod normalize;
 mod symbolize;
 #[cfg(test)]
 mod tests;
 
+pub use modules::{ModuleIndex, PaddedBuildId};
 pub use normalize::{NormalizeStats, StackNormalizer};
 pub use symbolize::{SymbolizeOptions, SymbolizeStats, Symbolized, symbolize};
 

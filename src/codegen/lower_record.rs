@@ -40,7 +40,8 @@ impl Lowerer<'_> {
 
     fn span_start(&mut self, span: SpanRef, key: &TExpr, record: &CheckedRecord) {
         let decl = &self.program.spans[span.0];
-        let value_size = SPAN_VALUE_HEADER + decl.start_fields.iter().map(|(_, t)| t.size()).sum::<u32>();
+        let value_size =
+            SPAN_VALUE_HEADER + decl.start_fields.iter().map(|(_, t)| t.size()).sum::<u32>();
         self.comment(format!("span {} starts", decl.name));
         let key = self.span_key(span, key);
         let value = self.alloc(value_size);
@@ -49,8 +50,17 @@ impl Lowerer<'_> {
         self.store_stacks(value + 8, record.stack);
         self.store_fields(value + SPAN_VALUE_HEADER as i16, &record.values);
         let map = self.maps.spans[span.0];
-        let args = vec![Arg::Map(map), Arg::Frame(key), Arg::Frame(value), Arg::Imm(BPF_ANY)];
-        self.emit(Inst::Call { helper: MAP_UPDATE_ELEM, args, ret: None });
+        let args = vec![
+            Arg::Map(map),
+            Arg::Frame(key),
+            Arg::Frame(value),
+            Arg::Imm(BPF_ANY),
+        ];
+        self.emit(Inst::Call {
+            helper: MAP_UPDATE_ELEM,
+            args,
+            ret: None,
+        });
     }
 
     fn span_end(&mut self, span: SpanRef, key: &TExpr, record: &CheckedRecord) {
@@ -75,15 +85,27 @@ impl Lowerer<'_> {
         self.alu(AluOp::Sub, now, Src::Reg(start));
         self.store(Base::Frame, buffer + header::DURATION as i16, Src::Reg(now));
         if decl.start_stack.is_some() {
-            self.copy((Base::Frame, buffer + header::KERNEL_STACK as i16), (Base::Reg(open), 8), 24);
+            self.copy(
+                (Base::Frame, buffer + header::KERNEL_STACK as i16),
+                (Base::Reg(open), 8),
+                24,
+            );
         } else {
             self.store_stacks(buffer + header::KERNEL_STACK as i16, record.stack);
         }
         let fields_at = buffer + header::FIELDS as i16;
-        self.copy((Base::Frame, fields_at), (Base::Reg(open), SPAN_VALUE_HEADER as i16), start_bytes);
+        self.copy(
+            (Base::Frame, fields_at),
+            (Base::Reg(open), SPAN_VALUE_HEADER as i16),
+            start_bytes,
+        );
         self.store_fields(fields_at + start_bytes as i16, &record.values);
         let args = vec![Arg::Map(map), Arg::Frame(key)];
-        self.emit(Inst::Call { helper: MAP_DELETE_ELEM, args, ret: None });
+        self.emit(Inst::Call {
+            helper: MAP_DELETE_ELEM,
+            args,
+            ret: None,
+        });
         self.send(buffer, size);
         self.emit(Inst::Bind(done));
     }
@@ -109,7 +131,10 @@ impl Lowerer<'_> {
             })
             .collect();
         let message = MessageId(self.messages.len() as u32);
-        self.messages.push(Message::Record { record: id.0 as u32, fields: layout });
+        self.messages.push(Message::Record {
+            record: id.0 as u32,
+            fields: layout,
+        });
         (message, offset)
     }
 
@@ -118,12 +143,20 @@ impl Lowerer<'_> {
         self.store(Base::Frame, buffer, Src::Imm(message.0 as i32));
         self.store(Base::Frame, buffer + header::TS as i16, Src::Reg(ts));
         let task = self.call_result(GET_CURRENT_PID_TGID, vec![]);
-        self.store(Base::Frame, buffer + header::PID_TGID as i16, Src::Reg(task));
+        self.store(
+            Base::Frame,
+            buffer + header::PID_TGID as i16,
+            Src::Reg(task),
+        );
         let cpu = self.call_result(GET_SMP_PROCESSOR_ID, vec![]);
         self.store(Base::Frame, buffer + header::CPU as i16, Src::Reg(cpu));
         let comm = buffer + header::COMM as i16;
         let args = vec![Arg::Frame(comm), Arg::Imm(i64::from(COMM_LEN))];
-        self.emit(Inst::Call { helper: GET_CURRENT_COMM, args, ret: None });
+        self.emit(Inst::Call {
+            helper: GET_CURRENT_COMM,
+            args,
+            ret: None,
+        });
         for at in [header::DURATION, header::KERNEL_STACK, header::USER_STACK] {
             let value = if at == header::DURATION { 0 } else { -1 };
             self.store(Base::Frame, buffer + at as i16, Src::Imm(value));
@@ -138,14 +171,20 @@ impl Lowerer<'_> {
         if stack.user() && self.probe.function_entry {
             self.entry_return_address(at + 16);
         }
-        let map = self.maps.stacks.expect("records with stacks have a stack map");
-        for (wanted, flags, at) in [(stack.kernel(), 0, at), (stack.user(), BPF_F_USER_STACK, at + 8)] {
-            if !wanted {
+        let maps = [
+            (self.maps.kernel_stacks, 0, at),
+            (self.maps.user_stacks, BPF_F_USER_STACK, at + 8),
+        ];
+        for (wanted, (map, flags, at)) in [stack.kernel(), stack.user()].into_iter().zip(maps) {
+            let (true, Some(map)) = (wanted, map) else {
                 self.store(Base::Frame, at, Src::Imm(-1));
                 continue;
-            }
+            };
             let ctx = self.ctx;
-            let id = self.call_result(GET_STACKID, vec![Arg::Reg(ctx), Arg::Map(map), Arg::Imm(flags)]);
+            let id = self.call_result(
+                GET_STACKID,
+                vec![Arg::Reg(ctx), Arg::Map(map), Arg::Imm(flags)],
+            );
             self.store(Base::Frame, at, Src::Reg(id));
             let kept = self.label();
             self.branch(Cond::Ne, id, Src::Imm(STACK_COLLISION), kept);
@@ -160,7 +199,11 @@ impl Lowerer<'_> {
         let ctx = self.ctx;
         let sp = self.load(Base::Reg(ctx), PT_REGS_SP);
         let args = vec![Arg::Frame(at), Arg::Imm(8), Arg::Reg(sp)];
-        self.emit(Inst::Call { helper: PROBE_READ_USER, args, ret: None });
+        self.emit(Inst::Call {
+            helper: PROBE_READ_USER,
+            args,
+            ret: None,
+        });
     }
 
     fn store_fields(&mut self, at: i16, values: &[TExpr]) {
@@ -175,7 +218,12 @@ impl Lowerer<'_> {
     /// Send `size` bytes at `buffer`; count the event as lost when the ring is full.
     fn send(&mut self, buffer: i16, size: u32) {
         let ringbuf = self.maps.ringbuf;
-        let args = vec![Arg::Map(ringbuf), Arg::Frame(buffer), Arg::Imm(i64::from(size)), Arg::Imm(0)];
+        let args = vec![
+            Arg::Map(ringbuf),
+            Arg::Frame(buffer),
+            Arg::Imm(i64::from(size)),
+            Arg::Imm(0),
+        ];
         let result = self.call_result(RINGBUF_OUTPUT, args);
         let sent = self.label();
         self.branch(Cond::Eq, result, Src::Imm(0), sent);
@@ -199,13 +247,22 @@ impl Lowerer<'_> {
 
     fn call_result(&mut self, helper: u32, args: Vec<Arg>) -> VReg {
         let result = self.vreg();
-        self.emit(Inst::Call { helper, args, ret: Some(result) });
+        self.emit(Inst::Call {
+            helper,
+            args,
+            ret: Some(result),
+        });
         result
     }
 
     fn load(&mut self, base: Base, offset: i16) -> VReg {
         let dst = self.vreg();
-        self.emit(Inst::Load { dst, base, offset, size: Size::U64 });
+        self.emit(Inst::Load {
+            dst,
+            base,
+            offset,
+            size: Size::U64,
+        });
         dst
     }
 
@@ -214,6 +271,11 @@ impl Lowerer<'_> {
     }
 
     fn store_sized(&mut self, base: Base, offset: i16, src: Src, size: Size) {
-        self.emit(Inst::Store { base, offset, src, size });
+        self.emit(Inst::Store {
+            base,
+            offset,
+            src,
+            size,
+        });
     }
 }

@@ -1,7 +1,8 @@
 //! Map layouts: how each script map and the internal maps are stored.
 
+use crate::codegen::program::{BUILD_ID_FRAME_BYTES, MAX_STACK_DEPTH};
 use crate::codegen::program::{MapId, MapKind, MapSpec, MapValue, ScriptMap};
-use crate::frontend::checked::{AggFunc, CheckedProgram, MapDecl, MapValueKind};
+use crate::frontend::checked::{AggFunc, CheckedProgram, MapDecl, MapValueKind, StackKind};
 
 /// Entries per script map, as bpftrace's default `max_map_keys`.
 pub const MAX_MAP_KEYS: u32 = 4096;
@@ -14,7 +15,8 @@ pub struct MapLayouts {
     pub script: Vec<ScriptMapLayout>,
     pub ringbuf: MapId,
     pub globals: MapId,
-    pub stacks: Option<MapId>,
+    pub kernel_stacks: Option<MapId>,
+    pub user_stacks: Option<MapId>,
     pub drops: Option<MapId>,
     /// One map of open spans per span, in `SpanRef` order.
     pub spans: Vec<MapId>,
@@ -58,28 +60,75 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         script_map: None,
     });
     let mut internal = |name: String, kind, key_size, value_size, max_entries| {
-        specs.push(MapSpec { name, kind, key_size, value_size, max_entries, script_map: None });
+        specs.push(MapSpec {
+            name,
+            kind,
+            key_size,
+            value_size,
+            max_entries,
+            script_map: None,
+        });
         MapId(specs.len() as u32 - 1)
     };
-    let stacked = program.records.iter().any(|r| r.stack.is_some());
-    let depth = crate::codegen::program::MAX_STACK_DEPTH;
-    let stacks = stacked.then(|| internal("wprof_stacks".into(), MapKind::StackTrace, 4, 8 * depth, STACK_ENTRIES));
-    let drops = (!program.records.is_empty())
-        .then(|| internal("wprof_drops".into(), MapKind::PerCpuArray, 4, 8, DROP_REASONS));
+    let wants = |f: fn(StackKind) -> bool| program.records.iter().any(|r| r.stack.is_some_and(f));
+    let depth = MAX_STACK_DEPTH;
+    let kernel_stacks = wants(StackKind::kernel).then(|| {
+        internal(
+            "wprof_kstacks".into(),
+            MapKind::StackTrace,
+            4,
+            8 * depth,
+            STACK_ENTRIES,
+        )
+    });
+    let user_bytes = BUILD_ID_FRAME_BYTES * depth;
+    let user_stacks = wants(StackKind::user).then(|| {
+        internal(
+            "wprof_ustacks".into(),
+            MapKind::BuildIdStackTrace,
+            4,
+            user_bytes,
+            STACK_ENTRIES,
+        )
+    });
+    let drops = (!program.records.is_empty()).then(|| {
+        internal(
+            "wprof_drops".into(),
+            MapKind::PerCpuArray,
+            4,
+            8,
+            DROP_REASONS,
+        )
+    });
     let spans = program
         .spans
         .iter()
         .map(|span| {
-            let value = SPAN_VALUE_HEADER + span.start_fields.iter().map(|(_, t)| t.size()).sum::<u32>();
-            internal(format!("span_{}", span.name), MapKind::Hash, span.key.size(), value, OPEN_SPANS)
+            let value =
+                SPAN_VALUE_HEADER + span.start_fields.iter().map(|(_, t)| t.size()).sum::<u32>();
+            internal(
+                format!("span_{}", span.name),
+                MapKind::Hash,
+                span.key.size(),
+                value,
+                OPEN_SPANS,
+            )
         })
         .collect();
-    let layouts = MapLayouts { script, ringbuf, globals, stacks, drops, spans };
+    let layouts = MapLayouts {
+        script,
+        ringbuf,
+        globals,
+        kernel_stacks,
+        user_stacks,
+        drops,
+        spans,
+    };
     (specs, layouts)
 }
 
-/// Distinct stacks a capture can hold at once.
-const STACK_ENTRIES: u32 = 16384;
+/// Distinct stacks of each kind a capture can hold (the kernel preallocates them).
+const STACK_ENTRIES: u32 = 4096;
 /// Spans open at the same time, per span.
 const OPEN_SPANS: u32 = 16384;
 /// Counters in the drops map, one per `DropReason`.

@@ -20,8 +20,8 @@ pub mod regalloc;
 
 use crate::capture::model::{FieldSchema, FieldType, RecordKind, RecordSchema};
 use crate::frontend::checked::{CheckedProgram, RecordDecl};
-use crate::frontend::types::Type;
 use crate::frontend::diag::ScriptError;
+use crate::frontend::types::Type;
 use program::Compiled;
 
 /// The most stack a BPF program may use.
@@ -34,19 +34,15 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
         ringbuf: Some(layouts.ringbuf),
         globals: Some(layouts.globals),
         records: program.records.iter().map(record_schema).collect(),
-        stacks: layouts.stacks,
+        kernel_stacks: layouts.kernel_stacks,
+        user_stacks: layouts.user_stacks,
         drops: layouts.drops,
         ..Compiled::default()
     };
     let mut errors = Vec::new();
     for (index, probe) in program.probes.iter().enumerate() {
-        let (mut function, (_, peak_span)) = lower::Lowerer::lower(
-            probe,
-            index,
-            program,
-            &layouts,
-            &mut compiled.messages,
-        );
+        let (mut function, (_, peak_span)) =
+            lower::Lowerer::lower(probe, index, program, &layouts, &mut compiled.messages);
         prune::remove_unreachable(&mut function);
         let allocation = regalloc::allocate(&function);
         if allocation.frame_bytes > STACK_LIMIT {
@@ -97,7 +93,11 @@ fn record_schema(decl: &RecordDecl) -> RecordSchema {
     RecordSchema {
         probe: decl.probe.clone(),
         name: decl.name.clone(),
-        kind: if decl.is_span { RecordKind::Span } else { RecordKind::Instant },
+        kind: if decl.is_span {
+            RecordKind::Span
+        } else {
+            RecordKind::Instant
+        },
         fields,
         has_stack: decl.stack.is_some(),
     }

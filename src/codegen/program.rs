@@ -26,8 +26,10 @@ pub struct Compiled {
     pub globals: Option<MapId>,
     /// The kinds of capture event, indexed by `Message::Record::record`.
     pub records: Vec<RecordSchema>,
-    /// The stack trace map record stacks are ids into.
-    pub stacks: Option<MapId>,
+    /// The stack trace map kernel stacks of records are ids into.
+    pub kernel_stacks: Option<MapId>,
+    /// The build-id stack trace map user stacks of records are ids into.
+    pub user_stacks: Option<MapId>,
     /// Per-CPU u64 counters of lost events, indexed by `DropReason as u32`.
     pub drops: Option<MapId>,
 }
@@ -163,6 +165,10 @@ pub enum MapKind {
     PerCpuArray,
     RingBuf,
     StackTrace,
+    /// A stack trace map whose entries the kernel turns into (build id,
+    /// file offset) pairs (`BPF_F_STACK_BUILD_ID`), so user frames can be
+    /// symbolized after their process exits.
+    BuildIdStackTrace,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -295,7 +301,7 @@ pub mod record_header {
     pub const COMM: u32 = 32;
     /// Spans only; 0 otherwise.
     pub const DURATION: u32 = 48;
-    /// Stack ids in `Compiled::stacks`; negative when absent.
+    /// Stack ids in `Compiled::kernel_stacks` and `user_stacks`; negative when absent.
     pub const KERNEL_STACK: u32 = 56;
     pub const USER_STACK: u32 = 64;
     /// At a function-entry uprobe, the caller's return address (the
@@ -306,3 +312,5 @@ pub mod record_header {
 
 /// Frames kept per stack (the kernel's limit for stack trace maps).
 pub const MAX_STACK_DEPTH: u32 = 127;
+/// Bytes of one frame in a build-id stack map (`struct bpf_stack_build_id`).
+pub const BUILD_ID_FRAME_BYTES: u32 = 32;

@@ -41,7 +41,10 @@ pub fn check(script: &Script, env: &dyn Environment) -> Result<CheckedProgram, V
     for (index, span) in script.spans.iter().enumerate() {
         let key = span.key.as_ref();
         let start = SourceRole::SpanStart(SpanRef(index), key);
-        for (end, role) in [(&span.start, start), (&span.end, SourceRole::SpanEnd(SpanRef(index), key))] {
+        for (end, role) in [
+            (&span.start, start),
+            (&span.end, SourceRole::SpanEnd(SpanRef(index), key)),
+        ] {
             sources.push(Source {
                 predicate: end.predicate.as_ref(),
                 record: end.record.as_ref(),
@@ -117,7 +120,11 @@ pub(super) struct ProbeState {
 impl Checker {
     fn check_all(&mut self, sources: &[Source], script: &Script) -> Vec<CheckedProbe> {
         self.records.clear();
-        self.spans = script.spans.iter().map(|span| self.declare_span(span)).collect();
+        self.spans = script
+            .spans
+            .iter()
+            .map(|span| self.declare_span(span))
+            .collect();
         let mut probes = Vec::new();
         for (source_index, source) in sources.iter().enumerate() {
             for probe in &source.resolved {
@@ -132,7 +139,13 @@ impl Checker {
                     (Some(record), _) => record,
                     (None, SourceRole::Plain) => None,
                     // A span end without items still takes part.
-                    (None, _) => self.record(&Record { items: vec![], span: source.span }, source),
+                    (None, _) => self.record(
+                        &Record {
+                            items: vec![],
+                            span: source.span,
+                        },
+                        source,
+                    ),
                 };
                 let body = source.body.map(|b| self.block(b)).unwrap_or_default();
                 probes.push(CheckedProbe {

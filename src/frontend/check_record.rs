@@ -26,7 +26,12 @@ impl Checker {
     pub(super) fn finish_spans(&mut self) {
         for span in &mut self.spans {
             span.record = RecordRef(self.records.len());
-            let fields = span.start_fields.iter().chain(&span.end_fields).cloned().collect();
+            let fields = span
+                .start_fields
+                .iter()
+                .chain(&span.end_fields)
+                .cloned()
+                .collect();
             self.records.push(RecordDecl {
                 probe: format!("span:{}", span.name),
                 name: span.name.clone(),
@@ -44,13 +49,19 @@ impl Checker {
         for item in &record.items {
             if let Some(kind) = stack_keyword(&item.value) {
                 if stack.replace(kind).is_some() {
-                    self.error(ScriptError::new(item.span, "a record holds one stack: use `stack` for user and kernel frames together"));
+                    self.error(ScriptError::new(
+                        item.span,
+                        "a record holds one stack: use `stack` for user and kernel frames together",
+                    ));
                 }
                 continue;
             }
             let (name, value) = self.record_item(item)?;
             if fields.iter().any(|(existing, _)| *existing == name) {
-                self.error(ScriptError::new(item.span, format!("the record already has an item named `{name}`")));
+                self.error(ScriptError::new(
+                    item.span,
+                    format!("the record already has an item named `{name}`"),
+                ));
                 return None;
             }
             fields.push((name, value.ty.clone()));
@@ -69,16 +80,34 @@ impl Checker {
                 RecordRole::SpanEnd { span, key }
             }
         };
-        Some(CheckedRecord { role, values, stack })
+        Some(CheckedRecord {
+            role,
+            values,
+            stack,
+        })
     }
 
-    fn instant_record(&mut self, fields: Vec<(String, Type)>, stack: Option<StackKind>) -> RecordRef {
+    fn instant_record(
+        &mut self,
+        fields: Vec<(String, Type)>,
+        stack: Option<StackKind>,
+    ) -> RecordRef {
         let probe = self.resolved();
-        let name = probe
-            .func
-            .clone()
-            .unwrap_or_else(|| probe.name.rsplit(':').next().unwrap_or(&probe.name).to_string());
-        let decl = RecordDecl { probe: probe.name.clone(), name, is_span: false, fields, stack };
+        let name = probe.func.clone().unwrap_or_else(|| {
+            probe
+                .name
+                .rsplit(':')
+                .next()
+                .unwrap_or(&probe.name)
+                .to_string()
+        });
+        let decl = RecordDecl {
+            probe: probe.name.clone(),
+            name,
+            is_span: false,
+            fields,
+            stack,
+        };
         self.records.push(decl);
         RecordRef(self.records.len() - 1)
     }
@@ -100,7 +129,13 @@ impl Checker {
         let value = self.expr(&item.value)?;
         match value.ty {
             Type::Int { .. } | Type::Str { .. } | Type::Probe => Some((name, value)),
-            _ => self.fail(item.span, &format!("a record item must be an integer or a string, not {}", value.ty)),
+            _ => self.fail(
+                item.span,
+                &format!(
+                    "a record item must be an integer or a string, not {}",
+                    value.ty
+                ),
+            ),
         }
     }
 
@@ -108,16 +143,26 @@ impl Checker {
     fn span_key(&mut self, span: SpanRef, key: Option<&Expr>, source: &Source) -> Option<TExpr> {
         let key = match key {
             Some(expr) => self.expr(expr)?,
-            None => TExpr { kind: TExprKind::Builtin(Builtin::Tid), ty: Type::U64, span: source.span },
+            None => TExpr {
+                kind: TExprKind::Builtin(Builtin::Tid),
+                ty: Type::U64,
+                span: source.span,
+            },
         };
         if matches!(key.ty, Type::Tuple(_) | Type::Void) {
-            return self.fail(key.span, &format!("a span key must be an integer or a string, not {}", key.ty));
+            return self.fail(
+                key.span,
+                &format!("a span key must be an integer or a string, not {}", key.ty),
+            );
         }
         let decl = &mut self.spans[span.0];
         match decl.key.unify(&key.ty) {
             Some(ty) => decl.key = ty,
             None => {
-                let message = format!("span `{}` has keys of type {} elsewhere; this key is {}", decl.name, decl.key, key.ty);
+                let message = format!(
+                    "span `{}` has keys of type {} elsewhere; this key is {}",
+                    decl.name, decl.key, key.ty
+                );
                 return self.fail(key.span, &message);
             }
         }
@@ -125,7 +170,14 @@ impl Checker {
     }
 
     /// Record the fields of one end; every attach point of an end must record the same.
-    fn span_end_fields(&mut self, span: SpanRef, fields: Vec<(String, Type)>, stack: Option<StackKind>, start: bool, record: &Record) -> Option<()> {
+    fn span_end_fields(
+        &mut self,
+        span: SpanRef,
+        fields: Vec<(String, Type)>,
+        stack: Option<StackKind>,
+        start: bool,
+        record: &Record,
+    ) -> Option<()> {
         let decl = &mut self.spans[span.0];
         let (known, known_stack) = if start {
             (&mut decl.start_fields, &mut decl.start_stack)
@@ -138,9 +190,15 @@ impl Checker {
             return Some(());
         }
         let same = known.len() == fields.len()
-            && known.iter().zip(&fields).all(|((a, at), (b, bt))| a == b && at.unify(bt).is_some());
+            && known
+                .iter()
+                .zip(&fields)
+                .all(|((a, at), (b, bt))| a == b && at.unify(bt).is_some());
         if !same || *known_stack != stack {
-            let message = format!("every probe of span `{}` must record the same items at this end", decl.name);
+            let message = format!(
+                "every probe of span `{}` must record the same items at this end",
+                decl.name
+            );
             return self.fail(record.span, &message);
         }
         Some(())

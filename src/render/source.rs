@@ -4,11 +4,11 @@
 
 use std::ops::ControlFlow;
 
-use crate::capture::reader::CaptureReader;
 use crate::capture::model::{
     CaptureInfo, CaptureStats, Event, FrameAddr, FrameId, RecordSchema, Stack, StackId, StringId,
     Symbol, Thread, ThreadId,
 };
+use crate::capture::reader::CaptureReader;
 
 /// A capture as renderers see it: tables by typed id, and events streamed in
 /// time order so that memory does not grow with the number of events.

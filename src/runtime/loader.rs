@@ -276,7 +276,9 @@ fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {
         MapKind::Array => (MapType::Array, 4, spec.value_size),
         MapKind::PerCpuArray => (MapType::PercpuArray, 4, spec.value_size),
         MapKind::RingBuf => (MapType::RingBuf, 0, 0),
-        MapKind::StackTrace => (MapType::StackTrace, 4, spec.value_size),
+        MapKind::StackTrace | MapKind::BuildIdStackTrace => {
+            (MapType::StackTrace, 4, spec.value_size)
+        }
     };
     let fail = |reason: String| LoadError::CreateMap {
         map: spec.name.clone(),
@@ -295,6 +297,7 @@ fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {
     // perf_event programs; older verifiers reject them in perf_event programs.
     let map_flags = match spec.kind {
         MapKind::Hash | MapKind::PerCpuHash => libbpf_rs::libbpf_sys::BPF_F_NO_PREALLOC,
+        MapKind::BuildIdStackTrace => libbpf_rs::libbpf_sys::BPF_F_STACK_BUILD_ID,
         _ => 0,
     };
     let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {

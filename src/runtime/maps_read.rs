@@ -280,6 +280,30 @@ impl Loaded {
 
     /// The addresses of stack `id` in a stack trace map, innermost first;
     /// empty when the id is unknown (evicted or never stored).
+    /// The frames of stack `id` in a build-id stack map, innermost first.
+    pub fn build_id_stack(&self, map: MapId, id: u32) -> Result<Vec<BuildIdFrame>, MapError> {
+        let handle = self.map(map)?;
+        let Some(bytes) = handle
+            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+            .map_err(access(handle, "lookup"))?
+        else {
+            return Ok(Vec::new());
+        };
+        // struct bpf_stack_build_id { s32 status; u8 build_id[20]; u64 offset_or_ip; }
+        let frames = bytes.chunks_exact(32).map_while(|entry| {
+            let value = u64::from_ne_bytes(entry[24..32].try_into().expect("8 bytes"));
+            match i32::from_ne_bytes(entry[..4].try_into().expect("4 bytes")) {
+                1 => Some(BuildIdFrame::File {
+                    build_id: entry[4..24].try_into().expect("20 bytes"),
+                    file_offset: value,
+                }),
+                2 => Some(BuildIdFrame::Ip(value)),
+                _ => None,
+            }
+        });
+        Ok(frames.collect())
+    }
+
     pub fn stack(&self, map: MapId, id: u32) -> Result<Vec<u64>, MapError> {
         let handle = self.map(map)?;
         let Some(bytes) = handle
@@ -508,4 +532,17 @@ mod tests {
         );
         assert_eq!(sum_u64(&entries), 5);
     }
+}
+
+/// A user frame as the kernel left it in a build-id stack map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BuildIdFrame {
+    /// In a file with this build id (zero-padded to 20 bytes), at this offset.
+    File {
+        build_id: [u8; 20],
+        file_offset: u64,
+    },
+    /// The kernel could not find a build id (no file, or the lookup would
+    /// have had to sleep): the raw address.
+    Ip(u64),
 }

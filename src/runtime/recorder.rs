@@ -10,11 +10,14 @@ use std::io::BufWriter;
 use std::path::Path;
 
 use crate::capture::model::*;
-use crate::capture::stacks::{AddrKind, RawFrame, StackNormalizer, SymbolizeOptions, symbolize};
+use crate::capture::stacks::{
+    AddrKind, ModuleIndex, NormalizedAddr, RawFrame, StackNormalizer, SymbolizeOptions, symbolize,
+};
 use crate::capture::writer::CaptureWriter;
-use crate::codegen::program::{Compiled, MapId, ValueType, record_header as header};
+use crate::codegen::program::{AttachPoint, Compiled, MapId, ValueType, record_header as header};
 use crate::output::value::{Value, decode};
 use crate::runtime::loader::Loaded;
+use crate::runtime::maps_read::BuildIdFrame;
 
 /// How far back events may arrive out of order: a probe reads the clock
 /// before it sends, and may be preempted in between.
@@ -55,7 +58,10 @@ pub struct Recorder {
     fields: Vec<Vec<(u32, ValueType)>>,
     /// Per record kind, whether it is a span.
     spans: Vec<bool>,
-    stack_map: Option<MapId>,
+    kernel_stacks: Option<MapId>,
+    user_stacks: Option<MapId>,
+    /// Which file each build id names.
+    modules: ModuleIndex,
     threads: HashMap<(u32, Vec<u8>), ThreadId>,
     /// Raw stacks already stored (pid 0 for kernel-only stacks).
     stacks: HashMap<RawStack, Option<StackId>>,
@@ -70,7 +76,11 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn create(path: &Path, compiled: &Compiled, info: &CaptureInfo) -> Result<Recorder, RecordError> {
+    pub fn create(
+        path: &Path,
+        compiled: &Compiled,
+        info: &CaptureInfo,
+    ) -> Result<Recorder, RecordError> {
         let writer = CaptureWriter::create(path, info, &compiled.records)?;
         let fields = compiled
             .messages
@@ -84,8 +94,14 @@ impl Recorder {
             writer,
             start_ns: info.start_monotonic_ns,
             fields,
-            spans: compiled.records.iter().map(|r| r.kind == RecordKind::Span).collect(),
-            stack_map: compiled.stacks,
+            spans: compiled
+                .records
+                .iter()
+                .map(|r| r.kind == RecordKind::Span)
+                .collect(),
+            kernel_stacks: compiled.kernel_stacks,
+            user_stacks: compiled.user_stacks,
+            modules: probed_binaries(compiled),
             threads: HashMap::new(),
             stacks: HashMap::new(),
             frame_kinds: Vec::new(),
@@ -115,13 +131,22 @@ impl Recorder {
             .unwrap_or_default();
         let duration = u64_at(header::DURATION)?;
         let thread = self.thread(tid, pid, comm);
+        if self.user_stacks.is_some() {
+            // While the process lives: its files name the build ids of its frames.
+            self.modules.add_process(pid);
+        }
         let values = self.values(message, bytes)?;
         let event = Event {
             ts_ns: ts.saturating_sub(self.start_ns),
             cpu,
             thread,
             record: RecordId(record),
-            duration_ns: self.spans.get(record as usize).copied().unwrap_or(false).then_some(duration),
+            duration_ns: self
+                .spans
+                .get(record as usize)
+                .copied()
+                .unwrap_or(false)
+                .then_some(duration),
             values,
             stack: None,
         };
@@ -140,7 +165,11 @@ impl Recorder {
             return id;
         }
         let name = String::from_utf8_lossy(&comm).into_owned();
-        let process = if tid == pid { name.clone() } else { process_name(pid).unwrap_or_else(|| name.clone()) };
+        let process = if tid == pid {
+            name.clone()
+        } else {
+            process_name(pid).unwrap_or_else(|| name.clone())
+        };
         let id = self.writer.thread(tid, pid, &name, &process);
         self.threads.insert((tid, comm), id);
         id
@@ -155,9 +184,13 @@ impl Recorder {
                 match decode(field, ty).map_err(|e| RecordError::Malformed(e.to_string()))? {
                     Value::Int(v) => Ok(FieldValue::Int(v)),
                     Value::UInt(v) => Ok(FieldValue::UInt(v)),
-                    Value::Str(text) => Ok(FieldValue::Str(self.writer.intern(&String::from_utf8_lossy(&text)))),
+                    Value::Str(text) => Ok(FieldValue::Str(
+                        self.writer.intern(&String::from_utf8_lossy(&text)),
+                    )),
                     Value::Probe(index) => Ok(FieldValue::UInt(index)),
-                    other => Err(RecordError::Malformed(format!("unexpected field value {other:?}"))),
+                    other => Err(RecordError::Malformed(format!(
+                        "unexpected field value {other:?}"
+                    ))),
                 }
             })
             .collect()
@@ -176,7 +209,8 @@ impl Recorder {
             pending.event.stack = self.stack(loaded, raw)?;
             self.newest_ns = self.newest_ns.max(pending.event.ts_ns);
             self.sequence += 1;
-            self.ordered.insert((pending.event.ts_ns, self.sequence), pending.event);
+            self.ordered
+                .insert((pending.event.ts_ns, self.sequence), pending.event);
         }
         self.write_older_than(self.newest_ns.saturating_sub(REORDER_WINDOW_NS))
     }
@@ -192,41 +226,84 @@ impl Recorder {
     }
 
     fn stack(&mut self, loaded: &Loaded, raw: RawStack) -> Result<Option<StackId>, RecordError> {
-        let Some(map) = self.stack_map else { return Ok(None) };
         if raw.kernel < 0 && raw.user < 0 {
             return Ok(None);
         }
-        let key = RawStack { pid: if raw.user >= 0 { raw.pid } else { 0 }, ..raw };
+        let key = RawStack {
+            pid: if raw.user >= 0 { raw.pid } else { 0 },
+            ..raw
+        };
         if let Some(known) = self.stacks.get(&key) {
             return Ok(*known);
         }
         let mut frames = Vec::new();
-        if raw.kernel >= 0 {
+        if let (true, Some(map)) = (raw.kernel >= 0, self.kernel_stacks) {
             for addr in loaded.stack(map, raw.kernel as u32)? {
                 frames.push(self.frame(FrameAddr::Kernel { addr }, frames.len()));
             }
         }
-        if raw.user >= 0 {
-            let mut addrs = loaded.stack(map, raw.user as u32)?;
-            if raw.entry_return != 0 && !addrs.is_empty() {
-                addrs.insert(1, raw.entry_return);
+        if let (true, Some(map)) = (raw.user >= 0, self.user_stacks) {
+            let mut user = loaded.build_id_stack(map, raw.user as u32)?;
+            if raw.entry_return != 0 && !user.is_empty() {
+                user.insert(1, BuildIdFrame::Ip(raw.entry_return));
             }
-            let normalized = self.normalizer.normalize_user(raw.pid, &addrs);
-            for (addr, normalized) in addrs.into_iter().zip(normalized) {
-                let frame = match RawFrame::from_normalized(addr, normalized) {
-                    RawFrame::User { path, build_id, file_offset } => FrameAddr::User {
-                        module: self.writer.intern(&path),
-                        build_id,
-                        file_offset,
-                    },
-                    _ => FrameAddr::UnknownUser { addr },
-                };
-                frames.push(self.frame(frame, frames.len()));
+            for frame in user {
+                let addr = self.user_frame(raw.pid, frame);
+                frames.push(self.frame(addr, frames.len()));
             }
         }
         let stack = (!frames.is_empty()).then(|| self.writer.stack(&frames));
         self.stacks.insert(key, stack);
         Ok(stack)
+    }
+
+    /// A user frame normalized by the kernel (build id) or, failing that,
+    /// through the process's mappings while it lives.
+    fn user_frame(&mut self, pid: u32, frame: BuildIdFrame) -> FrameAddr {
+        match frame {
+            BuildIdFrame::File {
+                build_id,
+                file_offset,
+            } => {
+                let (path, id) = match self.modules.lookup(&build_id) {
+                    Some((path, id)) => (path.to_string(), id.to_vec()),
+                    None => (String::new(), build_id.to_vec()),
+                };
+                FrameAddr::User {
+                    module: self.writer.intern(&path),
+                    build_id: Some(id),
+                    file_offset,
+                }
+            }
+            BuildIdFrame::Ip(addr) => {
+                if let Some((path, file_offset)) = self.modules.translate(pid, addr) {
+                    let build_id = self.modules.build_id_of(path).map(<[u8]>::to_vec);
+                    let module = self.writer.intern(path);
+                    return FrameAddr::User {
+                        module,
+                        build_id,
+                        file_offset,
+                    };
+                }
+                self.normalized_frame(pid, addr)
+            }
+        }
+    }
+
+    /// A user frame normalized through the live process's mappings.
+    fn normalized_frame(&mut self, pid: u32, addr: u64) -> FrameAddr {
+        match self.normalizer.normalize_user(pid, &[addr]).pop() {
+            Some(NormalizedAddr::Normalized {
+                path,
+                build_id,
+                file_offset,
+            }) => FrameAddr::User {
+                module: self.writer.intern(&path),
+                build_id,
+                file_offset,
+            },
+            _ => FrameAddr::UnknownUser { addr },
+        }
     }
 
     fn frame(&mut self, addr: FrameAddr, depth: usize) -> FrameId {
@@ -235,6 +312,12 @@ impl Recorder {
             self.frame_kinds.push(AddrKind::at_depth(depth));
         }
         id
+    }
+
+    /// A binary whose frames may outlive every process seen running it
+    /// (the traced command).
+    pub fn add_binary(&mut self, path: &Path) {
+        self.modules.add_path(&path.to_string_lossy());
     }
 
     pub fn events(&self) -> u64 {
@@ -251,7 +334,11 @@ impl Recorder {
     }
 
     /// Write the remaining events, the symbols of every frame and the statistics.
-    pub fn finish(mut self, drops: Vec<(DropReason, u64)>, duration_ns: u64) -> Result<CaptureStats, RecordError> {
+    pub fn finish(
+        mut self,
+        drops: Vec<(DropReason, u64)>,
+        duration_ns: u64,
+    ) -> Result<CaptureStats, RecordError> {
         self.write_older_than(u64::MAX)?;
         let raw: Vec<(RawFrame, AddrKind)> = self
             .writer
@@ -277,7 +364,11 @@ impl Recorder {
                 (FrameId(index as u32), symbol)
             })
             .collect();
-        let stats = CaptureStats { events: self.writer.events_written(), drops, duration_ns };
+        let stats = CaptureStats {
+            events: self.writer.events_written(),
+            drops,
+            duration_ns,
+        };
         self.writer.finish(&symbols, &stats)?;
         Ok(stats)
     }
@@ -286,13 +377,31 @@ impl Recorder {
 fn raw_frame(frame: &FrameAddr, writer: &CaptureWriter<BufWriter<File>>) -> RawFrame {
     match frame {
         FrameAddr::Kernel { addr } => RawFrame::Kernel { addr: *addr },
-        FrameAddr::User { module, build_id, file_offset } => RawFrame::User {
+        FrameAddr::User {
+            module,
+            build_id,
+            file_offset,
+        } => RawFrame::User {
             path: writer.string(*module).to_string(),
             build_id: build_id.clone(),
             file_offset: *file_offset,
         },
         FrameAddr::UnknownUser { addr } => RawFrame::UnknownUser { addr: *addr },
     }
+}
+
+/// The binaries the script's uprobes and USDT probes attach to: their build
+/// ids are known even if no process using them is seen alive.
+fn probed_binaries(compiled: &Compiled) -> ModuleIndex {
+    let mut modules = ModuleIndex::new();
+    for program in &compiled.programs {
+        if let AttachPoint::Uprobe { binary, .. } | AttachPoint::Usdt { binary, .. } =
+            &program.attach
+        {
+            modules.add_path(&binary.to_string_lossy());
+        }
+    }
+    modules
 }
 
 /// The name of process `pid` (its main thread's comm), while it lives.

@@ -3,10 +3,11 @@
 //! detach, run END and print the maps.
 
 use std::io::{self, IsTerminal, Write};
-use std::path::PathBuf;
 use std::ops::ControlFlow;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::capture::model::{CaptureInfo, CaptureStats, DropReason};
 use crate::codegen::program::{AttachPoint, Compiled, GlobalSlot, MapId, Message};
 use crate::output::agg;
 use crate::output::maps::{self, MapDump, PrintOptions};
@@ -15,7 +16,6 @@ use crate::output::value::{Resolve, Value, decode};
 use crate::runtime::child::{self, TracedCommand};
 use crate::runtime::loader::{self, AttachOptions, Loaded};
 use crate::runtime::recorder::{RecordError, Recorder};
-use crate::capture::model::{CaptureInfo, CaptureStats, DropReason};
 
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -92,7 +92,14 @@ pub fn run(
             let mut info = target.info.clone();
             info.start_monotonic_ns = start_ns;
             info.start_realtime_ns = realtime_ns();
-            Some(Recorder::create(&target.path, compiled, &info)?)
+            let mut recorder = Recorder::create(&target.path, compiled, &info)?;
+            let command = options.command.as_ref().and_then(|argv| argv.first());
+            if let Some(path) =
+                command.and_then(|c| crate::runtime::elf::resolve_binary(c, None).ok())
+            {
+                recorder.add_binary(&path);
+            }
+            Some(recorder)
         }
         _ => None,
     };
@@ -136,7 +143,9 @@ pub fn run(
     let deadline = options.duration.map(|d| Instant::now() + d);
     while printer.ending == Ending::Running {
         let timeout = deadline
-            .map_or(Duration::from_secs(3600), |d| d.saturating_duration_since(Instant::now()))
+            .map_or(Duration::from_secs(3600), |d| {
+                d.saturating_duration_since(Instant::now())
+            })
             .min(status.poll_interval());
         let _ = loaded.poll(timeout, |bytes| printer.message(bytes, out))?;
         printer.run_map_requests(&loaded, out)?;
@@ -191,17 +200,33 @@ pub fn run(
 
 /// Lost events by reason, summed over CPUs.
 fn read_drops(loaded: &Loaded, drops: Option<MapId>) -> Result<Vec<(DropReason, u64)>, RunError> {
-    let Some(map) = drops else { return Ok(Vec::new()) };
-    let reasons = [DropReason::RingBufferFull, DropReason::StackLost, DropReason::UnmatchedSpanEnd];
+    let Some(map) = drops else {
+        return Ok(Vec::new());
+    };
+    let reasons = [
+        DropReason::RingBufferFull,
+        DropReason::StackLost,
+        DropReason::UnmatchedSpanEnd,
+    ];
     let mut counts = vec![0u64; reasons.len()];
     for (key, values) in loaded.map_entries(map)? {
-        let index = key.get(..4).map_or(usize::MAX, |k| u32::from_le_bytes(k.try_into().expect("4 bytes")) as usize);
-        let total: u64 = values.iter().filter_map(|v| v.get(..8)).map(|v| u64::from_le_bytes(v.try_into().expect("8 bytes"))).sum();
+        let index = key.get(..4).map_or(usize::MAX, |k| {
+            u32::from_le_bytes(k.try_into().expect("4 bytes")) as usize
+        });
+        let total: u64 = values
+            .iter()
+            .filter_map(|v| v.get(..8))
+            .map(|v| u64::from_le_bytes(v.try_into().expect("8 bytes")))
+            .sum();
         if let Some(count) = counts.get_mut(index) {
             *count += total;
         }
     }
-    Ok(reasons.into_iter().zip(counts).filter(|(_, n)| *n > 0).collect())
+    Ok(reasons
+        .into_iter()
+        .zip(counts)
+        .filter(|(_, n)| *n > 0)
+        .collect())
 }
 
 /// The one-line live status of a capture, on a terminal only.
@@ -215,7 +240,11 @@ impl Status {
     const INTERVAL: Duration = Duration::from_millis(250);
 
     fn new(capturing: bool) -> Status {
-        Status { enabled: capturing && io::stderr().is_terminal(), last: Instant::now(), shown: false }
+        Status {
+            enabled: capturing && io::stderr().is_terminal(),
+            last: Instant::now(),
+            shown: false,
+        }
     }
 
     /// How long a poll may wait: captures are written out regularly.
@@ -223,8 +252,16 @@ impl Status {
         Self::INTERVAL
     }
 
-    fn update(&mut self, printer: &Printer, loaded: &Loaded, drops: Option<MapId>, start_ns: u64) -> Result<(), RunError> {
-        let Some(recorder) = &printer.recorder else { return Ok(()) };
+    fn update(
+        &mut self,
+        printer: &Printer,
+        loaded: &Loaded,
+        drops: Option<MapId>,
+        start_ns: u64,
+    ) -> Result<(), RunError> {
+        let Some(recorder) = &printer.recorder else {
+            return Ok(());
+        };
         if !self.enabled || self.last.elapsed() < Self::INTERVAL {
             return Ok(());
         }
@@ -264,7 +301,10 @@ fn realtime_ns() -> u64 {
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime only writes the timespec we pass.
     unsafe { libc::clock_gettime(clock, &mut now) };
     now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
@@ -377,7 +417,9 @@ impl<'a> Printer<'a> {
         let index = id.unwrap_or_default() as usize;
         match message {
             Message::Record { record, .. } => match &mut self.recorder {
-                Some(recorder) => recorder.push(index, *record, bytes).map_err(io::Error::other),
+                Some(recorder) => recorder
+                    .push(index, *record, bytes)
+                    .map_err(io::Error::other),
                 None => Ok(()),
             },
             _ if self.quiet => Ok(()),
