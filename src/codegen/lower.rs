@@ -2,6 +2,7 @@
 //! the frame (stack buffer) allocator and statements; expressions, maps and
 //! messages live in the sibling `lower_*` files.
 
+use crate::codegen::helpers::GET_CURRENT_PID_TGID;
 use crate::codegen::ir::{AluOp, Annotated, Base, Cond, Function, Inst, Label, Size, Src, VReg};
 use crate::codegen::maps::MapLayouts;
 use crate::codegen::program::{AttachPoint, GlobalSlot, Message};
@@ -72,15 +73,7 @@ impl<'a> Lowerer<'a> {
         lowerer.exit_label = lowerer.label();
         lowerer.prologue();
         if !matches!(probe.attach, AttachPoint::Begin | AttachPoint::End) {
-            lowerer.comment("return once tracing has stopped");
-            let stopped = lowerer.global(GlobalSlot::Stopped);
-            let exit = lowerer.exit_label;
-            lowerer.emit(Inst::Branch {
-                cond: Cond::Ne,
-                lhs: stopped,
-                rhs: Src::Imm(0),
-                target: exit,
-            });
+            lowerer.gate();
         }
         if let Some(predicate) = &probe.predicate {
             lowerer.span = Some(predicate.span);
@@ -99,6 +92,24 @@ impl<'a> Lowerer<'a> {
         lowerer.emit(Inst::Exit);
         lowerer.function.frame_bytes = lowerer.frame_peak.0;
         (lowerer.function, lowerer.frame_peak)
+    }
+
+    /// Return at once once tracing has stopped, and for wprof's own events.
+    fn gate(&mut self) {
+        let exit = self.exit_label;
+        self.comment("return once tracing has stopped");
+        let stopped = self.global(GlobalSlot::Stopped);
+        self.branch(Cond::Ne, stopped, Src::Imm(0), exit);
+        self.comment("ignore wprof itself");
+        let me = self.global(GlobalSlot::SelfPid);
+        let task = self.vreg();
+        self.emit(Inst::Call {
+            helper: GET_CURRENT_PID_TGID,
+            args: vec![],
+            ret: Some(task),
+        });
+        self.alu(AluOp::Rsh, task, Src::Imm(32));
+        self.branch(Cond::Eq, task, Src::Reg(me), exit);
     }
 
     fn prologue(&mut self) {

@@ -44,9 +44,12 @@ pub enum GlobalSlot {
     /// Non-zero once tracing has stopped: probes return at once, so maps
     /// hold still while they print (detaching takes longer).
     Stopped = 2,
+    /// wprof's own pid: probes ignore wprof, which would otherwise trace
+    /// itself (a system-wide `malloc` probe fires on every event it handles).
+    SelfPid = 3,
 }
 
-pub const GLOBAL_SLOTS: u32 = 3;
+pub const GLOBAL_SLOTS: u32 = 4;
 
 #[derive(Clone, Debug)]
 pub struct BpfProgram {

@@ -59,6 +59,8 @@ type Pending = Rc<RefCell<VecDeque<Box<[u8]>>>>;
 /// Most records copied out of the ring per step: bounds the staging memory
 /// and how long a stop request can wait.
 const BATCH: usize = 1024;
+/// Records one poll delivers at most before returning to its caller.
+const MAX_DRAIN: usize = 64 * 1024;
 
 /// The ring buffer reader. libbpf calls back with records still in the ring;
 /// they are copied out so the caller's callback can be any `FnMut` and can
@@ -106,7 +108,9 @@ impl Ring {
                     reason: std::io::Error::from_raw_os_error(-n).to_string(),
                 });
             }
-            if n == 0 {
+            // Bounded, so a flood of events cannot keep the caller from
+            // checking its deadline and stop conditions.
+            if n == 0 || delivered >= MAX_DRAIN {
                 return Ok((ControlFlow::Continue(()), delivered));
             }
         }

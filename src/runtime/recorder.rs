@@ -243,12 +243,20 @@ impl Recorder {
             }
         }
         if let (true, Some(map)) = (raw.user >= 0, self.user_stacks) {
-            let mut user = loaded.build_id_stack(map, raw.user as u32)?;
+            let mut user: Vec<FrameAddr> = loaded
+                .build_id_stack(map, raw.user as u32)?
+                .into_iter()
+                .map(|frame| self.user_frame(raw.pid, frame))
+                .collect();
             if raw.entry_return != 0 && !user.is_empty() {
-                user.insert(1, BuildIdFrame::Ip(raw.entry_return));
+                // Kernels that fix up entry stacks themselves (when the function
+                // starts with `push %rbp`) already list the caller.
+                let caller = self.user_frame(raw.pid, BuildIdFrame::Ip(raw.entry_return));
+                if user.get(1) != Some(&caller) {
+                    user.insert(1, caller);
+                }
             }
-            for frame in user {
-                let addr = self.user_frame(raw.pid, frame);
+            for addr in user {
                 frames.push(self.frame(addr, frames.len()));
             }
         }

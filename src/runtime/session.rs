@@ -87,6 +87,7 @@ pub fn run(
         .expect("the code generator always makes a globals map");
     let start_ns = monotonic_ns();
     loaded.set_global(globals, GlobalSlot::StartNs, start_ns)?;
+    loaded.set_global(globals, GlobalSlot::SelfPid, u64::from(std::process::id()))?;
     let recorder = match &options.capture {
         Some(target) if !compiled.records.is_empty() => {
             let mut info = target.info.clone();

@@ -315,58 +315,37 @@ fn missing_and_replaced_files_are_counted() {
     assert_eq!(out.stats.unresolved, 4);
 }
 
-/// Prints how long 1k and 100k distinct user addresses and 100k kernel
-/// addresses take, with and without DWARF lines (`cargo test --release -- --ignored --nocapture timing`).
+/// 1k distinct addresses spread over libc's text and 1k kernel text
+/// addresses all resolve to functions, and print how long that takes (the
+/// 100k-address figures are in the closing notes; raise `COUNT` to redo them).
 #[test]
-#[ignore = "timing report, run by hand"]
-fn timing_100k_addresses() {
-    let mut user_files = vec![libc_path()];
-    // A debug build of wprof: a big binary with full DWARF.
-    let wprof = concat!(env!("CARGO_MANIFEST_DIR"), "/target/debug/wprof");
-    if Path::new(wprof).is_file() {
-        user_files.push(wprof.to_string());
-    }
-    let names_only = SymbolizeOptions {
-        code_info: false,
-        inlined: false,
-        demangle: true,
-    };
-    let lines_only = SymbolizeOptions {
-        inlined: false,
-        ..SymbolizeOptions::default()
-    };
-    for (path, count) in user_files.iter().flat_map(|p| [(p, 1_000), (p, 100_000)]) {
-        let frames = text_frames(path, count);
-        for (name, options) in [
-            ("names", names_only),
-            ("names + lines", lines_only),
-            ("names + lines + inlined", SymbolizeOptions::default()),
-        ] {
-            report(&format!("{path}: {name}"), &frames, &options);
-        }
-    }
+fn symbolizes_a_thousand_addresses() {
+    const COUNT: u64 = 1_000;
+    let frames = text_frames(&libc_path(), COUNT);
+    let out = report("libc", &frames, &SymbolizeOptions::default());
+    assert!(
+        out.stats.resolved as u64 >= COUNT * 9 / 10,
+        "{:?}",
+        out.stats
+    );
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").expect("read kallsyms");
     let kernel: Vec<_> = kallsyms
         .lines()
         .filter(|l| l.contains(" t ") || l.contains(" T "))
         .filter_map(|l| u64::from_str_radix(l.split(' ').next()?, 16).ok())
-        .take(100_000)
+        .filter(|addr| *addr != 0)
+        .take(COUNT as usize)
         .map(|addr| (RawFrame::Kernel { addr: addr + 1 }, AddrKind::Return))
         .collect();
-    report("kernel", &kernel, &SymbolizeOptions::default());
-
-    let pid = std::process::id();
-    let base = maps_line_for("libc.so").0;
-    let addrs: Vec<u64> = (0..100_000u64).map(|i| base + 0x28000 + i * 7).collect();
-    let mut normalizer = StackNormalizer::new();
-    for round in ["cold", "warm"] {
-        let start = Instant::now();
-        normalizer.normalize_user(pid, &addrs);
-        eprintln!("normalize 100k ({round}): {:?}", start.elapsed());
+    if kernel.is_empty() {
+        eprintln!("SKIPPED kernel part: /proc/kallsyms shows no addresses (not root?)");
+        return;
     }
+    let out = report("kernel", &kernel, &SymbolizeOptions::default());
+    assert_eq!(out.stats.resolved, kernel.len(), "{:?}", out.stats);
 }
 
-fn report(name: &str, frames: &[(RawFrame, AddrKind)], options: &SymbolizeOptions) {
+fn report(name: &str, frames: &[(RawFrame, AddrKind)], options: &SymbolizeOptions) -> Symbolized {
     let start = Instant::now();
     let out = symbolize(frames, options);
     let elapsed = start.elapsed();
@@ -377,6 +356,7 @@ fn report(name: &str, frames: &[(RawFrame, AddrKind)], options: &SymbolizeOption
         frames.len(),
         out.stats.resolved,
     );
+    out
 }
 
 /// `count` distinct return-address frames spread over `path`'s `.text`.
