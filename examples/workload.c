@@ -23,6 +23,11 @@ __attribute__((noinline)) void handle(const char *route, long len) {
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 100;
   const char *routes[] = {"/index", "/api", "/slow", "/api"};
+  // Touch the route strings first: a probe cannot fault in a page to read them.
+  for (int i = 0; i < 4; i++) {
+    volatile size_t len = strlen(routes[i]);
+    (void)len;
+  }
   for (int i = 0; i < n; i++) {
     handle(routes[i % 4], 64L << (i % 7));
     usleep(500);

@@ -77,9 +77,12 @@ fn create(path: &Path) -> Result<BufWriter<File>, Failure> {
 
 /// What a capture says about how it was made; start times come later.
 pub fn capture_info(source: &Source) -> CaptureInfo {
-    let mut uname: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: uname fills the struct we own.
-    unsafe { libc::uname(&mut uname) };
+    // SAFETY: utsname is plain C data, valid when zeroed; uname fills it in.
+    let uname = unsafe {
+        let mut uname: libc::utsname = std::mem::zeroed();
+        libc::uname(&mut uname);
+        uname
+    };
     let field = |raw: &[libc::c_char]| {
         let bytes: Vec<u8> = raw
             .iter()
