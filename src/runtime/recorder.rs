@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use crate::capture::model::*;
 use crate::capture::stacks::{
@@ -22,6 +23,8 @@ use crate::runtime::maps_read::BuildIdFrame;
 /// How far back events may arrive out of order: a probe reads the clock
 /// before it sends, and may be preempted in between.
 const REORDER_WINDOW_NS: u64 = 100_000_000;
+/// How often what has been written is made a complete chunk on disk.
+const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -73,6 +76,7 @@ pub struct Recorder {
     ordered: BTreeMap<(u64, u64), Event>,
     sequence: u64,
     newest_ns: u64,
+    last_flush: Instant,
 }
 
 impl Recorder {
@@ -110,6 +114,7 @@ impl Recorder {
             ordered: BTreeMap::new(),
             sequence: 0,
             newest_ns: 0,
+            last_flush: Instant::now(),
         })
     }
 
@@ -212,7 +217,13 @@ impl Recorder {
             self.ordered
                 .insert((pending.event.ts_ns, self.sequence), pending.event);
         }
-        self.write_older_than(self.newest_ns.saturating_sub(REORDER_WINDOW_NS))
+        self.write_older_than(self.newest_ns.saturating_sub(REORDER_WINDOW_NS))?;
+        // Complete chunks on disk: a capture killed now still replays to here.
+        if self.last_flush.elapsed() >= FLUSH_INTERVAL {
+            self.writer.flush()?;
+            self.last_flush = Instant::now();
+        }
+        Ok(())
     }
 
     fn write_older_than(&mut self, limit_ns: u64) -> Result<(), RecordError> {
@@ -334,11 +345,6 @@ impl Recorder {
 
     pub fn bytes(&self) -> u64 {
         self.writer.bytes_written()
-    }
-
-    /// Make everything written so far durable (a complete chunk on disk).
-    pub fn flush(&mut self) -> Result<(), RecordError> {
-        Ok(self.writer.flush()?)
     }
 
     /// Write the remaining events, the symbols of every frame and the statistics.

@@ -88,23 +88,7 @@ pub fn run(
     let start_ns = monotonic_ns();
     loaded.set_global(globals, GlobalSlot::StartNs, start_ns)?;
     loaded.set_global(globals, GlobalSlot::SelfPid, u64::from(std::process::id()))?;
-    let recorder = match &options.capture {
-        Some(target) if !compiled.records.is_empty() => {
-            let mut info = target.info.clone();
-            info.start_monotonic_ns = start_ns;
-            info.start_realtime_ns = realtime_ns();
-            let mut recorder = Recorder::create(&target.path, compiled, &info)?;
-            let command = options.command.as_ref().and_then(|argv| argv.first());
-            if let Some(path) =
-                command.and_then(|c| crate::runtime::elf::resolve_binary(c, None).ok())
-            {
-                recorder.add_binary(&path);
-            }
-            Some(recorder)
-        }
-        _ => None,
-    };
-
+    let recorder = create_recorder(compiled, options, start_ns)?;
     let child = match &options.command {
         Some(argv) => {
             let child = TracedCommand::spawn_paused(argv).map_err(|source| RunError::Command {
@@ -128,64 +112,26 @@ pub fn run(
 
     install_interrupt_handler(stopper.clone());
     let mut printer = Printer::new(compiled, recorder);
-    let mut status = Status::new(printer.recorder.is_some());
     for index in loaded.programs_at(&AttachPoint::Begin) {
         loaded.run_once(index)?;
     }
-    let command_text = || options.command.as_deref().unwrap_or_default().join(" ");
     let running = child
         .map(|c| c.release(stopper.clone()))
         .transpose()
         .map_err(|source| RunError::Command {
-            command: command_text(),
+            command: options.command.as_deref().unwrap_or_default().join(" "),
             source,
         })?;
 
-    let deadline = options.duration.map(|d| Instant::now() + d);
-    while printer.ending == Ending::Running {
-        let timeout = deadline
-            .map_or(Duration::from_secs(3600), |d| {
-                d.saturating_duration_since(Instant::now())
-            })
-            .min(status.poll_interval());
-        let _ = loaded.poll(timeout, |bytes| printer.message(bytes, out))?;
-        printer.run_map_requests(&loaded, out)?;
-        printer.record(&loaded)?;
-        status.update(&printer, &loaded, compiled.drops, start_ns)?;
-        if printer.ending == Ending::Running
-            && (stopper.is_stopped() || deadline.is_some_and(|d| Instant::now() >= d))
-        {
-            printer.ending = Ending::Stopped;
-        }
-    }
-
+    trace(&mut loaded, &mut printer, options.duration, start_ns, out)?;
+    let stopped_ns = monotonic_ns();
     loaded.set_global(globals, GlobalSlot::Stopped, 1)?;
     crate::runtime::teardown::hand_off_descriptors();
     loaded.detach_all();
-    let stopped_ns = monotonic_ns();
-    if printer.ending == Ending::ExitCalled {
-        // As in bpftrace, what probes sent after exit() is not printed
-        // (but recorded events are kept).
-        printer.quiet = true;
-        let _ = loaded.consume(|bytes| printer.message(bytes, out))?;
-        printer.quiet = false;
-    }
-    for index in loaded.programs_at(&AttachPoint::End) {
-        loaded.run_once(index)?;
-    }
-    // Drain what is left, pausing at each map request to serve it in order.
-    loop {
-        printer.ending = Ending::Running;
-        let flow = loaded.consume(|bytes| printer.message(bytes, out))?;
-        printer.run_map_requests(&loaded, out)?;
-        if flow.is_continue() {
-            break;
-        }
-    }
+    wind_down(&mut loaded, &mut printer, out)?;
     if let Some(command) = running {
         command.finish();
     }
-    status.clear()?;
     let capture = match printer.recorder.take() {
         Some(mut recorder) => {
             recorder.process(&loaded)?;
@@ -197,6 +143,91 @@ pub fn run(
     print_exit_maps(compiled, &loaded, &printer, out)?;
     out.flush()?;
     Ok(RunSummary { capture })
+}
+
+/// The recorder for a script with record blocks, when capturing.
+fn create_recorder(
+    compiled: &Compiled,
+    options: &RunOptions,
+    start_ns: u64,
+) -> Result<Option<Recorder>, RunError> {
+    let Some(target) = options
+        .capture
+        .as_ref()
+        .filter(|_| !compiled.records.is_empty())
+    else {
+        return Ok(None);
+    };
+    let mut info = target.info.clone();
+    info.start_monotonic_ns = start_ns;
+    info.start_realtime_ns = realtime_ns();
+    let mut recorder = Recorder::create(&target.path, compiled, &info)?;
+    let command = options.command.as_ref().and_then(|argv| argv.first());
+    if let Some(path) = command.and_then(|c| crate::runtime::elf::resolve_binary(c, None).ok()) {
+        recorder.add_binary(&path);
+    }
+    Ok(Some(recorder))
+}
+
+/// Turn messages into output until `exit()`, a stop request or the deadline.
+fn trace(
+    loaded: &mut Loaded,
+    printer: &mut Printer,
+    duration: Option<Duration>,
+    start_ns: u64,
+    out: &mut dyn Write,
+) -> Result<(), RunError> {
+    let stopper = loaded.stopper();
+    let mut status = Status::new(printer.recorder.is_some());
+    let deadline = duration.map(|d| Instant::now() + d);
+    while printer.ending == Ending::Running {
+        let timeout = deadline
+            .map_or(Duration::from_secs(3600), |d| {
+                d.saturating_duration_since(Instant::now())
+            })
+            .min(Status::INTERVAL);
+        let _ = loaded.poll(timeout, |bytes| printer.message(bytes, out))?;
+        printer.run_map_requests(loaded, out)?;
+        printer.record(loaded)?;
+        status.update(printer, loaded, printer.compiled.drops, start_ns)?;
+        if printer.ending == Ending::Running
+            && (stopper.is_stopped() || deadline.is_some_and(|d| Instant::now() >= d))
+        {
+            printer.ending = Ending::Stopped;
+        }
+    }
+    status.clear()
+}
+
+/// After detaching: run END and print what is left in the ring buffer.
+fn wind_down(
+    loaded: &mut Loaded,
+    printer: &mut Printer,
+    out: &mut dyn Write,
+) -> Result<(), RunError> {
+    if printer.ending == Ending::ExitCalled {
+        // As in bpftrace, what probes sent after exit() is not printed
+        // (but recorded events are kept).
+        printer.quiet = true;
+        printer.ending = Ending::Running;
+        while loaded
+            .consume(|bytes| printer.message(bytes, out))?
+            .is_break()
+        {}
+        printer.quiet = false;
+    }
+    for index in loaded.programs_at(&AttachPoint::End) {
+        loaded.run_once(index)?;
+    }
+    // Drain what is left, pausing at each map request to serve it in order.
+    loop {
+        printer.ending = Ending::Running;
+        let flow = loaded.consume(|bytes| printer.message(bytes, out))?;
+        printer.run_map_requests(loaded, out)?;
+        if flow.is_continue() {
+            return Ok(());
+        }
+    }
 }
 
 /// Lost events by reason, summed over CPUs.
@@ -238,6 +269,8 @@ struct Status {
 }
 
 impl Status {
+    /// How often the status updates; polls wake at least this often, so
+    /// captures are also written out this often.
     const INTERVAL: Duration = Duration::from_millis(250);
 
     fn new(capturing: bool) -> Status {
@@ -246,11 +279,6 @@ impl Status {
             last: Instant::now(),
             shown: false,
         }
-    }
-
-    /// How long a poll may wait: captures are written out regularly.
-    fn poll_interval(&self) -> Duration {
-        Self::INTERVAL
     }
 
     fn update(
