@@ -4,7 +4,7 @@
 use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
-use crate::codegen::program::{Message, MessageId};
+use crate::codegen::program::{MapId, Message, MessageId};
 use crate::frontend::checked::{AggFunc, Emit, MapRef, TExpr};
 use crate::frontend::types::Type;
 use crate::output::hist::HIST_MAX_LOG2;
@@ -59,8 +59,13 @@ impl Lowerer<'_> {
     }
 
     fn update(&mut self, map: MapRef, key: i16, value: i16) {
+        self.map_update(self.maps.script[map.0].id, key, value);
+    }
+
+    /// `bpf_map_update_elem(map, &key, &value, BPF_ANY)` with both in the frame.
+    pub(super) fn map_update(&mut self, map: MapId, key: i16, value: i16) {
         let args = vec![
-            Arg::Map(self.maps.script[map.0].id),
+            Arg::Map(map),
             Arg::Frame(key),
             Arg::Frame(value),
             Arg::Imm(BPF_ANY),

@@ -49,18 +49,7 @@ impl Lowerer<'_> {
         self.store(Base::Frame, value, Src::Reg(now));
         self.store_stacks(value + 8, record.stack);
         self.store_fields(value + SPAN_VALUE_HEADER as i16, &record.values);
-        let map = self.maps.spans[span.0];
-        let args = vec![
-            Arg::Map(map),
-            Arg::Frame(key),
-            Arg::Frame(value),
-            Arg::Imm(BPF_ANY),
-        ];
-        self.emit(Inst::Call {
-            helper: MAP_UPDATE_ELEM,
-            args,
-            ret: None,
-        });
+        self.map_update(self.maps.spans[span.0], key, value);
     }
 
     fn span_end(&mut self, span: SpanRef, key: &TExpr, record: &CheckedRecord) {

@@ -282,15 +282,18 @@ impl Loaded {
             .map_err(access(handle, "update"))
     }
 
-    /// The addresses of stack `id` in a stack trace map, innermost first;
-    /// empty when the id is unknown (evicted or never stored).
+    /// The raw entry of stack `id` in a stack trace map; `None` when the id
+    /// is unknown (evicted or never stored).
+    fn stack_entry(&self, map: MapId, id: u32) -> Result<Option<Vec<u8>>, MapError> {
+        let handle = self.map(map)?;
+        handle
+            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+            .map_err(access(handle, "lookup"))
+    }
+
     /// The frames of stack `id` in a build-id stack map, innermost first.
     pub fn build_id_stack(&self, map: MapId, id: u32) -> Result<Vec<BuildIdFrame>, MapError> {
-        let handle = self.map(map)?;
-        let Some(bytes) = handle
-            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
-            .map_err(access(handle, "lookup"))?
-        else {
+        let Some(bytes) = self.stack_entry(map, id)? else {
             return Ok(Vec::new());
         };
         // struct bpf_stack_build_id { s32 status; u8 build_id[20]; u64 offset_or_ip; }
@@ -308,12 +311,10 @@ impl Loaded {
         Ok(frames.collect())
     }
 
+    /// The addresses of stack `id` in a stack trace map, innermost first;
+    /// empty when the id is unknown.
     pub fn stack(&self, map: MapId, id: u32) -> Result<Vec<u64>, MapError> {
-        let handle = self.map(map)?;
-        let Some(bytes) = handle
-            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
-            .map_err(access(handle, "lookup"))?
-        else {
+        let Some(bytes) = self.stack_entry(map, id)? else {
             return Ok(Vec::new());
         };
         Ok(bytes
