@@ -3,17 +3,26 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
 use super::*;
 
 /// A program whose functions print their addresses, then wait to be killed.
 const TARGET_C: &str = r#"
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static void *return_address;
+static volatile sig_atomic_t map_requested;
+
+static void on_usr1(int sig) {
+    (void)sig;
+    map_requested = 1;
+}
 
 __attribute__((noinline)) int wprof_leaf(int x) {
     return_address = __builtin_return_address(0);
@@ -25,17 +34,31 @@ __attribute__((noinline)) int wprof_middle(int x) {
     return y + 7;
 }
 
-int main(void) {
+/* SIGUSR1 maps the program's own file once more and prints where. */
+int main(int argc, char **argv) {
+    (void)argc;
+    signal(SIGUSR1, on_usr1);
     int r = wprof_middle(1);
     printf("%p %p %p %d\n", (void *)wprof_leaf, (void *)wprof_middle, return_address, r);
     fflush(stdout);
-    for (;;) pause();
+    for (;;) {
+        /* Polling, not pause(): a signal landing between the check and
+           pause() would be lost. */
+        usleep(1000);
+        if (map_requested) {
+            map_requested = 0;
+            int fd = open(argv[0], O_RDONLY);
+            printf("%p\n", mmap(0, 4096, PROT_READ, MAP_PRIVATE, fd, 0));
+            fflush(stdout);
+        }
+    }
 }
 "#;
 
 /// The C target running: its pid and the addresses it printed.
 struct Target {
     child: Child,
+    stdout: BufReader<ChildStdout>,
     leaf: u64,
     middle: u64,
     /// Where `wprof_leaf` returns to in `wprof_middle`.
@@ -56,17 +79,11 @@ impl Target {
             .spawn()
             .expect("start the target");
         let stdout = child.stdout.take().expect("piped stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read the target's addresses");
-        let addrs: Vec<u64> = line
-            .split_whitespace()
-            .take(3)
-            .map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).expect("hex address"))
-            .collect();
+        let mut stdout = BufReader::new(stdout);
+        let addrs = read_addrs(&mut stdout);
         Self {
             child,
+            stdout,
             leaf: addrs[0],
             middle: addrs[1],
             return_address: addrs[2],
@@ -76,6 +93,16 @@ impl Target {
 
     fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Makes the target map its own file again; returns the new mapping.
+    #[track_caller]
+    fn map_again(&mut self) -> u64 {
+        let pid = libc::pid_t::try_from(self.pid()).expect("pid fits pid_t");
+        // SAFETY: plain kill(2) on our own child.
+        let rc = unsafe { libc::kill(pid, libc::SIGUSR1) };
+        assert_eq!(rc, 0, "signal the target");
+        read_addrs(&mut self.stdout)[0]
     }
 
     #[track_caller]
@@ -90,6 +117,19 @@ impl Drop for Target {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Reads one line of hex addresses (the last field of the first line is not
+/// an address).
+#[track_caller]
+fn read_addrs(stdout: &mut BufReader<ChildStdout>) -> Vec<u64> {
+    let mut line = String::new();
+    stdout
+        .read_line(&mut line)
+        .expect("read the target's output");
+    line.split_whitespace()
+        .filter_map(|a| u64::from_str_radix(a.strip_prefix("0x")?, 16).ok())
+        .collect()
 }
 
 #[track_caller]
@@ -211,33 +251,16 @@ fn exited_pid_is_unknown() {
 /// the cache was filled is found by refreshing it.
 #[test]
 fn cache_refreshes_on_new_mapping() {
+    let mut target = Target::start();
+    let pid = target.pid();
     let mut normalizer = StackNormalizer::new();
-    let pid = std::process::id();
-    let first = normalizer.normalize_user(pid, &[8]);
     let unmapped = NormalizedAddr::Unknown {
         reason: UnknownReason::Unmapped,
     };
-    assert_eq!(first, std::slice::from_ref(&unmapped));
-    // Map a file after the cache was filled.
-    let file = std::fs::File::open("/bin/sh").expect("open /bin/sh");
-    let len = 4096;
-    // SAFETY: a fresh private read-only mapping of a file we keep open; it is
-    // unmapped below and never dereferenced.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE,
-            std::os::fd::AsRawFd::as_raw_fd(&file),
-            0,
-        )
-    };
-    assert_ne!(base, libc::MAP_FAILED, "mmap /bin/sh");
-    let addr = base as u64 + 16;
-    let found = normalizer.normalize_user(pid, &[addr, 8]);
-    // SAFETY: `base`/`len` is the mapping made above.
-    unsafe { libc::munmap(base, len) };
+    let first = normalizer.normalize_user(pid, &[8, target.leaf]);
+    assert_eq!(first[0], unmapped);
+    let base = target.map_again();
+    let found = normalizer.normalize_user(pid, &[base + 16, 8]);
     assert!(
         matches!(
             &found[0],
@@ -253,6 +276,18 @@ fn cache_refreshes_on_new_mapping() {
     // The known-unmapped address alone does not force another read.
     normalizer.normalize_user(pid, &[8]);
     assert_eq!(normalizer.stats().maps_reads, 2);
+    // After exit, the cache still answers; `forget` drops it.
+    target.kill();
+    let after_exit = normalizer.normalize_user(pid, &[target.leaf]);
+    assert!(matches!(after_exit[0], NormalizedAddr::Normalized { .. }));
+    normalizer.forget(pid);
+    let forgotten = normalizer.normalize_user(pid, &[target.leaf]);
+    assert_eq!(
+        forgotten[0],
+        NormalizedAddr::Unknown {
+            reason: UnknownReason::ProcessGone
+        }
+    );
 }
 
 /// A kernel address from `/proc/kallsyms` resolves to its name.
