@@ -229,3 +229,7 @@ fn implied_name(expr: &Expr) -> Option<String> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+#[path = "check/record_tests.rs"]
+mod record_tests;

@@ -2,9 +2,11 @@
 //! never panics, and reading the maps it prints at exit.
 
 mod attach;
+mod capture;
 mod dump;
 mod errors;
 mod load;
+mod replay;
 
 use std::collections::BTreeMap;
 use std::path::Path;

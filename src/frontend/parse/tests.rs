@@ -95,5 +95,6 @@ fn list(open: &str, items: &[Expr], close: &str) -> String {
 }
 
 mod exprs;
+mod records;
 mod robustness;
 mod stmts;
