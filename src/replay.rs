@@ -46,8 +46,10 @@ pub fn render_outputs(cli: &Cli, filter: &Filter) -> Result<(), Failure> {
     }
     if let Some(path) = &cli.trace {
         let mut out = create(path)?;
-        perfetto::render(&reader, filter, &mut out)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        perfetto::render(&reader, filter, &mut out).map_err(|e| match e {
+            perfetto::RenderError::Write(e) => format!("cannot write {}: {e}", path.display()),
+            other => format!("cannot read {}: {other}", cli.data.display()),
+        })?;
         out.flush()
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
@@ -59,14 +61,23 @@ pub fn render_outputs(cli: &Cli, filter: &Filter) -> Result<(), Failure> {
             let mut out = create(path)?;
             ndjson::render(&reader, filter, &mut out).and_then(|_| out.flush())
         };
-        result.map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        result.map_err(|e| output_error(e, path, &cli.data))?;
     }
     if cli.summary {
         let mut out = io::stdout().lock();
         summary::render_summary(&reader, filter, &mut out)
-            .map_err(|e| format!("cannot write the summary: {e}"))?;
+            .map_err(|e| output_error(e, Path::new("-"), &cli.data))?;
     }
     Ok(())
+}
+
+/// Renderers report a capture that cannot be read as `InvalidData`.
+fn output_error(error: io::Error, output: &Path, capture: &Path) -> String {
+    if error.kind() == io::ErrorKind::InvalidData {
+        format!("cannot read {}: {error}", capture.display())
+    } else {
+        format!("cannot write {}: {error}", output.display())
+    }
 }
 
 fn create(path: &Path) -> Result<BufWriter<File>, Failure> {

@@ -12,7 +12,8 @@ impl Checker {
     pub(super) fn declare_span(&mut self, span: &SpanBlock) -> SpanDecl {
         SpanDecl {
             name: span.name.clone(),
-            key: Type::U64,
+            // Unknown until an end is checked.
+            key: Type::Void,
             record: RecordRef(usize::MAX),
             start_fields: Vec::new(),
             start_stack: None,
@@ -156,7 +157,12 @@ impl Checker {
             );
         }
         let decl = &mut self.spans[span.0];
-        match decl.key.unify(&key.ty) {
+        let unified = if decl.key == Type::Void {
+            Some(key.ty.clone())
+        } else {
+            decl.key.unify(&key.ty)
+        };
+        match unified {
             Some(ty) => decl.key = ty,
             None => {
                 let message = format!(

@@ -172,7 +172,7 @@ impl Builder {
         for part in significant(pair) {
             match part.as_rule() {
                 Rule::probe_spec => specs.push(probe_spec(part)),
-                Rule::predicate => predicate = Some(self.expr(only_child(part))?),
+                Rule::span_pred => predicate = Some(self.expr(only_child(part))?),
                 Rule::record => record = Some(self.record(part)?),
                 _ => {}
             }

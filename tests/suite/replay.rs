@@ -139,8 +139,6 @@ fn kill_during_capture(test: &str, ticker_args: &str, min_bytes: u64, extra: Dur
 /// SIGKILL during a slow capture: the events flushed so far (about every
 /// 250 ms) replay, and stderr says the writer did not finish.
 #[test]
-#[ignore = "bug: the recorder never flushes during capture (Recorder::flush is never called \
-            from src/runtime/session.rs), so a killed capture of a slow workload is 0 bytes"]
 fn killed_capture_replays_flushed_events() {
     require_bpf!();
     kill_during_capture("killed_slow", "4000 5", 0, Duration::from_millis(600));
@@ -225,7 +223,6 @@ fn flipped_bytes_name_their_offset() {
 
 /// A damaged events chunk is a read error, not a failure to write the output.
 #[test]
-#[ignore = "bug: src/replay.rs reports a damaged events chunk as `cannot write -: …`"]
 fn damaged_events_are_not_a_write_error() {
     require_bpf!();
     let (dir, mut bytes) = finished_capture("flipped_events");

@@ -214,8 +214,6 @@ fn rejects_tuple_span_key() {
 
 /// A string key (`by comm`) is accepted and typed as a string.
 #[test]
-#[ignore = "bug: src/frontend/check_record.rs declare_span starts every key as uint64, so \
-            span_key rejects string keys (`span t by comm` fails, and the error is reported twice)"]
 fn span_string_key() {
     let program = checked("span t by comm { kprobe:a < > kprobe:b /1/ }").expect("checks");
     assert!(matches!(program.spans[0].key, Type::Str { .. }));
@@ -224,8 +222,6 @@ fn span_string_key() {
 /// Ends whose keys have different types (an integer `args.ret` at one end,
 /// a string at the other) are rejected at the second end's key.
 #[test]
-#[ignore = "bug: the uint64 placeholder key of declare_span (check_record.rs) turns the other \
-            end's int64 into `uint64 elsewhere` in the message"]
 fn rejects_conflicting_span_key_types() {
     let source =
         "span s by args.ret { tracepoint:syscalls:sys_exit_read < > tracepoint:sched:named /1/ }";

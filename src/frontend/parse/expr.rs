@@ -37,7 +37,10 @@ impl Builder {
         let mut operands = Vec::with_capacity(levels + 1);
         let mut ops: Vec<BinOp> = Vec::with_capacity(levels);
         for item in items {
-            if !matches!(item.as_rule(), Rule::infix_op | Rule::record_infix) {
+            if !matches!(
+                item.as_rule(),
+                Rule::infix_op | Rule::record_infix | Rule::pred_infix
+            ) {
                 operands.push(self.operand(item)?);
                 continue;
             }

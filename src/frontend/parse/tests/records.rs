@@ -185,8 +185,6 @@ fn rejects_span_with_one_end() {
 
 /// Both ends may be bare probes, as documented (`START_PROBE [/pred/] [< items >]`).
 #[test]
-#[ignore = "bug: grammar/*.pest `span_end` lets `comma?` join the end probe to the start's \
-            spec list, so two bare ends parse as one end and the span lacks its end"]
 fn span_ends_without_records() {
     let s = span_block("span nap { uprobe:/bin/x:nap uretprobe:/bin/x:nap }");
     assert_eq!((s.start.specs.len(), s.end.specs.len()), (1, 1));
@@ -194,7 +192,6 @@ fn span_ends_without_records() {
 
 /// A start predicate may be followed directly by the end probe.
 #[test]
-#[ignore = "bug: in a span, `/pred/ END_PROBE` reads `/ END_PROBE` as a division in the predicate"]
 fn span_start_predicate_before_end_probe() {
     let s = span_block("span nap { uprobe:/bin/x:nap /pid == 1/ uretprobe:/bin/x:nap }");
     assert_eq!(
