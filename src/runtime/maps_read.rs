@@ -180,7 +180,15 @@ impl Loaded {
         mut callback: impl FnMut(&[u8]) -> ControlFlow<()>,
     ) -> Result<ControlFlow<()>, MapError> {
         let (ring, _) = self.ring_mut();
-        Ok(ring.ok_or(MapError::NoRingBuffer)?.drain(&mut callback)?.0)
+        let ring = ring.ok_or(MapError::NoRingBuffer)?;
+        // `drain` stops after a bounded batch; keep going until the ring is empty.
+        loop {
+            match ring.drain(&mut callback)? {
+                (ControlFlow::Break(()), _) => return Ok(ControlFlow::Break(())),
+                (ControlFlow::Continue(()), 0) => return Ok(ControlFlow::Continue(())),
+                (ControlFlow::Continue(()), _) => {}
+            }
+        }
     }
 
     /// Every entry of `map`: the key and one value per possible CPU for
