@@ -6,6 +6,8 @@ pub mod check_expr;
 mod check_record;
 pub mod checked;
 pub mod diag;
+#[cfg(test)]
+mod fake_machine;
 pub mod parse;
 pub mod positional;
 pub mod probes;

@@ -402,34 +402,7 @@ fn perf_counter(
 mod tests {
     use super::*;
     use crate::frontend::ast::Span;
-
-    struct NoMachine;
-
-    impl Environment for NoMachine {
-        fn expand_tracepoints(&self, c: &str, n: &str) -> Result<Vec<(String, String)>, String> {
-            Ok(vec![(c.into(), n.into())])
-        }
-        fn tracepoint_fields(&self, _: &str, _: &str) -> Result<Vec<TracepointField>, String> {
-            Ok(vec![])
-        }
-        fn functions(&self, b: &str, p: &str) -> Result<(PathBuf, Vec<FunctionTarget>), String> {
-            Ok((
-                PathBuf::from(b),
-                vec![FunctionTarget {
-                    name: p.into(),
-                    file_offset: 0x100,
-                }],
-            ))
-        }
-        fn usdt(
-            &self,
-            _: &str,
-            _: Option<&str>,
-            _: &str,
-        ) -> Result<(PathBuf, Vec<UsdtTarget>), String> {
-            Err("no usdt here".into())
-        }
-    }
+    use crate::frontend::fake_machine::FakeMachine;
 
     fn spec(provider: &str, parts: &[&str]) -> ProbeSpec {
         ProbeSpec {
@@ -442,7 +415,7 @@ mod tests {
     /// Aliases expand to full provider names and timers become perf events.
     #[test]
     fn aliases_and_timers() {
-        let probes = resolve(&spec("p", &["hz", "99"]), &NoMachine).unwrap();
+        let probes = resolve(&spec("p", &["hz", "99"]), &FakeMachine).unwrap();
         assert_eq!(probes[0].name, "profile:hz:99");
         assert!(matches!(
             probes[0].attach,
@@ -452,7 +425,7 @@ mod tests {
                 ..
             }
         ));
-        let probes = resolve(&spec("i", &["ms", "100"]), &NoMachine).unwrap();
+        let probes = resolve(&spec("i", &["ms", "100"]), &FakeMachine).unwrap();
         assert!(matches!(
             probes[0].attach,
             AttachPoint::PerfEvent {
@@ -466,13 +439,13 @@ mod tests {
     /// Uprobe offsets are added to the function's file offset.
     #[test]
     fn uprobe_offset() {
-        let probes = resolve(&spec("uretprobe", &["/bin/x", "f+0x10"]), &NoMachine).unwrap();
+        let probes = resolve(&spec("uretprobe", &["/bin/x", "f+0x10"]), &FakeMachine).unwrap();
         assert_eq!(
             probes[0].attach,
             AttachPoint::Uprobe {
                 binary: "/bin/x".into(),
                 symbol: "f".into(),
-                offset: 0x110,
+                offset: 0x1010,
                 retprobe: true
             }
         );
@@ -482,11 +455,11 @@ mod tests {
     /// Unknown providers, units and events are diagnostics that name them.
     #[test]
     fn bad_specs() {
-        let err = resolve(&spec("kprobez", &["x"]), &NoMachine).unwrap_err();
+        let err = resolve(&spec("kprobez", &["x"]), &FakeMachine).unwrap_err();
         assert!(err.message.contains("kprobez"));
-        let err = resolve(&spec("profile", &["min", "1"]), &NoMachine).unwrap_err();
+        let err = resolve(&spec("profile", &["min", "1"]), &FakeMachine).unwrap_err();
         assert!(err.message.contains("min"));
-        let err = resolve(&spec("software", &["nope"]), &NoMachine).unwrap_err();
+        let err = resolve(&spec("software", &["nope"]), &FakeMachine).unwrap_err();
         assert!(err.message.contains("nope"));
     }
 }

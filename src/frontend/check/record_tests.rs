@@ -2,70 +2,17 @@
 //! names and types, duplicate names, one stack per record, span keys and
 //! ends, and records in BEGIN.
 
-use std::path::PathBuf;
-
 use crate::frontend::check::check;
-use crate::frontend::checked::{CheckedProgram, FieldKind, RecordDecl, StackKind, TracepointField};
+use crate::frontend::checked::{CheckedProgram, RecordDecl, StackKind};
 use crate::frontend::diag::ScriptError;
+use crate::frontend::fake_machine::FakeMachine;
 use crate::frontend::parse;
-use crate::frontend::probes::{Environment, FunctionTarget, UsdtTarget};
 use crate::frontend::types::Type;
-
-/// A machine whose tracepoints have one field, `ret`: a `char[16]` in
-/// `sched:named`, an 8-byte signed integer elsewhere; every binary has every
-/// function.
-struct Machine;
-
-impl Environment for Machine {
-    fn expand_tracepoints(
-        &self,
-        category: &str,
-        name: &str,
-    ) -> Result<Vec<(String, String)>, String> {
-        Ok(vec![(category.to_string(), name.to_string())])
-    }
-
-    fn tracepoint_fields(&self, _: &str, name: &str) -> Result<Vec<TracepointField>, String> {
-        let kind = match name {
-            "named" => FieldKind::CharArray(16),
-            _ => FieldKind::Int {
-                size: 8,
-                signed: true,
-            },
-        };
-        Ok(vec![TracepointField {
-            name: "ret".into(),
-            offset: 16,
-            kind,
-        }])
-    }
-
-    fn functions(
-        &self,
-        binary: &str,
-        pattern: &str,
-    ) -> Result<(PathBuf, Vec<FunctionTarget>), String> {
-        let target = FunctionTarget {
-            name: pattern.into(),
-            file_offset: 0x1000,
-        };
-        Ok((PathBuf::from(binary), vec![target]))
-    }
-
-    fn usdt(
-        &self,
-        _: &str,
-        _: Option<&str>,
-        _: &str,
-    ) -> Result<(PathBuf, Vec<UsdtTarget>), String> {
-        Err("no USDT probes here".into())
-    }
-}
 
 fn checked(source: &str) -> Result<CheckedProgram, Vec<ScriptError>> {
     let script = parse::parse(source, "t.bt")
         .unwrap_or_else(|e| panic!("parse error in test script:\n{}", e.render()));
-    check(&script, &Machine)
+    check(&script, &FakeMachine)
 }
 
 /// The records of `source`, which must check.

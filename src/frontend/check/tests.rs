@@ -1,114 +1,11 @@
 //! Checker tests against a fake machine: type inference for maps and
 //! variables, and the user mistakes the checker reports.
 
-use std::path::PathBuf;
-
-use crate::frontend::checked::{
-    AggFunc, CheckedProgram, FieldKind, MapDecl, MapValueKind, TracepointField, UsdtArgSpec,
-};
+use crate::frontend::checked::{AggFunc, CheckedProgram, MapDecl, MapValueKind};
 use crate::frontend::diag::ScriptError;
+use crate::frontend::fake_machine::FakeMachine;
 use crate::frontend::parse;
-use crate::frontend::probes::{Environment, FunctionTarget, UsdtTarget};
 use crate::frontend::types::Type;
-
-/// A machine with two syscall tracepoints and any function in any binary.
-struct FakeMachine;
-
-const TRACEPOINTS: [&str; 2] = ["sys_enter_openat", "sys_enter_write"];
-
-impl Environment for FakeMachine {
-    fn expand_tracepoints(
-        &self,
-        category: &str,
-        name: &str,
-    ) -> Result<Vec<(String, String)>, String> {
-        let matches = |tp: &str| match name.strip_suffix('*') {
-            Some(prefix) => tp.starts_with(prefix),
-            None => tp == name,
-        };
-        let found: Vec<(String, String)> = TRACEPOINTS
-            .iter()
-            .filter(|tp| category == "syscalls" && matches(tp))
-            .map(|tp| (category.to_string(), tp.to_string()))
-            .collect();
-        if found.is_empty() {
-            Err(format!("no tracepoint matches `{category}:{name}`"))
-        } else {
-            Ok(found)
-        }
-    }
-
-    fn tracepoint_fields(
-        &self,
-        _category: &str,
-        name: &str,
-    ) -> Result<Vec<TracepointField>, String> {
-        let field = |name: &str, offset, kind| TracepointField {
-            name: name.into(),
-            offset,
-            kind,
-        };
-        let int = FieldKind::Int {
-            size: 8,
-            signed: true,
-        };
-        Ok(match name {
-            "sys_enter_openat" => vec![
-                field("dfd", 16, int.clone()),
-                field("filename", 24, FieldKind::Pointer { user: true }),
-                field("flags", 32, int),
-            ],
-            _ => vec![
-                field(
-                    "fd",
-                    16,
-                    FieldKind::Int {
-                        size: 4,
-                        signed: false,
-                    },
-                ),
-                field("buf", 24, FieldKind::Pointer { user: true }),
-                field(
-                    "count",
-                    32,
-                    FieldKind::Int {
-                        size: 8,
-                        signed: false,
-                    },
-                ),
-            ],
-        })
-    }
-
-    fn functions(
-        &self,
-        binary: &str,
-        pattern: &str,
-    ) -> Result<(PathBuf, Vec<FunctionTarget>), String> {
-        let target = FunctionTarget {
-            name: pattern.into(),
-            file_offset: 0x1000,
-        };
-        Ok((PathBuf::from(binary), vec![target]))
-    }
-
-    fn usdt(
-        &self,
-        _: &str,
-        _: Option<&str>,
-        name: &str,
-    ) -> Result<(PathBuf, Vec<UsdtTarget>), String> {
-        let arg = UsdtArgSpec::Constant(1);
-        let target = UsdtTarget {
-            provider: "p".into(),
-            name: name.into(),
-            file_offset: 0,
-            semaphore_offset: 0,
-            args: vec![arg],
-        };
-        Ok((PathBuf::from("/bin/x"), vec![target]))
-    }
-}
 
 /// Parses and checks `source` against [`FakeMachine`].
 #[track_caller]
