@@ -8,7 +8,7 @@
 pub struct StringId(pub u32);
 
 /// Index into the capture's thread table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ThreadId(pub u32);
 
 /// Index into the capture's stack table.
@@ -20,7 +20,7 @@ pub struct StackId(pub u32);
 pub struct FrameId(pub u32);
 
 /// Index into the capture's record schemas.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RecordId(pub u32);
 
 /// Facts about the capture as a whole, written first.
@@ -134,7 +134,7 @@ pub struct Symbol {
 }
 
 /// One event, timestamps relative to `CaptureInfo::start_monotonic_ns`.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Event {
     pub ts_ns: u64,
     pub cpu: u32,

@@ -237,15 +237,7 @@ impl CaptureReader {
         mut f: impl FnMut(&Event) -> ControlFlow<()>,
     ) -> Result<(), CaptureError> {
         let mut payload = Vec::new();
-        let mut event = Event {
-            ts_ns: 0,
-            cpu: 0,
-            thread: ThreadId(0),
-            record: RecordId(0),
-            duration_ns: None,
-            values: Vec::new(),
-            stack: None,
-        };
+        let mut event = Event::default();
         for chunk in &self.events_chunks {
             let start = chunk.offset + CHUNK_HEADER_LEN as u64;
             payload.resize(chunk.header.payload_len as usize, 0);

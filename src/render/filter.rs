@@ -34,17 +34,12 @@ impl Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::model::{RecordId, StringId, ThreadId};
+    use crate::capture::model::StringId;
 
     fn event(ts_ns: u64) -> Event {
         Event {
             ts_ns,
-            cpu: 0,
-            thread: ThreadId(0),
-            record: RecordId(0),
-            duration_ns: None,
-            values: vec![],
-            stack: None,
+            ..Event::default()
         }
     }
 

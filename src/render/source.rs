@@ -362,15 +362,7 @@ mod fake {
                 }
             }
             if let Some((count, make)) = self.generated {
-                let mut event = Event {
-                    ts_ns: 0,
-                    cpu: 0,
-                    thread: ThreadId(0),
-                    record: RecordId(0),
-                    duration_ns: None,
-                    values: vec![],
-                    stack: None,
-                };
+                let mut event = Event::default();
                 for index in 0..count {
                     make(index, &mut event);
                     if f(&event).is_break() {
