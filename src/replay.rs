@@ -112,6 +112,7 @@ pub fn capture_info(source: &Source) -> CaptureInfo {
         start_monotonic_ns: 0,
         start_realtime_ns: 0,
         wprof_version: env!("CARGO_PKG_VERSION").to_string(),
+        settings: Default::default(),
     }
 }
 

@@ -56,7 +56,7 @@ pub enum CaptureError {
 pub const MAGIC: [u8; 8] = *b"\x89WPROF\r\n";
 
 /// The format version this build writes and the newest it reads.
-pub const VERSION: Version = Version { major: 1, minor: 0 };
+pub const VERSION: Version = Version { major: 2, minor: 0 };
 
 /// Length of the file header: magic, major, minor, CRC32 of the first 12 bytes.
 pub const FILE_HEADER_LEN: usize = 16;

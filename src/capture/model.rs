@@ -41,6 +41,25 @@ pub struct CaptureInfo {
     pub start_realtime_ns: u64,
     /// The wprof version that wrote the capture.
     pub wprof_version: String,
+    /// What was asked for: features, stacks, counters, filters, activation.
+    pub settings: CaptureSettings,
+}
+
+/// The capture's system-tracking settings as the user gave them (canonical
+/// command-line spellings), so replay and `-I` can show and re-apply them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaptureSettings {
+    /// Enabled features: `sched`, `wakeup`, `task-life`, `hardirq`, `softirq`, `wq`.
+    pub features: Vec<String>,
+    /// Stack kinds: `timer=100hz`, `offcpu`, `waker`, `probe`, `pmu=EVENT@RATE`.
+    pub stacks: Vec<String>,
+    /// PMU counters read at context switches and IRQ boundaries, as given to `--pmu`.
+    pub pmu: Vec<String>,
+    /// Task filters as command-line arguments, e.g. `-p 42`, `-N kworker*`, `--no-idle`.
+    pub filters: Vec<String>,
+    /// `--prepare` / `--activate` specs as given.
+    pub prepare: Option<String>,
+    pub activate: Option<String>,
 }
 
 /// How one kind of event is laid out: made from a record block (`< ... >`) or a span.
@@ -54,6 +73,16 @@ pub struct RecordSchema {
     pub fields: Vec<FieldSchema>,
     /// Whether events carry a stack.
     pub has_stack: bool,
+    pub origin: RecordOrigin,
+}
+
+/// Who defined a record: the user's script, or one of wprof's built-in
+/// trackers (`probes/*.wp`), whose records renderers understand by name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecordOrigin {
+    #[default]
+    Script,
+    Tracker,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +104,8 @@ pub enum FieldType {
     Int,
     UInt,
     Str,
+    /// A task, recorded as its tid and stored as the thread it was then.
+    Thread,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,10 +113,11 @@ pub enum FieldValue {
     Int(i64),
     UInt(u64),
     Str(StringId),
+    Thread(ThreadId),
 }
 
 /// A thread as first seen (or renamed).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Thread {
     pub tid: u32,
     pub pid: u32,
@@ -93,6 +125,21 @@ pub struct Thread {
     pub name: StringId,
     /// The process's name (its main thread's `comm`).
     pub process_name: StringId,
+    /// The parent process's pid, 0 when unknown.
+    pub ppid: u32,
+    /// A kernel thread (no user address space).
+    pub kthread: bool,
+}
+
+/// A thread's identity as the writer takes it, before its names are interned.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadInfo<'a> {
+    pub tid: u32,
+    pub pid: u32,
+    pub ppid: u32,
+    pub kthread: bool,
+    pub name: &'a str,
+    pub process_name: &'a str,
 }
 
 /// A call stack, innermost frame first.

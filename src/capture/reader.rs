@@ -16,9 +16,9 @@ use super::format::{
     HeaderProblem, MAGIC, Malformed, VERSION, Version, parse_file_header,
 };
 use super::model::{
-    CaptureInfo, CaptureStats, DropReason, Event, FieldSchema, FieldType, FieldValue, FrameAddr,
-    FrameId, RecordId, RecordKind, RecordSchema, Stack, StackId, StringId, Symbol, Thread,
-    ThreadId,
+    CaptureInfo, CaptureSettings, CaptureStats, DropReason, Event, FieldSchema, FieldType,
+    FieldValue, FrameAddr, FrameId, RecordId, RecordKind, RecordOrigin, RecordSchema, Stack,
+    StackId, StringId, Symbol, Thread, ThreadId,
 };
 use super::writer::drop_reason_code;
 
@@ -587,6 +587,7 @@ fn decode_event(
             FieldType::Int => FieldValue::Int(d.ivarint()?),
             FieldType::UInt => FieldValue::UInt(d.uvarint()?),
             FieldType::Str => FieldValue::Str(StringId(d.index(limits.strings, "string")?)),
+            FieldType::Thread => FieldValue::Thread(ThreadId(d.index(limits.threads, "thread")?)),
         });
     }
     event.stack = if key & 2 != 0 {
@@ -613,6 +614,27 @@ fn decode_info(d: &mut Decoder) -> Result<CaptureInfo, Malformed> {
         start_monotonic_ns: d.uvarint()?,
         start_realtime_ns: d.uvarint()?,
         wprof_version: d.string()?,
+        settings: decode_settings(d)?,
+    })
+}
+
+fn decode_settings(d: &mut Decoder) -> Result<CaptureSettings, Malformed> {
+    let mut list = || -> Result<Vec<String>, Malformed> {
+        let n = d.count()?;
+        (0..n).map(|_| d.string()).collect()
+    };
+    let (features, stacks, pmu, filters) = (list()?, list()?, list()?, list()?);
+    let mut spec = || -> Result<Option<String>, Malformed> {
+        let s = d.string()?;
+        Ok((!s.is_empty()).then_some(s))
+    };
+    Ok(CaptureSettings {
+        features,
+        stacks,
+        pmu,
+        filters,
+        prepare: spec()?,
+        activate: spec()?,
     })
 }
 
@@ -632,6 +654,7 @@ fn decode_schema(d: &mut Decoder) -> Result<RecordSchema, Malformed> {
             0 => FieldType::Int,
             1 => FieldType::UInt,
             2 => FieldType::Str,
+            3 => FieldType::Thread,
             t => return Err(d.error(format!("unknown field type {t}"))),
         };
         fields.push(FieldSchema { name, ty });
@@ -641,12 +664,18 @@ fn decode_schema(d: &mut Decoder) -> Result<RecordSchema, Malformed> {
         1 => true,
         b => return Err(d.error(format!("has_stack is {b}, not 0 or 1"))),
     };
+    let origin = match d.u8()? {
+        0 => RecordOrigin::Script,
+        1 => RecordOrigin::Tracker,
+        o => return Err(d.error(format!("unknown record origin {o}"))),
+    };
     Ok(RecordSchema {
         probe,
         name,
         kind,
         fields,
         has_stack,
+        origin,
     })
 }
 
@@ -656,6 +685,12 @@ fn decode_thread(d: &mut Decoder, strings: usize) -> Result<Thread, Malformed> {
         pid: d.u32()?,
         name: StringId(d.index(strings, "string")?),
         process_name: StringId(d.index(strings, "string")?),
+        ppid: d.u32()?,
+        kthread: match d.u8()? {
+            0 => false,
+            1 => true,
+            b => return Err(d.error(format!("kthread is {b}, not 0 or 1"))),
+        },
     })
 }
 

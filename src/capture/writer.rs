@@ -14,7 +14,8 @@ use super::format::{
 };
 use super::model::{
     CaptureInfo, CaptureStats, DropReason, Event, FieldType, FieldValue, FrameAddr, FrameId,
-    RecordKind, RecordSchema, StackId, StringId, Symbol, Thread, ThreadId,
+    RecordKind, RecordOrigin, RecordSchema, StackId, StringId, Symbol, Thread, ThreadId,
+    ThreadInfo,
 };
 
 /// Events are cut into chunks of about this many payload bytes: small enough
@@ -28,7 +29,7 @@ pub struct CaptureWriter<W: Write> {
     schemas: Vec<RecordSchema>,
     strings: Vec<Arc<str>>,
     string_ids: HashMap<Arc<str>, StringId>,
-    threads: HashMap<(u32, u32, StringId, StringId), ThreadId>,
+    threads: HashMap<Thread, ThreadId>,
     frames: Vec<FrameAddr>,
     frame_ids: HashMap<FrameAddr, FrameId>,
     stacks: HashMap<Box<[FrameId]>, StackId>,
@@ -212,27 +213,22 @@ impl<W: Write> CaptureWriter<W> {
 
     /// The id of a thread; the same identity (including both names) gives
     /// the same id, a rename makes a new entry.
-    pub fn thread(&mut self, tid: u32, pid: u32, name: &str, process_name: &str) -> ThreadId {
-        let name = self.intern(name);
-        let process_name = self.intern(process_name);
+    pub fn thread(&mut self, info: &ThreadInfo) -> ThreadId {
+        let thread = Thread {
+            tid: info.tid,
+            pid: info.pid,
+            name: self.intern(info.name),
+            process_name: self.intern(info.process_name),
+            ppid: info.ppid,
+            kthread: info.kthread,
+        };
         let next = next_id(self.threads.len(), "threads");
         let pending = &mut self.pending[THREADS];
-        *self
-            .threads
-            .entry((tid, pid, name, process_name))
-            .or_insert_with(|| {
-                encode_thread(
-                    &mut pending.payload,
-                    &Thread {
-                        tid,
-                        pid,
-                        name,
-                        process_name,
-                    },
-                );
-                pending.items += 1;
-                ThreadId(next)
-            })
+        *self.threads.entry(thread).or_insert_with_key(|thread| {
+            encode_thread(&mut pending.payload, thread);
+            pending.items += 1;
+            ThreadId(next)
+        })
     }
 
     /// The id of a code address; equal addresses share one id.
@@ -295,6 +291,7 @@ impl<W: Write> CaptureWriter<W> {
                 FieldValue::Int(v) => put_ivarint(out, v),
                 FieldValue::UInt(v) => put_uvarint(out, v),
                 FieldValue::Str(id) => put_uvarint(out, u64::from(id.0)),
+                FieldValue::Thread(id) => put_uvarint(out, u64::from(id.0)),
             }
         }
         if let Some(stack) = event.stack {
@@ -327,6 +324,7 @@ impl<W: Write> CaptureWriter<W> {
                     true
                 }
                 (FieldValue::Str(id), FieldType::Str) => (id.0 as usize) < self.strings.len(),
+                (FieldValue::Thread(id), FieldType::Thread) => (id.0 as usize) < self.threads.len(),
                 _ => false,
             };
             if !fits {
@@ -437,6 +435,21 @@ fn encode_info(out: &mut Vec<u8>, info: &CaptureInfo) {
     put_uvarint(out, info.start_monotonic_ns);
     put_uvarint(out, info.start_realtime_ns);
     put_bytes(out, info.wprof_version.as_bytes());
+    let settings = &info.settings;
+    for list in [
+        &settings.features,
+        &settings.stacks,
+        &settings.pmu,
+        &settings.filters,
+    ] {
+        put_uvarint(out, list.len() as u64);
+        for item in list {
+            put_bytes(out, item.as_bytes());
+        }
+    }
+    for spec in [&settings.prepare, &settings.activate] {
+        put_bytes(out, spec.as_deref().unwrap_or("").as_bytes());
+    }
 }
 
 fn encode_schema(out: &mut Vec<u8>, schema: &RecordSchema) {
@@ -453,9 +466,14 @@ fn encode_schema(out: &mut Vec<u8>, schema: &RecordSchema) {
             FieldType::Int => 0,
             FieldType::UInt => 1,
             FieldType::Str => 2,
+            FieldType::Thread => 3,
         });
     }
     out.push(u8::from(schema.has_stack));
+    out.push(match schema.origin {
+        RecordOrigin::Script => 0,
+        RecordOrigin::Tracker => 1,
+    });
 }
 
 fn encode_thread(out: &mut Vec<u8>, thread: &Thread) {
@@ -463,6 +481,8 @@ fn encode_thread(out: &mut Vec<u8>, thread: &Thread) {
     put_uvarint(out, u64::from(thread.pid));
     put_uvarint(out, u64::from(thread.name.0));
     put_uvarint(out, u64::from(thread.process_name.0));
+    put_uvarint(out, u64::from(thread.ppid));
+    out.push(u8::from(thread.kthread));
 }
 
 fn encode_frame(out: &mut Vec<u8>, frame: &FrameAddr) {

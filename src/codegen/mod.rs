@@ -18,7 +18,7 @@ pub mod program;
 mod prune;
 pub mod regalloc;
 
-use crate::capture::model::{FieldSchema, FieldType, RecordKind, RecordSchema};
+use crate::capture::model::{FieldSchema, FieldType, RecordKind, RecordOrigin, RecordSchema};
 use crate::frontend::checked::{CheckedProgram, RecordDecl};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::types::Type;
@@ -91,6 +91,7 @@ fn record_schema(decl: &RecordDecl) -> RecordSchema {
         })
         .collect();
     RecordSchema {
+        origin: RecordOrigin::Script,
         probe: decl.probe.clone(),
         name: decl.name.clone(),
         kind: if decl.is_span {

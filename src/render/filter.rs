@@ -49,6 +49,8 @@ mod tests {
             pid,
             name: StringId(0),
             process_name: StringId(0),
+            ppid: 0,
+            kthread: false,
         }
     }
 

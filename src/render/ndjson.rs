@@ -168,6 +168,7 @@ impl<'a> LineWriter<'a> {
                     FieldType::Int => br#","type":"int"}"#,
                     FieldType::UInt => br#","type":"uint"}"#,
                     FieldType::Str => br#","type":"str"}"#,
+                    FieldType::Thread => br#","type":"thread"}"#,
                 });
             }
             buf.extend_from_slice(br#"],"stack":"#);
@@ -239,6 +240,7 @@ impl<'a> LineWriter<'a> {
                 FieldValue::Int(value) => write_i64(buf, value),
                 FieldValue::UInt(value) => write_u64(buf, value),
                 FieldValue::Str(id) => write_str(buf, self.source.string(id).as_bytes()),
+                FieldValue::Thread(id) => write_u64(buf, self.source.thread(id).tid.into()),
             }
         }
         buf.push(b'}');

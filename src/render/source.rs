@@ -83,6 +83,7 @@ mod fake {
     use super::*;
     use crate::capture::model::{
         DropReason, FieldSchema, FieldType, FieldValue, FieldValue as V, RecordId, RecordKind,
+        RecordOrigin,
     };
 
     /// Fills the reused event with the event at an index.
@@ -127,6 +128,7 @@ mod fake {
                     start_monotonic_ns: 1_000_000_000,
                     start_realtime_ns: 1_781_094_600_123_456_789,
                     wprof_version: "0.1.0".into(),
+                    settings: Default::default(),
                 },
                 stats: Some(CaptureStats {
                     events: 0,
@@ -228,6 +230,8 @@ mod fake {
                 pid,
                 name,
                 process_name,
+                ppid: 0,
+                kthread: false,
             });
             ThreadId(self.threads.len() as u32 - 1)
         }
@@ -252,6 +256,7 @@ mod fake {
                     })
                     .collect(),
                 has_stack,
+                origin: RecordOrigin::Script,
             });
             RecordId(self.schemas.len() as u32 - 1)
         }

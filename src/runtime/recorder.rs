@@ -175,7 +175,13 @@ impl Recorder {
         } else {
             process_name(pid).unwrap_or_else(|| name.clone())
         };
-        let id = self.writer.thread(tid, pid, &name, &process);
+        let id = self.writer.thread(&ThreadInfo {
+            tid,
+            pid,
+            name: &name,
+            process_name: &process,
+            ..ThreadInfo::default()
+        });
         self.threads.insert((tid, comm), id);
         id
     }

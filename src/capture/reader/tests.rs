@@ -3,7 +3,7 @@
 use super::*;
 use crate::capture::format::{VERSION, file_header};
 use crate::capture::writer::CaptureWriter;
-use crate::capture::writer::tests::{Sample, info, sample, schemas};
+use crate::capture::writer::tests::{Sample, info, sample, schemas, thread_info};
 use std::time::Instant;
 
 /// Writes `bytes` to a fresh file and opens it.
@@ -259,7 +259,7 @@ fn newer_versions() {
     );
     let text = err.to_string();
     assert!(
-        text.contains("format 2.0") && text.contains("format 1.0"),
+        text.contains("format 3.0") && text.contains("format 2.0"),
         "{text}"
     );
 
@@ -293,7 +293,7 @@ fn killed_writer_replays_flushed_events() {
     let path = dir.path().join("wprof.data");
     let s = sample(1 << 20);
     let mut w = CaptureWriter::create(&path, &s.info, &s.schemas).unwrap();
-    let thread = w.thread(1, 1, "t", "p");
+    let thread = w.thread(&thread_info(1, 1, "t", "p"));
     let event = |ts_ns| Event {
         ts_ns,
         cpu: 1,
@@ -360,7 +360,9 @@ fn decode_throughput() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("wprof.data");
     let mut w = CaptureWriter::create(&path, &info(), &schemas()).unwrap();
-    let threads: Vec<ThreadId> = (0..64).map(|i| w.thread(i, i, "t", "p")).collect();
+    let threads: Vec<ThreadId> = (0..64)
+        .map(|i| w.thread(&thread_info(i, i, "t", "p")))
+        .collect();
     let stack = w.stack(&[]);
     let n = 2_000_000u64;
     for i in 0..n {

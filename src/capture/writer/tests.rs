@@ -1,7 +1,7 @@
 //! Tests of the capture writer, and sample captures other tests reuse.
 
 use super::*;
-use crate::capture::model::{FieldSchema, RecordId};
+use crate::capture::model::{CaptureSettings, FieldSchema, RecordId};
 
 /// A capture with every kind of entry, and what was put into it.
 pub(crate) struct Sample {
@@ -32,6 +32,7 @@ pub(crate) fn schemas() -> Vec<RecordSchema> {
                 field("delta", FieldType::Int),
             ],
             has_stack: true,
+            origin: RecordOrigin::Script,
         },
         RecordSchema {
             probe: "tracepoint:syscalls:sys_enter_read".into(),
@@ -39,6 +40,7 @@ pub(crate) fn schemas() -> Vec<RecordSchema> {
             kind: RecordKind::Span,
             fields: vec![field("fd", FieldType::Int), field("path", FieldType::Str)],
             has_stack: false,
+            origin: RecordOrigin::Script,
         },
         RecordSchema {
             probe: "profile:hz:99".into(),
@@ -46,8 +48,24 @@ pub(crate) fn schemas() -> Vec<RecordSchema> {
             kind: RecordKind::Instant,
             fields: vec![],
             has_stack: false,
+            origin: RecordOrigin::Script,
         },
     ]
+}
+
+pub(crate) fn thread_info<'a>(
+    tid: u32,
+    pid: u32,
+    name: &'a str,
+    process_name: &'a str,
+) -> ThreadInfo<'a> {
+    ThreadInfo {
+        tid,
+        pid,
+        name,
+        process_name,
+        ..ThreadInfo::default()
+    }
 }
 
 pub(crate) fn info() -> CaptureInfo {
@@ -66,6 +84,14 @@ pub(crate) fn info() -> CaptureInfo {
         start_monotonic_ns: 123_456_789_000,
         start_realtime_ns: u64::MAX,
         wprof_version: "0.1.0".into(),
+        settings: CaptureSettings {
+            features: vec!["sched".into(), "wq".into()],
+            stacks: vec!["timer=100hz".into()],
+            pmu: vec!["sw:page-faults".into()],
+            filters: vec!["-p 42".into(), "--no-idle".into()],
+            prepare: None,
+            activate: Some("+1s".into()),
+        },
     }
 }
 
@@ -96,9 +122,9 @@ fn fill<W: Write>(w: &mut CaptureWriter<W>, s: &mut Sample) -> Result<(), Captur
     ];
     for i in 0..240u64 {
         let thread = match i % 5 {
-            0 => w.thread(100, 100, "main", "app"),
-            1 => w.thread(101, 100, &format!("worker-{}", i % 3), "app"),
-            _ => w.thread(7, 7, "", ""),
+            0 => w.thread(&thread_info(100, 100, "main", "app")),
+            1 => w.thread(&thread_info(101, 100, &format!("worker-{}", i % 3), "app")),
+            _ => w.thread(&thread_info(7, 7, "", "")),
         };
         let f: Vec<FrameId> = (0..(i % 4))
             .map(|k| w.frame(frames[((i + k) % 5) as usize].clone()))
@@ -188,19 +214,11 @@ pub(crate) fn sample(chunk_bytes: usize) -> Sample {
     s.strings = (0..w.strings.len() as u32)
         .map(|i| (StringId(i), w.string(StringId(i)).to_owned()))
         .collect();
-    let mut threads: Vec<_> = w.threads.iter().map(|(k, v)| (*v, *k)).collect();
+    let mut threads: Vec<_> = w.threads.iter().map(|(k, v)| (*v, k)).collect();
     threads.sort_by_key(|(id, _)| *id);
     s.threads = threads
         .into_iter()
-        .map(|(id, (tid, pid, name, process_name))| {
-            let t = Thread {
-                tid,
-                pid,
-                name,
-                process_name,
-            };
-            (id, t)
-        })
+        .map(|(id, thread)| (id, thread.clone()))
         .collect();
     s.stacks = w.stacks.iter().map(|(k, v)| (*v, k.to_vec())).collect();
     s.stacks.sort_by_key(|(id, _)| *id);
@@ -224,9 +242,9 @@ fn dedups_tables() {
     let mut w = CaptureWriter::new(Vec::new(), &info(), &schemas()).unwrap();
     assert_eq!(w.intern("a"), w.intern("a"));
     assert_ne!(w.intern("a"), w.intern("b"));
-    let t = w.thread(1, 1, "x", "p");
-    assert_eq!(w.thread(1, 1, "x", "p"), t);
-    assert_ne!(w.thread(1, 1, "renamed", "p"), t);
+    let t = w.thread(&thread_info(1, 1, "x", "p"));
+    assert_eq!(w.thread(&thread_info(1, 1, "x", "p")), t);
+    assert_ne!(w.thread(&thread_info(1, 1, "renamed", "p")), t);
     let k = FrameAddr::Kernel { addr: 1 };
     let f = w.frame(k.clone());
     assert_eq!(w.frame(k), f);
@@ -241,7 +259,7 @@ fn dedups_tables() {
 #[test]
 fn rejects_bad_events() {
     let mut w = CaptureWriter::new(Vec::new(), &info(), &schemas()).unwrap();
-    let thread = w.thread(1, 1, "t", "p");
+    let thread = w.thread(&thread_info(1, 1, "t", "p"));
     let good = Event {
         ts_ns: 1,
         cpu: 0,
@@ -312,12 +330,12 @@ fn bytes_per_event() {
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     let threads: Vec<ThreadId> = (0..300)
         .map(|i| {
-            w.thread(
+            w.thread(&thread_info(
                 1000 + i,
                 1000 + i / 10,
                 &format!("t{i}"),
                 &format!("p{}", i / 10),
-            )
+            ))
         })
         .collect();
     let stacks: Vec<StackId> = (0..500u64)

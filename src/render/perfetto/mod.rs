@@ -310,6 +310,7 @@ impl<'a> Renderer<'a> {
                 FieldValue::Str(id) => {
                     AnnotationValue::StringIid(self.interner.string_value(source, id))
                 }
+                FieldValue::Thread(id) => AnnotationValue::Uint(source.thread(id).tid.into()),
             };
             let name_iid = self.interner.record(source, event.record).fields[i];
             self.annotations.push((name_iid, value));
