@@ -8,6 +8,7 @@ pub mod checked;
 pub mod diag;
 #[cfg(test)]
 mod fake_machine;
+pub mod options;
 pub mod parse;
 pub mod positional;
 pub mod probes;

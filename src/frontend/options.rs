@@ -1,0 +1,53 @@
+//! Command-line settings that shape how scripts compile: which `stack(KIND)`
+//! items capture, which counters `pmu` reads, and which tasks `selected()`
+//! accepts. Built-in trackers and user scripts see the same options.
+
+use std::collections::BTreeSet;
+
+use crate::codegen::program::PerfEvent;
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CompileOptions {
+    /// Stack kinds turned on with `-S` (`timer`, `offcpu`, `waker`, `probe`,
+    /// `pmu`): a `stack(KIND)` record item captures only when its kind is here.
+    pub stacks: BTreeSet<String>,
+    /// Counters the `pmu` record item reads, in `--pmu` order.
+    pub pmu: Vec<PmuCounter>,
+    /// The tasks `selected(task)` accepts.
+    pub filter: TaskFilter,
+}
+
+/// One `--pmu` counter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PmuCounter {
+    /// The name as given (`sw:page-faults`, `cpu-cycles`, `r003c`): field
+    /// names derive from it.
+    pub name: String,
+    pub event: PerfEvent,
+}
+
+/// Task filters; see docs/system-tracking.md for how they combine.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskFilter {
+    /// `-p` / `-P`: process ids.
+    pub pids: Vec<u32>,
+    pub no_pids: Vec<u32>,
+    /// `--tid` / `--no-tid`: thread ids.
+    pub tids: Vec<u32>,
+    pub no_tids: Vec<u32>,
+    /// `-n` / `-N`: globs (`*`, `?`) matched against the thread name or the
+    /// process name.
+    pub names: Vec<String>,
+    pub no_names: Vec<String>,
+    /// `--idle` (Some(true)) / `--no-idle` (Some(false)).
+    pub idle: Option<bool>,
+    /// `--kthread` / `--no-kthread`.
+    pub kthread: Option<bool>,
+}
+
+impl TaskFilter {
+    /// Whether no filter is given: every task is selected.
+    pub fn is_empty(&self) -> bool {
+        *self == TaskFilter::default()
+    }
+}
