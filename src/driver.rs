@@ -6,6 +6,7 @@ use crate::codegen::listing::instruction_span;
 use crate::codegen::program::{AttachPoint, Compiled};
 use crate::frontend::checked::CheckedProgram;
 use crate::frontend::diag::{ScriptError, ScriptErrors};
+use crate::frontend::options::CompileOptions;
 use crate::frontend::probes::Environment;
 use crate::frontend::{check, parse, positional};
 use crate::runtime::features::KernelFeatures;
@@ -27,7 +28,7 @@ pub fn compile(
     let errors = |errors| ScriptErrors::new(&source.name, &source.text, errors);
     let mut script = parse::parse(&source.text, &source.name)?;
     positional::substitute(&mut script, params);
-    let checked = check::check(&script, env).map_err(errors)?;
+    let checked = check::check(&script, env, &CompileOptions::default()).map_err(errors)?;
     let compiled = crate::codegen::compile(&checked).map_err(errors)?;
     Ok((checked, compiled))
 }

@@ -57,7 +57,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     }
     let (source, params) = read_source(&cli)?;
     let _ = tracefs::ensure_mounted();
-    let env = SystemEnvironment { pid: cli.pid };
+    let env = SystemEnvironment::new(cli.pid);
     let (checked, compiled) = driver::compile(&source, &params, &env)?;
     if cli.dump_bpf {
         let mut out = io::stdout().lock();

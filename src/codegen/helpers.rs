@@ -21,3 +21,9 @@ pub const BPF_ANY: i64 = 0;
 pub const GET_STACKID: u32 = 27;
 /// `flags` for `bpf_get_stackid`: the user stack instead of the kernel's.
 pub const BPF_F_USER_STACK: i64 = 1 << 8;
+pub const GET_CURRENT_TASK: u32 = 35;
+pub const TASK_STORAGE_GET: u32 = 156;
+pub const TASK_STORAGE_DELETE: u32 = 157;
+pub const GET_CURRENT_TASK_BTF: u32 = 158;
+/// `flags` for `bpf_task_storage_get`: create the value when absent.
+pub const LOCAL_STORAGE_GET_F_CREATE: i64 = 1;

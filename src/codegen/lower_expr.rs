@@ -3,6 +3,7 @@
 use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
+use crate::codegen::lower_kernel::size_code;
 use crate::codegen::program::GlobalSlot;
 use crate::frontend::ast::{BinOp, UnOp};
 use crate::frontend::check_expr::pt_regs_arg_offset;
@@ -66,6 +67,13 @@ impl Lowerer<'_> {
             TExprKind::ReadStr { ptr, len, user } => {
                 self.read_str(ptr, len.as_deref(), *user, &expr.ty)
             }
+            TExprKind::KernelRead {
+                ptr,
+                offset,
+                load,
+                direct,
+            } => self.kernel_read(ptr, *offset, *load, *direct),
+            TExprKind::Selected(task) => Value::Int(self.selected(task)),
             TExprKind::StrNcmp { lhs, rhs, limit } => {
                 let equal = self.strings_equal(lhs, rhs, *limit);
                 self.alu(AluOp::Xor, equal, Src::Imm(1));
@@ -173,6 +181,7 @@ impl Lowerer<'_> {
                 reg
             }
             Builtin::Probe => self.constant(self.probe_index as u64),
+            Builtin::CurTask => self.curtask(),
         };
         Value::Int(reg)
     }
@@ -207,7 +216,7 @@ impl Lowerer<'_> {
         };
         match &self.probe.context {
             Context::PtRegs => self.emit(load(pt_regs_arg_offset(n) as i16)),
-            Context::U64Array => self.emit(load(8 * n as i16)),
+            Context::U64Array | Context::Btf(_) => self.emit(load(8 * n as i16)),
             Context::Usdt(args) => match args[n as usize].clone() {
                 UsdtArgSpec::Constant(value) => return self.constant(value as u64),
                 UsdtArgSpec::Register {
@@ -258,7 +267,7 @@ impl Lowerer<'_> {
     }
 
     /// Truncate `reg` to `size` bytes, sign- or zero-extending back to 64 bits.
-    fn extend(&mut self, reg: VReg, size: u8, signed: bool) -> VReg {
+    pub(super) fn extend(&mut self, reg: VReg, size: u8, signed: bool) -> VReg {
         if size < 8 {
             let bits = 64 - 8 * i32::from(size);
             self.shift(reg, AluOp::Lsh, bits);
@@ -283,17 +292,11 @@ impl Lowerer<'_> {
         match field.kind {
             FieldKind::Int { size, signed } => {
                 let reg = self.vreg();
-                let size_code = match size {
-                    1 => Size::U8,
-                    2 => Size::U16,
-                    4 => Size::U32,
-                    _ => Size::U64,
-                };
                 self.emit(Inst::Load {
                     dst: reg,
                     base: Base::Reg(ctx),
                     offset,
-                    size: size_code,
+                    size: size_code(size),
                 });
                 Value::Int(self.extend(reg, size, signed))
             }

@@ -1,5 +1,6 @@
 //! Map layouts: how each script map and the internal maps are stored.
 
+use crate::codegen::glob_nfa::{GlobSet, LANE_TABLE_BYTES};
 use crate::codegen::program::{BUILD_ID_FRAME_BYTES, MAX_STACK_DEPTH};
 use crate::codegen::program::{MapId, MapKind, MapSpec, MapValue, ScriptMap};
 use crate::frontend::checked::{AggFunc, CheckedProgram, MapDecl, MapValueKind, StackKind};
@@ -24,6 +25,10 @@ pub struct MapLayouts {
     pub drops: Option<MapId>,
     /// One map of open spans per span, in `SpanRef` order.
     pub spans: Vec<MapId>,
+    /// The NFAs of the task-name filters, and the one-element array holding
+    /// their character tables (when there are name filters).
+    pub glob_set: GlobSet,
+    pub globs: Option<MapId>,
 }
 
 #[derive(Clone, Debug)]
@@ -123,6 +128,11 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
             )
         })
         .collect();
+    let glob_set = GlobSet::build(&program.filter.names, &program.filter.no_names);
+    let globs = (!glob_set.lanes.is_empty()).then(|| {
+        let bytes = LANE_TABLE_BYTES * glob_set.lanes.len() as u32;
+        internal("wprof_globs".into(), MapKind::Array, 4, bytes, 1)
+    });
     let layouts = MapLayouts {
         script,
         ringbuf,
@@ -131,6 +141,8 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         user_stacks,
         drops,
         spans,
+        glob_set,
+        globs,
     };
     (specs, layouts)
 }

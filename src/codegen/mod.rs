@@ -6,13 +6,16 @@
 pub mod asm;
 pub mod disasm;
 mod emit;
+mod glob_nfa;
 mod helpers;
 pub mod ir;
 pub mod listing;
 mod lower;
 mod lower_expr;
+mod lower_kernel;
 mod lower_map;
 mod lower_record;
+mod lower_selected;
 mod maps;
 pub mod program;
 mod prune;
@@ -37,6 +40,11 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
         kernel_stacks: layouts.kernel_stacks,
         user_stacks: layouts.user_stacks,
         drops: layouts.drops,
+        initial_values: layouts
+            .globs
+            .map(|map| (map, layouts.glob_set.table_bytes()))
+            .into_iter()
+            .collect(),
         ..Compiled::default()
     };
     let mut errors = Vec::new();

@@ -32,6 +32,9 @@ pub struct Compiled {
     pub user_stacks: Option<MapId>,
     /// Per-CPU u64 counters of lost events, indexed by `DropReason as u32`.
     pub drops: Option<MapId>,
+    /// Values of one-element arrays written at load, before any program
+    /// runs (the task-name filter tables).
+    pub initial_values: Vec<(MapId, Vec<u8>)>,
 }
 
 /// Slots of the globals map (each a u64), in index order.
@@ -92,6 +95,10 @@ pub enum AttachPoint {
     RawTracepoint {
         name: String,
     },
+    /// A BTF-typed raw tracepoint (`BPF_PROG_TYPE_TRACING`, `BPF_TRACE_RAW_TP`).
+    TpBtf {
+        name: String,
+    },
     Uprobe {
         /// The resolved ELF file.
         binary: PathBuf,
@@ -131,6 +138,7 @@ impl AttachPoint {
             AttachPoint::Begin | AttachPoint::End => "raw_tp".into(),
             AttachPoint::Tracepoint { category, name } => format!("tracepoint/{category}/{name}"),
             AttachPoint::RawTracepoint { name } => format!("raw_tp/{name}"),
+            AttachPoint::TpBtf { name } => format!("tp_btf/{name}"),
             AttachPoint::Uprobe { retprobe, .. } => {
                 if *retprobe { "uretprobe" } else { "uprobe" }.into()
             }

@@ -11,11 +11,17 @@ use crate::frontend::ast::{
 };
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
+use crate::frontend::options::CompileOptions;
 use crate::frontend::probes::{Environment, ResolvedProbe, resolve};
 use crate::frontend::types::Type;
 
-/// Check a parsed script against the machine described by `env`.
-pub fn check(script: &Script, env: &dyn Environment) -> Result<CheckedProgram, Vec<ScriptError>> {
+/// Check a parsed script against the machine described by `env`, with the
+/// command-line `options` that shape it.
+pub fn check(
+    script: &Script,
+    env: &dyn Environment,
+    options: &CompileOptions,
+) -> Result<CheckedProgram, Vec<ScriptError>> {
     let mut errors = Vec::new();
     let mut resolve_all = |specs: &[ProbeSpec]| {
         let mut resolved = Vec::new();
@@ -59,7 +65,7 @@ pub fn check(script: &Script, env: &dyn Environment) -> Result<CheckedProgram, V
         return Err(errors);
     }
 
-    let mut checker = Checker::default();
+    let mut checker = Checker::new(env, options);
     checker.check_all(&sources, script);
     checker.errors.clear();
     checker.final_pass = true;
@@ -70,6 +76,7 @@ pub fn check(script: &Script, env: &dyn Environment) -> Result<CheckedProgram, V
             maps: checker.maps,
             records: checker.records,
             spans: checker.spans,
+            filter: options.filter.clone(),
         })
     } else {
         Err(checker.errors)
@@ -93,8 +100,10 @@ pub(super) enum SourceRole<'a> {
     SpanEnd(SpanRef, Option<&'a Expr>),
 }
 
-#[derive(Default)]
-pub(super) struct Checker {
+pub(super) struct Checker<'e> {
+    /// The machine: kernel types come from here on demand.
+    pub(super) env: &'e dyn Environment,
+    pub(super) options: &'e CompileOptions,
     pub(super) errors: Vec<ScriptError>,
     /// In the first pass errors are dropped and unknown types are assumed.
     pub(super) final_pass: bool,
@@ -117,7 +126,22 @@ pub(super) struct ProbeState {
     pub(super) loop_depth: u32,
 }
 
-impl Checker {
+impl<'e> Checker<'e> {
+    fn new(env: &'e dyn Environment, options: &'e CompileOptions) -> Self {
+        Checker {
+            env,
+            options,
+            errors: Vec::new(),
+            final_pass: false,
+            maps: Vec::new(),
+            map_index: HashMap::new(),
+            records: Vec::new(),
+            spans: Vec::new(),
+            var_types: HashMap::new(),
+            probe: ProbeState::default(),
+        }
+    }
+
     fn check_all(&mut self, sources: &[Source], script: &Script) -> Vec<CheckedProbe> {
         self.records.clear();
         self.spans = script

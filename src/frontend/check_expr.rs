@@ -3,6 +3,7 @@
 
 use crate::frontend::ast::{BinOp, Expr, ExprKind, Span, TypeName, UnOp};
 use crate::frontend::check::Checker;
+use crate::frontend::check_kernel::is_args;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
 use crate::frontend::types::{COMM_LEN, STRING_LEN, Type};
@@ -11,7 +12,7 @@ use crate::output::printf;
 /// Registers holding the first six arguments in `struct pt_regs` (x86-64).
 const PT_REGS_ARGS: [u16; 6] = [112, 104, 96, 88, 72, 64];
 
-impl Checker {
+impl Checker<'_> {
     /// An expression used as a truth value.
     pub(super) fn condition(&mut self, expr: &Expr) -> TExpr {
         match self.expr(expr) {
@@ -144,6 +145,7 @@ impl Checker {
             "cpid" => builtin(Builtin::Cpid, Type::U64),
             "rand" => builtin(Builtin::Rand, Type::U64),
             "probe" => builtin(Builtin::Probe, Type::Probe),
+            "curtask" => self.curtask(span),
             "retval" => {
                 let probe = self.resolved();
                 if !(probe.is_return
@@ -183,11 +185,13 @@ impl Checker {
             Context::PtRegs => !probe.is_return && (n as usize) < PT_REGS_ARGS.len(),
             Context::U64Array => n < 12,
             Context::Usdt(args) => (n as usize) < args.len(),
-            Context::Plain | Context::Tracepoint(_) => false,
+            Context::Plain | Context::Tracepoint(_) | Context::Btf(_) => false,
         };
         if !ok {
             let why = match &probe.context {
-                Context::Tracepoint(_) => "tracepoints have `args.FIELD` instead".to_string(),
+                Context::Tracepoint(_) | Context::Btf(_) => {
+                    "tracepoints have `args.FIELD` instead".to_string()
+                }
                 Context::Usdt(args) => format!("this USDT probe has {} arguments", args.len()),
                 Context::PtRegs if probe.is_return => {
                     "return probes have `retval` instead".to_string()
@@ -311,9 +315,11 @@ impl Checker {
     }
 
     fn field(&mut self, base: &Expr, field: &str, span: Span) -> Option<TExpr> {
-        if !matches!(&base.kind, ExprKind::Ident(name) if name == "args") {
-            let base = self.expr(base)?;
-            return self.fail(span, &format!("`{}` has no field `{field}`", base.ty));
+        if !is_args(base) {
+            return self.kernel_member(base, field, span);
+        }
+        if let Context::Btf(args) = &self.resolved().context {
+            return self.btf_arg(&args.clone(), field, span);
         }
         let Context::Tracepoint(fields) = &self.resolved().context else {
             return self.fail(span, "`args.FIELD` is only available in tracepoint probes");
@@ -341,6 +347,9 @@ impl Checker {
 
     fn cast(&mut self, ty: &TypeName, inner: &Expr, span: Span) -> Option<TExpr> {
         let expr = self.expr(inner)?;
+        if ty.pointer_depth > 0 && ty.name.starts_with("struct ") {
+            return self.kernel_cast(ty, expr, span);
+        }
         let target = match (ty.name.as_str(), ty.pointer_depth) {
             (name, 0) => int_type(name),
             _ => None,
@@ -369,6 +378,8 @@ impl Checker {
         match name {
             "str" => self.str_call(args, span),
             "strncmp" => self.strncmp(args, span),
+            "ksym" => self.ksym(args, span),
+            "selected" => self.selected(args, span),
             "count" | "sum" | "min" | "max" | "avg" | "stats" | "hist" | "lhist" => self.fail(
                 span,
                 &format!("{name}() must be assigned to a map: `@x = {name}(...)`"),
@@ -664,9 +675,9 @@ impl Checker {
         for (arg, wants_string) in rest.iter().zip(wanted) {
             let arg = self.expr(arg)?;
             let ok = match &arg.ty {
-                Type::Int { .. } | Type::Probe => true,
                 Type::Str { .. } => wants_string,
                 Type::Tuple(_) | Type::Void => false,
+                _ => true,
             };
             if !ok {
                 return self.fail(arg.span, &format!("printf cannot format {} here", arg.ty));

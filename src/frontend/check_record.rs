@@ -7,7 +7,7 @@ use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
 use crate::frontend::types::Type;
 
-impl Checker {
+impl Checker<'_> {
     /// A span before its ends are checked: the key type and fields come from them.
     pub(super) fn declare_span(&mut self, span: &SpanBlock) -> SpanDecl {
         SpanDecl {

@@ -5,6 +5,8 @@
 
 use crate::codegen::program::AttachPoint;
 use crate::frontend::ast::{BinOp, Span, UnOp};
+use crate::frontend::kernel_types::KTypeId;
+use crate::frontend::options::TaskFilter;
 use crate::frontend::types::Type;
 
 /// Only the checker builds this (fields are public for reading).
@@ -15,6 +17,8 @@ pub struct CheckedProgram {
     /// The kinds of capture event the probes record, in `RecordRef` order.
     pub records: Vec<RecordDecl>,
     pub spans: Vec<SpanDecl>,
+    /// The tasks `selected()` accepts.
+    pub filter: TaskFilter,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -164,6 +168,15 @@ pub enum Context {
     Tracepoint(Vec<TracepointField>),
     /// Raw tracepoint and fentry: an array of u64 arguments.
     U64Array,
+    /// `tp_btf`: u64 argument slots typed from kernel BTF.
+    Btf(Vec<BtfArg>),
+}
+
+/// One argument of a BTF tracepoint: slot `index` of the context.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BtfArg {
+    pub name: String,
+    pub ty: KTypeId,
 }
 
 /// Where a USDT argument lives when the probe fires.
@@ -314,12 +327,44 @@ pub enum TExprKind {
         rhs: Box<TExpr>,
         limit: u32,
     },
+    /// A member of a kernel struct at `offset` bytes from `ptr`.
+    KernelRead {
+        ptr: Box<TExpr>,
+        offset: u32,
+        load: KernelLoad,
+        /// A direct load (the verifier knows `ptr`'s BTF type and turns the
+        /// load into a fault-safe one); otherwise `bpf_probe_read_kernel`.
+        direct: bool,
+    },
+    /// `selected(task)`: whether the task passes `CheckedProgram::filter`.
+    Selected(Box<TaskFields>),
     /// `str(ptr[, len])`: read a string from kernel or user memory.
     ReadStr {
         ptr: Box<TExpr>,
         len: Option<Box<TExpr>>,
         user: bool,
     },
+}
+
+/// The members of one task that task filters look at.
+#[derive(Clone, Debug)]
+pub struct TaskFields {
+    /// `task->tgid` (the pid) and `task->pid` (the tid).
+    pub tgid: TExpr,
+    pub tid: TExpr,
+    pub flags: TExpr,
+    pub comm: TExpr,
+    /// `task->group_leader->comm`: the process name.
+    pub leader_comm: TExpr,
+}
+
+/// How a kernel struct member is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelLoad {
+    /// Integers, bools and enums; pointers are unsigned 8-byte ones.
+    Int { size: u8, signed: bool },
+    /// `char[N]` into a string buffer of N bytes.
+    CharArray(u32),
 }
 
 /// Values the probe reads from its surroundings.
@@ -338,4 +383,6 @@ pub enum Builtin {
     /// The index of the probe in `CheckedProgram::probes`.
     Probe,
     Rand,
+    /// The current `struct task_struct *`.
+    CurTask,
 }

@@ -3,13 +3,64 @@
 
 use std::path::PathBuf;
 
-use crate::frontend::checked::{FieldKind, TracepointField, UsdtArgSpec};
+use crate::frontend::checked::{BtfArg, FieldKind, TracepointField, UsdtArgSpec};
+use crate::frontend::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType, close_names};
 use crate::frontend::probes::{Environment, FunctionTarget, UsdtTarget};
 
 /// A machine with a few tracepoints (`syscalls:sys_enter_openat`,
-/// `syscalls:sys_enter_write`, `syscalls:sys_exit_read`, `sched:named`) and
-/// every function in every binary, at file offset 0x1000.
+/// `syscalls:sys_enter_write`, `syscalls:sys_exit_read`, `sched:named`),
+/// every function in every binary, at file offset 0x1000, and a little
+/// kernel BTF: `struct task_struct` (see [`kernel_type`]) and the BTF
+/// tracepoints `sched_switch` and `sched_wakeup`.
 pub struct FakeMachine;
+
+/// Type ids of the fake kernel BTF.
+pub mod ids {
+    use crate::frontend::kernel_types::KTypeId;
+    pub const INT: KTypeId = KTypeId(1);
+    pub const UINT: KTypeId = KTypeId(2);
+    pub const CHAR: KTypeId = KTypeId(3);
+    pub const COMM: KTypeId = KTypeId(4);
+    pub const TASK: KTypeId = KTypeId(5);
+    pub const TASK_PTR: KTypeId = KTypeId(6);
+    pub const BOOL: KTypeId = KTypeId(7);
+    pub const U64: KTypeId = KTypeId(8);
+    pub const SCHED_ENTITY: KTypeId = KTypeId(9);
+    pub const ANON_UNION: KTypeId = KTypeId(10);
+    pub const VOID_PTR: KTypeId = KTypeId(11);
+}
+
+/// `struct task_struct` of the fake kernel: byte offsets chosen for tests.
+fn task_struct() -> KernelKind {
+    let member = |name: &str, ty, offset: u32| KernelMember {
+        name: name.into(),
+        ty,
+        offset_bits: offset * 8,
+        bitfield_bits: None,
+    };
+    let mut members = vec![
+        member("__state", ids::UINT, 0),
+        member("flags", ids::UINT, 4),
+        member("prio", ids::INT, 8),
+        member("pid", ids::INT, 100),
+        member("tgid", ids::INT, 104),
+        member("real_parent", ids::TASK_PTR, 112),
+        member("group_leader", ids::TASK_PTR, 120),
+        member("comm", ids::COMM, 200),
+        member("se", ids::SCHED_ENTITY, 300),
+        member("", ids::ANON_UNION, 400),
+        member("stack", ids::VOID_PTR, 408),
+    ];
+    members.push(KernelMember {
+        bitfield_bits: Some(1),
+        ..member("sched_reset_on_fork", ids::UINT, 500)
+    });
+    KernelKind::Struct {
+        union: false,
+        size: 4096,
+        members,
+    }
+}
 
 const TRACEPOINTS: [(&str, &str); 4] = [
     ("syscalls", "sys_enter_openat"),
@@ -111,5 +162,85 @@ impl Environment for FakeMachine {
             args: vec![arg],
         };
         Ok((PathBuf::from("/bin/x"), vec![target]))
+    }
+
+    fn tp_btf_args(&self, name: &str) -> Result<Vec<BtfArg>, String> {
+        let arg = |name: &str, ty| BtfArg {
+            name: name.into(),
+            ty,
+        };
+        match name {
+            "sched_switch" => Ok(vec![
+                arg("preempt", ids::BOOL),
+                arg("prev", ids::TASK_PTR),
+                arg("next", ids::TASK_PTR),
+                arg("prev_state", ids::UINT),
+            ]),
+            "sched_wakeup" => Ok(vec![arg("p", ids::TASK_PTR)]),
+            _ => {
+                let known = ["sched_switch".to_string(), "sched_wakeup".to_string()];
+                Err(format!(
+                    "no BTF tracepoint `{name}`; close names: {}",
+                    close_names(name, &known).join(", ")
+                ))
+            }
+        }
+    }
+
+    fn kernel_type(&self, id: KTypeId) -> Result<KernelType, String> {
+        let named = |name: &str, kind| KernelType {
+            name: name.into(),
+            kind,
+        };
+        let int = |size, signed| KernelKind::Int { size, signed };
+        let single = |name: &str, ty, offset: u32| KernelMember {
+            name: name.into(),
+            ty,
+            offset_bits: offset * 8,
+            bitfield_bits: None,
+        };
+        Ok(match id {
+            ids::INT => named("int", int(4, true)),
+            ids::UINT => named("unsigned int", int(4, false)),
+            ids::CHAR => named("char", int(1, true)),
+            ids::COMM => named(
+                "char[16]",
+                KernelKind::Array {
+                    elem: ids::CHAR,
+                    len: 16,
+                },
+            ),
+            ids::TASK => named("struct task_struct", task_struct()),
+            ids::TASK_PTR => named("struct task_struct *", KernelKind::Pointer(ids::TASK)),
+            ids::BOOL => named("_Bool", KernelKind::Bool),
+            ids::U64 => named("unsigned long long", int(8, false)),
+            ids::SCHED_ENTITY => named(
+                "struct sched_entity",
+                KernelKind::Struct {
+                    union: false,
+                    size: 16,
+                    members: vec![single("vruntime", ids::U64, 8)],
+                },
+            ),
+            ids::ANON_UNION => named(
+                "",
+                KernelKind::Struct {
+                    union: true,
+                    size: 8,
+                    members: vec![single("wake_cpu", ids::INT, 0)],
+                },
+            ),
+            ids::VOID_PTR => named("void *", KernelKind::Pointer(KTypeId(0))),
+            KTypeId(0) => named("void", KernelKind::Void),
+            KTypeId(other) => return Err(format!("no kernel type {other}")),
+        })
+    }
+
+    fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String> {
+        match name {
+            "struct task_struct" => Ok(ids::TASK),
+            "int" => Ok(ids::INT),
+            _ => Err(format!("no kernel type `{name}`")),
+        }
     }
 }

@@ -3,11 +3,13 @@
 pub mod ast;
 pub mod check;
 pub mod check_expr;
+mod check_kernel;
 mod check_record;
 pub mod checked;
 pub mod diag;
 #[cfg(test)]
 mod fake_machine;
+pub mod kernel_types;
 pub mod options;
 pub mod parse;
 pub mod positional;

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 
 use crate::codegen::program::{AttachPoint, PerfEvent, PerfSample};
 use crate::frontend::ast::ProbeSpec;
-use crate::frontend::checked::{Context, TracepointField, UsdtArgSpec};
+use crate::frontend::checked::{BtfArg, Context, TracepointField, UsdtArgSpec};
 use crate::frontend::diag::ScriptError;
+use crate::frontend::kernel_types::{KTypeId, KernelType};
 
 /// A function found in a binary.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,6 +49,14 @@ pub trait Environment {
         provider: Option<&str>,
         name: &str,
     ) -> Result<(PathBuf, Vec<UsdtTarget>), String>;
+    /// The arguments of BTF tracepoint `name` (from the kernel's
+    /// `btf_trace_NAME`), each one u64 slot of the context. The error names
+    /// close tracepoints when there is no such one.
+    fn tp_btf_args(&self, name: &str) -> Result<Vec<BtfArg>, String>;
+    /// A kernel type, with typedefs and qualifiers skipped.
+    fn kernel_type(&self, id: KTypeId) -> Result<KernelType, String>;
+    /// A kernel type by its C name: `struct task_struct`, `int`.
+    fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String>;
 }
 
 /// One attach point of a probe block.
@@ -165,12 +174,24 @@ pub fn resolve(spec: &ProbeSpec, env: &dyn Environment) -> Result<Vec<ResolvedPr
             probe.is_return = exit;
             Ok(vec![probe])
         }
+        "tp_btf" => {
+            arity(1, "tp_btf:NAME")?;
+            let args = env.tp_btf_args(parts[0]).map_err(fail)?;
+            let attach = AttachPoint::TpBtf {
+                name: parts[0].into(),
+            };
+            Ok(vec![ResolvedProbe::new(
+                format!("tp_btf:{}", parts[0]),
+                attach,
+                Context::Btf(args),
+            )])
+        }
         "profile" | "p" => timer(spec, "profile", &parts, true).map_err(fail),
         "interval" | "i" => timer(spec, "interval", &parts, false).map_err(fail),
         "software" | "s" => perf_counter(&parts, PERF_TYPE_SOFTWARE, SOFTWARE_EVENTS).map_err(fail),
         "hardware" | "h" => perf_counter(&parts, PERF_TYPE_HARDWARE, HARDWARE_EVENTS).map_err(fail),
         other => Err(ScriptError::new(spec.span, format!("unknown probe type `{other}`"))
-            .with_help("probe types: BEGIN, END, uprobe, uretprobe, usdt, tracepoint, rawtracepoint, kprobe, kretprobe, fentry, fexit, profile, interval, software, hardware")),
+            .with_help("probe types: BEGIN, END, uprobe, uretprobe, usdt, tracepoint, rawtracepoint, tp_btf, kprobe, kretprobe, fentry, fexit, profile, interval, software, hardware")),
     }
 }
 

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::codegen::program::ValueType;
+use crate::frontend::kernel_types::KTypeId;
 
 /// Length of a string produced by `str()` and of string literals' buffers, as in bpftrace.
 pub const STRING_LEN: u32 = 64;
@@ -22,8 +23,30 @@ pub enum Type {
     Tuple(Vec<Type>),
     /// The name of the probe that fired (`probe`).
     Probe,
+    /// A pointer to a kernel type; usable as a u64.
+    KernelPtr(KernelPtr),
+    /// A kernel address printed as its symbol (`ksym`).
+    KernelSymbol,
     /// Statements and functions without a value.
     Void,
+}
+
+/// A typed kernel pointer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelPtr {
+    pub target: KTypeId,
+    /// The pointee as C spells it, e.g. `struct task_struct`.
+    pub name: String,
+    /// Whether the verifier knows its BTF type (tp_btf arguments, loads
+    /// through such pointers, `bpf_get_current_task_btf`): it can then be
+    /// read with direct loads and passed to helpers taking BTF pointers.
+    pub btf: bool,
+}
+
+impl KernelPtr {
+    pub fn is_task(&self) -> bool {
+        self.name == "struct task_struct"
+    }
 }
 
 impl Type {
@@ -36,8 +59,20 @@ impl Type {
         signed: true,
     };
 
+    /// Integers and what behaves as one (kernel pointers, symbols).
     pub fn is_int(&self) -> bool {
-        matches!(self, Type::Int { .. })
+        matches!(
+            self,
+            Type::Int { .. } | Type::KernelPtr(_) | Type::KernelSymbol
+        )
+    }
+
+    /// The kernel pointer this is, if any.
+    pub fn kernel_ptr(&self) -> Option<&KernelPtr> {
+        match self {
+            Type::KernelPtr(ptr) => Some(ptr),
+            _ => None,
+        }
     }
 
     pub fn is_signed(&self) -> bool {
@@ -48,7 +83,8 @@ impl Type {
     /// integers of any width mix; strings fit into buffers at least as long.
     pub fn accepts(&self, other: &Type) -> bool {
         match (self, other) {
-            (Type::Int { .. }, Type::Int { .. }) => true,
+            (Type::KernelPtr(a), Type::KernelPtr(b)) => a.target == b.target && (b.btf || !a.btf),
+            (Type::Int { .. }, b) => b.is_int(),
             (Type::Str { len: a }, Type::Str { len: b }) => a >= b,
             (Type::Tuple(a), Type::Tuple(b)) => {
                 a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.accepts(y))
@@ -61,6 +97,20 @@ impl Type {
     /// assigned from several places).
     pub fn unify(&self, other: &Type) -> Option<Type> {
         match (self, other) {
+            (Type::KernelPtr(a), Type::KernelPtr(b)) if a.target == b.target => {
+                Some(Type::KernelPtr(KernelPtr {
+                    btf: a.btf && b.btf,
+                    ..a.clone()
+                }))
+            }
+            (Type::KernelSymbol, Type::KernelSymbol) => Some(Type::KernelSymbol),
+            (a, b)
+                if a.is_int()
+                    && b.is_int()
+                    && !matches!((a, b), (Type::Int { .. }, Type::Int { .. })) =>
+            {
+                Some(Type::U64)
+            }
             (Type::Int { signed: a, .. }, Type::Int { signed: b, .. }) => Some(Type::Int {
                 size: 8,
                 signed: *a && *b,
@@ -103,6 +153,11 @@ impl Type {
                 }
             }
             Type::Probe => ValueType::Probe,
+            Type::KernelPtr(_) => ValueType::Int {
+                size: 8,
+                signed: false,
+            },
+            Type::KernelSymbol => ValueType::Symbol { kernel: true },
             Type::Void => ValueType::Int {
                 size: 8,
                 signed: false,
@@ -142,6 +197,8 @@ impl fmt::Display for Type {
                 f.write_str(")")
             }
             Type::Probe => f.write_str("probe"),
+            Type::KernelPtr(ptr) => write!(f, "{} *", ptr.name),
+            Type::KernelSymbol => f.write_str("ksym"),
             Type::Void => f.write_str("void"),
         }
     }

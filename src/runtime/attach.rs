@@ -28,6 +28,12 @@ pub(super) fn attach_point(
                     "list raw tracepoints in /sys/kernel/tracing/available_events",
                 )
             }),
+        AttachPoint::TpBtf { name } => prog.attach_trace().map(|l| vec![l]).map_err(|e| {
+            explain(
+                &e,
+                &format!("check that `btf_trace_{name}` is in /sys/kernel/btf/vmlinux"),
+            )
+        }),
         AttachPoint::Uprobe {
             binary,
             offset,

@@ -1,18 +1,39 @@
 //! The running machine as the checker sees it: tracepoint formats from
 //! tracefs, functions and USDT probes from ELF files.
 
+use std::cell::OnceCell;
 use std::path::PathBuf;
 
-use crate::frontend::checked::{FieldKind, TracepointField, UsdtArgSpec};
+use crate::frontend::checked::{BtfArg, FieldKind, TracepointField, UsdtArgSpec};
+use crate::frontend::kernel_types::{KTypeId, KernelType};
 use crate::frontend::probes::{Environment, FunctionTarget, UsdtTarget};
+use crate::runtime::kernel_btf::KernelBtf;
 use crate::runtime::usdt::{UsdtArg, UsdtArgLocation};
 use crate::runtime::{elf, tracefs, usdt};
 
 /// Answers the checker's questions from this machine.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Default)]
 pub struct SystemEnvironment {
     /// `-p PID`: resolve libraries as mapped in this process.
     pub pid: Option<i32>,
+    /// Kernel BTF, read the first time a script needs it.
+    btf: OnceCell<Result<KernelBtf, String>>,
+}
+
+impl SystemEnvironment {
+    pub fn new(pid: Option<i32>) -> Self {
+        SystemEnvironment {
+            pid,
+            btf: OnceCell::new(),
+        }
+    }
+
+    fn btf(&self) -> Result<&KernelBtf, String> {
+        self.btf
+            .get_or_init(KernelBtf::load)
+            .as_ref()
+            .map_err(Clone::clone)
+    }
 }
 
 impl Environment for SystemEnvironment {
@@ -77,6 +98,18 @@ impl Environment for SystemEnvironment {
             })
             .collect::<Result<Vec<_>, String>>()?;
         Ok((path, targets))
+    }
+
+    fn tp_btf_args(&self, name: &str) -> Result<Vec<BtfArg>, String> {
+        self.btf()?.tp_btf_args(name)
+    }
+
+    fn kernel_type(&self, id: KTypeId) -> Result<KernelType, String> {
+        self.btf()?.kernel_type(id)
+    }
+
+    fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String> {
+        self.btf()?.named(name)
     }
 }
 

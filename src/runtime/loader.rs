@@ -11,13 +11,15 @@
 use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
-use libbpf_rs::{Link, MapHandle, MapType, Object, ObjectBuilder, ProgramInput, ProgramMut};
+use libbpf_rs::{
+    Link, MapCore, MapHandle, MapType, Object, ObjectBuilder, ProgramInput, ProgramMut,
+};
 
 use super::attach::attach_point;
 use super::elf_object::{ElfProgram, write_elf};
 use super::libbpf_log::{failed_program, install_print_capture, verifier_log, with_captured_print};
 use super::maps_read::{MapError, Ring, Stopper};
-use crate::codegen::program::{AttachPoint, BpfProgram, Compiled, MapKind, MapSpec};
+use crate::codegen::program::{AttachPoint, BpfProgram, Compiled, MapId, MapKind, MapSpec};
 
 // Public at its original path, `runtime::loader::failing_insn`.
 pub use super::libbpf_log::failing_insn;
@@ -137,6 +139,9 @@ pub fn load(compiled: &Compiled) -> Result<Loaded, LoadError> {
         .iter()
         .map(create_map)
         .collect::<Result<Vec<_>, _>>()?;
+    for (id, value) in &compiled.initial_values {
+        write_initial_value(&compiled.maps, &maps, *id, value)?;
+    }
     timings.maps = t.elapsed();
     let insns = compiled
         .programs
@@ -314,6 +319,25 @@ fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {
         &opts,
     )
     .map_err(|e| fail(format!("{e:#}")))
+}
+
+/// Writes the value of one-element array `id`.
+fn write_initial_value(
+    specs: &[MapSpec],
+    maps: &[MapHandle],
+    id: MapId,
+    value: &[u8],
+) -> Result<(), LoadError> {
+    let index = id.0 as usize;
+    let fail = |reason: String| LoadError::CreateMap {
+        map: specs
+            .get(index)
+            .map_or_else(|| id.0.to_string(), |s| s.name.clone()),
+        reason,
+    };
+    let map = maps.get(index).ok_or_else(|| fail("no such map".into()))?;
+    map.update(&0u32.to_ne_bytes(), value, libbpf_rs::MapFlags::ANY)
+        .map_err(|e| fail(format!("cannot write its initial value: {e:#}")))
 }
 
 /// Kernel map names are at most 15 characters of `[A-Za-z0-9_.]`.

@@ -6,6 +6,7 @@ pub mod elf;
 mod elf_object;
 pub mod environment;
 pub mod features;
+mod kernel_btf;
 mod libbpf_log;
 pub mod loader;
 pub mod maps_read;

@@ -12,7 +12,7 @@ use crate::frontend::types::Type;
 fn checked(source: &str) -> Result<CheckedProgram, Vec<ScriptError>> {
     let script = parse::parse(source, "t.bt")
         .unwrap_or_else(|e| panic!("parse error in test script:\n{}", e.render()));
-    check(&script, &FakeMachine)
+    check(&script, &FakeMachine, &Default::default())
 }
 
 /// The records of `source`, which must check.
