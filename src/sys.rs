@@ -1,10 +1,25 @@
 //! Small audited wrappers around the raw syscalls the runtime needs and that
 //! neither `libc`'s safe surface nor libbpf-rs offer: `perf_event_open`,
-//! `eventfd`, `poll`. Every `unsafe` block of the crate's runtime lives here.
+//! `eventfd`, `poll`, `BPF_BTF_LOAD`. Every `unsafe` block of the crate's runtime lives here.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
+
+/// `BPF_BTF_LOAD` of a raw BTF blob (header, types, strings).
+pub fn btf_load(blob: &[u8]) -> io::Result<OwnedFd> {
+    let size = u32::try_from(blob.len()).map_err(|_| io::Error::other("BTF blob too large"))?;
+    // SAFETY: `blob` is valid for `size` bytes during the call (the kernel
+    // copies it); null options ask for no log.
+    let fd = unsafe {
+        libbpf_rs::libbpf_sys::bpf_btf_load(blob.as_ptr().cast(), size.into(), std::ptr::null_mut())
+    };
+    if fd < 0 {
+        return Err(io::Error::from_raw_os_error(-fd));
+    }
+    // SAFETY: a non-negative return is a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
 
 /// `perf_event_open(attr, pid, cpu, group_fd = -1, PERF_FLAG_FD_CLOEXEC)`.
 pub fn perf_event_open(

@@ -79,8 +79,15 @@ impl Lowerer<'_> {
 
     /// `@m[key]` as a value: the stored value, or zero when absent.
     pub(super) fn map_read(&mut self, map: MapRef, key: Option<&TExpr>, ty: &Type) -> Value {
-        let key = self.key(map, key, None);
-        let pointer = self.lookup(map, key);
+        let pointer = match key {
+            Some(task) if self.maps.script[map.0].task_storage => {
+                self.task_storage_get(map, task, false)
+            }
+            _ => {
+                let key = self.key(map, key, None);
+                self.lookup(map, key)
+            }
+        };
         let missing = self.label();
         let done = self.label();
         let result = match ty {
@@ -117,12 +124,22 @@ impl Lowerer<'_> {
         };
         let buffer = self.alloc(stored.size());
         self.store_value(result, &value.ty, Base::Frame, buffer, &stored);
+        if let Some(task) = key
+            && self.maps.script[map.0].task_storage
+        {
+            return self.task_storage_store(map, task, buffer, stored.size());
+        }
         let key = self.key(map, key, None);
         self.comment(format!("{} update", self.program_maps()[map.0].name));
         self.update(map, key, buffer);
     }
 
     pub(super) fn delete(&mut self, map: MapRef, key: Option<&TExpr>) {
+        if let Some(task) = key
+            && self.maps.script[map.0].task_storage
+        {
+            return self.task_storage_delete(map, task);
+        }
         let key = self.key(map, key, None);
         let args = vec![Arg::Map(self.maps.script[map.0].id), Arg::Frame(key)];
         self.emit(Inst::Call {

@@ -4,6 +4,7 @@ use crate::codegen::glob_nfa::{GlobSet, LANE_TABLE_BYTES};
 use crate::codegen::program::{BUILD_ID_FRAME_BYTES, MAX_STACK_DEPTH};
 use crate::codegen::program::{MapId, MapKind, MapSpec, MapValue, ScriptMap};
 use crate::frontend::checked::{AggFunc, CheckedProgram, MapDecl, MapValueKind, StackKind};
+use crate::frontend::types::{KernelPtr, Type};
 
 /// Entries per script map, as bpftrace's default `max_map_keys`.
 pub const MAX_MAP_KEYS: u32 = 4096;
@@ -39,6 +40,8 @@ pub struct ScriptMapLayout {
     pub key_size: u32,
     pub value_size: u32,
     pub per_cpu: bool,
+    /// Keyed by a task: values live in the task (`bpf_task_storage_get`).
+    pub task_storage: bool,
 }
 
 /// Lay out every map of `program`, returning the specs in `MapId` order.
@@ -198,12 +201,31 @@ fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
             value,
         }),
     };
+    let task_storage = decl
+        .key
+        .as_ref()
+        .and_then(Type::kernel_ptr)
+        .is_some_and(KernelPtr::is_task);
+    let spec = if task_storage {
+        // The kernel sizes task storage itself (max_entries 0); user space
+        // cannot list it, so it is not printed at exit.
+        MapSpec {
+            kind: MapKind::TaskStorage,
+            key_size: 4,
+            max_entries: 0,
+            script_map: None,
+            ..spec
+        }
+    } else {
+        spec
+    };
     let layout = ScriptMapLayout {
         id,
         key_bytes,
         key_size,
         value_size,
         per_cpu,
+        task_storage,
     };
     (spec, layout)
 }

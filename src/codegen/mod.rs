@@ -16,6 +16,7 @@ mod lower_kernel;
 mod lower_map;
 mod lower_record;
 mod lower_selected;
+mod lower_task_storage;
 mod maps;
 pub mod program;
 mod prune;
@@ -93,7 +94,8 @@ fn record_schema(decl: &RecordDecl) -> RecordSchema {
             name: name.clone(),
             ty: match ty {
                 Type::Int { signed: true, .. } => FieldType::Int,
-                Type::Int { .. } => FieldType::UInt,
+                Type::KernelPtr(ptr) if ptr.is_task() => FieldType::Thread,
+                Type::Int { .. } | Type::KernelPtr(_) => FieldType::UInt,
                 _ => FieldType::Str,
             },
         })

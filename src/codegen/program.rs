@@ -180,6 +180,10 @@ pub enum MapKind {
     /// file offset) pairs (`BPF_F_STACK_BUILD_ID`), so user frames can be
     /// symbolized after their process exits.
     BuildIdStackTrace,
+    /// `BPF_MAP_TYPE_TASK_STORAGE`: a value per task, keyed by a BTF task
+    /// pointer in BPF. The kernel requires BTF for the key (`int`) and value
+    /// types; the loader makes it.
+    TaskStorage,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -295,6 +299,11 @@ pub enum Message {
     },
     Exit,
     /// A capture event: the header at the offsets in [`record_header`], then the fields.
+    /// A thread field (`FieldType::Thread` in the record's schema, from a
+    /// `struct task_struct *` item) holds the task's tid (`task->pid`) as a
+    /// u64 (`ValueType::Int { size: 8, signed: false }`); a `ksym()` item is a
+    /// u64 kernel address (`ValueType::Symbol { kernel: true }`, a `Str`
+    /// field in the schema: the recorder stores the symbol's name).
     Record {
         record: u32,
         fields: Vec<(u32, ValueType)>,

@@ -70,6 +70,7 @@ pub fn check(
     checker.errors.clear();
     checker.final_pass = true;
     let probes = checker.check_all(&sources, script);
+    checker.check_task_storage_maps();
     if checker.errors.is_empty() {
         Ok(CheckedProgram {
             probes,
@@ -395,7 +396,10 @@ impl<'e> Checker<'e> {
         }
         Some(match checked.len() {
             0 => None,
-            1 => checked.pop(),
+            1 => {
+                self.check_task_key(&checked[0])?;
+                checked.pop()
+            }
             _ => {
                 let ty = Type::Tuple(checked.iter().map(|k| k.ty.clone()).collect());
                 Some(TExpr {

@@ -361,6 +361,33 @@ impl Checker<'_> {
             _ => Some(()),
         }
     }
+
+    /// Task-local storage holds plain values: aggregations need per-key
+    /// maps user space can print.
+    pub(super) fn check_task_storage_maps(&mut self) {
+        let bad: Vec<(String, Span)> = self
+            .maps
+            .iter()
+            .filter(|m| {
+                m.key
+                    .as_ref()
+                    .and_then(Type::kernel_ptr)
+                    .is_some_and(KernelPtr::is_task)
+                    && matches!(m.value, MapValueKind::Aggregate(_))
+            })
+            .map(|m| (m.name.clone(), m.span))
+            .collect();
+        for (name, span) in bad {
+            let error = ScriptError::new(
+                span,
+                format!(
+                    "{name} is keyed by a task (task-local storage), which cannot hold aggregations"
+                ),
+            )
+            .with_help("store plain values (`@m[task] += 1`), or key by `task->pid`");
+            self.error(error);
+        }
+    }
 }
 
 /// Whether `expr` is the `args` of `args.NAME`.

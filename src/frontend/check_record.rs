@@ -66,7 +66,7 @@ impl Checker<'_> {
                 return None;
             }
             fields.push((name, value.ty.clone()));
-            values.push(value);
+            values.push(self.record_value(value)?);
         }
         let role = match source.role {
             SourceRole::Plain => RecordRole::Instant(self.instant_record(fields, stack)),
@@ -129,7 +129,11 @@ impl Checker<'_> {
         };
         let value = self.expr(&item.value)?;
         match value.ty {
-            Type::Int { .. } | Type::Str { .. } | Type::Probe => Some((name, value)),
+            Type::Int { .. } | Type::Str { .. } | Type::Probe | Type::KernelSymbol => {
+                Some((name, value))
+            }
+            // A task pointer is a thread field; other kernel pointers are addresses.
+            Type::KernelPtr(_) => Some((name, value)),
             _ => self.fail(
                 item.span,
                 &format!(

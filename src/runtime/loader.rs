@@ -18,6 +18,7 @@ use libbpf_rs::{
 use super::attach::attach_point;
 use super::elf_object::{ElfProgram, write_elf};
 use super::libbpf_log::{failed_program, install_print_capture, verifier_log, with_captured_print};
+use super::map_btf::{KEY_TYPE_ID, VALUE_TYPE_ID, load_storage_btf};
 use super::maps_read::{MapError, Ring, Stopper};
 use crate::codegen::program::{AttachPoint, BpfProgram, Compiled, MapId, MapKind, MapSpec};
 
@@ -275,6 +276,9 @@ fn load_object(
 }
 
 fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {
+    if spec.kind == MapKind::TaskStorage {
+        return create_task_storage(spec);
+    }
     let (ty, key_size, value_size) = match spec.kind {
         MapKind::Hash => (MapType::Hash, spec.key_size, spec.value_size),
         MapKind::PerCpuHash => (MapType::PercpuHash, spec.key_size, spec.value_size),
@@ -284,6 +288,7 @@ fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {
         MapKind::StackTrace | MapKind::BuildIdStackTrace => {
             (MapType::StackTrace, 4, spec.value_size)
         }
+        MapKind::TaskStorage => unreachable!("created by create_task_storage"),
     };
     let fail = |reason: String| LoadError::CreateMap {
         map: spec.name.clone(),
@@ -316,6 +321,34 @@ fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {
         key_size,
         value_size,
         spec.max_entries,
+        &opts,
+    )
+    .map_err(|e| fail(format!("{e:#}")))
+}
+
+/// Task storage maps need BTF for their key and value types; the kernel
+/// keeps its own reference to the BTF, so its fd closes after creation.
+fn create_task_storage(spec: &MapSpec) -> Result<MapHandle, LoadError> {
+    let fail = |reason: String| LoadError::CreateMap {
+        map: spec.name.clone(),
+        reason,
+    };
+    let btf =
+        load_storage_btf(spec.value_size).map_err(|e| fail(format!("cannot load its BTF: {e}")))?;
+    let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
+        map_flags: libbpf_rs::libbpf_sys::BPF_F_NO_PREALLOC,
+        btf_fd: btf.as_raw_fd() as u32,
+        btf_key_type_id: KEY_TYPE_ID,
+        btf_value_type_id: VALUE_TYPE_ID,
+        ..Default::default()
+    };
+    MapHandle::create(
+        MapType::TaskStorage,
+        Some(kernel_map_name(&spec.name)),
+        4,
+        spec.value_size,
+        0,
         &opts,
     )
     .map_err(|e| fail(format!("{e:#}")))

@@ -2,6 +2,7 @@
 //! ring buffer messages into output until something ends the session, then
 //! detach, run END and print the maps.
 
+use super::ksym::KernelSymbols;
 use std::io::{self, IsTerminal, Write};
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -389,6 +390,8 @@ struct Printer<'a> {
     recorder: Option<Recorder>,
     /// Drop printed output (after `exit()`), keep recorded events.
     quiet: bool,
+    /// Names of `ksym()` addresses.
+    kernel_symbols: KernelSymbols,
 }
 
 impl<'a> Printer<'a> {
@@ -409,6 +412,7 @@ impl<'a> Printer<'a> {
             ending: Ending::Running,
             recorder,
             quiet: false,
+            kernel_symbols: KernelSymbols::default(),
         }
     }
 
@@ -526,8 +530,12 @@ impl Resolve for Printer<'_> {
     fn stack(&self, _kernel: bool, _map: MapId, id: u64) -> Vec<u8> {
         format!("stack#{id}").into_bytes()
     }
-    fn symbol(&self, _kernel: bool, addr: u64) -> Vec<u8> {
-        format!("{addr:#x}").into_bytes()
+    fn symbol(&self, kernel: bool, addr: u64) -> Vec<u8> {
+        if kernel {
+            self.kernel_symbols.name(addr)
+        } else {
+            format!("{addr:#x}").into_bytes()
+        }
     }
     fn probe(&self, index: u64) -> Vec<u8> {
         self.compiled
