@@ -394,3 +394,7 @@ impl Checker<'_> {
 pub(super) fn is_args(expr: &Expr) -> bool {
     matches!(&expr.kind, ExprKind::Ident(name) if name == "args")
 }
+
+#[cfg(test)]
+#[path = "check/kernel_tests.rs"]
+mod kernel_tests;

@@ -1,0 +1,260 @@
+//! Checker tests for kernel (BTF) types against the fake machine's
+//! `task_struct` and `tp_btf:sched_switch`.
+
+use crate::frontend::check::check;
+use crate::frontend::checked::*;
+use crate::frontend::diag::ScriptError;
+use crate::frontend::fake_machine::{FakeMachine, ids};
+use crate::frontend::options::CompileOptions;
+use crate::frontend::parse;
+use crate::frontend::types::{KernelPtr, Type};
+
+#[track_caller]
+fn checked(source: &str, options: &CompileOptions) -> Result<CheckedProgram, Vec<ScriptError>> {
+    let script = parse::parse(source, "t.bt")
+        .unwrap_or_else(|e| panic!("parse error in test script:\n{}", e.render()));
+    check(&script, &FakeMachine, options)
+}
+
+/// The value of the first statement `$x = EXPR` of the only probe.
+#[track_caller]
+fn value_of(probe: &str, expr: &str) -> TExpr {
+    let program = checked(
+        &format!("{probe} {{ $x = {expr}; }}"),
+        &CompileOptions::default(),
+    )
+    .unwrap_or_else(|errors| panic!("unexpected errors: {errors:#?}"));
+    match &program.probes[0].body[0].kind {
+        TStmtKind::AssignVar { value, .. } => value.clone(),
+        other => panic!("not an assignment: {other:?}"),
+    }
+}
+
+/// The single error of `source`: message, line:column, and help.
+#[track_caller]
+fn error(source: &str) -> (String, String, Option<String>) {
+    let errors = checked(source, &CompileOptions::default()).expect_err("an error");
+    assert_eq!(errors.len(), 1, "expected one error: {errors:#?}");
+    let e = &errors[0];
+    let line = source[..e.span.start].matches('\n').count() + 1;
+    let column = e.span.start - source[..e.span.start].rfind('\n').map_or(0, |i| i + 1) + 1;
+    (
+        e.message.clone(),
+        format!("{line}:{column}"),
+        e.help.clone(),
+    )
+}
+
+fn task_ptr(btf: bool) -> Type {
+    Type::KernelPtr(KernelPtr {
+        target: ids::TASK,
+        name: "struct task_struct".into(),
+        btf,
+    })
+}
+
+/// tp_btf arguments are typed from BTF: bool, task pointers, u32.
+#[test]
+fn types_tp_btf_arguments() {
+    let probe = "tp_btf:sched_switch";
+    assert_eq!(value_of(probe, "args.prev").ty, task_ptr(true));
+    assert_eq!(value_of(probe, "args->next").ty, task_ptr(true));
+    let preempt = value_of(probe, "args.preempt");
+    assert_eq!(
+        preempt.ty,
+        Type::Int {
+            size: 1,
+            signed: false
+        }
+    );
+    assert!(
+        matches!(preempt.kind, TExprKind::Cast(ref slot) if matches!(slot.kind, TExprKind::Arg(0)))
+    );
+}
+
+/// Member chains add byte offsets; loads through BTF pointers in tp_btf are direct.
+#[test]
+fn member_offsets_and_direct_loads() {
+    let probe = "tp_btf:sched_switch";
+    let tgid = value_of(probe, "args.next->real_parent->tgid");
+    assert_eq!(
+        tgid.ty,
+        Type::Int {
+            size: 4,
+            signed: true
+        }
+    );
+    let TExprKind::KernelRead {
+        ptr,
+        offset,
+        load,
+        direct,
+    } = &tgid.kind
+    else {
+        panic!("a kernel read: {tgid:?}");
+    };
+    assert_eq!(
+        (*offset, *load, *direct),
+        (
+            104,
+            KernelLoad::Int {
+                size: 4,
+                signed: true
+            },
+            true
+        )
+    );
+    assert!(matches!(
+        &ptr.kind,
+        TExprKind::KernelRead { offset: 112, .. }
+    ));
+    let comm = value_of(probe, "args.prev->comm");
+    assert_eq!(comm.ty, Type::Str { len: 16 });
+    assert!(matches!(
+        comm.kind,
+        TExprKind::KernelRead {
+            offset: 200,
+            load: KernelLoad::CharArray(16),
+            ..
+        }
+    ));
+    // Embedded structs and anonymous unions.
+    let vruntime = value_of(probe, "args.prev->se.vruntime");
+    assert!(matches!(
+        vruntime.kind,
+        TExprKind::KernelRead { offset: 308, .. }
+    ));
+    let wake_cpu = value_of(probe, "args.prev->wake_cpu");
+    assert!(matches!(
+        wake_cpu.kind,
+        TExprKind::KernelRead { offset: 400, .. }
+    ));
+}
+
+/// Casts and curtask outside tp_btf read through bpf_probe_read_kernel.
+#[test]
+fn casts_and_curtask_elsewhere_use_probe_read() {
+    let probe = "tracepoint:syscalls:sys_enter_write";
+    let cast = value_of(probe, "((struct task_struct *)args.buf)->pid");
+    assert!(matches!(
+        cast.kind,
+        TExprKind::KernelRead {
+            direct: false,
+            offset: 100,
+            ..
+        }
+    ));
+    assert_eq!(value_of(probe, "curtask").ty, task_ptr(false));
+    assert_eq!(
+        value_of("tp_btf:sched_wakeup", "curtask").ty,
+        task_ptr(true)
+    );
+    let cast_in_tp_btf = value_of("tp_btf:sched_wakeup", "((struct task_struct *)1)->pid");
+    assert!(matches!(
+        cast_in_tp_btf.kind,
+        TExprKind::KernelRead { direct: false, .. }
+    ));
+}
+
+/// Unknown members and arguments are errors at their position, with close names.
+#[test]
+fn unknown_members_list_close_names() {
+    let (message, at, help) = error("tp_btf:sched_switch {\n  $x = args.next->tgd;\n}");
+    assert_eq!(message, "`struct task_struct` has no field `tgd`");
+    assert_eq!(at, "2:8");
+    assert_eq!(help.as_deref(), Some("close names: tgid, pid"));
+    let (message, at, help) = error("tp_btf:sched_switch { $x = args.nxt; }");
+    assert_eq!(message, "tp_btf:sched_switch has no argument `nxt`");
+    assert_eq!(at, "1:28");
+    assert_eq!(
+        help.as_deref(),
+        Some("arguments: preempt, prev, next, prev_state")
+    );
+    let (message, at, _) = error("tp_btf:sched_swich { }");
+    assert_eq!(
+        message,
+        "no BTF tracepoint `sched_swich`; close names: sched_switch"
+    );
+    assert_eq!(at, "1:1");
+}
+
+/// Structs, bitfields and void pointers cannot be read as values.
+#[test]
+fn rejects_unreadable_members() {
+    let (message, ..) = error("tp_btf:sched_switch { $x = args.prev->se; }");
+    assert!(message.contains("is a struct"), "{message}");
+    let (message, ..) = error("tp_btf:sched_switch { $x = args.prev->sched_reset_on_fork; }");
+    assert_eq!(message, "bitfield members cannot be read");
+    let (message, ..) = error("tp_btf:sched_switch { $x = args.prev->stack->x; }");
+    assert_eq!(message, "`void` has no field `x`");
+}
+
+/// Maps keyed by a BTF task are task storage; other task keys and
+/// aggregations there are errors.
+#[test]
+fn task_storage_keys() {
+    let program = checked(
+        "tp_btf:sched_switch { @t[args.next] = 1; @t[curtask] += 2; delete(@t[args.prev]); }",
+        &CompileOptions::default(),
+    )
+    .expect("task storage checks");
+    assert_eq!(program.maps[0].key, Some(task_ptr(true)));
+    let (message, at, _) = error("tracepoint:syscalls:sys_enter_write { @t[curtask] = 1; }");
+    assert!(message.contains("task-local storage"), "{message}");
+    assert_eq!(at, "1:42");
+    let (message, ..) = error("tp_btf:sched_switch { @t[args.next] = count(); }");
+    assert!(message.contains("cannot hold aggregations"), "{message}");
+}
+
+/// Task pointers in records are thread fields holding `task->pid`.
+#[test]
+fn task_record_items_store_tid() {
+    let program = checked(
+        "tp_btf:sched_switch < next = args.next; f = ksym(1) >",
+        &CompileOptions::default(),
+    )
+    .expect("record checks");
+    assert_eq!(
+        program.records[0].fields[0],
+        ("next".into(), task_ptr(true))
+    );
+    assert_eq!(
+        program.records[0].fields[1],
+        ("f".into(), Type::KernelSymbol)
+    );
+    let record = program.probes[0].record.as_ref().expect("a record");
+    assert!(matches!(
+        record.values[0].kind,
+        TExprKind::KernelRead { offset: 100, .. }
+    ));
+}
+
+/// selected() is constant true without filters and reads the task's
+/// members with them.
+#[test]
+fn selected_needs_filters() {
+    let value = value_of("tp_btf:sched_switch", "selected(args.next)");
+    assert!(matches!(value.kind, TExprKind::Int(1)));
+    let mut options = CompileOptions::default();
+    options.filter.names.push("sleep*".into());
+    let program = checked(
+        "tp_btf:sched_switch { $x = selected(args.next); }",
+        &options,
+    )
+    .expect("selected checks");
+    let TStmtKind::AssignVar { value, .. } = &program.probes[0].body[0].kind else {
+        panic!("an assignment");
+    };
+    let TExprKind::Selected(fields) = &value.kind else {
+        panic!("selected: {value:?}");
+    };
+    assert!(matches!(
+        fields.leader_comm.kind,
+        TExprKind::KernelRead { offset: 200, .. }
+    ));
+    let (message, ..) = error("tp_btf:sched_switch { $x = selected(1); }");
+    assert_eq!(
+        message,
+        "selected() needs a `struct task_struct *`, not int64"
+    );
+}
