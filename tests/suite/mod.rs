@@ -2,6 +2,7 @@
 //! never panics, and reading the maps it prints at exit.
 
 mod attach;
+mod btf;
 mod capture;
 mod dump;
 mod errors;
