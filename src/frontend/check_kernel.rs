@@ -172,7 +172,7 @@ impl Checker<'_> {
 
     /// Read the value at `place`: integers, pointers and `char[N]`.
     fn read_place(&mut self, place: Place, span: Span) -> Option<TExpr> {
-        if place.bitfield_bits.is_some() || place.offset_bits % 8 != 0 {
+        if place.bitfield_bits.is_some() || !place.offset_bits.is_multiple_of(8) {
             return self.fail(span, "bitfield members cannot be read");
         }
         let ty = self.kernel_type(place.ty, span)?;

@@ -80,8 +80,8 @@ fn unknown_probe_type() {
  1 │ bogus:x { }
    · ───────
    ╰────
-  help: probe types: BEGIN, END, uprobe, uretprobe, usdt, tracepoint, rawtracepoint, kprobe,
-        kretprobe, fentry, fexit, profile, interval, software, hardware",
+  help: probe types: BEGIN, END, uprobe, uretprobe, usdt, tracepoint, rawtracepoint, tp_btf,
+        kprobe, kretprobe, fentry, fexit, profile, interval, software, hardware",
     );
 }
 
