@@ -172,7 +172,7 @@ pub enum Context {
     Btf(Vec<BtfArg>),
 }
 
-/// One argument of a BTF tracepoint: slot `index` of the context.
+/// One argument of a BTF tracepoint; the Nth argument is the Nth u64 of the context.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BtfArg {
     pub name: String,
