@@ -19,5 +19,8 @@ pub const RINGBUF_OUTPUT: u32 = 130;
 pub const BPF_ANY: i64 = 0;
 
 pub const GET_STACKID: u32 = 27;
+pub const PERF_EVENT_READ_VALUE: u32 = 55;
+/// `flags` for `bpf_perf_event_read_value`: the entry of the current CPU.
+pub const BPF_F_CURRENT_CPU: i64 = 0xffff_ffff;
 /// `flags` for `bpf_get_stackid`: the user stack instead of the kernel's.
 pub const BPF_F_USER_STACK: i64 = 1 << 8;

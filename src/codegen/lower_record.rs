@@ -1,6 +1,7 @@
-//! Lowering record blocks and spans into capture events: a header (time,
-//! task, CPU, comm, duration, stack ids) and the fields, sent through the ring
-//! buffer; span starts wait in a map until their end.
+//! Lowering record blocks, `record` statements and spans into capture
+//! events: a header (time, task, CPU, comm, duration, stack ids) and the
+//! fields (counters read on the current CPU), sent through the ring buffer;
+//! span starts wait in a map until their end.
 
 use crate::capture::model::DropReason;
 use crate::codegen::helpers::*;
@@ -8,7 +9,9 @@ use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
 use crate::codegen::lower::Lowerer;
 use crate::codegen::maps::SPAN_VALUE_HEADER;
 use crate::codegen::program::{Message, MessageId, record_header as header};
-use crate::frontend::checked::{CheckedRecord, RecordRef, RecordRole, SpanRef, StackKind, TExpr};
+use crate::frontend::checked::{
+    CheckedRecord, RecordRef, RecordRole, RecordValue, SpanRef, StackKind, TExpr,
+};
 use crate::frontend::types::{COMM_LEN, Type};
 
 /// `struct pt_regs` offset of the stack pointer (x86-64).
@@ -16,6 +19,9 @@ const PT_REGS_SP: i16 = 152;
 
 /// `-EEXIST` from `bpf_get_stackid`: the stack's bucket holds another stack.
 const STACK_COLLISION: i32 = -17;
+
+/// `struct bpf_perf_event_value`: counter, enabled, running.
+const COUNTER_BYTES: u32 = 24;
 
 impl Lowerer<'_> {
     pub(super) fn record(&mut self, record: &CheckedRecord) {
@@ -34,21 +40,21 @@ impl Lowerer<'_> {
         let now = self.call_result(KTIME_GET_NS, vec![]);
         self.record_header(buffer, message, now);
         self.store_stacks(buffer + header::KERNEL_STACK as i16, record.stack);
-        self.store_fields(buffer + header::FIELDS as i16, &record.values);
+        self.store_fields(buffer + header::FIELDS as i16, &record.values, &fields);
         self.send(buffer, size);
     }
 
     fn span_start(&mut self, span: SpanRef, key: &TExpr, record: &CheckedRecord) {
         let decl = &self.program.spans[span.0];
-        let value_size =
-            SPAN_VALUE_HEADER + decl.start_fields.iter().map(|(_, t)| t.size()).sum::<u32>();
+        let fields = &decl.start_fields;
+        let value_size = SPAN_VALUE_HEADER + fields.iter().map(|(_, t)| t.size()).sum::<u32>();
         self.comment(format!("span {} starts", decl.name));
         let key = self.span_key(span, key);
         let value = self.alloc(value_size);
         let now = self.call_result(KTIME_GET_NS, vec![]);
         self.store(Base::Frame, value, Src::Reg(now));
         self.store_stacks(value + 8, record.stack);
-        self.store_fields(value + SPAN_VALUE_HEADER as i16, &record.values);
+        self.store_fields(value + SPAN_VALUE_HEADER as i16, &record.values, fields);
         self.map_update(self.maps.spans[span.0], key, value);
     }
 
@@ -88,7 +94,8 @@ impl Lowerer<'_> {
             (Base::Reg(open), SPAN_VALUE_HEADER as i16),
             start_bytes,
         );
-        self.store_fields(fields_at + start_bytes as i16, &record.values);
+        let end_fields = &decl.end_fields;
+        self.store_fields(fields_at + start_bytes as i16, &record.values, end_fields);
         let args = vec![Arg::Map(map), Arg::Frame(key)];
         self.emit(Inst::Call {
             helper: MAP_DELETE_ELEM,
@@ -195,13 +202,45 @@ impl Lowerer<'_> {
         });
     }
 
-    fn store_fields(&mut self, at: i16, values: &[TExpr]) {
+    /// Stores `values` at `at` in the layout of the record's `fields` (which
+    /// may be wider: strings of a shared record take the longest length).
+    fn store_fields(&mut self, at: i16, values: &[RecordValue], fields: &[(String, Type)]) {
         let mut offset = at;
+        let mut fields = fields.iter().map(|(_, ty)| ty);
         for value in values {
-            let result = self.expr(value);
-            self.store_value(result, &value.ty, Base::Frame, offset, &value.ty);
-            offset += value.ty.size() as i16;
+            match value {
+                RecordValue::Expr(value) => {
+                    let ty = fields.next().expect("a field per value");
+                    let result = self.expr(value);
+                    self.store_value(result, &value.ty, Base::Frame, offset, ty);
+                    offset += ty.size() as i16;
+                }
+                RecordValue::Counter(counter) => {
+                    self.read_counter(*counter, offset);
+                    fields.nth(COUNTER_BYTES as usize / 8 - 1);
+                    offset += COUNTER_BYTES as i16;
+                }
+            }
         }
+    }
+
+    /// `bpf_perf_event_read_value` of the counter on this CPU: value, time
+    /// enabled and time running (the helper zeroes them when it fails).
+    fn read_counter(&mut self, counter: usize, at: i16) {
+        let map = self.maps.counters[counter];
+        let ctx = self.ctx;
+        let args = vec![
+            Arg::Reg(ctx),
+            Arg::Map(map),
+            Arg::Imm(BPF_F_CURRENT_CPU),
+            Arg::Frame(at),
+            Arg::Imm(i64::from(COUNTER_BYTES)),
+        ];
+        self.emit(Inst::Call {
+            helper: PERF_EVENT_READ_VALUE,
+            args,
+            ret: None,
+        });
     }
 
     /// Send `size` bytes at `buffer`; count the event as lost when the ring is full.

@@ -24,6 +24,8 @@ pub struct MapLayouts {
     pub drops: Option<MapId>,
     /// One map of open spans per span, in `SpanRef` order.
     pub spans: Vec<MapId>,
+    /// One perf event array per counter, in `CheckedProgram::counters` order.
+    pub counters: Vec<MapId>,
 }
 
 #[derive(Clone, Debug)]
@@ -123,6 +125,19 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
             )
         })
         .collect();
+    let counters = program
+        .counters
+        .iter()
+        .map(|counter| {
+            internal(
+                format!("pmu_{}", counter.name),
+                MapKind::PerfEventArray,
+                4,
+                4,
+                possible_cpus(),
+            )
+        })
+        .collect();
     let layouts = MapLayouts {
         script,
         ringbuf,
@@ -131,8 +146,15 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         user_stacks,
         drops,
         spans,
+        counters,
     };
     (specs, layouts)
+}
+
+/// Entries of a per-CPU perf event array: every CPU that may come online.
+fn possible_cpus() -> u32 {
+    // Without /sys (never on a machine that runs BPF), one entry still loads.
+    libbpf_rs::num_possible_cpus().map_or(1, |n| n as u32)
 }
 
 /// Distinct stacks of each kind a capture can hold (the kernel preallocates them).

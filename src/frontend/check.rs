@@ -6,16 +6,23 @@
 
 use std::collections::HashMap;
 
+use crate::capture::model::RecordOrigin;
 use crate::frontend::ast::{
     BinOp, Block, Expr, ExprKind, ProbeSpec, Record, Script, Span, Stmt, StmtKind,
 };
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
+use crate::frontend::options::CompileOptions;
 use crate::frontend::probes::{Environment, ResolvedProbe, resolve};
 use crate::frontend::types::Type;
 
-/// Check a parsed script against the machine described by `env`.
-pub fn check(script: &Script, env: &dyn Environment) -> Result<CheckedProgram, Vec<ScriptError>> {
+/// Check a parsed script against the machine described by `env`, with the
+/// command line's `options` (stack kinds, counters, task filters).
+pub fn check(
+    script: &Script,
+    env: &dyn Environment,
+    options: &CompileOptions,
+) -> Result<CheckedProgram, Vec<ScriptError>> {
     let mut errors = Vec::new();
     let mut resolve_all = |specs: &[ProbeSpec]| {
         let mut resolved = Vec::new();
@@ -35,6 +42,7 @@ pub fn check(script: &Script, env: &dyn Environment) -> Result<CheckedProgram, V
             body: Some(&block.body),
             role: SourceRole::Plain,
             resolved: resolve_all(&block.specs),
+            origin: block.origin,
             span: block.span,
         });
     }
@@ -51,6 +59,7 @@ pub fn check(script: &Script, env: &dyn Environment) -> Result<CheckedProgram, V
                 body: None,
                 role,
                 resolved: resolve_all(&end.specs),
+                origin: span.origin,
                 span: end.span,
             });
         }
@@ -59,7 +68,10 @@ pub fn check(script: &Script, env: &dyn Environment) -> Result<CheckedProgram, V
         return Err(errors);
     }
 
-    let mut checker = Checker::default();
+    let mut checker = Checker {
+        options: options.clone(),
+        ..Checker::default()
+    };
     checker.check_all(&sources, script);
     checker.errors.clear();
     checker.final_pass = true;
@@ -70,6 +82,10 @@ pub fn check(script: &Script, env: &dyn Environment) -> Result<CheckedProgram, V
             maps: checker.maps,
             records: checker.records,
             spans: checker.spans,
+            counters: match checker.reads_counters {
+                true => options.pmu.clone(),
+                false => Vec::new(),
+            },
         })
     } else {
         Err(checker.errors)
@@ -83,6 +99,7 @@ pub(super) struct Source<'a> {
     body: Option<&'a Block>,
     pub(super) role: SourceRole<'a>,
     resolved: Vec<ResolvedProbe>,
+    origin: RecordOrigin,
     pub(super) span: Span,
 }
 
@@ -101,7 +118,12 @@ pub(super) struct Checker {
     pub(super) maps: Vec<MapDecl>,
     map_index: HashMap<String, MapRef>,
     pub(super) records: Vec<RecordDecl>,
+    /// The record of each `record NAME` statement's name.
+    pub(super) named_records: HashMap<String, RecordRef>,
     pub(super) spans: Vec<SpanDecl>,
+    pub(super) options: CompileOptions,
+    /// Some record has a `pmu` item.
+    pub(super) reads_counters: bool,
     /// Variable types per (probe block, name), collected over both passes.
     var_types: HashMap<(usize, String), Type>,
     pub(super) probe: ProbeState,
@@ -115,11 +137,14 @@ pub(super) struct ProbeState {
     pub(super) vars: HashMap<String, VarId>,
     pub(super) var_list: Vec<Type>,
     pub(super) loop_depth: u32,
+    /// Who wrote the block being checked.
+    pub(super) origin: RecordOrigin,
 }
 
 impl Checker {
     fn check_all(&mut self, sources: &[Source], script: &Script) -> Vec<CheckedProbe> {
         self.records.clear();
+        self.named_records.clear();
         self.spans = script
             .spans
             .iter()
@@ -131,6 +156,7 @@ impl Checker {
                 self.probe = ProbeState {
                     block: source_index,
                     resolved: Some(probe.clone()),
+                    origin: source.origin,
                     ..ProbeState::default()
                 };
                 let predicate = source.predicate.map(|p| self.condition(p));
@@ -241,6 +267,9 @@ impl Checker {
                 }
             }
             StmtKind::Return => TStmtKind::Return,
+            StmtKind::Record { name, record } => {
+                TStmtKind::Record(self.record_stmt(name, record, stmt.span)?)
+            }
         };
         Some(TStmt {
             kind,

@@ -10,6 +10,8 @@ pub mod diag;
 mod fake_machine;
 pub mod options;
 pub mod parse;
+pub mod pmu;
 pub mod positional;
 pub mod probes;
+pub mod shift;
 pub mod types;

@@ -6,13 +6,21 @@ use crate::frontend::check::check;
 use crate::frontend::checked::{CheckedProgram, RecordDecl, StackKind};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::fake_machine::FakeMachine;
+use crate::frontend::options::CompileOptions;
 use crate::frontend::parse;
 use crate::frontend::types::Type;
 
 fn checked(source: &str) -> Result<CheckedProgram, Vec<ScriptError>> {
+    checked_with(source, &CompileOptions::default())
+}
+
+fn checked_with(
+    source: &str,
+    options: &CompileOptions,
+) -> Result<CheckedProgram, Vec<ScriptError>> {
     let script = parse::parse(source, "t.bt")
         .unwrap_or_else(|e| panic!("parse error in test script:\n{}", e.render()));
-    check(&script, &FakeMachine)
+    check(&script, &FakeMachine, options)
 }
 
 /// The records of `source`, which must check.

@@ -12,7 +12,7 @@ use crate::frontend::types::Type;
 fn check(source: &str) -> Result<CheckedProgram, Vec<ScriptError>> {
     let script = parse::parse(source, "t.bt")
         .unwrap_or_else(|e| panic!("parse error in test script:\n{}", e.render()));
-    super::check(&script, &FakeMachine)
+    super::check(&script, &FakeMachine, &Default::default())
 }
 
 /// Checks `source`, which must have no errors.
