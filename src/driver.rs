@@ -130,3 +130,104 @@ pub fn verifier_diagnostic(
         ));
     Some(sources.errors(vec![error]))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontend::fake_machine::FakeMachine;
+
+    fn source(name: &str, text: &str, origin: RecordOrigin) -> Source {
+        Source {
+            name: name.into(),
+            text: text.into(),
+            origin,
+        }
+    }
+
+    /// A user script and a tracker that share `@n`.
+    fn sources(tracker: &str) -> Vec<Source> {
+        vec![
+            source(
+                "user.bt",
+                "kprobe:f < a = arg0 > { @n = count(); }",
+                RecordOrigin::Script,
+            ),
+            source("sched.wp", tracker, RecordOrigin::Tracker),
+        ]
+    }
+
+    #[track_caller]
+    fn rendered_error(sources: &[Source]) -> String {
+        match compile(sources, &[], &FakeMachine, &CompileOptions::default()) {
+            Ok(_) => panic!("expected an error"),
+            Err(errors) => errors.render(),
+        }
+    }
+
+    /// Sources merge into one program: maps of one name are one map, and
+    /// each record keeps the origin of the source that defined it.
+    #[test]
+    fn merges_sources() {
+        let all = sources("kprobe:g { @n = count(); record t < b = 1 > }");
+        let (checked, compiled) =
+            compile(&all, &[], &FakeMachine, &CompileOptions::default()).expect("compiles");
+        assert_eq!(checked.maps.len(), 1);
+        let origins: Vec<_> = compiled
+            .records
+            .iter()
+            .map(|r| (r.name.as_str(), r.origin))
+            .collect();
+        assert_eq!(
+            origins,
+            [("f", RecordOrigin::Script), ("t", RecordOrigin::Tracker)]
+        );
+    }
+
+    /// Check errors in the second source name that file, with its own line
+    /// and column.
+    #[test]
+    fn check_errors_name_their_source() {
+        let text = rendered_error(&sources("kprobe:g {\n  @n = count();\n  nosuch(1);\n}"));
+        assert!(text.contains("[sched.wp:3:3]"), "{text}");
+        assert!(!text.contains("user.bt"), "{text}");
+        let text = rendered_error(&[
+            source(
+                "user.bt",
+                "kprobe:f {\n  nosuch(1);\n}",
+                RecordOrigin::Script,
+            ),
+            source("sched.wp", "kprobe:g { @n = 1 }", RecordOrigin::Tracker),
+        ]);
+        assert!(text.contains("[user.bt:2:3]"), "{text}");
+    }
+
+    /// Syntax errors name the source that has them.
+    #[test]
+    fn parse_errors_name_their_source() {
+        let text = rendered_error(&sources("kprobe:g {\n  @n = ;\n}"));
+        assert!(text.contains("[sched.wp:2:8]"), "{text}");
+    }
+
+    /// `$1` and `$#` are the user's parameters, and only in the first source.
+    #[test]
+    fn positional_parameters_belong_to_the_first_source() {
+        let all = vec![
+            source("user.bt", "kprobe:f { @a[$1] = $#; }", RecordOrigin::Script),
+            source(
+                "sched.wp",
+                "kprobe:g { @b[$#] = 1; }",
+                RecordOrigin::Tracker,
+            ),
+        ];
+        let params = ["x".to_owned()];
+        let (checked, _) =
+            compile(&all, &params, &FakeMachine, &CompileOptions::default()).expect("compiles");
+        let keys: Vec<String> = checked
+            .maps
+            .iter()
+            .map(|m| format!("{:?}", m.key))
+            .collect();
+        assert!(keys[0].contains("Str"), "$1 is the string x: {keys:?}");
+        assert!(keys[1].contains("Int"), "$# is 0 in a tracker: {keys:?}");
+    }
+}

@@ -7,7 +7,7 @@ mod check_record;
 pub mod checked;
 pub mod diag;
 #[cfg(test)]
-mod fake_machine;
+pub(crate) mod fake_machine;
 pub mod options;
 pub mod parse;
 pub mod pmu;
