@@ -307,3 +307,70 @@ impl Lowerer<'_> {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::capture::model::RecordOrigin;
+    use crate::codegen::listing::render_listing;
+    use crate::codegen::program::{Compiled, MapKind};
+    use crate::driver::{Source, compile};
+    use crate::frontend::fake_machine::FakeMachine;
+    use crate::frontend::options::CompileOptions;
+    use crate::frontend::pmu::parse_counters;
+
+    fn compiled(text: &str, options: &CompileOptions) -> Compiled {
+        let source = Source {
+            name: "t.bt".into(),
+            text: text.into(),
+            origin: RecordOrigin::Script,
+        };
+        let (_, compiled) = compile(&[source], &[], &FakeMachine, options)
+            .unwrap_or_else(|e| panic!("{}", e.render()));
+        compiled
+    }
+
+    /// Each counter reads its perf event array on the current CPU straight
+    /// into the event's three fields.
+    #[test]
+    fn pmu_reads_each_counter_into_the_event() {
+        let names = ["sw:page-faults".to_owned(), "cycles".to_owned()];
+        let options = CompileOptions {
+            pmu: parse_counters(&names).expect("known"),
+            ..CompileOptions::default()
+        };
+        let compiled = compiled("kprobe:f < a = arg0; pmu >", &options);
+        let names: Vec<&str> = compiled.counters.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["sw:page-faults", "cycles"]);
+        for counter in &compiled.counters {
+            let spec = &compiled.maps[counter.map.0 as usize];
+            assert_eq!(spec.kind, MapKind::PerfEventArray);
+            assert_eq!(
+                spec.max_entries as usize,
+                libbpf_rs::num_possible_cpus().unwrap()
+            );
+        }
+        assert_eq!(compiled.records[0].fields.len(), 7);
+        let listing = render_listing(&compiled.programs[0], "kprobe:f < a = arg0; pmu >");
+        let reads: Vec<&str> = listing
+            .lines()
+            .filter(|l| l.contains("perf_event_read_value"))
+            .collect();
+        assert_eq!(reads.len(), 2, "{listing}");
+        // Flags must be exactly BPF_F_CURRENT_CPU: a sign-extended -1 is EINVAL.
+        assert!(listing.contains("r3 = 0xffffffff\n"), "{listing}");
+        assert!(listing.contains("r5 = 24"), "{listing}");
+    }
+
+    /// A disabled `stack(KIND)` compiles to no stack maps and no stack calls.
+    #[test]
+    fn disabled_stack_kind_compiles_to_nothing() {
+        let off = compiled("kprobe:f < stack(offcpu) >", &CompileOptions::default());
+        assert!(off.kernel_stacks.is_none() && off.user_stacks.is_none());
+        let on = CompileOptions {
+            stacks: ["offcpu".to_owned()].into(),
+            ..CompileOptions::default()
+        };
+        let on = compiled("kprobe:f < stack(offcpu) >", &on);
+        assert!(on.kernel_stacks.is_some() && on.user_stacks.is_some());
+    }
+}
