@@ -228,9 +228,7 @@ impl Lowerer<'_> {
     /// enabled and time running (the helper zeroes them when it fails).
     fn read_counter(&mut self, counter: usize, at: i16) {
         let map = self.maps.counters[counter];
-        let ctx = self.ctx;
         let args = vec![
-            Arg::Reg(ctx),
             Arg::Map(map),
             Arg::Imm(BPF_F_CURRENT_CPU),
             Arg::Frame(at),
@@ -357,8 +355,8 @@ mod tests {
             .collect();
         assert_eq!(reads.len(), 2, "{listing}");
         // Flags must be exactly BPF_F_CURRENT_CPU: a sign-extended -1 is EINVAL.
-        assert!(listing.contains("r3 = 0xffffffff\n"), "{listing}");
-        assert!(listing.contains("r5 = 24"), "{listing}");
+        assert!(listing.contains("r2 = 0xffffffff\n"), "{listing}");
+        assert!(listing.contains("r4 = 24"), "{listing}");
     }
 
     /// A disabled `stack(KIND)` compiles to no stack maps and no stack calls.
