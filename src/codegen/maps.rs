@@ -18,6 +18,7 @@ const CAPTURE_RINGBUF_BYTES: u32 = 1 << 24;
 pub struct MapLayouts {
     pub script: Vec<ScriptMapLayout>,
     pub ringbuf: MapId,
+    pub ringbuf_bytes: u32,
     pub globals: MapId,
     pub kernel_stacks: Option<MapId>,
     pub user_stacks: Option<MapId>,
@@ -48,16 +49,17 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         script.push(layout);
     }
     let ringbuf = MapId(specs.len() as u32);
+    let ringbuf_bytes = if program.records.is_empty() {
+        OUTPUT_RINGBUF_BYTES
+    } else {
+        CAPTURE_RINGBUF_BYTES
+    };
     specs.push(MapSpec {
         name: "wprof_events".into(),
         kind: MapKind::RingBuf,
         key_size: 0,
         value_size: 0,
-        max_entries: if program.records.is_empty() {
-            OUTPUT_RINGBUF_BYTES
-        } else {
-            CAPTURE_RINGBUF_BYTES
-        },
+        max_entries: ringbuf_bytes,
         script_map: None,
     });
     let globals = MapId(specs.len() as u32);
@@ -141,6 +143,7 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
     let layouts = MapLayouts {
         script,
         ringbuf,
+        ringbuf_bytes,
         globals,
         kernel_stacks,
         user_stacks,
