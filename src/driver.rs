@@ -2,40 +2,70 @@
 //! attach and run. Errors that point into the script come back as
 //! [`ScriptErrors`], whatever stage found them.
 
+use crate::capture::model::RecordOrigin;
 use crate::codegen::listing::instruction_span;
 use crate::codegen::program::{AttachPoint, Compiled};
+use crate::frontend::ast::Script;
 use crate::frontend::checked::CheckedProgram;
-use crate::frontend::diag::{ScriptError, ScriptErrors};
+use crate::frontend::diag::{ScriptError, ScriptErrors, SourceMap};
 use crate::frontend::options::CompileOptions;
 use crate::frontend::probes::Environment;
-use crate::frontend::{check, parse, positional};
+use crate::frontend::{check, parse, positional, shift};
 use crate::runtime::features::KernelFeatures;
 use crate::runtime::loader::LoadError;
 
-/// A script and the name diagnostics show for it.
+/// A script, the name diagnostics show for it, and who wrote it.
 #[derive(Clone, Debug)]
 pub struct Source {
     pub name: String,
     pub text: String,
+    /// `Script` for the user's script, `Tracker` for a built-in tracker:
+    /// becomes the `origin` of the records it defines.
+    pub origin: RecordOrigin,
 }
 
-/// Parse, check and compile `source`.
+/// The offset space a program merged from `sources` lives in: spans of the
+/// checked program and of compiled instructions are offsets in it.
+pub fn source_map(sources: &[Source]) -> SourceMap {
+    SourceMap::new(sources.iter().map(|s| (s.name.as_str(), s.text.as_str())))
+}
+
+/// Parse every source, merge them into one program, check and compile it.
+/// Maps of the same name are shared between sources; positional parameters
+/// (`$1`, `$#`) are those of the first source (the user's script).
 pub fn compile(
-    source: &Source,
+    sources: &[Source],
     params: &[String],
     env: &dyn Environment,
+    options: &CompileOptions,
 ) -> Result<(CheckedProgram, Compiled), ScriptErrors> {
-    let errors = |errors| ScriptErrors::new(&source.name, &source.text, errors);
-    let mut script = parse::parse(&source.text, &source.name)?;
-    positional::substitute(&mut script, params);
-    let checked = check::check(&script, env, &CompileOptions::default()).map_err(errors)?;
+    let map = source_map(sources);
+    let mut script = Script {
+        probes: Vec::new(),
+        spans: Vec::new(),
+    };
+    for (index, source) in sources.iter().enumerate() {
+        let mut part = parse::parse(&source.text, &source.name)?;
+        positional::substitute(&mut part, if index == 0 { params } else { &[] });
+        shift::shift_spans(&mut part, map.base(index));
+        for probe in &mut part.probes {
+            probe.origin = source.origin;
+        }
+        for span in &mut part.spans {
+            span.origin = source.origin;
+        }
+        script.probes.append(&mut part.probes);
+        script.spans.append(&mut part.spans);
+    }
+    let errors = |errors| map.errors(errors);
+    let checked = check::check(&script, env, options).map_err(errors)?;
     let compiled = crate::codegen::compile(&checked).map_err(errors)?;
     Ok((checked, compiled))
 }
 
 /// Errors for probes this kernel cannot run, pointing at their probe blocks.
 pub fn check_kernel_support(
-    source: &Source,
+    sources: &SourceMap,
     checked: &CheckedProgram,
     features: &KernelFeatures,
 ) -> Result<(), ScriptErrors> {
@@ -63,7 +93,7 @@ pub fn check_kernel_support(
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(ScriptErrors::new(&source.name, &source.text, errors))
+        Err(sources.errors(errors))
     }
 }
 
@@ -75,7 +105,7 @@ const VERIFIER_LOG_LINES: usize = 12;
 pub fn verifier_diagnostic(
     error: &LoadError,
     compiled: &Compiled,
-    source: &Source,
+    sources: &SourceMap,
 ) -> Option<ScriptErrors> {
     let LoadError::Verifier {
         program,
@@ -98,5 +128,106 @@ pub fn verifier_diagnostic(
         .with_help(format!(
             "verifier log (last lines; see the full program with --dump-bpf):\n{tail}"
         ));
-    Some(ScriptErrors::new(&source.name, &source.text, vec![error]))
+    Some(sources.errors(vec![error]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontend::fake_machine::FakeMachine;
+
+    fn source(name: &str, text: &str, origin: RecordOrigin) -> Source {
+        Source {
+            name: name.into(),
+            text: text.into(),
+            origin,
+        }
+    }
+
+    /// A user script and a tracker that share `@n`.
+    fn sources(tracker: &str) -> Vec<Source> {
+        vec![
+            source(
+                "user.bt",
+                "kprobe:f < a = arg0 > { @n = count(); }",
+                RecordOrigin::Script,
+            ),
+            source("sched.wp", tracker, RecordOrigin::Tracker),
+        ]
+    }
+
+    #[track_caller]
+    fn rendered_error(sources: &[Source]) -> String {
+        match compile(sources, &[], &FakeMachine, &CompileOptions::default()) {
+            Ok(_) => panic!("expected an error"),
+            Err(errors) => errors.render(),
+        }
+    }
+
+    /// Sources merge into one program: maps of one name are one map, and
+    /// each record keeps the origin of the source that defined it.
+    #[test]
+    fn merges_sources() {
+        let all = sources("kprobe:g { @n = count(); record t < b = 1 > }");
+        let (checked, compiled) =
+            compile(&all, &[], &FakeMachine, &CompileOptions::default()).expect("compiles");
+        assert_eq!(checked.maps.len(), 1);
+        let origins: Vec<_> = compiled
+            .records
+            .iter()
+            .map(|r| (r.name.as_str(), r.origin))
+            .collect();
+        assert_eq!(
+            origins,
+            [("f", RecordOrigin::Script), ("t", RecordOrigin::Tracker)]
+        );
+    }
+
+    /// Check errors in the second source name that file, with its own line
+    /// and column.
+    #[test]
+    fn check_errors_name_their_source() {
+        let text = rendered_error(&sources("kprobe:g {\n  @n = count();\n  nosuch(1);\n}"));
+        assert!(text.contains("[sched.wp:3:3]"), "{text}");
+        assert!(!text.contains("user.bt"), "{text}");
+        let text = rendered_error(&[
+            source(
+                "user.bt",
+                "kprobe:f {\n  nosuch(1);\n}",
+                RecordOrigin::Script,
+            ),
+            source("sched.wp", "kprobe:g { @n = 1 }", RecordOrigin::Tracker),
+        ]);
+        assert!(text.contains("[user.bt:2:3]"), "{text}");
+    }
+
+    /// Syntax errors name the source that has them.
+    #[test]
+    fn parse_errors_name_their_source() {
+        let text = rendered_error(&sources("kprobe:g {\n  @n = ;\n}"));
+        assert!(text.contains("[sched.wp:2:8]"), "{text}");
+    }
+
+    /// `$1` and `$#` are the user's parameters, and only in the first source.
+    #[test]
+    fn positional_parameters_belong_to_the_first_source() {
+        let all = vec![
+            source("user.bt", "kprobe:f { @a[$1] = $#; }", RecordOrigin::Script),
+            source(
+                "sched.wp",
+                "kprobe:g { @b[$#] = 1; }",
+                RecordOrigin::Tracker,
+            ),
+        ];
+        let params = ["x".to_owned()];
+        let (checked, _) =
+            compile(&all, &params, &FakeMachine, &CompileOptions::default()).expect("compiles");
+        let keys: Vec<String> = checked
+            .maps
+            .iter()
+            .map(|m| format!("{:?}", m.key))
+            .collect();
+        assert!(keys[0].contains("Str"), "$1 is the string x: {keys:?}");
+        assert!(keys[1].contains("Int"), "$# is 0 in a tracker: {keys:?}");
+    }
 }

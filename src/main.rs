@@ -4,10 +4,12 @@ use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::Parser;
+use wprof::capture::model::RecordOrigin;
 use wprof::cli::Cli;
 use wprof::codegen::listing::render_listing;
 use wprof::driver::{self, Source};
 use wprof::frontend::diag::{INLINE_SCRIPT_NAME, ScriptErrors};
+use wprof::frontend::options::CompileOptions;
 use wprof::runtime::environment::SystemEnvironment;
 use wprof::runtime::session::{self, CaptureTarget, RunError, RunOptions};
 
@@ -58,7 +60,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
     let (source, params) = read_source(&cli)?;
     let _ = tracefs::ensure_mounted();
     let env = SystemEnvironment::new(cli.pid);
-    let (checked, compiled) = driver::compile(&source, &params, &env)?;
+    let sources = std::slice::from_ref(&source);
+    let (checked, compiled) = driver::compile(sources, &params, &env, &CompileOptions::default())?;
+    let source_map = driver::source_map(sources);
     if cli.dump_bpf {
         let mut out = io::stdout().lock();
         for program in &compiled.programs {
@@ -74,7 +78,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         return Ok(());
     }
-    driver::check_kernel_support(&source, &checked, &features::detect())?;
+    driver::check_kernel_support(&source_map, &checked, &features::detect())?;
     let command = match (&cli.command, cli.command_args.is_empty()) {
         (Some(_), false) => {
             return Err("give the command either with -c or after `--`, not both"
@@ -103,7 +107,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         let mut out = io::stdout().lock();
         session::run(&compiled, &options, &mut out).map_err(|error| {
             let verifier = match &error {
-                RunError::Load(load) => driver::verifier_diagnostic(load, &compiled, &source),
+                RunError::Load(load) => driver::verifier_diagnostic(load, &compiled, &source_map),
                 _ => None,
             };
             verifier.map_or_else(|| Failure::Message(error.to_string()), Failure::Script)
@@ -136,6 +140,7 @@ fn read_source(cli: &Cli) -> Result<(Source, Vec<String>), Failure> {
                 Source {
                     name: INLINE_SCRIPT_NAME.into(),
                     text: text.clone(),
+                    origin: RecordOrigin::Script,
                 },
                 params,
             ))
@@ -147,6 +152,7 @@ fn read_source(cli: &Cli) -> Result<(Source, Vec<String>), Failure> {
                 Source {
                     name: path.display().to_string(),
                     text,
+                    origin: RecordOrigin::Script,
                 },
                 cli.params.clone(),
             ))

@@ -14,11 +14,21 @@ pub const PROBE_READ_KERNEL: u32 = 113;
 pub const PROBE_READ_USER_STR: u32 = 114;
 pub const PROBE_READ_KERNEL_STR: u32 = 115;
 pub const RINGBUF_OUTPUT: u32 = 130;
+pub const RINGBUF_QUERY: u32 = 134;
+
+/// `bpf_ringbuf_query`: bytes not yet consumed.
+pub const BPF_RB_AVAIL_DATA: i64 = 0;
+/// `flags` for `bpf_ringbuf_output`: do not wake the reader / wake it now.
+pub const BPF_RB_NO_WAKEUP: i32 = 1;
+pub const BPF_RB_FORCE_WAKEUP: i32 = 2;
 
 /// `flags` for `bpf_map_update_elem`: create or replace.
 pub const BPF_ANY: i64 = 0;
 
 pub const GET_STACKID: u32 = 27;
+pub const PERF_EVENT_READ_VALUE: u32 = 55;
+/// `flags` for `bpf_perf_event_read_value`: the entry of the current CPU.
+pub const BPF_F_CURRENT_CPU: i64 = 0xffff_ffff;
 /// `flags` for `bpf_get_stackid`: the user stack instead of the kernel's.
 pub const BPF_F_USER_STACK: i64 = 1 << 8;
 pub const GET_CURRENT_TASK: u32 = 35;

@@ -5,7 +5,7 @@
 use crate::codegen::helpers::GET_CURRENT_PID_TGID;
 use crate::codegen::ir::{AluOp, Annotated, Base, Cond, Function, Inst, Label, Size, Src, VReg};
 use crate::codegen::maps::MapLayouts;
-use crate::codegen::program::{AttachPoint, GlobalSlot, Message};
+use crate::codegen::program::{AttachPoint, GlobalSlot, Message, ProbeState};
 use crate::frontend::ast::Span;
 use crate::frontend::checked::{CheckedProbe, CheckedProgram, MapDecl, TStmt, TStmtKind};
 use crate::frontend::types::Type;
@@ -94,12 +94,12 @@ impl<'a> Lowerer<'a> {
         (lowerer.function, lowerer.frame_peak)
     }
 
-    /// Return at once once tracing has stopped, and for wprof's own events.
+    /// Return at once unless tracing is active, and for wprof's own events.
     fn gate(&mut self) {
         let exit = self.exit_label;
-        self.comment("return once tracing has stopped");
-        let stopped = self.global(GlobalSlot::Stopped);
-        self.branch(Cond::Ne, stopped, Src::Imm(0), exit);
+        self.comment("return unless tracing is active");
+        let state = self.global(GlobalSlot::State);
+        self.branch(Cond::Ne, state, Src::Imm(ProbeState::Active as i32), exit);
         self.comment("ignore wprof itself");
         let me = self.global(GlobalSlot::SelfPid);
         let task = self.vreg();
@@ -349,6 +349,7 @@ impl<'a> Lowerer<'a> {
                 }
                 self.emit(Inst::Bind(end));
             }
+            TStmtKind::Record(record) => self.record(record),
             TStmtKind::Break | TStmtKind::Continue => {
                 let (next, end) = *self
                     .loops

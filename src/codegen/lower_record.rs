@@ -1,6 +1,7 @@
-//! Lowering record blocks and spans into capture events: a header (time,
-//! task, CPU, comm, duration, stack ids) and the fields, sent through the ring
-//! buffer; span starts wait in a map until their end.
+//! Lowering record blocks, `record` statements and spans into capture
+//! events: a header (time, task, CPU, comm, duration, stack ids) and the
+//! fields (counters read on the current CPU), sent through the ring buffer;
+//! span starts wait in a map until their end.
 
 use crate::capture::model::DropReason;
 use crate::codegen::helpers::*;
@@ -8,7 +9,9 @@ use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
 use crate::codegen::lower::Lowerer;
 use crate::codegen::maps::SPAN_VALUE_HEADER;
 use crate::codegen::program::{Message, MessageId, record_header as header};
-use crate::frontend::checked::{CheckedRecord, RecordRef, RecordRole, SpanRef, StackKind, TExpr};
+use crate::frontend::checked::{
+    CheckedRecord, RecordRef, RecordRole, RecordValue, SpanRef, StackKind, TExpr,
+};
 use crate::frontend::types::{COMM_LEN, Type};
 
 /// `struct pt_regs` offset of the stack pointer (x86-64).
@@ -16,6 +19,9 @@ const PT_REGS_SP: i16 = 152;
 
 /// `-EEXIST` from `bpf_get_stackid`: the stack's bucket holds another stack.
 const STACK_COLLISION: i32 = -17;
+
+/// `struct bpf_perf_event_value`: counter, enabled, running.
+const COUNTER_BYTES: u32 = 24;
 
 impl Lowerer<'_> {
     pub(super) fn record(&mut self, record: &CheckedRecord) {
@@ -34,21 +40,21 @@ impl Lowerer<'_> {
         let now = self.call_result(KTIME_GET_NS, vec![]);
         self.record_header(buffer, message, now);
         self.store_stacks(buffer + header::KERNEL_STACK as i16, record.stack);
-        self.store_fields(buffer + header::FIELDS as i16, &record.values);
-        self.send(buffer, size);
+        self.store_fields(buffer + header::FIELDS as i16, &record.values, &fields);
+        self.send(buffer, size, record.stack);
     }
 
     fn span_start(&mut self, span: SpanRef, key: &TExpr, record: &CheckedRecord) {
         let decl = &self.program.spans[span.0];
-        let value_size =
-            SPAN_VALUE_HEADER + decl.start_fields.iter().map(|(_, t)| t.size()).sum::<u32>();
+        let fields = &decl.start_fields;
+        let value_size = SPAN_VALUE_HEADER + fields.iter().map(|(_, t)| t.size()).sum::<u32>();
         self.comment(format!("span {} starts", decl.name));
         let key = self.span_key(span, key);
         let value = self.alloc(value_size);
         let now = self.call_result(KTIME_GET_NS, vec![]);
         self.store(Base::Frame, value, Src::Reg(now));
         self.store_stacks(value + 8, record.stack);
-        self.store_fields(value + SPAN_VALUE_HEADER as i16, &record.values);
+        self.store_fields(value + SPAN_VALUE_HEADER as i16, &record.values, fields);
         self.map_update(self.maps.spans[span.0], key, value);
     }
 
@@ -88,14 +94,15 @@ impl Lowerer<'_> {
             (Base::Reg(open), SPAN_VALUE_HEADER as i16),
             start_bytes,
         );
-        self.store_fields(fields_at + start_bytes as i16, &record.values);
+        let end_fields = &decl.end_fields;
+        self.store_fields(fields_at + start_bytes as i16, &record.values, end_fields);
         let args = vec![Arg::Map(map), Arg::Frame(key)];
         self.emit(Inst::Call {
             helper: MAP_DELETE_ELEM,
             args,
             ret: None,
         });
-        self.send(buffer, size);
+        self.send(buffer, size, record.stack.or(decl.start_stack));
         self.emit(Inst::Bind(done));
     }
 
@@ -195,29 +202,84 @@ impl Lowerer<'_> {
         });
     }
 
-    fn store_fields(&mut self, at: i16, values: &[TExpr]) {
+    /// Stores `values` at `at` in the layout of the record's `fields` (which
+    /// may be wider: strings of a shared record take the longest length).
+    fn store_fields(&mut self, at: i16, values: &[RecordValue], fields: &[(String, Type)]) {
         let mut offset = at;
+        let mut fields = fields.iter().map(|(_, ty)| ty);
         for value in values {
-            let result = self.expr(value);
-            self.store_value(result, &value.ty, Base::Frame, offset, &value.ty);
-            offset += value.ty.size() as i16;
+            match value {
+                RecordValue::Expr(value) => {
+                    let ty = fields.next().expect("a field per value");
+                    let result = self.expr(value);
+                    self.store_value(result, &value.ty, Base::Frame, offset, ty);
+                    offset += ty.size() as i16;
+                }
+                RecordValue::Counter(counter) => {
+                    self.read_counter(*counter, offset);
+                    fields.nth(COUNTER_BYTES as usize / 8 - 1);
+                    offset += COUNTER_BYTES as i16;
+                }
+            }
         }
     }
 
-    /// Send `size` bytes at `buffer`; count the event as lost when the ring is full.
-    fn send(&mut self, buffer: i16, size: u32) {
-        let ringbuf = self.maps.ringbuf;
+    /// `bpf_perf_event_read_value` of the counter on this CPU: value, time
+    /// enabled and time running (the helper zeroes them when it fails).
+    fn read_counter(&mut self, counter: usize, at: i16) {
+        let map = self.maps.counters[counter];
         let args = vec![
-            Arg::Map(ringbuf),
+            Arg::Map(map),
+            Arg::Imm(BPF_F_CURRENT_CPU),
+            Arg::Frame(at),
+            Arg::Imm(i64::from(COUNTER_BYTES)),
+        ];
+        self.emit(Inst::Call {
+            helper: PERF_EVENT_READ_VALUE,
+            args,
+            ret: None,
+        });
+    }
+
+    /// Send `size` bytes at `buffer`; count the event as lost when the ring is full.
+    fn send(&mut self, buffer: i16, size: u32, stack: Option<StackKind>) {
+        let flags = self.wakeup_flags(stack);
+        let args = vec![
+            Arg::Map(self.maps.ringbuf),
             Arg::Frame(buffer),
             Arg::Imm(i64::from(size)),
-            Arg::Imm(0),
+            flags,
         ];
         let result = self.call_result(RINGBUF_OUTPUT, args);
         let sent = self.label();
         self.branch(Cond::Eq, result, Src::Imm(0), sent);
         self.count_drop(DropReason::RingBufferFull);
         self.emit(Inst::Bind(sent));
+    }
+
+    /// When to wake the recorder. It drains the ring on a timer anyway, so
+    /// most events wake it only once the ring is more than half full: a
+    /// wake-up per event costs an irq_work and a switch to the reader (it
+    /// tripled the time of `perf bench sched pipe` under a sched_switch
+    /// record). Events with a user stack keep the kernel's default (wake an
+    /// idle reader): their process must still be alive when the recorder
+    /// normalizes the stack's addresses.
+    fn wakeup_flags(&mut self, stack: Option<StackKind>) -> Arg {
+        if stack.is_some_and(StackKind::user) {
+            return Arg::Imm(0);
+        }
+        let queued = self.call_result(
+            RINGBUF_QUERY,
+            vec![Arg::Map(self.maps.ringbuf), Arg::Imm(BPF_RB_AVAIL_DATA)],
+        );
+        let flags = self.vreg();
+        self.mov_imm(flags, BPF_RB_NO_WAKEUP);
+        let quiet = self.label();
+        let half = (self.maps.ringbuf_bytes / 2) as i32;
+        self.branch(Cond::Le, queued, Src::Imm(half), quiet);
+        self.mov_imm(flags, BPF_RB_FORCE_WAKEUP);
+        self.emit(Inst::Bind(quiet));
+        Arg::Reg(flags)
     }
 
     /// `drops[reason] += 1` in the per-CPU drops map.
@@ -266,5 +328,72 @@ impl Lowerer<'_> {
             src,
             size,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::capture::model::RecordOrigin;
+    use crate::codegen::listing::render_listing;
+    use crate::codegen::program::{Compiled, MapKind};
+    use crate::driver::{Source, compile};
+    use crate::frontend::fake_machine::FakeMachine;
+    use crate::frontend::options::CompileOptions;
+    use crate::frontend::pmu::parse_counters;
+
+    fn compiled(text: &str, options: &CompileOptions) -> Compiled {
+        let source = Source {
+            name: "t.bt".into(),
+            text: text.into(),
+            origin: RecordOrigin::Script,
+        };
+        let (_, compiled) = compile(&[source], &[], &FakeMachine, options)
+            .unwrap_or_else(|e| panic!("{}", e.render()));
+        compiled
+    }
+
+    /// Each counter reads its perf event array on the current CPU straight
+    /// into the event's three fields.
+    #[test]
+    fn pmu_reads_each_counter_into_the_event() {
+        let names = ["sw:page-faults".to_owned(), "cycles".to_owned()];
+        let options = CompileOptions {
+            pmu: parse_counters(&names).expect("known"),
+            ..CompileOptions::default()
+        };
+        let compiled = compiled("kprobe:f < a = arg0; pmu >", &options);
+        let names: Vec<&str> = compiled.counters.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["sw:page-faults", "cycles"]);
+        for counter in &compiled.counters {
+            let spec = &compiled.maps[counter.map.0 as usize];
+            assert_eq!(spec.kind, MapKind::PerfEventArray);
+            assert_eq!(
+                spec.max_entries as usize,
+                libbpf_rs::num_possible_cpus().unwrap()
+            );
+        }
+        assert_eq!(compiled.records[0].fields.len(), 7);
+        let listing = render_listing(&compiled.programs[0], "kprobe:f < a = arg0; pmu >");
+        let reads: Vec<&str> = listing
+            .lines()
+            .filter(|l| l.contains("perf_event_read_value"))
+            .collect();
+        assert_eq!(reads.len(), 2, "{listing}");
+        // Flags must be exactly BPF_F_CURRENT_CPU: a sign-extended -1 is EINVAL.
+        assert!(listing.contains("r2 = 0xffffffff\n"), "{listing}");
+        assert!(listing.contains("r4 = 24"), "{listing}");
+    }
+
+    /// A disabled `stack(KIND)` compiles to no stack maps and no stack calls.
+    #[test]
+    fn disabled_stack_kind_compiles_to_nothing() {
+        let off = compiled("kprobe:f < stack(offcpu) >", &CompileOptions::default());
+        assert!(off.kernel_stacks.is_none() && off.user_stacks.is_none());
+        let on = CompileOptions {
+            stacks: ["offcpu".to_owned()].into(),
+            ..CompileOptions::default()
+        };
+        let on = compiled("kprobe:f < stack(offcpu) >", &on);
+        assert!(on.kernel_stacks.is_some() && on.user_stacks.is_some());
     }
 }

@@ -20,6 +20,7 @@ const CAPTURE_RINGBUF_BYTES: u32 = 1 << 24;
 pub struct MapLayouts {
     pub script: Vec<ScriptMapLayout>,
     pub ringbuf: MapId,
+    pub ringbuf_bytes: u32,
     pub globals: MapId,
     pub kernel_stacks: Option<MapId>,
     pub user_stacks: Option<MapId>,
@@ -30,6 +31,8 @@ pub struct MapLayouts {
     /// their character tables (when there are name filters).
     pub glob_set: GlobSet,
     pub globs: Option<MapId>,
+    /// One perf event array per counter, in `CheckedProgram::counters` order.
+    pub counters: Vec<MapId>,
 }
 
 #[derive(Clone, Debug)]
@@ -54,16 +57,17 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         script.push(layout);
     }
     let ringbuf = MapId(specs.len() as u32);
+    let ringbuf_bytes = if program.records.is_empty() {
+        OUTPUT_RINGBUF_BYTES
+    } else {
+        CAPTURE_RINGBUF_BYTES
+    };
     specs.push(MapSpec {
         name: "wprof_events".into(),
         kind: MapKind::RingBuf,
         key_size: 0,
         value_size: 0,
-        max_entries: if program.records.is_empty() {
-            OUTPUT_RINGBUF_BYTES
-        } else {
-            CAPTURE_RINGBUF_BYTES
-        },
+        max_entries: ringbuf_bytes,
         script_map: None,
     });
     let globals = MapId(specs.len() as u32);
@@ -136,9 +140,23 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         let bytes = LANE_TABLE_BYTES * glob_set.lanes.len() as u32;
         internal("wprof_globs".into(), MapKind::Array, 4, bytes, 1)
     });
+    let counters = program
+        .counters
+        .iter()
+        .map(|counter| {
+            internal(
+                format!("pmu_{}", counter.name),
+                MapKind::PerfEventArray,
+                4,
+                4,
+                possible_cpus(),
+            )
+        })
+        .collect();
     let layouts = MapLayouts {
         script,
         ringbuf,
+        ringbuf_bytes,
         globals,
         kernel_stacks,
         user_stacks,
@@ -146,8 +164,15 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         spans,
         glob_set,
         globs,
+        counters,
     };
     (specs, layouts)
+}
+
+/// Entries of a per-CPU perf event array: every CPU that may come online.
+fn possible_cpus() -> u32 {
+    // Without /sys (never on a machine that runs BPF), one entry still loads.
+    libbpf_rs::num_possible_cpus().map_or(1, |n| n as u32)
 }
 
 /// Distinct stacks of each kind a capture can hold (the kernel preallocates them).

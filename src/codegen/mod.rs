@@ -22,11 +22,11 @@ pub mod program;
 mod prune;
 pub mod regalloc;
 
-use crate::capture::model::{FieldSchema, FieldType, RecordKind, RecordOrigin, RecordSchema};
+use crate::capture::model::{FieldSchema, FieldType, RecordKind, RecordSchema};
 use crate::frontend::checked::{CheckedProgram, RecordDecl};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::types::Type;
-use program::Compiled;
+use program::{Compiled, CounterMap};
 
 /// The most stack a BPF program may use.
 pub const STACK_LIMIT: u32 = 512;
@@ -45,6 +45,16 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
             .globs
             .map(|map| (map, layouts.glob_set.table_bytes()))
             .into_iter()
+            .collect(),
+        counters: program
+            .counters
+            .iter()
+            .zip(&layouts.counters)
+            .map(|(counter, &map)| CounterMap {
+                name: counter.name.clone(),
+                event: counter.event,
+                map,
+            })
             .collect(),
         ..Compiled::default()
     };
@@ -101,7 +111,7 @@ fn record_schema(decl: &RecordDecl) -> RecordSchema {
         })
         .collect();
     RecordSchema {
-        origin: RecordOrigin::Script,
+        origin: decl.origin,
         probe: decl.probe.clone(),
         name: decl.name.clone(),
         kind: if decl.is_span {

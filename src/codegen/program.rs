@@ -35,6 +35,19 @@ pub struct Compiled {
     /// Values of one-element arrays written at load, before any program
     /// runs (the task-name filter tables).
     pub initial_values: Vec<(MapId, Vec<u8>)>,
+    /// The `--pmu` counters records read, each from its perf event array,
+    /// which user space fills with one event per CPU after loading.
+    pub counters: Vec<CounterMap>,
+}
+
+/// A counter read by `pmu` record items and the map holding its events.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CounterMap {
+    /// The `--pmu` name.
+    pub name: String,
+    pub event: PerfEvent,
+    /// A `MapKind::PerfEventArray` indexed by CPU.
+    pub map: MapId,
 }
 
 /// Slots of the globals map (each a u64), in index order.
@@ -44,15 +57,25 @@ pub enum GlobalSlot {
     StartNs = 0,
     /// pid of the `-c` child (`cpid`), 0 without `-c`.
     ChildPid = 1,
-    /// Non-zero once tracing has stopped: probes return at once, so maps
-    /// hold still while they print (detaching takes longer).
-    Stopped = 2,
+    /// A [`ProbeState`]: probes other than BEGIN/END return at once unless
+    /// it is `Active`, so nothing is recorded before activation, and maps
+    /// hold still while they print after stopping (detaching takes longer).
+    State = 2,
     /// wprof's own pid: probes ignore wprof, which would otherwise trace
     /// itself (a system-wide `malloc` probe fires on every event it handles).
     SelfPid = 3,
 }
 
 pub const GLOBAL_SLOTS: u32 = 4;
+
+/// The values of [`GlobalSlot::State`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeState {
+    /// Loaded (maybe attached), not yet activated.
+    Inactive = 0,
+    Active = 1,
+    Stopped = 2,
+}
 
 #[derive(Clone, Debug)]
 pub struct BpfProgram {
@@ -157,7 +180,7 @@ impl AttachPoint {
 /// A perf event as `perf_event_open` takes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PerfEvent {
-    /// `PERF_TYPE_HARDWARE` (0) or `PERF_TYPE_SOFTWARE` (1).
+    /// `PERF_TYPE_HARDWARE` (0), `PERF_TYPE_SOFTWARE` (1) or `PERF_TYPE_RAW` (4).
     pub type_: u32,
     pub config: u64,
 }
@@ -184,6 +207,8 @@ pub enum MapKind {
     /// pointer in BPF. The kernel requires BTF for the key (`int`) and value
     /// types; the loader makes it.
     TaskStorage,
+    /// Perf event fds by CPU, for `bpf_perf_event_read_value`.
+    PerfEventArray,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use crate::capture::model::RecordOrigin;
+
 /// A byte range in the script source.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Span {
@@ -47,6 +49,8 @@ pub struct ProbeBlock {
     pub record: Option<Record>,
     /// The actions; empty for a block that only records.
     pub body: Block,
+    /// Whether the user's script or a built-in tracker wrote it.
+    pub origin: RecordOrigin,
     pub span: Span,
 }
 
@@ -75,6 +79,8 @@ pub struct SpanBlock {
     pub key: Option<Expr>,
     pub start: SpanEnd,
     pub end: SpanEnd,
+    /// Whether the user's script or a built-in tracker wrote it.
+    pub origin: RecordOrigin,
     pub span: Span,
 }
 
@@ -142,6 +148,11 @@ pub enum StmtKind {
     While {
         cond: Expr,
         body: Block,
+    },
+    /// `record NAME < items >`: emit a capture event named `NAME`.
+    Record {
+        name: String,
+        record: Record,
     },
     Break,
     Continue,

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use crate::capture::model::RecordOrigin;
 use crate::frontend::ast::{
     BinOp, Block, Expr, ExprKind, ProbeSpec, Record, Script, Span, Stmt, StmtKind,
 };
@@ -16,7 +17,7 @@ use crate::frontend::probes::{Environment, ResolvedProbe, resolve};
 use crate::frontend::types::Type;
 
 /// Check a parsed script against the machine described by `env`, with the
-/// command-line `options` that shape it.
+/// command line's `options` (stack kinds, counters, task filters).
 pub fn check(
     script: &Script,
     env: &dyn Environment,
@@ -41,6 +42,7 @@ pub fn check(
             body: Some(&block.body),
             role: SourceRole::Plain,
             resolved: resolve_all(&block.specs),
+            origin: block.origin,
             span: block.span,
         });
     }
@@ -57,6 +59,7 @@ pub fn check(
                 body: None,
                 role,
                 resolved: resolve_all(&end.specs),
+                origin: span.origin,
                 span: end.span,
             });
         }
@@ -78,6 +81,10 @@ pub fn check(
             records: checker.records,
             spans: checker.spans,
             filter: options.filter.clone(),
+            counters: match checker.reads_counters {
+                true => options.pmu.clone(),
+                false => Vec::new(),
+            },
         })
     } else {
         Err(checker.errors)
@@ -91,6 +98,7 @@ pub(super) struct Source<'a> {
     body: Option<&'a Block>,
     pub(super) role: SourceRole<'a>,
     resolved: Vec<ResolvedProbe>,
+    origin: RecordOrigin,
     pub(super) span: Span,
 }
 
@@ -111,7 +119,11 @@ pub(super) struct Checker<'e> {
     pub(super) maps: Vec<MapDecl>,
     map_index: HashMap<String, MapRef>,
     pub(super) records: Vec<RecordDecl>,
+    /// The record of each `record NAME` statement's name.
+    pub(super) named_records: HashMap<String, RecordRef>,
     pub(super) spans: Vec<SpanDecl>,
+    /// Some record has a `pmu` item.
+    pub(super) reads_counters: bool,
     /// Variable types per (probe block, name), collected over both passes.
     var_types: HashMap<(usize, String), Type>,
     pub(super) probe: ProbeState,
@@ -125,6 +137,8 @@ pub(super) struct ProbeState {
     pub(super) vars: HashMap<String, VarId>,
     pub(super) var_list: Vec<Type>,
     pub(super) loop_depth: u32,
+    /// Who wrote the block being checked.
+    pub(super) origin: RecordOrigin,
 }
 
 impl<'e> Checker<'e> {
@@ -137,7 +151,9 @@ impl<'e> Checker<'e> {
             maps: Vec::new(),
             map_index: HashMap::new(),
             records: Vec::new(),
+            named_records: HashMap::new(),
             spans: Vec::new(),
+            reads_counters: false,
             var_types: HashMap::new(),
             probe: ProbeState::default(),
         }
@@ -145,6 +161,7 @@ impl<'e> Checker<'e> {
 
     fn check_all(&mut self, sources: &[Source], script: &Script) -> Vec<CheckedProbe> {
         self.records.clear();
+        self.named_records.clear();
         self.spans = script
             .spans
             .iter()
@@ -156,6 +173,7 @@ impl<'e> Checker<'e> {
                 self.probe = ProbeState {
                     block: source_index,
                     resolved: Some(probe.clone()),
+                    origin: source.origin,
                     ..ProbeState::default()
                 };
                 let predicate = source.predicate.map(|p| self.condition(p));
@@ -266,6 +284,9 @@ impl<'e> Checker<'e> {
                 }
             }
             StmtKind::Return => TStmtKind::Return,
+            StmtKind::Record { name, record } => {
+                TStmtKind::Record(self.record_stmt(name, record, stmt.span)?)
+            }
         };
         Some(TStmt {
             kind,

@@ -1,10 +1,13 @@
-//! Checking record blocks (`< items >`) and spans: item names and types,
-//! stack keywords, span keys, and the record kinds the capture will hold.
+//! Checking record blocks (`< items >`), `record NAME` statements and spans:
+//! item names and types, stack and counter items, span keys, and the record
+//! kinds the capture will hold.
 
-use crate::frontend::ast::{Expr, ExprKind, Record, RecordItem, SpanBlock};
+use crate::capture::model::RecordOrigin;
+use crate::frontend::ast::{Expr, ExprKind, Record, RecordItem, Span, SpanBlock};
 use crate::frontend::check::{Checker, Source, SourceRole};
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
+use crate::frontend::options::STACK_KINDS;
 use crate::frontend::types::Type;
 
 impl Checker<'_> {
@@ -19,6 +22,7 @@ impl Checker<'_> {
             start_stack: None,
             end_fields: Vec::new(),
             end_stack: None,
+            origin: span.origin,
             span: span.span,
         }
     }
@@ -39,53 +43,176 @@ impl Checker<'_> {
                 is_span: true,
                 fields,
                 stack: span.start_stack.or(span.end_stack),
+                origin: span.origin,
             });
         }
     }
 
     pub(super) fn record(&mut self, record: &Record, source: &Source) -> Option<CheckedRecord> {
-        let mut fields: Vec<(String, Type)> = Vec::new();
-        let mut values = Vec::new();
-        let mut stack = None;
-        for item in &record.items {
-            if let Some(kind) = stack_keyword(&item.value) {
-                if stack.replace(kind).is_some() {
-                    self.error(ScriptError::new(
-                        item.span,
-                        "a record holds one stack: use `stack` for user and kernel frames together",
-                    ));
-                }
-                continue;
-            }
-            let (name, value) = self.record_item(item)?;
-            if fields.iter().any(|(existing, _)| *existing == name) {
-                self.error(ScriptError::new(
-                    item.span,
-                    format!("the record already has an item named `{name}`"),
-                ));
-                return None;
-            }
-            fields.push((name, value.ty.clone()));
-            values.push(self.record_value(value)?);
-        }
+        let counter_prefix = match source.role {
+            SourceRole::SpanEnd(..) => "pmu_end",
+            _ => "pmu",
+        };
+        let mut items = self.record_items(record, counter_prefix)?;
         let role = match source.role {
-            SourceRole::Plain => RecordRole::Instant(self.instant_record(fields, stack)),
+            SourceRole::Plain => {
+                self.implicit_stack(&mut items);
+                RecordRole::Instant(self.instant_record(items.fields.clone(), items.stack))
+            }
             SourceRole::SpanStart(span, key) => {
                 let key = self.span_key(span, key, source)?;
-                self.span_end_fields(span, fields, stack, true, record)?;
+                self.span_end_fields(span, items.fields.clone(), items.stack, true, record)?;
                 RecordRole::SpanStart { span, key }
             }
             SourceRole::SpanEnd(span, key) => {
                 let key = self.span_key(span, key, source)?;
-                self.span_end_fields(span, fields, stack, false, record)?;
+                self.span_end_fields(span, items.fields.clone(), items.stack, false, record)?;
                 RecordRole::SpanEnd { span, key }
             }
         };
         Some(CheckedRecord {
             role,
-            values,
-            stack,
+            values: items.values,
+            stack: items.stack,
         })
+    }
+
+    /// `record NAME < items >`: every statement of one name shares one record
+    /// kind, so they must record the same items.
+    pub(super) fn record_stmt(
+        &mut self,
+        name: &str,
+        record: &Record,
+        span: Span,
+    ) -> Option<CheckedRecord> {
+        let mut items = self.record_items(record, "pmu")?;
+        self.implicit_stack(&mut items);
+        let id = match self.named_records.get(name) {
+            None => {
+                let decl = RecordDecl {
+                    probe: self.resolved().name.clone(),
+                    name: name.to_owned(),
+                    is_span: false,
+                    fields: items.fields,
+                    stack: items.stack,
+                    origin: self.probe.origin,
+                };
+                self.records.push(decl);
+                let id = RecordRef(self.records.len() - 1);
+                self.named_records.insert(name.to_owned(), id);
+                id
+            }
+            Some(&id) => {
+                let known = &mut self.records[id.0];
+                match unify_fields(&known.fields, &items.fields) {
+                    Some(fields) if known.stack == items.stack => known.fields = fields,
+                    _ => {
+                        let message = format!(
+                            "record `{name}` is recorded elsewhere with other items: \
+                             every `record {name}` must record the same items"
+                        );
+                        return self.fail(span, &message);
+                    }
+                }
+                id
+            }
+        };
+        Some(CheckedRecord {
+            role: RecordRole::Instant(id),
+            values: items.values,
+            stack: items.stack,
+        })
+    }
+
+    /// Fields, values and stack of `< items >`; counter fields are named
+    /// `PREFIX:COUNTER...`.
+    fn record_items(&mut self, record: &Record, counter_prefix: &str) -> Option<RecordItems> {
+        let mut items = RecordItems::default();
+        for item in &record.items {
+            if let Some(kind) = self.stack_item(&item.value) {
+                if std::mem::replace(&mut items.has_stack_item, true) {
+                    self.error(ScriptError::new(
+                        item.span,
+                        "a record holds one stack: use `stack` for user and kernel frames together",
+                    ));
+                }
+                items.stack = kind;
+                continue;
+            }
+            if matches!(&item.value.kind, ExprKind::Ident(word) if word == "pmu") {
+                self.reads_counters = true;
+                for (index, counter) in self.options.pmu.clone().iter().enumerate() {
+                    for suffix in ["", ":enabled", ":running"] {
+                        let name = format!("{counter_prefix}:{}{suffix}", counter.name);
+                        self.add_field(&mut items.fields, name, Type::U64, item.span)?;
+                    }
+                    items.values.push(RecordValue::Counter(index));
+                }
+                continue;
+            }
+            let (name, value) = self.record_item(item)?;
+            self.add_field(&mut items.fields, name, value.ty.clone(), item.span)?;
+            items
+                .values
+                .push(RecordValue::Expr(self.record_value(value)?));
+        }
+        Some(items)
+    }
+
+    fn add_field(
+        &mut self,
+        fields: &mut Vec<(String, Type)>,
+        name: String,
+        ty: Type,
+        span: Span,
+    ) -> Option<()> {
+        if fields.iter().any(|(existing, _)| *existing == name) {
+            let message = format!("the record already has an item named `{name}`");
+            return self.fail(span, &message);
+        }
+        fields.push((name, ty));
+        Some(())
+    }
+
+    /// `stack`, `ustack`, `kstack` or `stack(KIND)`: `Some` with the stack
+    /// it captures (none for a kind that is off); `None` for other items.
+    fn stack_item(&mut self, expr: &Expr) -> Option<Option<StackKind>> {
+        let ExprKind::Call { name, args } = &expr.kind else {
+            return stack_keyword(expr).map(Some);
+        };
+        if name != "stack" {
+            return None;
+        }
+        let kind = match args.as_slice() {
+            [
+                Expr {
+                    kind: ExprKind::Ident(kind),
+                    ..
+                },
+            ] if STACK_KINDS.contains(&kind.as_str()) => kind,
+            _ => {
+                let message = format!("`stack(KIND)` takes one of {}", STACK_KINDS.join(", "));
+                self.error(ScriptError::new(expr.span, message).with_label("unknown stack kind"));
+                return Some(None);
+            }
+        };
+        Some(
+            self.options
+                .stacks
+                .contains(kind)
+                .then_some(StackKind::Both),
+        )
+    }
+
+    /// With `-S probe`, records of the user's script without a stack item
+    /// capture the stack.
+    fn implicit_stack(&self, items: &mut RecordItems) {
+        if self.probe.origin == RecordOrigin::Script
+            && !items.has_stack_item
+            && self.options.stacks.contains("probe")
+        {
+            items.stack = Some(StackKind::Both);
+        }
     }
 
     fn instant_record(
@@ -108,6 +235,7 @@ impl Checker<'_> {
             is_span: false,
             fields,
             stack,
+            origin: self.probe.origin,
         };
         self.records.push(decl);
         RecordRef(self.records.len() - 1)
@@ -199,12 +327,7 @@ impl Checker<'_> {
             *known_stack = stack;
             return Some(());
         }
-        let same = known.len() == fields.len()
-            && known
-                .iter()
-                .zip(&fields)
-                .all(|((a, at), (b, bt))| a == b && at.unify(bt).is_some());
-        if !same || *known_stack != stack {
+        if unify_fields(known, &fields).is_none() || *known_stack != stack {
             let message = format!(
                 "every probe of span `{}` must record the same items at this end",
                 decl.name
@@ -213,6 +336,34 @@ impl Checker<'_> {
         }
         Some(())
     }
+}
+
+/// What a record's items add up to.
+#[derive(Default)]
+struct RecordItems {
+    fields: Vec<(String, Type)>,
+    values: Vec<RecordValue>,
+    stack: Option<StackKind>,
+    /// Some item is a stack, even one whose kind is off.
+    has_stack_item: bool,
+}
+
+/// The fields both lists agree on (same names, types that unify), with the
+/// unified types; `None` when they differ.
+fn unify_fields(known: &[(String, Type)], new: &[(String, Type)]) -> Option<Vec<(String, Type)>> {
+    if known.len() != new.len() {
+        return None;
+    }
+    known
+        .iter()
+        .zip(new)
+        .map(|((a, at), (b, bt))| {
+            (a == b)
+                .then(|| at.unify(bt))
+                .flatten()
+                .map(|t| (a.clone(), t))
+        })
+        .collect()
 }
 
 fn stack_keyword(expr: &Expr) -> Option<StackKind> {

@@ -3,9 +3,11 @@
 //! builtins, variables and maps, and each probe block is expanded to one
 //! `CheckedProbe` per attach point.
 
+use crate::capture::model::RecordOrigin;
 use crate::codegen::program::AttachPoint;
 use crate::frontend::ast::{BinOp, Span, UnOp};
 use crate::frontend::kernel_types::KTypeId;
+use crate::frontend::options::PmuCounter;
 use crate::frontend::options::TaskFilter;
 use crate::frontend::types::Type;
 
@@ -19,6 +21,9 @@ pub struct CheckedProgram {
     pub spans: Vec<SpanDecl>,
     /// The tasks `selected()` accepts.
     pub filter: TaskFilter,
+    /// The counters `pmu` record items read (`RecordValue::Counter` indices);
+    /// empty when no record reads any.
+    pub counters: Vec<PmuCounter>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -27,7 +32,8 @@ pub struct RecordRef(pub usize);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SpanRef(pub usize);
 
-/// One kind of capture event: from a record block at one attach point, or a span.
+/// One kind of capture event: from a record block at one attach point, from
+/// every `record NAME` statement of one name, or a span.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RecordDecl {
     /// The probe (or `span:NAME`) as displayed.
@@ -37,6 +43,7 @@ pub struct RecordDecl {
     pub is_span: bool,
     pub fields: Vec<(String, Type)>,
     pub stack: Option<StackKind>,
+    pub origin: RecordOrigin,
 }
 
 /// A span: starts are kept in a map by key until the matching end.
@@ -50,6 +57,7 @@ pub struct SpanDecl {
     pub start_stack: Option<StackKind>,
     pub end_fields: Vec<(String, Type)>,
     pub end_stack: Option<StackKind>,
+    pub origin: RecordOrigin,
     pub span: Span,
 }
 
@@ -76,8 +84,18 @@ impl StackKind {
 pub struct CheckedRecord {
     pub role: RecordRole,
     /// Values in field order (stacks are not fields).
-    pub values: Vec<TExpr>,
+    pub values: Vec<RecordValue>,
     pub stack: Option<StackKind>,
+}
+
+/// What fills one or more fields of a record.
+#[derive(Clone, Debug)]
+pub enum RecordValue {
+    /// One field.
+    Expr(TExpr),
+    /// Three u64 fields (value, time enabled, time running) of counter
+    /// `CheckedProgram::counters[N]` on the current CPU.
+    Counter(usize),
 }
 
 #[derive(Clone, Debug)]
@@ -263,6 +281,8 @@ pub enum TStmtKind {
         count: u32,
         body: Vec<TStmt>,
     },
+    /// A `record NAME < items >` statement.
+    Record(CheckedRecord),
     Break,
     Continue,
     Return,

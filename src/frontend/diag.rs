@@ -1,11 +1,13 @@
 //! Front-end diagnostics: the error types every front-end stage reports through.
 //!
 //! A stage (parser, checker) produces [`ScriptError`]s, each pointing at a byte
-//! span of the script; [`ScriptErrors`] bundles them with the script text and its
-//! name so miette can render every error with a snippet, `name:line:col` and a
-//! caret under the offending text.
+//! span of the script; [`ScriptErrors`] bundles them with the text and name of
+//! the source each points into ([`SourceMap`] when a program is merged from
+//! several) so miette can render every error with a snippet, `name:line:col`
+//! and a caret under the offending text.
 
 use std::fmt;
+use std::sync::Arc;
 
 use miette::{Diagnostic, GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource};
 use thiserror::Error;
@@ -67,27 +69,18 @@ impl Diagnostic for ScriptError {
     }
 }
 
-/// Every error found in one script, with the text they point into.
-///
-/// `Error` is implemented by hand: thiserror would take the field named `source`
-/// for the error's cause.
-#[derive(Debug, Diagnostic)]
+/// Every error found in a program, each shown with the source text (script
+/// file, `-e` program or built-in tracker) it points into.
+#[derive(Debug)]
 pub struct ScriptErrors {
-    /// The script text, named by its path or [`INLINE_SCRIPT_NAME`].
-    #[source_code]
-    pub source: NamedSource<String>,
-    /// The errors, in the order found.
-    #[related]
-    pub errors: Vec<ScriptError>,
+    /// The errors, in the order found, with spans relative to their own source.
+    pub errors: Vec<LocatedError>,
 }
 
 impl ScriptErrors {
-    /// Bundles `errors` with the script they point into.
+    /// Bundles `errors` with the one script they point into.
     pub fn new(name: &str, source: &str, errors: Vec<ScriptError>) -> Self {
-        ScriptErrors {
-            source: NamedSource::new(name, source.to_owned()),
-            errors,
-        }
+        SourceMap::new([(name, source)]).errors(errors)
     }
 
     /// Renders every error with its snippet, without colour or hyperlinks.
@@ -100,6 +93,124 @@ impl ScriptErrors {
             .render_report(&mut out, self)
             .expect("rendering into a String cannot fail");
         out
+    }
+}
+
+impl Diagnostic for ScriptErrors {
+    fn related<'a>(&'a self) -> Option<Box<dyn Iterator<Item = &'a dyn Diagnostic> + 'a>> {
+        Some(Box::new(self.errors.iter().map(|e| e as &dyn Diagnostic)))
+    }
+}
+
+/// A [`ScriptError`] with the source it points into; derefs to the error.
+#[derive(Debug)]
+pub struct LocatedError {
+    error: ScriptError,
+    source: NamedSource<Arc<str>>,
+}
+
+impl LocatedError {
+    /// The name of the source the error points into.
+    pub fn file(&self) -> &str {
+        self.source.name()
+    }
+}
+
+impl std::ops::Deref for LocatedError {
+    type Target = ScriptError;
+
+    fn deref(&self) -> &ScriptError {
+        &self.error
+    }
+}
+
+impl fmt::Display for LocatedError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for LocatedError {}
+
+impl Diagnostic for LocatedError {
+    fn source_code(&self) -> Option<&dyn miette::SourceCode> {
+        Some(&self.source)
+    }
+
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+        self.error.labels()
+    }
+
+    fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
+        self.error.help()
+    }
+}
+
+/// Several sources laid end to end in one offset space, so that spans of a
+/// program merged from them say which source they came from. Each source
+/// starts one byte past the end of the previous one.
+#[derive(Clone, Debug, Default)]
+pub struct SourceMap {
+    files: Vec<SourceFile>,
+}
+
+#[derive(Clone, Debug)]
+struct SourceFile {
+    name: String,
+    text: Arc<str>,
+    base: usize,
+}
+
+impl SourceMap {
+    /// Lays out `(name, text)` sources in order.
+    pub fn new<'a>(sources: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let mut base = 0;
+        let files = sources
+            .into_iter()
+            .map(|(name, text)| {
+                let file = SourceFile {
+                    name: name.to_owned(),
+                    text: Arc::from(text),
+                    base,
+                };
+                base += text.len() + 1;
+                file
+            })
+            .collect();
+        SourceMap { files }
+    }
+
+    /// Where source `index` starts in the merged offset space.
+    pub fn base(&self, index: usize) -> usize {
+        self.files[index].base
+    }
+
+    /// The source text under a merged-offset span.
+    pub fn text(&self, span: Span) -> &str {
+        let file = self.file_at(span.start);
+        let local = |at: usize| (at - file.base).min(file.text.len());
+        &file.text[local(span.start)..local(span.end)]
+    }
+
+    /// Errors with merged-offset spans, each moved into its own source.
+    pub fn errors(&self, errors: Vec<ScriptError>) -> ScriptErrors {
+        let errors = errors
+            .into_iter()
+            .map(|mut error| {
+                let file = self.file_at(error.span.start);
+                error.span = Span::new(error.span.start - file.base, error.span.end - file.base);
+                LocatedError {
+                    error,
+                    source: NamedSource::new(&file.name, Arc::clone(&file.text)),
+                }
+            })
+            .collect();
+        ScriptErrors { errors }
+    }
+
+    fn file_at(&self, at: usize) -> &SourceFile {
+        let index = self.files.partition_point(|f| f.base <= at);
+        &self.files[index.saturating_sub(1)]
     }
 }
 

@@ -8,10 +8,12 @@ mod check_record;
 pub mod checked;
 pub mod diag;
 #[cfg(test)]
-mod fake_machine;
+pub(crate) mod fake_machine;
 pub mod kernel_types;
 pub mod options;
 pub mod parse;
+pub mod pmu;
 pub mod positional;
 pub mod probes;
+pub mod shift;
 pub mod types;

@@ -17,6 +17,9 @@ pub struct CompileOptions {
     pub filter: TaskFilter,
 }
 
+/// The kinds `-S` and `stack(KIND)` know.
+pub const STACK_KINDS: [&str; 5] = ["timer", "offcpu", "waker", "probe", "pmu"];
+
 /// One `--pmu` counter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PmuCounter {

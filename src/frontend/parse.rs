@@ -19,6 +19,7 @@ use super::ast::{
     StmtKind,
 };
 use super::diag::{ScriptError, ScriptErrors};
+use crate::capture::model::RecordOrigin;
 
 #[derive(pest_derive::Parser)]
 #[grammar = "grammar/wprof.pest"]
@@ -114,6 +115,7 @@ impl Builder {
             predicate,
             record,
             body,
+            origin: RecordOrigin::Script,
             span,
         })
     }
@@ -160,6 +162,7 @@ impl Builder {
             key,
             start,
             end,
+            origin: RecordOrigin::Script,
             span,
         })
     }
@@ -208,6 +211,7 @@ impl Builder {
                 StmtKind::Unroll { count, body }
             }
             Rule::let_stmt | Rule::assign_stmt => self.assign(pair)?,
+            Rule::record_stmt => self.record_stmt(pair)?,
             Rule::expr_stmt => StmtKind::Expr(self.expr(only_child(pair))?),
             Rule::break_stmt => StmtKind::Break,
             Rule::continue_stmt => StmtKind::Continue,
@@ -241,6 +245,19 @@ impl Builder {
             cond,
             then,
             otherwise,
+        })
+    }
+
+    /// `record NAME < items >`
+    fn record_stmt(&mut self, pair: Pair) -> Built<StmtKind> {
+        let mut parts = significant(pair);
+        let name = parts
+            .next()
+            .expect("grammar: a record statement has a name");
+        let record = self.record(parts.next().expect("grammar: a record statement has items"))?;
+        Ok(StmtKind::Record {
+            name: name.as_str().to_owned(),
+            record,
         })
     }
 
@@ -341,5 +358,6 @@ fn is_token(rule: Rule) -> bool {
             | Rule::kw_while
             | Rule::kw_unroll
             | Rule::kw_let
+            | Rule::kw_record
     )
 }

@@ -37,6 +37,12 @@ fn block(block: &mut Block, params: &[String]) {
                 expr(cond, params);
                 self::block(body, params);
             }
+            StmtKind::Record { record, .. } => {
+                record
+                    .items
+                    .iter_mut()
+                    .for_each(|i| expr(&mut i.value, params));
+            }
             StmtKind::Break | StmtKind::Continue | StmtKind::Return => {}
         }
     }

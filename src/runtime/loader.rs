@@ -285,6 +285,7 @@ fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {
         MapKind::Array => (MapType::Array, 4, spec.value_size),
         MapKind::PerCpuArray => (MapType::PercpuArray, 4, spec.value_size),
         MapKind::RingBuf => (MapType::RingBuf, 0, 0),
+        MapKind::PerfEventArray => (MapType::PerfEventArray, 4, 4),
         MapKind::StackTrace | MapKind::BuildIdStackTrace => {
             (MapType::StackTrace, 4, spec.value_size)
         }

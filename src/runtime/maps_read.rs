@@ -14,7 +14,7 @@ use std::time::Duration;
 use libbpf_rs::{MapCore, MapFlags, MapHandle, RingBuffer, RingBufferBuilder};
 
 use super::loader::Loaded;
-use crate::codegen::program::{GLOBAL_SLOTS, GlobalSlot, MapId};
+use crate::codegen::program::{GLOBAL_SLOTS, GlobalSlot, MapId, ProbeState};
 use crate::sys;
 
 /// Why a map or the ring buffer could not be read or written.
@@ -288,6 +288,12 @@ impl Loaded {
         handle
             .update(&key, &current, MapFlags::ANY)
             .map_err(access(handle, "update"))
+    }
+
+    /// Sets [`GlobalSlot::State`]: probes other than BEGIN/END run only
+    /// while it is [`ProbeState::Active`].
+    pub fn set_state(&self, globals: MapId, state: ProbeState) -> Result<(), MapError> {
+        self.set_global(globals, GlobalSlot::State, state as u64)
     }
 
     /// The raw entry of stack `id` in a stack trace map; `None` when the id

@@ -2,6 +2,7 @@
 
 mod attach;
 pub mod child;
+pub mod counters;
 pub mod elf;
 mod elf_object;
 pub mod environment;

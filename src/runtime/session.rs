@@ -9,12 +9,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::capture::model::{CaptureInfo, CaptureStats, DropReason};
-use crate::codegen::program::{AttachPoint, Compiled, GlobalSlot, MapId, Message};
+use crate::codegen::program::{AttachPoint, Compiled, GlobalSlot, MapId, Message, ProbeState};
 use crate::output::agg;
 use crate::output::maps::{self, MapDump, PrintOptions};
 use crate::output::printf::{self, Piece};
 use crate::output::value::{Resolve, Value, decode};
 use crate::runtime::child::{self, TracedCommand};
+use crate::runtime::counters;
 use crate::runtime::loader::{self, AttachOptions, Loaded};
 use crate::runtime::recorder::{RecordError, Recorder};
 
@@ -51,6 +52,8 @@ pub enum RunError {
     Load(#[from] loader::LoadError),
     #[error(transparent)]
     Attach(#[from] loader::AttachError),
+    #[error(transparent)]
+    Counter(#[from] counters::CounterError),
     #[error("cannot read BPF maps: {0}")]
     Map(#[from] crate::runtime::maps_read::MapError),
     #[error("cannot start `{command}`: {source}")]
@@ -78,6 +81,7 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<RunSummary, RunError> {
     let mut loaded = loader::load(compiled)?;
+    counters::install(&loaded, &compiled.counters)?;
     let stopper = loaded.stopper();
     if let Some(pid) = options.pid {
         child::watch_process(pid, stopper.clone())
@@ -109,6 +113,7 @@ pub fn run(
     )?;
     out.flush()?;
     let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
+    loaded.set_state(globals, ProbeState::Active)?;
     loaded.attach_all(AttachOptions { pid })?;
 
     install_interrupt_handler(stopper.clone());
@@ -126,7 +131,7 @@ pub fn run(
 
     trace(&mut loaded, &mut printer, options.duration, start_ns, out)?;
     let stopped_ns = monotonic_ns();
-    loaded.set_global(globals, GlobalSlot::Stopped, 1)?;
+    loaded.set_state(globals, ProbeState::Stopped)?;
     crate::runtime::teardown::hand_off_descriptors();
     loaded.detach_all();
     wind_down(&mut loaded, &mut printer, out)?;

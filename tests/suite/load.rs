@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
+use wprof::capture::model::RecordOrigin;
 use wprof::driver::{self, Source};
 use wprof::frontend::ast::Span;
+use wprof::frontend::options::CompileOptions;
 use wprof::runtime::environment::SystemEnvironment;
 use wprof::runtime::loader::LoadError;
 
@@ -162,9 +164,12 @@ fn verifier_diagnostic_points_at_failing_instruction() {
     let source = Source {
         name: "t.bt".into(),
         text: "BEGIN {\n  @x = 1;\n  printf(\"%d\\n\", 2);\n}\n".into(),
+        origin: RecordOrigin::Script,
     };
+    let sources = std::slice::from_ref(&source);
+    let options = CompileOptions::default();
     let (_, compiled) =
-        driver::compile(&source, &[], &SystemEnvironment::default()).expect("compiles");
+        driver::compile(sources, &[], &SystemEnvironment::default(), &options).expect("compiles");
     let program = &compiled.programs[0];
     let printf_at = source.text.find("printf").expect("printf");
     let insn = (0..program.insns.len())
@@ -177,7 +182,7 @@ fn verifier_diagnostic_points_at_failing_instruction() {
         log,
         failing_insn: Some(insn),
     };
-    let rendered = driver::verifier_diagnostic(&error, &compiled, &source)
+    let rendered = driver::verifier_diagnostic(&error, &compiled, &driver::source_map(sources))
         .expect("a verifier error")
         .render();
     let expected = format!(
@@ -205,7 +210,7 @@ fn verifier_diagnostic_points_at_failing_instruction() {
         log: String::new(),
         failing_insn: None,
     };
-    assert!(driver::verifier_diagnostic(&other, &compiled, &source).is_none());
+    assert!(driver::verifier_diagnostic(&other, &compiled, &driver::source_map(sources)).is_none());
 }
 
 /// A run with nothing to do but BEGIN and `exit()` prints only its output.

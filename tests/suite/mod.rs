@@ -7,6 +7,7 @@ mod capture;
 mod dump;
 mod errors;
 mod load;
+mod records;
 mod replay;
 
 use std::collections::BTreeMap;

@@ -224,8 +224,11 @@ fn task_record_items_store_tid() {
     );
     let record = program.probes[0].record.as_ref().expect("a record");
     assert!(matches!(
-        record.values[0].kind,
-        TExprKind::KernelRead { offset: 100, .. }
+        &record.values[0],
+        RecordValue::Expr(TExpr {
+            kind: TExprKind::KernelRead { offset: 100, .. },
+            ..
+        })
     ));
 }
 

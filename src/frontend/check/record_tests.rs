@@ -2,17 +2,26 @@
 //! names and types, duplicate names, one stack per record, span keys and
 //! ends, and records in BEGIN.
 
+use crate::capture::model::RecordOrigin;
 use crate::frontend::check::check;
 use crate::frontend::checked::{CheckedProgram, RecordDecl, StackKind};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::fake_machine::FakeMachine;
+use crate::frontend::options::CompileOptions;
 use crate::frontend::parse;
 use crate::frontend::types::Type;
 
 fn checked(source: &str) -> Result<CheckedProgram, Vec<ScriptError>> {
+    checked_with(source, &CompileOptions::default())
+}
+
+fn checked_with(
+    source: &str,
+    options: &CompileOptions,
+) -> Result<CheckedProgram, Vec<ScriptError>> {
     let script = parse::parse(source, "t.bt")
         .unwrap_or_else(|e| panic!("parse error in test script:\n{}", e.render()));
-    check(&script, &FakeMachine, &Default::default())
+    check(&script, &FakeMachine, options)
 }
 
 /// The records of `source`, which must check.
@@ -207,5 +216,144 @@ fn record_items_are_checked_expressions() {
     assert!(
         !errors("kprobe:f < retval >").is_empty(),
         "retval needs a return probe"
+    );
+}
+
+/// Options with the given `-S` kinds and `--pmu` counters.
+fn options(stacks: &[&str], pmu: &[&str]) -> CompileOptions {
+    let pmu: Vec<String> = pmu.iter().map(|p| p.to_string()).collect();
+    CompileOptions {
+        stacks: stacks.iter().map(|s| s.to_string()).collect(),
+        pmu: crate::frontend::pmu::parse_counters(&pmu).expect("known counters"),
+        ..CompileOptions::default()
+    }
+}
+
+/// The records of `source` checked with `options`.
+#[track_caller]
+fn records_with(source: &str, options: &CompileOptions) -> Vec<RecordDecl> {
+    match checked_with(source, options) {
+        Ok(program) => program.records,
+        Err(errors) => panic!("unexpected errors: {errors:#?}"),
+    }
+}
+
+/// A `record NAME` statement is one record kind named NAME, shared by every
+/// attach point and every statement of that name.
+#[test]
+fn record_statements_share_one_kind_per_name() {
+    let r = records(
+        "kprobe:f, kprobe:g { if (arg0) { record hit < a = arg0; comm > } } \
+         kprobe:h { record hit < a = 1; comm >; record miss < > }",
+    );
+    assert_eq!(r.len(), 2, "{r:#?}");
+    assert_eq!(
+        (r[0].name.as_str(), r[0].probe.as_str()),
+        ("hit", "kprobe:f")
+    );
+    assert_eq!(
+        fields(&r[0]),
+        [("a", &Type::U64), ("comm", &Type::Str { len: 16 })]
+    );
+    assert_eq!((r[1].name.as_str(), r[1].fields.len()), ("miss", 0));
+}
+
+/// Statements of one name with other items are an error on the second.
+#[test]
+fn rejects_record_statements_with_other_items() {
+    let source = "kprobe:f { record hit < a = arg0 > }\nkprobe:g { record hit < b = arg0 > }";
+    let found = errors(source);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        found[0].0,
+        "record `hit` is recorded elsewhere with other items: every `record hit` must record the same items"
+    );
+    assert_eq!(found[0].1, "record hit < b = arg0 >");
+    assert_eq!(
+        errors("kprobe:f { record x < stack > } kprobe:g { record x < > }").len(),
+        1
+    );
+}
+
+/// `stack(KIND)` captures only when `-S KIND` is on; otherwise the record
+/// has no stack at all.
+#[test]
+fn stack_kind_follows_options() {
+    let source = "kprobe:f < a = arg0; stack(offcpu) >";
+    assert_eq!(records(source)[0].stack, None);
+    let on = records_with(source, &options(&["offcpu"], &[]));
+    assert_eq!(on[0].stack, Some(StackKind::Both));
+    assert_eq!(on[0].fields.len(), 1);
+    let other = records_with(source, &options(&["waker"], &[]));
+    assert_eq!(other[0].stack, None);
+}
+
+/// An unknown stack kind is an error listing the valid ones.
+#[test]
+fn rejects_unknown_stack_kind() {
+    assert_eq!(
+        errors("kprobe:f < stack(oncpu) >"),
+        [(
+            "`stack(KIND)` takes one of timer, offcpu, waker, probe, pmu".to_string(),
+            "stack(oncpu)".to_string()
+        )]
+    );
+}
+
+/// With `-S probe`, script records without a stack item get one; records
+/// with a stack item (even one that is off) and tracker records do not.
+#[test]
+fn probe_stacks_apply_to_script_records_only() {
+    let probe = options(&["probe"], &[]);
+    let r = records_with("kprobe:f < a = arg0 > kprobe:g { record r < > }", &probe);
+    assert_eq!(
+        (r[0].stack, r[1].stack),
+        (Some(StackKind::Both), Some(StackKind::Both))
+    );
+    let r = records_with("kprobe:f < stack(offcpu) >", &probe);
+    assert_eq!(r[0].stack, None);
+    let mut script = parse::parse("kprobe:f < a = arg0 >", "t.bt").expect("parses");
+    script.probes[0].origin = RecordOrigin::Tracker;
+    let program = check(&script, &FakeMachine, &probe).expect("checks");
+    assert_eq!(program.records[0].stack, None);
+    assert_eq!(program.records[0].origin, RecordOrigin::Tracker);
+}
+
+/// `pmu` adds value, enabled and running per counter, `pmu_end:` at the end
+/// of a span, and nothing without counters.
+#[test]
+fn pmu_items_expand_per_counter() {
+    let counters = options(&[], &["sw:page-faults", "cycles"]);
+    let program = checked_with("kprobe:f < a = arg0; pmu >", &counters).expect("checks");
+    let names: Vec<&str> = fields(&program.records[0])
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "a",
+            "pmu:sw:page-faults",
+            "pmu:sw:page-faults:enabled",
+            "pmu:sw:page-faults:running",
+            "pmu:cycles",
+            "pmu:cycles:enabled",
+            "pmu:cycles:running"
+        ]
+    );
+    assert_eq!(program.counters.len(), 2);
+    let span = records_with(
+        "span s { kprobe:a < pmu > kretprobe:a < pmu > }",
+        &options(&[], &["cycles"]),
+    );
+    let names: Vec<&str> = fields(&span[0]).iter().map(|(n, _)| *n).collect();
+    assert_eq!(names[0], "pmu:cycles");
+    assert_eq!(names[3], "pmu_end:cycles");
+    let none = checked_with("kprobe:f < pmu >", &CompileOptions::default()).expect("checks");
+    assert!(none.records[0].fields.is_empty() && none.counters.is_empty());
+    let unused = checked_with("kprobe:f < pid >", &counters).expect("checks");
+    assert!(
+        unused.counters.is_empty(),
+        "no maps for counters nobody reads"
     );
 }

@@ -47,6 +47,9 @@ fn help(source: &str, wanted: &[&str], scanned: &Scanned) -> Option<String> {
     {
         return Some(open);
     }
+    if wanted.contains(&"record name") || wanted == ["`<`"] {
+        return Some("a record statement is written `record NAME < item; item; ... >`".to_owned());
+    }
     if wanted.contains(&"`;`") {
         return Some("statements are separated by `;`".to_owned());
     }
@@ -104,7 +107,7 @@ fn descriptions(rules: &[Rule]) -> Vec<&'static str> {
         wanted.retain(|&d| d != "operator");
     }
     if wanted.contains(&"`{`") {
-        wanted.retain(|&d| !matches!(d, "predicate" | "probe name" | "`,`"));
+        wanted.retain(|&d| !matches!(d, "predicate" | "probe name" | "`,`" | "`<`"));
     }
     if wanted.contains(&"statement") {
         wanted.retain(|&d| d != "expression");
@@ -138,7 +141,8 @@ fn describe(rule: Rule) -> Option<&'static str> {
         | Rule::expr_stmt
         | Rule::break_stmt
         | Rule::continue_stmt
-        | Rule::return_stmt => "statement",
+        | Rule::return_stmt
+        | Rule::record_stmt => "statement",
         Rule::infix_op
         | Rule::assign_op
         | Rule::postfix_op
@@ -152,6 +156,7 @@ fn describe(rule: Rule) -> Option<&'static str> {
         Rule::predicate => "predicate",
         Rule::provider | Rule::quoted_part | Rule::path_part | Rule::word_part => "probe name",
         Rule::field_name => "field name",
+        Rule::record_name => "record name",
         Rule::tuple_num => "tuple index",
         Rule::var => "`$` variable",
         Rule::type_name => "type",
@@ -171,6 +176,7 @@ fn token(rule: Rule) -> Option<&'static str> {
         Rule::rbracket => "`]`",
         Rule::colon => "`:`",
         Rule::pred_end => "`/` ending the predicate",
+        Rule::langle => "`<`",
         _ => return None,
     })
 }

@@ -200,3 +200,42 @@ fn span_start_predicate_before_end_probe() {
     );
     assert_eq!(s.end.specs[0].provider, "uretprobe");
 }
+
+/// `record NAME < items >` is a statement, also under an `if` and before others.
+#[test]
+fn parses_record_statements() {
+    let body = stmts("if (pid == 1) { record hit < pid; n = arg0 > } record other <>; @x = 1");
+    let StmtKind::If { then, .. } = &body[0].kind else {
+        panic!("not an if: {body:?}")
+    };
+    let StmtKind::Record { name, record } = &then.stmts[0].kind else {
+        panic!("not a record: {then:?}")
+    };
+    assert_eq!(
+        (name.as_str(), items(record)),
+        ("hit", vec!["pid".into(), "n=arg0".into()])
+    );
+    assert!(
+        matches!(&body[1].kind, StmtKind::Record { name, record } if name == "other" && record.items.is_empty())
+    );
+    assert_eq!(body.len(), 3);
+}
+
+/// `record` is a keyword: a record statement without a name or items is
+/// a syntax error naming what is missing, with how to write one.
+#[test]
+fn rejects_incomplete_record_statements() {
+    let source = "BEGIN { record < pid > }";
+    let (message, at) = error_at(source);
+    assert_eq!(message, "expected record name, found `<`");
+    assert_eq!(at, source.find('<').unwrap());
+    let source = "BEGIN { record hit pid }";
+    let (message, at) = error_at(source);
+    assert_eq!(message, "expected `<`, found `pid`");
+    assert_eq!(at, source.find("pid").unwrap());
+    let rendered = rendered_error(source);
+    assert!(
+        rendered.contains("help: a record statement is written `record NAME < item; item; ... >`"),
+        "{rendered}"
+    );
+}

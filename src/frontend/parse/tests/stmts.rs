@@ -32,6 +32,10 @@ fn stmt_summary(stmt: &Stmt) -> String {
         StmtKind::Break => "break".to_owned(),
         StmtKind::Continue => "continue".to_owned(),
         StmtKind::Return => "return".to_owned(),
+        StmtKind::Record { name, record } => {
+            let items: Vec<String> = record.items.iter().map(|i| sexpr(&i.value)).collect();
+            format!("record {name} <{}>", items.join("; "))
+        }
     }
 }
 
