@@ -1,5 +1,6 @@
 //! Runtime: find attach targets, load and attach compiled programs, collect messages.
 
+pub mod activation;
 mod attach;
 pub mod child;
 pub mod elf;
