@@ -7,6 +7,7 @@ mod dump;
 mod errors;
 mod load;
 mod replay;
+mod system;
 
 use std::collections::BTreeMap;
 use std::path::Path;
