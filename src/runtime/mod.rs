@@ -7,6 +7,7 @@ pub mod elf;
 mod elf_object;
 pub mod environment;
 pub mod features;
+pub mod kallsyms;
 mod libbpf_log;
 pub mod loader;
 pub mod maps_read;
@@ -16,5 +17,6 @@ pub mod session;
 mod teardown;
 #[cfg(test)]
 mod test_support;
+pub mod threads;
 pub mod tracefs;
 pub mod usdt;
