@@ -1,9 +1,16 @@
 //! Command line: clap definitions turned into plain options.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
+
+use crate::frontend::options::TaskFilter;
+use crate::tracking::Tracking;
+use crate::tracking::options::{
+    FeatureSwitch, StackKind, features, parse_feature_switch, parse_stack_arg, stack_kinds,
+};
+use crate::tracking::when::{When, parse_when};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -18,7 +25,12 @@ Captures (record blocks `< ... >` and spans write wprof.data):
   wprof -e 'span io { tracepoint:syscalls:sys_enter_read < fd = args.fd > tracepoint:syscalls:sys_exit_read < ret = args.ret > }' -- ./my-program
   wprof -R -T trace-500ms.pb -d 500ms      # replay the first 500 ms of wprof.data
   wprof -R -I -D wprof.data                # what a capture holds
-  wprof -R -J - -n 'my-prog*'              # NDJSON of one program's events";
+  wprof -R -J - -n 'my-prog*'              # NDJSON of one program's events
+
+System tracking (built-in trackers; no script needed):
+  wprof -d1000 -T trace.pb                 # 1 s of scheduling, wakeups, task life, IRQs
+  wprof -S -f wq -N 'kworker*' -d 5s -T trace.pb
+  wprof --prepare +1s --activate /10s -d 5s -T trace.pb";
 
 /// A system tracer with a bpftrace-compatible probe language compiled straight to BPF.
 #[derive(Debug, Parser)]
@@ -40,9 +52,70 @@ pub struct Cli {
     #[arg(short = 'c', value_name = "COMMAND")]
     pub command: Option<String>,
 
-    /// Trace only this process (uprobes); stop when it exits.
+    /// Only this process (repeatable); with one -p, uprobes attach to it alone and
+    /// tracing stops when it exits.
     #[arg(short = 'p', value_name = "PID")]
-    pub pid: Option<i32>,
+    pub pids: Vec<u32>,
+
+    /// Not this process (repeatable).
+    #[arg(short = 'P', value_name = "PID")]
+    pub no_pids: Vec<u32>,
+
+    /// Only threads or processes whose name matches this glob (repeatable).
+    #[arg(short = 'n', value_name = "NAME-GLOB", value_parser = parse_glob)]
+    pub names: Vec<String>,
+
+    /// Not threads or processes whose name matches this glob (repeatable).
+    #[arg(short = 'N', value_name = "NAME-GLOB", value_parser = parse_glob)]
+    pub no_names: Vec<String>,
+
+    /// Only this thread (repeatable).
+    #[arg(long = "tid", value_name = "TID")]
+    pub tids: Vec<u32>,
+
+    /// Not this thread (repeatable).
+    #[arg(long = "no-tid", value_name = "TID")]
+    pub no_tids: Vec<u32>,
+
+    /// Include the idle tasks (tid 0).
+    #[arg(long = "idle", overrides_with = "no_idle")]
+    pub idle: bool,
+
+    /// Exclude the idle tasks.
+    #[arg(long = "no-idle", overrides_with = "idle")]
+    pub no_idle: bool,
+
+    /// Include kernel threads.
+    #[arg(long = "kthread", overrides_with = "no_kthread")]
+    pub kthread: bool,
+
+    /// Exclude kernel threads.
+    #[arg(long = "no-kthread", overrides_with = "kthread")]
+    pub no_kthread: bool,
+
+    /// Turn a built-in tracker on (NAME) or off (no-NAME): sched, wakeup, task-life,
+    /// hardirq, softirq (on by default), wq (off).
+    #[arg(short = 'f', value_name = "[no-]NAME", value_parser = parse_feature_switch)]
+    pub features: Vec<FeatureSwitch>,
+
+    /// Capture stacks (repeatable): timer[=Nhz], offcpu, waker, probe, pmu=EVENT[@RATE];
+    /// bare -S is timer + offcpu.
+    #[arg(short = 'S', value_name = "KIND", num_args = 0..=1, default_missing_value = "",
+          value_parser = parse_stack_kinds)]
+    pub stacks: Vec<StackKinds>,
+
+    /// Read this counter at every context switch and IRQ boundary (repeatable, up to 16):
+    /// cpu-cycles, instructions, sw:page-faults, rXXXX, ...
+    #[arg(long = "pmu", value_name = "EVENT")]
+    pub pmu: Vec<String>,
+
+    /// Load and attach at this time (@now, @HH:MM[:SS], @YYYY-MM-DDTHH:MM[:SS], +DUR, /DUR).
+    #[arg(long = "prepare", value_name = "WHEN", value_parser = parse_when)]
+    pub prepare: Option<When>,
+
+    /// Start recording (time 0) at this time; -d counts from here.
+    #[arg(long = "activate", value_name = "WHEN", value_parser = parse_when)]
+    pub activate: Option<When>,
 
     /// Stop after this long: a number of milliseconds, or 500ms, 5s, 2m.
     #[arg(short = 'd', value_name = "DURATION", value_parser = parse_duration)]
@@ -53,8 +126,8 @@ pub struct Cli {
     pub dump_bpf: bool,
 
     /// The capture file written by record blocks, and read by -R.
-    #[arg(short = 'D', value_name = "PATH", default_value = "wprof.data")]
-    pub data: PathBuf,
+    #[arg(short = 'D', value_name = "PATH [default: wprof.data]")]
+    pub data: Option<PathBuf>,
 
     /// Write a Perfetto trace of the capture.
     #[arg(short = 'T', value_name = "PATH")]
@@ -80,10 +153,6 @@ pub struct Cli {
     #[arg(long = "replay-end", value_name = "DURATION", value_parser = parse_duration)]
     pub replay_end: Option<Duration>,
 
-    /// Replay only processes whose name matches this glob (repeatable).
-    #[arg(short = 'n', value_name = "NAME-GLOB")]
-    pub process_names: Vec<String>,
-
     /// Print the JSON Schema of the NDJSON output, and exit.
     #[arg(long = "json-schema")]
     pub json_schema: bool,
@@ -91,6 +160,91 @@ pub struct Cli {
     /// The command to trace, after `--` (like -c, without quoting).
     #[arg(last = true, value_name = "COMMAND")]
     pub command_args: Vec<String>,
+}
+
+/// The stack kinds of one `-S`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StackKinds(pub Vec<StackKind>);
+
+fn parse_stack_kinds(text: &str) -> Result<StackKinds, String> {
+    parse_stack_arg(text).map(StackKinds)
+}
+
+fn parse_glob(text: &str) -> Result<String, String> {
+    glob::Pattern::new(text)
+        .map(|_| text.to_string())
+        .map_err(|e| format!("`{text}` is not a glob: {e}"))
+}
+
+impl Cli {
+    /// The task filters given.
+    pub fn task_filter(&self) -> TaskFilter {
+        let flag = |on: bool, off: bool| match (on, off) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        };
+        TaskFilter {
+            pids: self.pids.clone(),
+            no_pids: self.no_pids.clone(),
+            tids: self.tids.clone(),
+            no_tids: self.no_tids.clone(),
+            names: self.names.clone(),
+            no_names: self.no_names.clone(),
+            idle: flag(self.idle, self.no_idle),
+            kthread: flag(self.kthread, self.no_kthread),
+        }
+    }
+
+    /// What the command line asks of system tracking.
+    pub fn tracking(&self) -> Result<Tracking, String> {
+        if self.pmu.len() > crate::tracking::MAX_PMU_COUNTERS {
+            return Err(format!(
+                "at most {} --pmu counters, not {}",
+                crate::tracking::MAX_PMU_COUNTERS,
+                self.pmu.len()
+            ));
+        }
+        let stacks: Vec<Vec<StackKind>> = self.stacks.iter().map(|s| s.0.clone()).collect();
+        Ok(Tracking {
+            features: features(&self.features),
+            stacks: stack_kinds(&stacks),
+            pmu: self.pmu.clone(),
+            filter: self.task_filter(),
+            prepare: self.prepare,
+            activate: self.activate,
+        })
+    }
+
+    /// The capture file: `-D`, or `wprof.data`.
+    pub fn data_path(&self) -> &Path {
+        self.data.as_deref().unwrap_or(Path::new("wprof.data"))
+    }
+
+    /// Whether the command line asks for a capture (then the built-in trackers run).
+    pub fn wants_capture(&self) -> bool {
+        self.data.is_some() || self.trace.is_some() || self.json.is_some() || self.summary
+    }
+
+    /// The process uprobes attach to and whose exit stops tracing: the only `-p`.
+    pub fn target_pid(&self) -> Option<i32> {
+        match self.pids[..] {
+            [pid] => i32::try_from(pid).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// The filter that `args` (as `filter_args` writes them, e.g. `-p 42`,
+/// `--no-idle`) give on a command line.
+pub fn task_filter_from_args(args: &[String]) -> Result<TaskFilter, String> {
+    let argv = args.iter().flat_map(|arg| match arg.split_once(' ') {
+        Some((flag, value)) => vec![flag, value],
+        None => vec![arg.as_str()],
+    });
+    Cli::try_parse_from(std::iter::once("wprof").chain(argv))
+        .map(|cli| cli.task_filter())
+        .map_err(|e| e.kind().to_string())
 }
 
 /// `1500` (milliseconds), `500ms`, `5s`, `2m`, `250us`.
@@ -118,6 +272,118 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("wprof").chain(args.iter().copied()))
+    }
+
+    /// Filters, features, stacks and specs become one `Tracking`.
+    #[test]
+    fn system_tracking_options() {
+        let cli = parse(&[
+            "-p",
+            "1",
+            "-p",
+            "2",
+            "-P",
+            "3",
+            "-n",
+            "ba*",
+            "-N",
+            "kworker*",
+            "--tid",
+            "4",
+            "--no-tid",
+            "5",
+            "--no-idle",
+            "--kthread",
+            "-f",
+            "no-sched",
+            "-f",
+            "wq",
+            "-S",
+            "-S",
+            "waker",
+            "--pmu",
+            "sw:page-faults",
+            "--prepare",
+            "+1s",
+            "--activate",
+            "/10s",
+            "-d",
+            "2s",
+        ])
+        .unwrap();
+        let tracking = cli.tracking().unwrap();
+        let settings = tracking.settings();
+        assert_eq!(
+            settings.features,
+            ["wakeup", "task-life", "hardirq", "softirq", "wq"]
+        );
+        assert_eq!(settings.stacks, ["timer=100hz", "offcpu", "waker"]);
+        assert_eq!(settings.pmu, ["sw:page-faults"]);
+        assert_eq!(
+            settings.filters,
+            [
+                "-p 1",
+                "-p 2",
+                "-P 3",
+                "--tid 4",
+                "--no-tid 5",
+                "-n ba*",
+                "-N kworker*",
+                "--no-idle",
+                "--kthread"
+            ]
+        );
+        assert_eq!(settings.prepare.as_deref(), Some("+1000ms"));
+        assert_eq!(settings.activate.as_deref(), Some("/10000ms"));
+        assert_eq!(cli.target_pid(), None);
+        assert_eq!(parse(&["-p", "9"]).unwrap().target_pid(), Some(9));
+    }
+
+    /// Saved filter arguments parse back to the same filter.
+    #[test]
+    fn filters_round_trip() {
+        let cli = parse(&["-p", "1", "-N", "a b*", "--tid", "3", "--no-kthread"]).unwrap();
+        let args = crate::tracking::options::filter_args(&cli.task_filter());
+        assert_eq!(task_filter_from_args(&args), Ok(cli.task_filter()));
+        assert!(task_filter_from_args(&["--bogus".into()]).is_err());
+    }
+
+    /// A later --idle / --no-idle wins; bare -S before a flag takes no value.
+    #[test]
+    fn switches_override() {
+        let cli = parse(&["--idle", "--no-idle", "-S", "-d", "1"]).unwrap();
+        assert_eq!(cli.task_filter().idle, Some(false));
+        assert_eq!(cli.stacks, [StackKinds(parse_stack_arg("").unwrap())]);
+    }
+
+    /// Bad values are clap errors naming the value.
+    #[test]
+    fn bad_values_are_named() {
+        for (args, bad) in [
+            (&["-f", "nope"][..], "`nope`"),
+            (&["-S", "stack"], "`stack`"),
+            (&["--activate", "14:00"], "`14:00`"),
+            (&["-n", "[a"], "`[a`"),
+            (&["-p", "x"], "'x'"),
+        ] {
+            let error = parse(args).unwrap_err().to_string();
+            assert!(error.contains(bad), "{args:?}: {error}");
+        }
+        let many: Vec<String> = (0..17)
+            .flat_map(|i| ["--pmu".into(), format!("r{i}")])
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert!(
+            parse(&many)
+                .unwrap()
+                .tracking()
+                .unwrap_err()
+                .contains("at most 16")
+        );
+    }
 
     /// Bare numbers are milliseconds; units are honoured; junk is rejected.
     #[test]

@@ -13,3 +13,4 @@ pub mod output;
 pub mod render;
 pub mod runtime;
 pub mod sys;
+pub mod tracking;

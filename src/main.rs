@@ -2,19 +2,27 @@
 
 use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use wprof::capture::model::RecordOrigin;
 use wprof::cli::Cli;
 use wprof::codegen::listing::render_listing;
+use wprof::codegen::program::Compiled;
 use wprof::driver::{self, Source};
+use wprof::frontend::checked::CheckedProgram;
 use wprof::frontend::diag::{INLINE_SCRIPT_NAME, ScriptErrors};
 use wprof::frontend::options::CompileOptions;
+use wprof::runtime::activation::Phases;
 use wprof::runtime::environment::SystemEnvironment;
 use wprof::runtime::session::{self, CaptureTarget, RunError, RunOptions};
+use wprof::tracking::{Tracking, trackers, when};
 
 mod replay;
 use wprof::runtime::{features, tracefs};
+
+/// How long a capture without a script and without -d lasts.
+const DEFAULT_CAPTURE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -57,12 +65,21 @@ fn run(cli: Cli) -> Result<(), Failure> {
     if cli.replay {
         return replay::replay(&cli);
     }
-    let (source, params) = read_source(&cli)?;
+    // Everything the command line says is checked before any setup.
+    let tracking = cli.tracking()?;
+    let launch = Instant::now();
+    let schedule = when::schedule(
+        tracking.prepare.as_ref(),
+        tracking.activate.as_ref(),
+        &chrono::Local::now(),
+    )?;
+    let compile_options = tracking.compile_options()?;
+    let user = read_source(&cli)?;
+    let no_script = user.is_none();
     let _ = tracefs::ensure_mounted();
-    let env = SystemEnvironment::new(cli.pid);
-    let sources = std::slice::from_ref(&source);
-    let (checked, compiled) = driver::compile(sources, &params, &env, &CompileOptions::default())?;
-    let source_map = driver::source_map(sources);
+    let env = SystemEnvironment::new(cli.target_pid());
+    let (sources, checked, compiled) = compile(&cli, &tracking, user, &env, &compile_options)?;
+    let source_map = driver::source_map(&sources);
     if cli.dump_bpf {
         let mut out = io::stdout().lock();
         for program in &compiled.programs {
@@ -71,7 +88,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 "; {} ({section}, {} instructions)\n{}\n",
                 program.probe,
                 program.insns.len(),
-                render_listing(program, &source.text)
+                render_listing(program, &source_map)
             );
             out.write_all(text.as_bytes())
                 .map_err(|e| format!("cannot write the listing: {e}"))?;
@@ -93,15 +110,22 @@ fn run(cli: Cli) -> Result<(), Failure> {
         (None, false) => Some(cli.command_args.clone()),
         (None, true) => None,
     };
-    let capture = (!compiled.records.is_empty()).then(|| CaptureTarget {
-        path: cli.data.clone(),
-        info: replay::capture_info(&source),
+    let capture = (!compiled.records.is_empty()).then(|| {
+        let user = sources.iter().find(|s| s.origin == RecordOrigin::Script);
+        let mut info = replay::capture_info(user);
+        info.settings = tracking.settings();
+        CaptureTarget {
+            path: cli.data_path().to_path_buf(),
+            info,
+        }
     });
     let options = RunOptions {
-        pid: cli.pid,
+        pid: cli.target_pid(),
         command,
-        duration: cli.duration,
+        // Without a script, wprof captures for 1 s unless told otherwise.
+        duration: cli.duration.or(no_script.then_some(DEFAULT_CAPTURE)),
         capture,
+        phases: Phases::from_schedule(launch, schedule),
     };
     let summary = {
         let mut out = io::stdout().lock();
@@ -115,7 +139,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     };
     if let Some(stats) = &summary.capture {
         replay::warn_about_drops(stats);
-        replay::render_outputs(&cli, &Default::default())?;
+        replay::render_outputs(&cli, Default::default())?;
     } else if cli.trace.is_some() || cli.json.is_some() || cli.summary {
         return Err(
             "-T, -J and -I render captures: the script has no record block (`< ... >`) or span"
@@ -126,8 +150,33 @@ fn run(cli: Cli) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The program to run: the user's script alone when it only prints (as under
+/// bpftrace), else the built-in trackers with it, as one program.
+fn compile(
+    cli: &Cli,
+    tracking: &Tracking,
+    user: Option<(Source, Vec<String>)>,
+    env: &SystemEnvironment,
+    options: &CompileOptions,
+) -> Result<(Vec<Source>, CheckedProgram, Compiled), Failure> {
+    let (mut sources, params) = match user {
+        Some((source, params)) => (vec![source], params),
+        None => (Vec::new(), Vec::new()),
+    };
+    if let Some(user) = sources.first() {
+        let alone = std::slice::from_ref(user);
+        let (checked, compiled) = driver::compile(alone, &params, env, options)?;
+        if !cli.wants_capture() && compiled.records.is_empty() {
+            return Ok((sources, checked, compiled));
+        }
+    }
+    sources.extend(trackers::sources(tracking)?);
+    let (checked, compiled) = driver::compile(&sources, &params, env, options)?;
+    Ok((sources, checked, compiled))
+}
+
 /// The script text and its positional parameters.
-fn read_source(cli: &Cli) -> Result<(Source, Vec<String>), Failure> {
+fn read_source(cli: &Cli) -> Result<Option<(Source, Vec<String>)>, Failure> {
     match (&cli.program, &cli.script) {
         (Some(text), script) => {
             // With -e, a "script" argument is really the first positional parameter.
@@ -136,30 +185,28 @@ fn read_source(cli: &Cli) -> Result<(Source, Vec<String>), Failure> {
                 .map(|p| p.display().to_string())
                 .chain(cli.params.iter().cloned())
                 .collect();
-            Ok((
+            Ok(Some((
                 Source {
                     name: INLINE_SCRIPT_NAME.into(),
                     text: text.clone(),
                     origin: RecordOrigin::Script,
                 },
                 params,
-            ))
+            )))
         }
         (None, Some(path)) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-            Ok((
+            Ok(Some((
                 Source {
                     name: path.display().to_string(),
                     text,
                     origin: RecordOrigin::Script,
                 },
                 cli.params.clone(),
-            ))
+            )))
         }
-        (None, None) => Err(Failure::Message(
-            "give a program with -e 'PROGRAM' or a script file (see --help)".into(),
-        )),
+        (None, None) => Ok(None),
     }
 }
 

@@ -1,5 +1,5 @@
 //! Rendering captures, after a capture or with `-R`: open `wprof.data`, apply
-//! the window and process filters, write the Perfetto trace, NDJSON and summary.
+//! the window and task filters, write the Perfetto trace, NDJSON and summary.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -7,9 +7,9 @@ use std::path::Path;
 
 use wprof::capture::model::{CaptureInfo, CaptureStats, DropReason};
 use wprof::capture::reader::CaptureReader;
-use wprof::cli::Cli;
+use wprof::cli::{Cli, task_filter_from_args};
 use wprof::driver::Source;
-use wprof::render::filter::Filter;
+use wprof::render::filter::{Filter, TaskSelector};
 use wprof::render::{ndjson, perfetto, summary};
 
 use crate::Failure;
@@ -23,32 +23,38 @@ pub fn replay(cli: &Cli) -> Result<(), Failure> {
                 .into(),
         );
     }
-    let patterns = cli
-        .process_names
-        .iter()
-        .map(|g| glob::Pattern::new(g).map_err(|e| format!("bad process name pattern `{g}`: {e}")))
-        .collect::<Result<Vec<_>, _>>()?;
-    let filter = Filter {
+    let window = Filter {
         start_ns: cli.replay_start.map(|d| d.as_nanos() as u64),
         // In replay, -d is the window's length from the start.
         end_ns: cli.replay_end.or(cli.duration).map(|d| d.as_nanos() as u64),
-        pids: cli.pid.into_iter().map(|p| p as u32).collect(),
-        process_names: patterns,
+        tasks: Vec::new(),
     };
-    render_outputs(cli, &filter)
+    render_outputs(cli, window)
 }
 
-/// Write every output asked for from the capture at `-D`.
-pub fn render_outputs(cli: &Cli, filter: &Filter) -> Result<(), Failure> {
-    let reader = CaptureReader::open(&cli.data).map_err(|e| e.to_string())?;
+/// Write every output asked for from the capture at `-D`, in `window`, for
+/// the tasks selected both by the capture's own filters and by the command line's.
+pub fn render_outputs(cli: &Cli, window: Filter) -> Result<(), Failure> {
+    let reader = CaptureReader::open(cli.data_path()).map_err(|e| e.to_string())?;
     if let Some(damage) = reader.damage() {
-        eprintln!("wprof: {}: {damage}", cli.data.display());
+        eprintln!("wprof: {}: {damage}", cli.data_path().display());
     }
+    let recorded = task_filter_from_args(&reader.info().settings.filters)
+        .map_err(|e| format!("{}: bad saved filter: {e}", cli.data_path().display()))?;
+    let filter = Filter {
+        tasks: [recorded, cli.task_filter()]
+            .iter()
+            .filter(|f| !f.is_empty())
+            .map(TaskSelector::new)
+            .collect::<Result<_, _>>()?,
+        ..window
+    };
+    let filter = &filter;
     if let Some(path) = &cli.trace {
         let mut out = create(path)?;
         perfetto::render(&reader, filter, &mut out).map_err(|e| match e {
             perfetto::RenderError::Write(e) => format!("cannot write {}: {e}", path.display()),
-            other => format!("cannot read {}: {other}", cli.data.display()),
+            other => format!("cannot read {}: {other}", cli.data_path().display()),
         })?;
         out.flush()
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
@@ -61,12 +67,12 @@ pub fn render_outputs(cli: &Cli, filter: &Filter) -> Result<(), Failure> {
             let mut out = create(path)?;
             ndjson::render(&reader, filter, &mut out).and_then(|_| out.flush())
         };
-        result.map_err(|e| output_error(e, path, &cli.data))?;
+        result.map_err(|e| output_error(e, path, cli.data_path()))?;
     }
     if cli.summary {
         let mut out = io::stdout().lock();
         summary::render_summary(&reader, filter, &mut out)
-            .map_err(|e| output_error(e, Path::new("-"), &cli.data))?;
+            .map_err(|e| output_error(e, Path::new("-"), cli.data_path()))?;
     }
     Ok(())
 }
@@ -86,8 +92,9 @@ fn create(path: &Path) -> Result<BufWriter<File>, Failure> {
         .map_err(|e| format!("cannot create {}: {e}", path.display()).into())
 }
 
-/// What a capture says about how it was made; start times come later.
-pub fn capture_info(source: &Source) -> CaptureInfo {
+/// What a capture made now by this command line says about itself (start
+/// times come later); `source` is the user's script, if any.
+pub fn capture_info(source: Option<&Source>) -> CaptureInfo {
     // SAFETY: utsname is plain C data, valid when zeroed; uname fills it in.
     let uname = unsafe {
         let mut uname: libc::utsname = std::mem::zeroed();
@@ -104,8 +111,8 @@ pub fn capture_info(source: &Source) -> CaptureInfo {
     };
     CaptureInfo {
         command_line: std::env::args().collect(),
-        script: source.text.clone(),
-        script_name: source.name.clone(),
+        script: source.map(|s| s.text.clone()).unwrap_or_default(),
+        script_name: source.map(|s| s.name.clone()).unwrap_or_default(),
         hostname: field(&uname.nodename),
         kernel_release: field(&uname.release),
         cpus: wprof::runtime::features::online_cpus().len() as u32,

@@ -8,6 +8,7 @@ use std::fmt::Write;
 use crate::codegen::disasm::disassemble_at;
 use crate::codegen::program::BpfProgram;
 use crate::frontend::ast::Span;
+use crate::frontend::diag::SourceMap;
 
 /// Column where instruction comments start.
 const COMMENT_COLUMN: usize = 32;
@@ -16,7 +17,7 @@ const COMMENT_COLUMN: usize = 32;
 /// numbered by slot like the verifier. Whenever an instruction's span starts
 /// on a different script line than the last one shown, that line is printed
 /// first as `; <line>: <text>`. Instructions without a span show no header.
-pub fn render_listing(program: &BpfProgram, source: &str) -> String {
+pub fn render_listing(program: &BpfProgram, sources: &SourceMap) -> String {
     let insns = &program.insns;
     let width = insns.len().saturating_sub(1).to_string().len().max(4);
     let mut out = String::new();
@@ -24,11 +25,13 @@ pub fn render_listing(program: &BpfProgram, source: &str) -> String {
     let mut at = 0;
     while at < insns.len() {
         if let Some(span) = instruction_span(program, at)
-            && let Some((line_no, text)) = source_line(source, span.start)
-            && shown_line != Some(line_no)
+            && let (file, source, offset) = sources.locate(span.start)
+            && let Some((line_no, text)) = source_line(source, offset)
+            && shown_line != Some((file, line_no))
         {
-            shown_line = Some(line_no);
-            writeln!(out, "; {line_no}: {}", text.trim()).expect("writing to a String");
+            shown_line = Some((file, line_no));
+            let file = file.map(|name| format!("{name}:")).unwrap_or_default();
+            writeln!(out, "; {file}{line_no}: {}", text.trim()).expect("writing to a String");
         }
         let (text, slots) = disassemble_at(insns, at);
         let comment = program.comments.get(at).and_then(Option::as_deref);
@@ -110,7 +113,10 @@ mod tests {
    5: r0 = 1
    6: exit
 ";
-        assert_eq!(render_listing(&program(), SCRIPT), expected);
+        assert_eq!(
+            render_listing(&program(), &SourceMap::new([("t.bt", SCRIPT)])),
+            expected
+        );
     }
 
     /// Slot indices, including the second half of an `ld_imm64`, map back to spans.

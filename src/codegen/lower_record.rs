@@ -337,6 +337,7 @@ mod tests {
     use crate::codegen::listing::render_listing;
     use crate::codegen::program::{Compiled, MapKind};
     use crate::driver::{Source, compile};
+    use crate::frontend::diag::SourceMap;
     use crate::frontend::fake_machine::FakeMachine;
     use crate::frontend::options::CompileOptions;
     use crate::frontend::pmu::parse_counters;
@@ -373,7 +374,10 @@ mod tests {
             );
         }
         assert_eq!(compiled.records[0].fields.len(), 7);
-        let listing = render_listing(&compiled.programs[0], "kprobe:f < a = arg0; pmu >");
+        let listing = render_listing(
+            &compiled.programs[0],
+            &SourceMap::new([("t.bt", "kprobe:f < a = arg0; pmu >")]),
+        );
         let reads: Vec<&str> = listing
             .lines()
             .filter(|l| l.contains("perf_event_read_value"))

@@ -208,6 +208,14 @@ impl SourceMap {
         ScriptErrors { errors }
     }
 
+    /// The file holding merged offset `at`, its text, and `at` within it;
+    /// the file name only when there are several files.
+    pub fn locate(&self, at: usize) -> (Option<&str>, &str, usize) {
+        let file = self.file_at(at);
+        let name = (self.files.len() > 1).then_some(file.name.as_str());
+        (name, &file.text, at.saturating_sub(file.base))
+    }
+
     fn file_at(&self, at: usize) -> &SourceFile {
         let index = self.files.partition_point(|f| f.base <= at);
         &self.files[index.saturating_sub(1)]

@@ -37,8 +37,7 @@ pub fn render(source: &dyn CaptureSource, filter: &Filter, out: &mut dyn Write) 
         if filter.end_ns.is_some_and(|end| event.ts_ns >= end) {
             return ControlFlow::Break(());
         }
-        let thread = source.thread(event.thread);
-        if !filter.keeps(event, thread, source.string(thread.process_name)) {
+        if !filter.keeps(event, source) {
             return ControlFlow::Continue(());
         }
         match writer.event(event) {
@@ -454,6 +453,9 @@ fn write_escape(buf: &mut Vec<u8>, byte: u8) {
 mod tests {
     use std::time::Instant;
 
+    use crate::frontend::options::TaskFilter;
+    use crate::render::filter::TaskSelector;
+
     use serde_json::Value;
 
     use super::*;
@@ -514,15 +516,19 @@ mod tests {
     /// Process id and process name filters keep only that process's events and stacks.
     #[test]
     fn filters_by_pid_and_name() {
-        let by_pid = Filter {
+        let only = |filter: TaskFilter| Filter {
+            tasks: vec![TaskSelector::new(&filter).unwrap()],
+            ..Filter::default()
+        };
+        let by_pid = only(TaskFilter {
             pids: vec![200],
-            ..Filter::default()
-        };
+            ..TaskFilter::default()
+        });
         assert_eq!(body(&FakeCapture::sample(), &by_pid), [S1, E3]);
-        let by_name = Filter {
-            process_names: vec![glob::Pattern::new("ap*").unwrap()],
-            ..Filter::default()
-        };
+        let by_name = only(TaskFilter {
+            names: vec!["ap*".into()],
+            ..TaskFilter::default()
+        });
         assert_eq!(body(&FakeCapture::sample(), &by_name), [S0, E0, E1, E2]);
     }
 

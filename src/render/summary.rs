@@ -9,7 +9,7 @@ use std::io::{self, Write};
 use std::ops::ControlFlow;
 
 use crate::capture::model::{DropReason, Event, RecordKind};
-use crate::render::filter::Filter;
+use crate::render::filter::{Filter, TaskSelector};
 use crate::render::source::CaptureSource;
 
 /// Writes the summary of `source` (events as `filter` keeps them), with the
@@ -76,7 +76,7 @@ fn count(source: &dyn CaptureSource, filter: &Filter) -> (Counts, Result<(), Str
     let read = source.for_each_event(&mut |event| {
         counts.read += 1;
         let thread = source.thread(event.thread);
-        if filter.keeps(event, thread, source.string(thread.process_name)) {
+        if filter.keeps(event, source) {
             counts.add(event, thread.pid);
         }
         ControlFlow::Continue(())
@@ -252,18 +252,7 @@ fn describe_filter(filter: &Filter) -> Option<String> {
             end.map_or("the end".to_owned(), seconds)
         )),
     }
-    if !filter.pids.is_empty() {
-        let pids: Vec<String> = filter.pids.iter().map(u32::to_string).collect();
-        parts.push(format!("pid {}", pids.join(", ")));
-    }
-    if !filter.process_names.is_empty() {
-        let names: Vec<&str> = filter
-            .process_names
-            .iter()
-            .map(glob::Pattern::as_str)
-            .collect();
-        parts.push(format!("process {}", names.join(", ")));
-    }
+    parts.extend(filter.tasks.iter().filter_map(TaskSelector::describe));
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
@@ -329,6 +318,7 @@ fn local_utc_offset_s(unix_s: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frontend::options::TaskFilter;
     use crate::render::source::FakeCapture;
 
     fn summary(source: &dyn CaptureSource, filter: &Filter) -> String {
@@ -348,7 +338,13 @@ mod tests {
     fn summary_after_filter() {
         let filter = Filter {
             start_ns: Some(1_300_000_000),
-            pids: vec![100],
+            tasks: vec![
+                TaskSelector::new(&TaskFilter {
+                    pids: vec![100],
+                    ..TaskFilter::default()
+                })
+                .unwrap(),
+            ],
             ..Filter::default()
         };
         insta::assert_snapshot!(summary(&FakeCapture::sample(), &filter));

@@ -1,5 +1,6 @@
 //! Runtime: find attach targets, load and attach compiled programs, collect messages.
 
+pub mod activation;
 mod attach;
 pub mod child;
 pub mod counters;
@@ -7,6 +8,7 @@ pub mod elf;
 mod elf_object;
 pub mod environment;
 pub mod features;
+pub mod kallsyms;
 mod kernel_btf;
 mod ksym;
 mod libbpf_log;
@@ -19,5 +21,6 @@ pub mod session;
 mod teardown;
 #[cfg(test)]
 mod test_support;
+pub mod threads;
 pub mod tracefs;
 pub mod usdt;

@@ -4,6 +4,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
+use std::time::Duration;
 
 use libbpf_rs::{Link, ProgramMut};
 
@@ -62,8 +63,12 @@ pub(super) fn attach(
         };
         format!("perf_event_open on CPU {cpu}: {e}; {hint}")
     })?;
+    let stagger = stagger(sample, fds.len());
     let mut links = Vec::with_capacity(fds.len());
-    for fd in fds {
+    for (index, fd) in fds.into_iter().enumerate() {
+        if index > 0 {
+            std::thread::sleep(stagger);
+        }
         let link = prog
             .attach_perf_event(fd.as_raw_fd())
             .map_err(|e| explain(&e, "the perf event could not take a BPF program"))?;
@@ -76,13 +81,41 @@ pub(super) fn attach(
     Ok(links)
 }
 
+/// Slowest sampling rate whose per-CPU starts are staggered: slower timers
+/// would hold up attaching for too long.
+const STAGGER_MIN_HZ: u64 = 50;
+
+/// The pause between enabling consecutive CPUs' timers, so that `cpus`
+/// timers at one rate fire spread over the period instead of all at once
+/// (libbpf enables each event when it attaches the program).
+fn stagger(sample: PerfSample, cpus: usize) -> Duration {
+    match sample {
+        PerfSample::FrequencyHz(hz) if hz >= STAGGER_MIN_HZ && cpus > 1 => {
+            Duration::from_nanos(1_000_000_000 / hz / cpus as u64)
+        }
+        _ => Duration::ZERO,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::codegen::program::{AttachPoint, MapId, MapKind};
     use crate::runtime::loader::{AttachOptions, load};
     use crate::runtime::test_support::*;
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
+
+    /// Timers start spread over one period; slow timers and periods do not wait.
+    #[test]
+    fn staggers_fast_timers() {
+        assert_eq!(
+            stagger(PerfSample::FrequencyHz(100), 2),
+            Duration::from_millis(5)
+        );
+        assert_eq!(stagger(PerfSample::FrequencyHz(10), 2), Duration::ZERO);
+        assert_eq!(stagger(PerfSample::FrequencyHz(100), 1), Duration::ZERO);
+        assert_eq!(stagger(PerfSample::Period(1000), 4), Duration::ZERO);
+    }
 
     const COUNTS: MapId = MapId(1);
     const HASH: MapId = MapId(2);

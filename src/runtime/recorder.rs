@@ -4,7 +4,7 @@
 //! live, puts events from all CPUs in time order, and at the end symbolizes
 //! every frame and writes the statistics.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
@@ -15,10 +15,14 @@ use crate::capture::stacks::{
     AddrKind, ModuleIndex, NormalizedAddr, RawFrame, StackNormalizer, SymbolizeOptions, symbolize,
 };
 use crate::capture::writer::CaptureWriter;
-use crate::codegen::program::{AttachPoint, Compiled, MapId, ValueType, record_header as header};
+use crate::codegen::program::{
+    AttachPoint, Compiled, MapId, Message, ValueType, record_header as header,
+};
 use crate::output::value::{Value, decode};
+use crate::runtime::kallsyms::Kallsyms;
 use crate::runtime::loader::Loaded;
 use crate::runtime::maps_read::BuildIdFrame;
+use crate::runtime::threads::{Comm, ThreadTable};
 
 /// How far back events may arrive out of order: a probe reads the clock
 /// before it sends, and may be preempted in between.
@@ -55,26 +59,61 @@ struct Pending {
     entry_return: u64,
 }
 
+/// How one field of a record message decodes.
+#[derive(Clone, Debug)]
+enum FieldDecoder {
+    Value {
+        at: u32,
+        ty: ValueType,
+    },
+    /// A task: the kernel stores its tid as a u64.
+    Thread {
+        at: u32,
+    },
+    /// A kernel address stored as the symbol's name.
+    KernelSymbol {
+        at: u32,
+    },
+}
+
+/// Positions of the tracker `task` record's fields, in `IDENTITY_FIELDS` order.
+#[derive(Clone, Copy, Debug)]
+struct IdentityRecord {
+    record: u32,
+    fields: [usize; 6],
+}
+
+const IDENTITY_FIELDS: [&str; 6] = ["tid", "pid", "ppid", "comm", "pcomm", "kthread"];
+
+/// Most value vectors kept for reuse.
+const SPARE_VALUES: usize = 4096;
+
 pub struct Recorder {
     writer: CaptureWriter<BufWriter<File>>,
     start_ns: u64,
-    fields: Vec<Vec<(u32, ValueType)>>,
+    /// Per message (index in `Compiled::messages`), how its fields decode.
+    fields: Vec<Vec<FieldDecoder>>,
     /// Per record kind, whether it is a span.
     spans: Vec<bool>,
+    /// The trackers' `task` record, which sets thread identities.
+    identity: Option<IdentityRecord>,
+    threads: ThreadTable,
+    /// Loaded when a record has a kernel symbol field.
+    kallsyms: Option<Kallsyms>,
     kernel_stacks: Option<MapId>,
     user_stacks: Option<MapId>,
     /// Which file each build id names.
     modules: ModuleIndex,
-    threads: HashMap<(u32, Vec<u8>), ThreadId>,
     /// Raw stacks already stored (pid 0 for kernel-only stacks).
     stacks: HashMap<RawStack, Option<StackId>>,
     /// How each frame was first seen (innermost or return address).
     frame_kinds: Vec<AddrKind>,
     normalizer: StackNormalizer,
     pending: Vec<Pending>,
-    /// Events by time until they leave the reorder window.
-    ordered: BTreeMap<(u64, u64), Event>,
-    sequence: u64,
+    /// Events in time order until they leave the reorder window.
+    ordered: VecDeque<Event>,
+    /// Value vectors of written events, reused for new ones.
+    spare: Vec<Vec<FieldValue>>,
     newest_ns: u64,
     last_flush: Instant,
 }
@@ -86,14 +125,18 @@ impl Recorder {
         info: &CaptureInfo,
     ) -> Result<Recorder, RecordError> {
         let writer = CaptureWriter::create(path, info, &compiled.records)?;
-        let fields = compiled
+        let fields: Vec<Vec<FieldDecoder>> = compiled
             .messages
             .iter()
             .map(|m| match m {
-                crate::codegen::program::Message::Record { fields, .. } => fields.clone(),
+                Message::Record { record, fields } => decoders(&compiled.records, *record, fields),
                 _ => Vec::new(),
             })
             .collect();
+        let symbols = fields
+            .iter()
+            .flatten()
+            .any(|f| matches!(f, FieldDecoder::KernelSymbol { .. }));
         Ok(Recorder {
             writer,
             start_ns: info.start_monotonic_ns,
@@ -103,16 +146,18 @@ impl Recorder {
                 .iter()
                 .map(|r| r.kind == RecordKind::Span)
                 .collect(),
+            identity: identity_record(&compiled.records),
+            threads: ThreadTable::default(),
+            kallsyms: symbols.then(Kallsyms::load),
             kernel_stacks: compiled.kernel_stacks,
             user_stacks: compiled.user_stacks,
             modules: probed_binaries(compiled),
-            threads: HashMap::new(),
             stacks: HashMap::new(),
             frame_kinds: Vec::new(),
             normalizer: StackNormalizer::new(),
             pending: Vec::new(),
-            ordered: BTreeMap::new(),
-            sequence: 0,
+            ordered: VecDeque::new(),
+            spare: Vec::new(),
             newest_ns: 0,
             last_flush: Instant::now(),
         })
@@ -120,27 +165,27 @@ impl Recorder {
 
     /// Decode one record message (`message` is its index in `Compiled::messages`).
     pub fn push(&mut self, message: usize, record: u32, bytes: &[u8]) -> Result<(), RecordError> {
-        let u64_at = |at: u32| {
-            bytes
-                .get(at as usize..at as usize + 8)
-                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-                .ok_or_else(|| RecordError::Malformed(format!("{} bytes", bytes.len())))
-        };
+        let u64_at = |at: u32| u64_at(bytes, at);
         let ts = u64_at(header::TS)?;
         let task = u64_at(header::PID_TGID)?;
         let (pid, tid) = ((task >> 32) as u32, task as u32);
         let cpu = u64_at(header::CPU)? as u32;
-        let comm = bytes
+        let comm: Comm = bytes
             .get(header::COMM as usize..header::DURATION as usize)
-            .map(|c| c.split(|b| *b == 0).next().unwrap_or_default().to_vec())
-            .unwrap_or_default();
-        let duration = u64_at(header::DURATION)?;
-        let thread = self.thread(tid, pid, comm);
+            .and_then(|c| c.try_into().ok())
+            .ok_or_else(|| malformed(bytes))?;
+        let mut values = self.spare.pop().unwrap_or_default();
+        self.decode(message, bytes, &mut values)?;
+        if let Some(identity) = self.identity.filter(|i| i.record == record) {
+            self.set_identity(&identity, &values);
+            self.recycle(values);
+            return Ok(());
+        }
+        let thread = self.threads.of_header(&mut self.writer, tid, pid, &comm);
         if self.user_stacks.is_some() {
             // While the process lives: its files name the build ids of its frames.
             self.modules.add_process(pid);
         }
-        let values = self.values(message, bytes)?;
         let event = Event {
             ts_ns: ts.saturating_sub(self.start_ns),
             cpu,
@@ -151,7 +196,7 @@ impl Recorder {
                 .get(record as usize)
                 .copied()
                 .unwrap_or(false)
-                .then_some(duration),
+                .then_some(u64_at(header::DURATION)?),
             values,
             stack: None,
         };
@@ -165,51 +210,86 @@ impl Recorder {
         Ok(())
     }
 
-    fn thread(&mut self, tid: u32, pid: u32, comm: Vec<u8>) -> ThreadId {
-        if let Some(&id) = self.threads.get(&(tid, comm.clone())) {
-            return id;
+    /// The fields of `bytes` into `values`, in schema order.
+    fn decode(
+        &mut self,
+        message: usize,
+        bytes: &[u8],
+        values: &mut Vec<FieldValue>,
+    ) -> Result<(), RecordError> {
+        let Recorder {
+            fields,
+            writer,
+            threads,
+            kallsyms,
+            ..
+        } = self;
+        for field in fields.get(message).map(Vec::as_slice).unwrap_or_default() {
+            let value = match field {
+                FieldDecoder::Thread { at } => {
+                    FieldValue::Thread(threads.of_field(writer, u64_at(bytes, *at)? as u32))
+                }
+                FieldDecoder::KernelSymbol { at } => {
+                    let addr = u64_at(bytes, *at)?;
+                    let name = kallsyms.as_ref().map(|k| k.name(addr));
+                    FieldValue::Str(writer.intern(name.as_deref().unwrap_or_default()))
+                }
+                FieldDecoder::Value { at, ty } => {
+                    let field = bytes.get(*at as usize..).unwrap_or_default();
+                    match decode(field, ty).map_err(|e| RecordError::Malformed(e.to_string()))? {
+                        Value::Int(v) => FieldValue::Int(v),
+                        Value::UInt(v) | Value::Probe(v) => FieldValue::UInt(v),
+                        Value::Str(text) => {
+                            FieldValue::Str(writer.intern(&String::from_utf8_lossy(&text)))
+                        }
+                        other => {
+                            return Err(RecordError::Malformed(format!(
+                                "unexpected field value {other:?}"
+                            )));
+                        }
+                    }
+                }
+            };
+            values.push(value);
         }
-        let name = String::from_utf8_lossy(&comm).into_owned();
-        let process = if tid == pid {
-            name.clone()
-        } else {
-            process_name(pid).unwrap_or_else(|| name.clone())
-        };
-        let id = self.writer.thread(&ThreadInfo {
-            tid,
-            pid,
-            name: &name,
-            process_name: &process,
-            ..ThreadInfo::default()
-        });
-        self.threads.insert((tid, comm), id);
-        id
+        Ok(())
     }
 
-    fn values(&mut self, message: usize, bytes: &[u8]) -> Result<Vec<FieldValue>, RecordError> {
-        let layout = self.fields.get(message).cloned().unwrap_or_default();
-        layout
-            .iter()
-            .map(|(at, ty)| {
-                let field = bytes.get(*at as usize..).unwrap_or_default();
-                match decode(field, ty).map_err(|e| RecordError::Malformed(e.to_string()))? {
-                    Value::Int(v) => Ok(FieldValue::Int(v)),
-                    Value::UInt(v) => Ok(FieldValue::UInt(v)),
-                    Value::Str(text) => Ok(FieldValue::Str(
-                        self.writer.intern(&String::from_utf8_lossy(&text)),
-                    )),
-                    Value::Probe(index) => Ok(FieldValue::UInt(index)),
-                    other => Err(RecordError::Malformed(format!(
-                        "unexpected field value {other:?}"
-                    ))),
-                }
-            })
-            .collect()
+    /// A tracker `task` record: the thread it describes is who its tid is from now on.
+    fn set_identity(&mut self, identity: &IdentityRecord, values: &[FieldValue]) {
+        let [tid, pid, ppid, comm, pcomm, kthread] = identity.fields.map(|i| values.get(i));
+        let number = |v: Option<&FieldValue>| match v {
+            Some(FieldValue::UInt(n)) => *n as u32,
+            Some(FieldValue::Int(n)) => *n as u32,
+            _ => 0,
+        };
+        let text = |v: Option<&FieldValue>| match v {
+            Some(FieldValue::Str(id)) => self.writer.string(*id).to_string(),
+            _ => String::new(),
+        };
+        let (name, process_name) = (text(comm), text(pcomm));
+        let info = ThreadInfo {
+            tid: number(tid),
+            pid: number(pid),
+            ppid: number(ppid),
+            kthread: number(kthread) != 0,
+            name: &name,
+            process_name: &process_name,
+        };
+        self.threads.set_identity(&mut self.writer, &info);
+    }
+
+    fn recycle(&mut self, mut values: Vec<FieldValue>) {
+        if self.spare.len() < SPARE_VALUES {
+            values.clear();
+            self.spare.push(values);
+        }
     }
 
     /// Resolve the stacks of pending events (while their processes live) and
     /// write what has left the reorder window.
     pub fn process(&mut self, loaded: &Loaded) -> Result<(), RecordError> {
+        let mut batch = Vec::with_capacity(self.pending.len());
         for mut pending in std::mem::take(&mut self.pending) {
             let raw = RawStack {
                 pid: pending.pid,
@@ -218,11 +298,16 @@ impl Recorder {
                 entry_return: pending.entry_return,
             };
             pending.event.stack = self.stack(loaded, raw)?;
-            self.newest_ns = self.newest_ns.max(pending.event.ts_ns);
-            self.sequence += 1;
-            self.ordered
-                .insert((pending.event.ts_ns, self.sequence), pending.event);
+            batch.push(pending.event);
         }
+        // The ring buffer delivers in reservation order, which is nearly
+        // time order: a stable sort of the batch is cheap, and merging it
+        // into the window is mostly an append.
+        batch.sort_by_key(|e| e.ts_ns);
+        if let Some(last) = batch.last() {
+            self.newest_ns = self.newest_ns.max(last.ts_ns);
+        }
+        merge_sorted(&mut self.ordered, batch);
         self.write_older_than(self.newest_ns.saturating_sub(REORDER_WINDOW_NS))?;
         // Complete chunks on disk: a capture killed now still replays to here.
         if self.last_flush.elapsed() >= FLUSH_INTERVAL {
@@ -233,11 +318,10 @@ impl Recorder {
     }
 
     fn write_older_than(&mut self, limit_ns: u64) -> Result<(), RecordError> {
-        while let Some(entry) = self.ordered.first_entry() {
-            if entry.key().0 >= limit_ns {
-                break;
-            }
-            self.writer.event(&entry.remove())?;
+        while self.ordered.front().is_some_and(|e| e.ts_ns < limit_ns) {
+            let event = self.ordered.pop_front().expect("checked");
+            self.writer.event(&event)?;
+            self.recycle(event.values);
         }
         Ok(())
     }
@@ -394,6 +478,79 @@ impl Recorder {
     }
 }
 
+/// Merge sorted `batch` into sorted `ordered`; equal times keep `ordered` first.
+fn merge_sorted(ordered: &mut VecDeque<Event>, batch: Vec<Event>) {
+    let Some(first) = batch.first() else {
+        return;
+    };
+    if ordered.back().is_none_or(|last| last.ts_ns <= first.ts_ns) {
+        ordered.extend(batch);
+        return;
+    }
+    let mut merged = VecDeque::with_capacity(ordered.len() + batch.len());
+    let mut batch = batch.into_iter().peekable();
+    while let Some(old) = ordered.pop_front() {
+        while let Some(new) = batch.next_if(|new| new.ts_ns < old.ts_ns) {
+            merged.push_back(new);
+        }
+        merged.push_back(old);
+    }
+    merged.extend(batch);
+    *ordered = merged;
+}
+
+/// How the fields of a record message decode: thread fields by the schema,
+/// kernel symbols by their layout.
+fn decoders(
+    records: &[RecordSchema],
+    record: u32,
+    layout: &[(u32, ValueType)],
+) -> Vec<FieldDecoder> {
+    let schema = records.get(record as usize);
+    layout
+        .iter()
+        .enumerate()
+        .map(|(index, (at, ty))| {
+            let field_type = schema.and_then(|s| s.fields.get(index)).map(|f| f.ty);
+            match (field_type, ty) {
+                (Some(FieldType::Thread), _) => FieldDecoder::Thread { at: *at },
+                (_, ValueType::Symbol { kernel: true }) => FieldDecoder::KernelSymbol { at: *at },
+                _ => FieldDecoder::Value {
+                    at: *at,
+                    ty: ty.clone(),
+                },
+            }
+        })
+        .collect()
+}
+
+/// The trackers' `task` record, when it has every identity field.
+fn identity_record(records: &[RecordSchema]) -> Option<IdentityRecord> {
+    let (record, schema) = records
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.origin == RecordOrigin::Tracker && r.name == "task")?;
+    let mut fields = [0; 6];
+    for (slot, name) in fields.iter_mut().zip(IDENTITY_FIELDS) {
+        *slot = schema.fields.iter().position(|f| f.name == name)?;
+    }
+    Some(IdentityRecord {
+        record: record as u32,
+        fields,
+    })
+}
+
+fn u64_at(bytes: &[u8], at: u32) -> Result<u64, RecordError> {
+    bytes
+        .get(at as usize..at as usize + 8)
+        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        .ok_or_else(|| malformed(bytes))
+}
+
+fn malformed(bytes: &[u8]) -> RecordError {
+    RecordError::Malformed(format!("{} bytes", bytes.len()))
+}
+
 fn raw_frame(frame: &FrameAddr, writer: &CaptureWriter<BufWriter<File>>) -> RawFrame {
     match frame {
         FrameAddr::Kernel { addr } => RawFrame::Kernel { addr: *addr },
@@ -424,8 +581,90 @@ fn probed_binaries(compiled: &Compiled) -> ModuleIndex {
     modules
 }
 
-/// The name of process `pid` (its main thread's comm), while it lives.
-fn process_name(pid: u32) -> Option<String> {
-    let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-    Some(name.trim_end().to_string())
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ts_ns: u64, cpu: u32) -> Event {
+        Event {
+            ts_ns,
+            cpu,
+            ..Event::default()
+        }
+    }
+
+    fn schema(name: &str, origin: RecordOrigin, fields: &[(&str, FieldType)]) -> RecordSchema {
+        RecordSchema {
+            probe: String::new(),
+            name: name.into(),
+            kind: RecordKind::Instant,
+            fields: fields
+                .iter()
+                .map(|(name, ty)| FieldSchema {
+                    name: (*name).into(),
+                    ty: *ty,
+                })
+                .collect(),
+            has_stack: false,
+            origin,
+        }
+    }
+
+    /// Batches merge into time order; equal times keep earlier arrivals first.
+    #[test]
+    fn merges_batches_in_time_order() {
+        let mut ordered = VecDeque::new();
+        merge_sorted(&mut ordered, vec![at(1, 0), at(5, 0)]);
+        merge_sorted(&mut ordered, vec![at(6, 1), at(7, 1)]);
+        merge_sorted(&mut ordered, vec![at(0, 1), at(5, 1), at(9, 1)]);
+        let order: Vec<(u64, u32)> = ordered.iter().map(|e| (e.ts_ns, e.cpu)).collect();
+        assert_eq!(
+            order,
+            [(0, 1), (1, 0), (5, 0), (5, 1), (6, 1), (7, 1), (9, 1)]
+        );
+    }
+
+    /// Thread fields decode by the schema, kernel symbols by the layout.
+    #[test]
+    fn picks_decoders() {
+        let records = [schema(
+            "switch",
+            RecordOrigin::Tracker,
+            &[
+                ("next", FieldType::Thread),
+                ("func", FieldType::Str),
+                ("n", FieldType::UInt),
+            ],
+        )];
+        let int = ValueType::Int {
+            size: 8,
+            signed: false,
+        };
+        let layout = [
+            (80, int.clone()),
+            (88, ValueType::Symbol { kernel: true }),
+            (96, int),
+        ];
+        let decoders = decoders(&records, 0, &layout);
+        assert!(matches!(decoders[0], FieldDecoder::Thread { at: 80 }));
+        assert!(matches!(decoders[1], FieldDecoder::KernelSymbol { at: 88 }));
+        assert!(matches!(decoders[2], FieldDecoder::Value { at: 96, .. }));
+    }
+
+    /// Only the trackers' complete `task` record sets identities.
+    #[test]
+    fn finds_the_identity_record() {
+        let fields: Vec<(&str, FieldType)> = IDENTITY_FIELDS
+            .iter()
+            .rev()
+            .map(|name| (*name, FieldType::UInt))
+            .collect();
+        let task = schema("task", RecordOrigin::Tracker, &fields);
+        let user_task = schema("task", RecordOrigin::Script, &fields);
+        let found = identity_record(&[user_task.clone(), task.clone()]).expect("found");
+        assert_eq!((found.record, found.fields), (1, [5, 4, 3, 2, 1, 0]));
+        assert!(identity_record(&[user_task]).is_none());
+        let partial = schema("task", RecordOrigin::Tracker, &fields[1..]);
+        assert!(identity_record(&[partial]).is_none());
+    }
 }

@@ -14,6 +14,7 @@ use crate::output::agg;
 use crate::output::maps::{self, MapDump, PrintOptions};
 use crate::output::printf::{self, Piece};
 use crate::output::value::{Resolve, Value, decode};
+use crate::runtime::activation::{self, Interrupt, Phases};
 use crate::runtime::child::{self, TracedCommand};
 use crate::runtime::counters;
 use crate::runtime::loader::{self, AttachOptions, Loaded};
@@ -29,6 +30,8 @@ pub struct RunOptions {
     pub duration: Option<Duration>,
     /// Write record events to this capture file.
     pub capture: Option<CaptureTarget>,
+    /// When to load and attach, and when to start recording.
+    pub phases: Phases,
 }
 
 /// Where a capture goes and what it says about itself; the start times are
@@ -74,14 +77,21 @@ enum Ending {
     Stopped,
 }
 
-/// Run `compiled` until `exit()`, Ctrl-C, the duration, or the traced process ends.
+/// Run `compiled` until `exit()`, Ctrl-C, the duration, or the traced process
+/// ends. Loading and attaching wait for `options.phases.prepare_at`, recording
+/// for `activate_at`.
 pub fn run(
     compiled: &Compiled,
     options: &RunOptions,
     out: &mut dyn Write,
 ) -> Result<RunSummary, RunError> {
+    let interrupt = Interrupt::install();
+    if !activation::wait_until(options.phases.prepare_at, "waiting to prepare", interrupt)? {
+        return empty_capture(compiled, options);
+    }
     let mut loaded = loader::load(compiled)?;
     counters::install(&loaded, &compiled.counters)?;
+    interrupt.forward_to(loaded.stopper());
     let stopper = loaded.stopper();
     if let Some(pid) = options.pid {
         child::watch_process(pid, stopper.clone())
@@ -90,10 +100,8 @@ pub fn run(
     let globals = compiled
         .globals
         .expect("the code generator always makes a globals map");
-    let start_ns = monotonic_ns();
-    loaded.set_global(globals, GlobalSlot::StartNs, start_ns)?;
+    loaded.set_state(globals, ProbeState::Stopped)?;
     loaded.set_global(globals, GlobalSlot::SelfPid, u64::from(std::process::id()))?;
-    let recorder = create_recorder(compiled, options, start_ns)?;
     let child = match &options.command {
         Some(argv) => {
             let child = TracedCommand::spawn_paused(argv).map_err(|source| RunError::Command {
@@ -113,10 +121,21 @@ pub fn run(
     )?;
     out.flush()?;
     let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
-    loaded.set_state(globals, ProbeState::Active)?;
     loaded.attach_all(AttachOptions { pid })?;
+    if !activation::wait_until(
+        options.phases.activate_at,
+        "prepared, activating",
+        interrupt,
+    )? {
+        loaded.detach_all();
+        return empty_capture(compiled, options);
+    }
 
-    install_interrupt_handler(stopper.clone());
+    // Time 0 of the capture: events before it never passed the gate.
+    let start_ns = monotonic_ns();
+    loaded.set_global(globals, GlobalSlot::StartNs, start_ns)?;
+    let recorder = create_recorder(compiled, options, start_ns)?;
+    loaded.set_state(globals, ProbeState::Active)?;
     let mut printer = Printer::new(compiled, recorder);
     for index in loaded.programs_at(&AttachPoint::Begin) {
         loaded.run_once(index)?;
@@ -148,6 +167,17 @@ pub fn run(
     };
     print_exit_maps(compiled, &loaded, &printer, out)?;
     out.flush()?;
+    Ok(RunSummary { capture })
+}
+
+/// Ctrl-C before activation: nothing was recorded, but a capture that was
+/// asked for is still written (empty), so outputs render and an older file
+/// at the same path is not mistaken for this run's.
+fn empty_capture(compiled: &Compiled, options: &RunOptions) -> Result<RunSummary, RunError> {
+    eprintln!("wprof: interrupted before activation: nothing was captured");
+    let capture = create_recorder(compiled, options, monotonic_ns())?
+        .map(|recorder| recorder.finish(Vec::new(), 0))
+        .transpose()?;
     Ok(RunSummary { capture })
 }
 
@@ -319,11 +349,6 @@ impl Status {
         }
         Ok(())
     }
-}
-
-fn install_interrupt_handler(stopper: crate::runtime::maps_read::Stopper) {
-    // A second Ctrl-C while maps print is ignored, as the first already stops.
-    let _ = ctrlc::set_handler(move || stopper.stop());
 }
 
 /// `CLOCK_MONOTONIC`, the clock of `bpf_ktime_get_ns`.

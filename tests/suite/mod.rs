@@ -9,6 +9,7 @@ mod errors;
 mod load;
 mod records;
 mod replay;
+mod system;
 
 use std::collections::BTreeMap;
 use std::path::Path;

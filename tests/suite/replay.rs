@@ -306,15 +306,15 @@ fn with_version(bytes: &[u8], major: u16, minor: u16) -> Vec<u8> {
 fn refuses_a_newer_major_version() {
     require_bpf!();
     let (dir, good) = finished_capture("versions");
-    let out = replay_bytes(&dir, "v2.data", &with_version(&good, 2, 0));
+    let out = replay_bytes(&dir, "v3.data", &with_version(&good, 3, 0));
     assert_eq!(out.status.and_then(|s| s.code()), Some(1), "{}", out.stderr);
     assert!(
         out.stderr
-            .contains("written in capture format 2.0; this wprof reads format 1.0"),
+            .contains("written in capture format 3.0; this wprof reads format 2.0"),
         "{}",
         out.stderr
     );
-    let out = replay_bytes(&dir, "v1_9.data", &with_version(&good, 1, 9));
+    let out = replay_bytes(&dir, "v2_9.data", &with_version(&good, 2, 9));
     assert!(out.success(), "{}", out.stderr);
     assert_eq!(event_lines(&out.stdout), MALLOCS);
 }

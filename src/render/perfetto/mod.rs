@@ -215,7 +215,7 @@ impl<'a> Renderer<'a> {
         self.stats.events += 1;
         let thread = source.thread(event.thread);
         let process_name = source.string(thread.process_name);
-        if !self.filter.keeps(event, thread, process_name) {
+        if !self.filter.keeps(event, source) {
             self.stats.filtered += 1;
             return Ok(());
         }

@@ -8,7 +8,8 @@ use prost::Message;
 use super::fake::{START_NS, capture, decode, generate, malloc, read};
 use super::proto::{self, TracePacket};
 use super::{RenderStats, render};
-use crate::render::filter::Filter;
+use crate::frontend::options::TaskFilter;
+use crate::render::filter::{Filter, TaskSelector};
 use crate::render::source::FakeCapture;
 
 fn render_bytes(capture: &FakeCapture, filter: &Filter) -> (Vec<u8>, RenderStats) {
@@ -197,7 +198,13 @@ fn filter_applies() {
         malloc(30, 0, 1, 0),
     ];
     let filter = Filter {
-        pids: vec![100],
+        tasks: vec![
+            TaskSelector::new(&TaskFilter {
+                pids: vec![100],
+                ..TaskFilter::default()
+            })
+            .unwrap(),
+        ],
         end_ns: Some(30),
         ..Filter::default()
     };

@@ -1,0 +1,352 @@
+//! System-tracking command-line values: features (`-f`), stack kinds (`-S`)
+//! and task filters, parsed into plain types with canonical spellings (what
+//! the capture's settings record).
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use crate::codegen::program::PerfSample;
+use crate::frontend::options::TaskFilter;
+
+/// A built-in tracker, turned on and off with `-f NAME` / `-f no-NAME`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Feature {
+    Sched,
+    Wakeup,
+    TaskLife,
+    Hardirq,
+    Softirq,
+    Wq,
+}
+
+impl Feature {
+    pub const ALL: [Feature; 6] = [
+        Feature::Sched,
+        Feature::Wakeup,
+        Feature::TaskLife,
+        Feature::Hardirq,
+        Feature::Softirq,
+        Feature::Wq,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Feature::Sched => "sched",
+            Feature::Wakeup => "wakeup",
+            Feature::TaskLife => "task-life",
+            Feature::Hardirq => "hardirq",
+            Feature::Softirq => "softirq",
+            Feature::Wq => "wq",
+        }
+    }
+
+    pub fn on_by_default(self) -> bool {
+        self != Feature::Wq
+    }
+
+    /// Features on unless switched off.
+    pub fn defaults() -> BTreeSet<Feature> {
+        Feature::ALL
+            .into_iter()
+            .filter(|f| f.on_by_default())
+            .collect()
+    }
+}
+
+/// One `-f` argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FeatureSwitch {
+    pub feature: Feature,
+    pub on: bool,
+}
+
+/// `-f NAME` or `-f no-NAME`.
+pub fn parse_feature_switch(text: &str) -> Result<FeatureSwitch, String> {
+    let (name, on) = match text.strip_prefix("no-") {
+        Some(name) => (name, false),
+        None => (text, true),
+    };
+    let feature = Feature::ALL
+        .into_iter()
+        .find(|f| f.name() == name)
+        .ok_or_else(|| {
+            let known: Vec<&str> = Feature::ALL.iter().map(|f| f.name()).collect();
+            format!(
+                "unknown feature `{name}` (features: {}; `no-NAME` turns one off)",
+                known.join(", ")
+            )
+        })?;
+    Ok(FeatureSwitch { feature, on })
+}
+
+/// The default features with `switches` applied in order.
+pub fn features(switches: &[FeatureSwitch]) -> BTreeSet<Feature> {
+    let mut set = Feature::defaults();
+    for switch in switches {
+        if switch.on {
+            set.insert(switch.feature);
+        } else {
+            set.remove(&switch.feature);
+        }
+    }
+    set
+}
+
+/// What `-S` asks stacks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StackKind {
+    /// On-CPU samples at this rate.
+    Timer { hz: u64 },
+    /// The stack of the task switched out.
+    Offcpu,
+    /// The stack of the waker.
+    Waker,
+    /// Stacks in the user's probes (`stack(probe)`).
+    Probe,
+    /// Samples on a perf event: `pmu=EVENT[@RATE]`.
+    Pmu { event: String, rate: PerfSample },
+}
+
+/// The sampling rate of `-S timer` without `=Nhz`.
+pub const DEFAULT_TIMER_HZ: u64 = 100;
+/// The sampling rate of `-S pmu=EVENT` without `@RATE`.
+pub const DEFAULT_PMU_HZ: u64 = 1000;
+
+impl StackKind {
+    /// The name `stack(KIND)` items use.
+    pub fn item_name(&self) -> &'static str {
+        match self {
+            StackKind::Timer { .. } => "timer",
+            StackKind::Offcpu => "offcpu",
+            StackKind::Waker => "waker",
+            StackKind::Probe => "probe",
+            StackKind::Pmu { .. } => "pmu",
+        }
+    }
+}
+
+impl fmt::Display for StackKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StackKind::Timer { hz } => write!(f, "timer={hz}hz"),
+            StackKind::Pmu { event, rate } => write!(f, "pmu={event}@{}", Rate(*rate)),
+            other => f.write_str(other.item_name()),
+        }
+    }
+}
+
+/// A sampling rate as written: `4000hz` or a bare period count.
+struct Rate(PerfSample);
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            PerfSample::FrequencyHz(hz) => write!(f, "{hz}hz"),
+            PerfSample::Period(count) => write!(f, "{count}"),
+        }
+    }
+}
+
+/// One `-S` argument: a kind, or (bare `-S`, given as "") timer + offcpu.
+pub fn parse_stack_arg(text: &str) -> Result<Vec<StackKind>, String> {
+    let bad = |why: String| format!("bad stack kind `{text}`: {why}");
+    let (kind, value) = match text.split_once('=') {
+        Some((kind, value)) => (kind, Some(value)),
+        None => (text, None),
+    };
+    let kinds = match (kind, value) {
+        ("", None) => vec![
+            StackKind::Timer {
+                hz: DEFAULT_TIMER_HZ,
+            },
+            StackKind::Offcpu,
+        ],
+        ("timer", None) => vec![StackKind::Timer {
+            hz: DEFAULT_TIMER_HZ,
+        }],
+        ("timer", Some(rate)) => match parse_rate(rate).map_err(bad)? {
+            PerfSample::FrequencyHz(hz) => vec![StackKind::Timer { hz }],
+            PerfSample::Period(_) => return Err(bad("the timer rate is `Nhz`".into())),
+        },
+        ("offcpu", None) => vec![StackKind::Offcpu],
+        ("waker", None) => vec![StackKind::Waker],
+        ("probe", None) => vec![StackKind::Probe],
+        ("pmu", Some(spec)) => {
+            let (event, rate) = match spec.split_once('@') {
+                Some((event, rate)) => (event, parse_rate(rate).map_err(bad)?),
+                None => (spec, PerfSample::FrequencyHz(DEFAULT_PMU_HZ)),
+            };
+            if event.is_empty() {
+                return Err(bad("`pmu=EVENT[@RATE]` needs an event".into()));
+            }
+            vec![StackKind::Pmu {
+                event: event.to_string(),
+                rate,
+            }]
+        }
+        ("pmu", None) => return Err(bad("`pmu=EVENT[@RATE]` needs an event".into())),
+        _ => {
+            return Err(bad(
+                "kinds are timer[=Nhz], offcpu, waker, probe, pmu=EVENT[@RATE]".into(),
+            ));
+        }
+    };
+    Ok(kinds)
+}
+
+/// `Nhz` (a frequency) or `N` (a period in events); zero is rejected.
+fn parse_rate(text: &str) -> Result<PerfSample, String> {
+    let (digits, hz) = match text.strip_suffix("hz") {
+        Some(digits) => (digits, true),
+        None => (text, false),
+    };
+    let n: u64 = digits.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+        format!("`{text}` is not a rate (`4000hz`, or a period such as `100000`)")
+    })?;
+    Ok(if hz {
+        PerfSample::FrequencyHz(n)
+    } else {
+        PerfSample::Period(n)
+    })
+}
+
+/// The stack kinds of every `-S`, without repeats, in first-given order
+/// (a later `timer=N` replaces an earlier timer rate).
+pub fn stack_kinds(args: &[Vec<StackKind>]) -> Vec<StackKind> {
+    let mut kinds: Vec<StackKind> = Vec::new();
+    for kind in args.iter().flatten() {
+        let same = |k: &StackKind| match (k, kind) {
+            (StackKind::Pmu { event: a, .. }, StackKind::Pmu { event: b, .. }) => a == b,
+            _ => k.item_name() == kind.item_name(),
+        };
+        match kinds.iter_mut().find(|k| same(k)) {
+            Some(known) => *known = kind.clone(),
+            None => kinds.push(kind.clone()),
+        }
+    }
+    kinds
+}
+
+/// The filter as command-line arguments, in a fixed order (saved in the capture).
+pub fn filter_args(filter: &TaskFilter) -> Vec<String> {
+    let mut args = Vec::new();
+    let mut list = |flag: &str, values: Vec<String>| {
+        args.extend(values.into_iter().map(|v| format!("{flag} {v}")));
+    };
+    let numbers = |v: &[u32]| v.iter().map(u32::to_string).collect();
+    list("-p", numbers(&filter.pids));
+    list("-P", numbers(&filter.no_pids));
+    list("--tid", numbers(&filter.tids));
+    list("--no-tid", numbers(&filter.no_tids));
+    list("-n", filter.names.clone());
+    list("-N", filter.no_names.clone());
+    for (flag, value) in [("idle", filter.idle), ("kthread", filter.kthread)] {
+        match value {
+            Some(true) => args.push(format!("--{flag}")),
+            Some(false) => args.push(format!("--no-{flag}")),
+            None => {}
+        }
+    }
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `-f` switches features on and off from the defaults; unknown names list the valid ones.
+    #[test]
+    fn feature_switches() {
+        let switches: Vec<FeatureSwitch> = ["no-sched", "wq", "no-hardirq", "sched"]
+            .iter()
+            .map(|t| parse_feature_switch(t).unwrap())
+            .collect();
+        let names: Vec<&str> = features(&switches).iter().map(|f| f.name()).collect();
+        assert_eq!(names, ["sched", "wakeup", "task-life", "softirq", "wq"]);
+        assert_eq!(features(&[]).len(), 5);
+        let error = parse_feature_switch("no-ipi").unwrap_err();
+        assert!(
+            error.contains("`ipi`") && error.contains("task-life, hardirq"),
+            "{error}"
+        );
+    }
+
+    /// Every stack kind parses and prints canonically; bare `-S` is timer + offcpu.
+    #[test]
+    fn stack_kinds_parse() {
+        let canonical = |text: &str| -> Vec<String> {
+            parse_stack_arg(text)
+                .unwrap()
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        assert_eq!(canonical(""), ["timer=100hz", "offcpu"]);
+        assert_eq!(canonical("timer=999hz"), ["timer=999hz"]);
+        assert_eq!(canonical("waker"), ["waker"]);
+        assert_eq!(canonical("probe"), ["probe"]);
+        assert_eq!(
+            canonical("pmu=cpu-cycles@4000hz"),
+            ["pmu=cpu-cycles@4000hz"]
+        );
+        assert_eq!(
+            canonical("pmu=sw:page-faults@100"),
+            ["pmu=sw:page-faults@100"]
+        );
+        assert_eq!(canonical("pmu=instructions"), ["pmu=instructions@1000hz"]);
+    }
+
+    /// Bad kinds, rates and missing events are errors naming the argument.
+    #[test]
+    fn stack_kinds_reject() {
+        for text in [
+            "stack",
+            "timer=0hz",
+            "timer=100",
+            "timer=fast",
+            "pmu",
+            "pmu=",
+            "pmu=x@",
+            "offcpu=1",
+        ] {
+            let error = parse_stack_arg(text).unwrap_err();
+            assert!(error.contains(&format!("`{text}`")), "{error}");
+        }
+    }
+
+    /// Repeated kinds merge; a later timer rate wins.
+    #[test]
+    fn stack_kinds_merge() {
+        let args: Vec<Vec<StackKind>> = ["", "timer=50hz", "offcpu", "waker"]
+            .iter()
+            .map(|t| parse_stack_arg(t).unwrap())
+            .collect();
+        let kinds: Vec<String> = stack_kinds(&args).iter().map(ToString::to_string).collect();
+        assert_eq!(kinds, ["timer=50hz", "offcpu", "waker"]);
+    }
+
+    /// Filters print back as the arguments that make them.
+    #[test]
+    fn filter_arguments() {
+        let filter = TaskFilter {
+            pids: vec![1, 2],
+            no_names: vec!["kworker*".into()],
+            tids: vec![7],
+            idle: Some(false),
+            kthread: Some(true),
+            ..TaskFilter::default()
+        };
+        assert_eq!(
+            filter_args(&filter),
+            [
+                "-p 1",
+                "-p 2",
+                "--tid 7",
+                "-N kworker*",
+                "--no-idle",
+                "--kthread"
+            ]
+        );
+        assert!(filter_args(&TaskFilter::default()).is_empty());
+    }
+}

@@ -1,0 +1,161 @@
+//! The built-in trackers as sources for the compiler: the `probes/*.wp`
+//! scripts of the enabled features, plus the samplers of `-S timer` and
+//! `-S pmu=EVENT@RATE`, whose one-line scripts are generated here because
+//! their rate and event come from the command line.
+
+use crate::capture::model::RecordOrigin;
+use crate::codegen::program::PerfSample;
+use crate::driver::Source;
+use crate::tracking::Tracking;
+use crate::tracking::options::{Feature, StackKind};
+
+/// The script of a feature's tracker.
+fn script(feature: Feature) -> (&'static str, &'static str) {
+    match feature {
+        Feature::Sched => ("probes/sched.wp", include_str!("../../probes/sched.wp")),
+        Feature::Wakeup => ("probes/wakeup.wp", include_str!("../../probes/wakeup.wp")),
+        Feature::TaskLife => (
+            "probes/task-life.wp",
+            include_str!("../../probes/task-life.wp"),
+        ),
+        Feature::Hardirq => ("probes/hardirq.wp", include_str!("../../probes/hardirq.wp")),
+        Feature::Softirq => ("probes/softirq.wp", include_str!("../../probes/softirq.wp")),
+        Feature::Wq => ("probes/wq.wp", include_str!("../../probes/wq.wp")),
+    }
+}
+
+/// The tracker sources `tracking` asks for; every record they define has
+/// origin `Tracker`.
+pub fn sources(tracking: &Tracking) -> Result<Vec<Source>, String> {
+    let mut sources: Vec<Source> = tracking
+        .features
+        .iter()
+        .map(|&feature| {
+            let (name, text) = script(feature);
+            Source {
+                name: name.into(),
+                text: text.into(),
+                origin: RecordOrigin::Tracker,
+            }
+        })
+        .collect();
+    for kind in &tracking.stacks {
+        let text = match kind {
+            StackKind::Timer { hz } => format!("profile:hz:{hz} {{ record timer < stack > }}\n"),
+            StackKind::Pmu { event, rate } => pmu_sampler(event, *rate)?,
+            _ => continue,
+        };
+        sources.push(Source {
+            name: format!("<-S {kind}>"),
+            text,
+            origin: RecordOrigin::Tracker,
+        });
+    }
+    Ok(sources)
+}
+
+/// `-S pmu=EVENT@RATE`: `sw:NAME` is a software event, other names hardware.
+fn pmu_sampler(event: &str, rate: PerfSample) -> Result<String, String> {
+    let probe = match event.strip_prefix("sw:") {
+        Some(name) => format!("software:{name}"),
+        None if event.starts_with('r') && event[1..].chars().all(|c| c.is_ascii_hexdigit()) => {
+            return Err(format!(
+                "-S pmu={event}: raw events cannot be sampled yet; count them with --pmu"
+            ));
+        }
+        None => format!("hardware:{event}"),
+    };
+    let rate = match rate {
+        PerfSample::FrequencyHz(hz) => format!("{hz}hz"),
+        PerfSample::Period(count) => count.to_string(),
+    };
+    Ok(format!(
+        "{probe}:{rate} {{ record pmu_sample < stack > }}\n"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tracking::options::parse_stack_arg;
+
+    fn tracking(features: &[Feature], stacks: &[&str]) -> Tracking {
+        Tracking {
+            features: features.iter().copied().collect(),
+            stacks: stacks
+                .iter()
+                .flat_map(|s| parse_stack_arg(s).unwrap())
+                .collect(),
+            ..Tracking::default()
+        }
+    }
+
+    /// Features pick their scripts; samplers are generated from their rates.
+    #[test]
+    fn sources_follow_features_and_stacks() {
+        let sources = sources(&tracking(
+            &[Feature::Sched, Feature::Wq],
+            &[
+                "timer=99hz",
+                "offcpu",
+                "pmu=sw:page-faults@10",
+                "pmu=cycles@4000hz",
+            ],
+        ))
+        .unwrap();
+        let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "probes/sched.wp",
+                "probes/wq.wp",
+                "<-S timer=99hz>",
+                "<-S pmu=sw:page-faults@10>",
+                "<-S pmu=cycles@4000hz>"
+            ]
+        );
+        assert!(sources[1].text.contains("span wq"));
+        assert_eq!(
+            sources[2].text,
+            "profile:hz:99 { record timer < stack > }\n"
+        );
+        assert_eq!(
+            sources[3].text,
+            "software:page-faults:10 { record pmu_sample < stack > }\n"
+        );
+        assert_eq!(
+            sources[4].text,
+            "hardware:cycles:4000hz { record pmu_sample < stack > }\n"
+        );
+    }
+
+    /// Raw events are refused for sampling, with the argument named.
+    #[test]
+    fn raw_pmu_sampling_is_refused() {
+        let error = sources(&tracking(&[], &["pmu=r003c"])).unwrap_err();
+        assert!(error.contains("pmu=r003c"), "{error}");
+    }
+
+    /// Every tracker, alone and with the others, with and without stacks,
+    /// compiles on this machine's kernel.
+    #[test]
+    fn every_tracker_combination_compiles() {
+        let env = crate::runtime::environment::SystemEnvironment::default();
+        for mask in 1u32..(1 << Feature::ALL.len()) {
+            let features: Vec<Feature> = Feature::ALL
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, f)| f)
+                .collect();
+            for stacks in [&[][..], &["", "waker", "pmu=sw:cpu-clock@1000"][..]] {
+                let tracking = tracking(&features, stacks);
+                let options = tracking.compile_options().unwrap();
+                let sources = sources(&tracking).unwrap();
+                if let Err(errors) = crate::driver::compile(&sources, &[], &env, &options) {
+                    panic!("{features:?} {stacks:?}: {}", errors.render());
+                }
+            }
+        }
+    }
+}
