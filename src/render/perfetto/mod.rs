@@ -324,6 +324,7 @@ impl<'a> Renderer<'a> {
             callstack_iid,
             annotations: &self.annotations,
             interned: interned.as_ref(),
+            ..EventPacket::default()
         })
     }
 
@@ -338,10 +339,7 @@ impl<'a> Renderer<'a> {
                 timestamp: self.start_ns.saturating_add(end_ns),
                 kind: proto::TYPE_SLICE_END,
                 track_uuid: track,
-                name_iid: None,
-                callstack_iid: None,
-                annotations: &[],
-                interned: None,
+                ..EventPacket::default()
             })?;
         }
         Ok(())
