@@ -92,10 +92,12 @@ pub enum Field {
     Irq,
     Action,
     Vec,
+    NextPrio,
+    Func,
 }
 
 impl Field {
-    const ALL: [Field; 10] = [
+    const ALL: [Field; 12] = [
         Field::Next,
         Field::PrevState,
         Field::Preempt,
@@ -106,6 +108,8 @@ impl Field {
         Field::Irq,
         Field::Action,
         Field::Vec,
+        Field::NextPrio,
+        Field::Func,
     ];
 
     fn name(self) -> &'static str {
@@ -120,6 +124,8 @@ impl Field {
             Field::Irq => "irq",
             Field::Action => "action",
             Field::Vec => "vec",
+            Field::NextPrio => "next_prio",
+            Field::Func => "func",
         }
     }
 }
@@ -161,6 +167,13 @@ impl TrackerSchema {
     pub fn uint(&self, event: &Event, field: Field) -> Option<u64> {
         match self.value(event, field)? {
             FieldValue::UInt(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    pub fn int(&self, event: &Event, field: Field) -> Option<i64> {
+        match self.value(event, field)? {
+            FieldValue::Int(v) => Some(*v),
             _ => None,
         }
     }
@@ -278,6 +291,11 @@ impl Trackers {
         fields
     }
 
+    /// Whether the capture has any tracker records.
+    pub fn any(&self) -> bool {
+        self.by_record.iter().any(Option::is_some)
+    }
+
     /// The tracker layout of `event`'s record, `None` for user records.
     pub fn get(&self, event: &Event) -> Option<&TrackerSchema> {
         self.by_record.get(event.record.0 as usize)?.as_ref()
@@ -285,7 +303,6 @@ impl Trackers {
 }
 
 /// `TASK_*` bits of `prev->__state` (include/linux/sched.h, Linux 6.x).
-const TASK_INTERRUPTIBLE: u64 = 0x1;
 const TASK_UNINTERRUPTIBLE: u64 = 0x2;
 const TASK_DEAD: u64 = 0x80;
 const TASK_NOLOAD: u64 = 0x400;
@@ -332,11 +349,6 @@ pub fn state_letter(prev_state: u64, preempt: bool) -> &'static str {
         0 => "R",
         bit => ["S", "D", "T", "t", "X", "Z", "P"][bit.trailing_zeros() as usize],
     }
-}
-
-/// Whether a switch left its task waiting for something (not runnable).
-pub fn is_blocked(prev_state: u64, preempt: bool) -> bool {
-    !preempt && prev_state & (TASK_INTERRUPTIBLE | TASK_UNINTERRUPTIBLE | TASK_NOLOAD) != 0
 }
 
 /// The softirq vector's name (`TIMER`, `NET_RX`, ...).
@@ -399,7 +411,6 @@ mod tests {
         }
         assert_eq!(reported_state(0x1, true), 0x100);
         assert_eq!(reported_state(0x402, false), 0x80);
-        assert!(is_blocked(0x1, false) && !is_blocked(0x1, true) && !is_blocked(0, false));
     }
 
     /// Multiplexed counters are scaled up by enabled / running.
