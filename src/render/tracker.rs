@@ -192,6 +192,11 @@ impl TrackerSchema {
         }
     }
 
+    /// Whether field `index` of the record is `field`.
+    pub fn is_field(&self, index: usize, field: Field) -> bool {
+        self.positions[field as usize] == Some(index)
+    }
+
     /// The second task of the event (`next`, `wakee`, `child`, `task`).
     pub fn other_task(&self, event: &Event) -> Option<ThreadId> {
         self.thread(event, self.kind.other_task()?)
