@@ -90,7 +90,10 @@ impl Renderer<'_> {
     pub(super) fn annotate_deltas(&mut self, deltas: &[(usize, Delta)]) {
         let mut multiplexed = false;
         for &(counter, delta) in deltas {
-            let name = self.interner.annotation_name(&self.pmu_names[counter]);
+            if self.pmu_iids[counter] == 0 {
+                self.pmu_iids[counter] = self.interner.annotation_name(&self.pmu_names[counter]);
+            }
+            let name = self.pmu_iids[counter];
             let value = proto::AnnotationValue::Uint(delta.count);
             self.annotations.push((name, value));
             multiplexed |= delta.multiplexed;

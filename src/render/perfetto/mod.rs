@@ -185,8 +185,12 @@ struct Renderer<'a> {
     /// Reused for the PMU deltas of one slice: (counter, delta).
     deltas: Vec<(usize, Delta)>,
     compact_sched: CompactSchedWriter,
-    /// `pmu:C` by counter: the names of the delta annotations.
+    /// `pmu:C` by counter: the names of the delta annotations, and their
+    /// iids once interned (0 before).
     pmu_names: Vec<String>,
+    pmu_iids: Vec<u64>,
+    /// By [`system::Arg`]: the on-CPU slice annotations' name iids (0 before).
+    arg_iids: [u64; system::Arg::COUNT],
     /// By `ThreadId`: 0 not decided yet, 1 selected, 2 not.
     selected: Vec<u8>,
     stats: RenderStats,
@@ -236,6 +240,8 @@ impl<'a> Renderer<'a> {
                 .iter()
                 .map(|c| format!("pmu:{c}"))
                 .collect(),
+            pmu_iids: vec![0; trackers.counters.len()],
+            arg_iids: [0; system::Arg::COUNT],
             selected: Vec::new(),
             stats: RenderStats::default(),
         }

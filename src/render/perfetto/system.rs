@@ -32,6 +32,33 @@ use crate::render::tracker::{
 /// `next_prio` when a switch lacks it: the default nice 0 priority.
 const DEFAULT_PRIO: i64 = 120;
 
+/// Annotations of on-CPU slices, written for every switch: their name iids
+/// are cached in [`Renderer::arg_iids`].
+#[derive(Clone, Copy)]
+pub(super) enum Arg {
+    Cpu,
+    State,
+    PrevState,
+    Waker,
+    WakerTid,
+    WakeDelay,
+}
+
+impl Arg {
+    pub(super) const COUNT: usize = 6;
+
+    fn name(self) -> &'static str {
+        match self {
+            Arg::Cpu => "cpu",
+            Arg::State => "state",
+            Arg::PrevState => "prev_state",
+            Arg::Waker => "waker",
+            Arg::WakerTid => "waker_tid",
+            Arg::WakeDelay => "wake_delay_ns",
+        }
+    }
+}
+
 impl Renderer<'_> {
     pub(super) fn tracker_event(
         &mut self,
@@ -54,6 +81,16 @@ impl Renderer<'_> {
                 self.task_instant(event, schema)
             }
         }
+    }
+
+    fn arg(&mut self, arg: Arg) -> u64 {
+        let cached = self.arg_iids[arg as usize];
+        if cached != 0 {
+            return cached;
+        }
+        let iid = self.interner.annotation_name(arg.name());
+        self.arg_iids[arg as usize] = iid;
+        iid
     }
 
     /// The track where task `id` runs on `cpu` (described if new), `None`
@@ -98,11 +135,11 @@ impl Renderer<'_> {
         }
         if let Some(on) = self.sched.switch_out(event.cpu) {
             if on.tid == prev_tid {
-                let state = self.interner.annotation_name("state");
+                let state = self.arg(Arg::State);
                 let letter = self.interner.text_value(state_letter(prev_state, preempt));
                 self.annotations
                     .push((state, AnnotationValue::StringIid(letter)));
-                let raw = self.interner.annotation_name("prev_state");
+                let raw = self.arg(Arg::PrevState);
                 self.annotations
                     .push((raw, AnnotationValue::Uint(prev_state)));
                 self.annotate_deltas(&deltas);
@@ -145,19 +182,19 @@ impl Renderer<'_> {
     ) -> Result<(), RenderError> {
         let source = self.source;
         let thread = source.thread(next);
-        let cpu = self.interner.annotation_name("cpu");
+        let cpu = self.arg(Arg::Cpu);
         self.annotations
             .push((cpu, AnnotationValue::Uint(event.cpu.into())));
         if let Some(wake) = self.sched.take_wake(thread.tid, &mut self.flows_in) {
             let waker = source.thread(wake.waker);
-            let name = self.interner.annotation_name("waker");
+            let name = self.arg(Arg::Waker);
             let comm = self.interner.string_value(source, waker.name);
             self.annotations
                 .push((name, AnnotationValue::StringIid(comm)));
-            let name = self.interner.annotation_name("waker_tid");
+            let name = self.arg(Arg::WakerTid);
             self.annotations
                 .push((name, AnnotationValue::Uint(waker.tid.into())));
-            let name = self.interner.annotation_name("wake_delay_ns");
+            let name = self.arg(Arg::WakeDelay);
             let delay = event.ts_ns.saturating_sub(wake.ts_ns);
             self.annotations.push((name, AnnotationValue::Uint(delay)));
         }
