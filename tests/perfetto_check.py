@@ -12,7 +12,10 @@ Parses FILE with `perfetto_trace_pb2` from the PyPI package `perfetto`
   annotation names, string values, callstacks, frames, function names,
   mappings, build ids, mapping paths, source paths) is defined in the same or
   an earlier packet, and no iid is redefined with a different value;
-- timestamps never decrease on a track; slice BEGIN/END balance per track.
+- timestamps never decrease on a track; slice BEGIN/END balance per track;
+- counter events are on counter tracks; a flow ends only after it started;
+- compact_sched arrays of a bundle have matching lengths and comm indices
+  inside the bundle's intern table.
 Then prints counts and compares them with the --expect-* options.
 Exit status 0 when everything holds, 1 otherwise.
 """
@@ -52,6 +55,13 @@ class Checker:
         self.counts = collections.Counter()
         self.names = collections.Counter()
         self.sequences = set()
+        self.thread_slices = collections.Counter()
+        self.counter_values = collections.Counter()
+        self.flows_started = set()
+        self.flows_ended = set()
+        self.compact_cpus = set()
+        self.compact_switches = 0
+        self.tree_threads = set()
 
     def error(self, index, message):
         if len(self.errors) < 50:
@@ -75,6 +85,27 @@ class Checker:
             self.descriptor(index, packet.track_descriptor)
         if packet.HasField("track_event"):
             self.event(index, packet, packet.track_event)
+        if packet.HasField("ftrace_events"):
+            self.bundle(index, packet.ftrace_events)
+        if packet.HasField("process_tree"):
+            self.tree_threads.update(t.tid for t in packet.process_tree.threads)
+
+    def bundle(self, index, bundle):
+        if not bundle.HasField("compact_sched"):
+            return
+        sched = bundle.compact_sched
+        self.compact_cpus.add(bundle.cpu)
+        self.compact_switches += len(sched.switch_timestamp)
+        for prefix, columns in [
+            ("switch", ["timestamp", "prev_state", "next_pid", "next_prio", "next_comm_index"]),
+            ("waking", ["timestamp", "pid", "target_cpu", "prio", "comm_index"]),
+        ]:
+            lengths = {len(getattr(sched, f"{prefix}_{c}")) for c in columns}
+            if len(lengths) != 1:
+                self.error(index, f"compact_sched {prefix} columns differ in length: {lengths}")
+        for i in list(sched.switch_next_comm_index) + list(sched.waking_comm_index):
+            if i >= len(sched.intern_table):
+                self.error(index, f"compact_sched comm index {i} outside the intern table")
 
     def intern(self, index, data):
         for field, value_of in INTERNED.items():
@@ -119,6 +150,19 @@ class Checker:
             self.error(index, f"timestamp {ts} goes back on track {track}")
         self.last_ts[track] = ts
         kind = event.type
+        for flow in event.flow_ids:
+            self.flows_started.add(flow)
+        for flow in event.terminating_flow_ids:
+            if flow not in self.flows_started:
+                self.error(index, f"flow {flow} ends before it starts")
+            self.flows_ended.add(flow)
+        if kind == TE.TYPE_COUNTER:
+            desc = self.tracks.get(track)
+            if desc is None or not desc.HasField("counter"):
+                self.error(index, f"counter value on track {track}, not a counter track")
+            else:
+                self.counter_values[desc.name] += 1
+            return
         if kind != TE.TYPE_SLICE_END:
             self.need(index, "event_names", event.name_iid, "event")
             self.names[self.interned["event_names"].get(event.name_iid, "?")] += 1
@@ -135,6 +179,10 @@ class Checker:
         elif kind == TE.TYPE_SLICE_BEGIN:
             self.counts["slices"] += 1
             self.open[track] += 1
+            desc = self.tracks.get(track)
+            if desc is not None and desc.HasField("thread") and self.open[track] == 1:
+                name = self.interned["event_names"].get(event.name_iid, "?")
+                self.thread_slices[name] += 1
         elif kind == TE.TYPE_SLICE_END:
             if self.open[track] == 0:
                 self.error(index, f"slice END without BEGIN on track {track}")
@@ -156,6 +204,12 @@ class Checker:
             "callstacks": len(self.interned["callstacks"]),
             "frames": len(self.interned["frames"]),
             "names": dict(sorted(self.names.items())),
+            "thread_slices": dict(sorted(self.thread_slices.items())),
+            "counter_tracks": dict(sorted(self.counter_values.items())),
+            "flows": len(self.flows_started & self.flows_ended),
+            "compact_sched_cpus": len(self.compact_cpus),
+            "compact_sched_switches": self.compact_switches,
+            "process_tree_threads": len(self.tree_threads),
         }
 
 
@@ -168,6 +222,14 @@ def main():
     parser.add_argument("--expect-callstacks", type=int)
     parser.add_argument("--expect-name", action="append", default=[],
                         metavar="NAME=COUNT", help="instants + slices named NAME")
+    parser.add_argument("--expect-thread-slices", action="append", default=[],
+                        metavar="COMM:N", help="top-level slices named COMM on thread tracks "
+                        "(on-CPU slices); N exact, or N+ for at least N")
+    parser.add_argument("--expect-counter-track", action="append", default=[],
+                        metavar="NAME", help="a counter track NAME with values")
+    parser.add_argument("--expect-compact-sched", type=int, metavar="CPUS",
+                        help="CPUs with compact_sched bundles (at least one switch in all)")
+    parser.add_argument("--expect-flows", type=int, help="flows that start and end")
     args = parser.parse_args()
 
     trace = pb.Trace()
@@ -193,6 +255,21 @@ def main():
         got = summary["names"].get(name, 0)
         if got != int(want):
             errors.append(f"events named {name}: {got}, expected {want}")
+
+    for spec in args.expect_thread_slices:
+        comm, _, want = spec.rpartition(":")
+        got = summary["thread_slices"].get(comm, 0)
+        if (got < int(want[:-1])) if want.endswith("+") else (got != int(want)):
+            errors.append(f"on-CPU slices of {comm}: {got}, expected {want}")
+    for name in args.expect_counter_track:
+        if not summary["counter_tracks"].get(name):
+            errors.append(f"no counter track {name!r} with values")
+    if args.expect_compact_sched is not None:
+        got = summary["compact_sched_cpus"]
+        if got != args.expect_compact_sched or not summary["compact_sched_switches"]:
+            errors.append(f"compact_sched on {got} CPUs, expected {args.expect_compact_sched}")
+    if args.expect_flows is not None and summary["flows"] != args.expect_flows:
+        errors.append(f"flows: {summary['flows']}, expected {args.expect_flows}")
 
     print(json.dumps({"packets": len(trace.packet), **summary}, sort_keys=True))
     for error in errors:

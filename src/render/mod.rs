@@ -6,3 +6,6 @@ pub mod ndjson;
 pub mod perfetto;
 pub mod source;
 pub mod summary;
+#[cfg(test)]
+pub mod system_fixture;
+pub mod tracker;

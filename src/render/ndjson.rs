@@ -11,10 +11,14 @@ use std::io::{self, Write};
 use std::ops::ControlFlow;
 
 use crate::capture::model::{
-    DropReason, Event, FieldType, FieldValue, FrameAddr, FrameId, RecordKind, StackId, ThreadId,
+    DropReason, Event, FieldType, FieldValue, FrameAddr, FrameId, RecordKind, RecordOrigin,
+    StackId, ThreadId,
 };
 use crate::render::filter::Filter;
 use crate::render::source::CaptureSource;
+use crate::render::tracker::Trackers;
+
+mod tracker_lines;
 
 /// Version of the line format, in the header's `version`.
 pub const FORMAT_VERSION: u32 = 1;
@@ -28,7 +32,8 @@ pub fn json_schema() -> &'static str {
 /// Returns the number of event lines written. A read failure part way
 /// through is `InvalidData`, after the lines before it were written.
 pub fn render(source: &dyn CaptureSource, filter: &Filter, out: &mut dyn Write) -> io::Result<u64> {
-    let mut writer = LineWriter::new(source, out);
+    let trackers = Trackers::new(source.schemas());
+    let mut writer = LineWriter::new(source, &trackers, out);
     writer.header()?;
     let mut written = 0u64;
     let mut failure = None;
@@ -77,10 +82,11 @@ struct LineWriter<'a> {
     tasks: Vec<Option<Box<[u8]>>>,
     /// Whether the stack line was written, by `StackId`.
     stacks_written: Vec<bool>,
+    trackers: &'a Trackers,
 }
 
 impl<'a> LineWriter<'a> {
-    fn new(source: &'a dyn CaptureSource, out: &'a mut dyn Write) -> Self {
+    fn new(source: &'a dyn CaptureSource, trackers: &'a Trackers, out: &'a mut dyn Write) -> Self {
         let probes = source
             .schemas()
             .iter()
@@ -105,6 +111,7 @@ impl<'a> LineWriter<'a> {
             probes,
             tasks: vec![None; source.threads().len()],
             stacks_written: vec![false; source.stacks_len()],
+            trackers,
         }
     }
 
@@ -136,10 +143,49 @@ impl<'a> LineWriter<'a> {
         buf.push(b']');
         write_key_str(buf, "script", &info.script);
         write_key_str(buf, "script_name", &info.script_name);
+        self.header_settings();
         self.header_probes();
         self.header_losses();
         self.buf.extend_from_slice(b"}\n");
         self.flush_if_full()
+    }
+
+    /// The system-tracking settings: `features`, `stacks`, `pmu`, `filters`
+    /// (lists of strings), `prepare` and `activate` (strings or null).
+    fn header_settings(&mut self) {
+        let settings = &self.source.info().settings;
+        let buf = &mut self.buf;
+        let lists = [
+            ("features", &settings.features),
+            ("stacks", &settings.stacks),
+            ("pmu", &settings.pmu),
+            ("filters", &settings.filters),
+        ];
+        for (key, items) in lists {
+            buf.extend_from_slice(b",\"");
+            buf.extend_from_slice(key.as_bytes());
+            buf.extend_from_slice(b"\":[");
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    buf.push(b',');
+                }
+                write_str(buf, item.as_bytes());
+            }
+            buf.push(b']');
+        }
+        for (key, spec) in [
+            ("prepare", &settings.prepare),
+            ("activate", &settings.activate),
+        ] {
+            match spec {
+                Some(spec) => write_key_str(buf, key, spec),
+                None => {
+                    buf.extend_from_slice(b",\"");
+                    buf.extend_from_slice(key.as_bytes());
+                    buf.extend_from_slice(b"\":null");
+                }
+            }
+        }
     }
 
     fn header_probes(&mut self) {
@@ -153,6 +199,10 @@ impl<'a> LineWriter<'a> {
             write_u64(buf, id as u64);
             write_key_str(buf, "probe", &schema.probe);
             write_key_str(buf, "name", &schema.name);
+            buf.extend_from_slice(match schema.origin {
+                RecordOrigin::Script => br#","origin":"script""#,
+                RecordOrigin::Tracker => br#","origin":"tracker""#,
+            });
             buf.extend_from_slice(match schema.kind {
                 RecordKind::Instant => br#","kind":"instant","fields":["#,
                 RecordKind::Span => br#","kind":"span","fields":["#,
@@ -207,6 +257,9 @@ impl<'a> LineWriter<'a> {
     }
 
     fn event(&mut self, event: &Event) -> io::Result<()> {
+        if let Some(tracker) = self.trackers.get(event) {
+            return self.tracker_event(event, tracker);
+        }
         if let Some(stack) = event.stack {
             self.stack_once(stack);
         }
@@ -217,8 +270,8 @@ impl<'a> LineWriter<'a> {
         buf.extend_from_slice(br#","cpu":"#);
         write_u64(buf, event.cpu.into());
         buf.extend_from_slice(br#","task":"#);
-        let task = self.tasks[event.thread.0 as usize].as_deref();
-        buf.extend_from_slice(task.expect("task text made above"));
+        self.push_task(event.thread);
+        let buf = &mut self.buf;
         let probe = self.probes.get(event.record.0 as usize);
         match probe {
             Some(probe) => buf.extend_from_slice(&probe.probe),
@@ -249,6 +302,13 @@ impl<'a> LineWriter<'a> {
         }
         buf.extend_from_slice(b"}\n");
         self.flush_if_full()
+    }
+
+    /// Appends the `task` object of `thread`, made by `task` before.
+    fn push_task(&mut self, thread: ThreadId) {
+        let task = self.tasks[thread.0 as usize].as_deref();
+        self.buf
+            .extend_from_slice(task.expect("task text made before"));
     }
 
     /// Makes the `task` object of `thread` if this is its first event.
@@ -450,7 +510,7 @@ fn write_escape(buf: &mut Vec<u8>, byte: u8) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::time::Instant;
 
     use crate::frontend::options::TaskFilter;
@@ -489,9 +549,11 @@ mod tests {
             r#"{"type":"header","version":1,"wprof":"0.1.0","host":"testhost","kernel":"6.18.0-test","#,
             r#""cpus":2,"start_realtime_ns":1781094600123456789,"duration_s":3.000000000,"#,
             r#""command_line":["wprof","-e","uprobe:libc:malloc < >"],"script":"uprobe:libc:malloc < >","#,
-            r#""script_name":"<script>","probes":[{"id":0,"probe":"uprobe:/usr/lib/libc.so.6:malloc","#,
-            r#""name":"malloc","kind":"instant","fields":[{"name":"size","type":"uint"}],"stack":true},"#,
-            r#"{"id":1,"probe":"uprobe:/usr/lib/libc.so.6:lock","name":"lock","kind":"span","#,
+            r#""script_name":"<script>","features":[],"stacks":[],"pmu":[],"filters":[],"#,
+            r#""prepare":null,"activate":null,"#,
+            r#""probes":[{"id":0,"probe":"uprobe:/usr/lib/libc.so.6:malloc","#,
+            r#""name":"malloc","origin":"script","kind":"instant","fields":[{"name":"size","type":"uint"}],"stack":true},"#,
+            r#"{"id":1,"probe":"uprobe:/usr/lib/libc.so.6:lock","name":"lock","origin":"script","kind":"span","#,
             r#""fields":[{"name":"what","type":"str"},{"name":"ret","type":"int"}],"stack":false}],"#,
             r#""drops":{"stack_lost":3},"damage":null}"#
         );
@@ -632,7 +694,7 @@ mod tests {
     /// A validator for the keywords the schema uses: `$ref` to `$defs`,
     /// `oneOf`, `type`, `const`, `enum`, `minimum`, `properties`, `required`,
     /// `additionalProperties`, `items`.
-    fn conforms(root: &Value, schema: &Value, value: &Value) -> Result<(), String> {
+    pub(super) fn conforms(root: &Value, schema: &Value, value: &Value) -> Result<(), String> {
         if let Some(reference) = schema["$ref"].as_str() {
             let name = reference.strip_prefix("#/$defs/").expect("local reference");
             conforms(root, &root["$defs"][name], value)?;

@@ -261,6 +261,91 @@ mod fake {
             RecordId(self.schemas.len() as u32 - 1)
         }
 
+        /// Adds the built-in tracker record `name` laid out as in
+        /// docs/system-tracking.md, with the fields of the `pmu` counters
+        /// (and, for IRQ spans, their `pmu_end:` twins).
+        pub fn add_tracker_schema(&mut self, name: &str, pmu: &[&str]) -> RecordId {
+            use FieldType::{Int as I, Str as S, Thread as T, UInt as U};
+            let (kind, fields, has_stack, readings): (_, &[(&str, FieldType)], _, &[&str]) =
+                match name {
+                    "switch" => (
+                        RecordKind::Instant,
+                        &[
+                            ("next", T),
+                            ("prev_state", U),
+                            ("preempt", U),
+                            ("prev_prio", I),
+                            ("next_prio", I),
+                        ],
+                        true,
+                        &["pmu"],
+                    ),
+                    "waking" => (
+                        RecordKind::Instant,
+                        &[("wakee", T), ("target_cpu", U)],
+                        true,
+                        &[],
+                    ),
+                    "wakeup_new" => (
+                        RecordKind::Instant,
+                        &[("wakee", T), ("target_cpu", U)],
+                        false,
+                        &[],
+                    ),
+                    "fork" => (RecordKind::Instant, &[("child", T)], false, &[]),
+                    "exec" => (
+                        RecordKind::Instant,
+                        &[("filename", S), ("old_tid", U)],
+                        false,
+                        &[],
+                    ),
+                    "rename" => (
+                        RecordKind::Instant,
+                        &[("task", T), ("old_comm", S), ("new_comm", S)],
+                        false,
+                        &[],
+                    ),
+                    "exit" => (RecordKind::Instant, &[("exit_code", I)], false, &[]),
+                    "free" => (RecordKind::Instant, &[("task", T)], false, &[]),
+                    "hardirq" => (
+                        RecordKind::Span,
+                        &[("irq", U), ("action", S), ("ret", U)],
+                        false,
+                        &["pmu", "pmu_end"],
+                    ),
+                    "softirq" => (RecordKind::Span, &[("vec", U)], false, &["pmu", "pmu_end"]),
+                    "wq" => (RecordKind::Span, &[("func", S), ("work", U)], false, &[]),
+                    "timer" | "pmu_sample" => (RecordKind::Instant, &[], true, &[]),
+                    other => panic!("no tracker record {other}"),
+                };
+            let mut fields: Vec<FieldSchema> = fields
+                .iter()
+                .map(|&(name, ty)| FieldSchema {
+                    name: name.to_owned(),
+                    ty,
+                })
+                .collect();
+            for prefix in readings {
+                for counter in pmu {
+                    for suffix in ["", ":enabled", ":running"] {
+                        fields.push(FieldSchema {
+                            name: format!("{prefix}:{counter}{suffix}"),
+                            ty: FieldType::UInt,
+                        });
+                    }
+                }
+            }
+            self.schemas.push(RecordSchema {
+                probe: format!("tracker:{name}"),
+                name: name.to_owned(),
+                kind,
+                fields,
+                has_stack,
+                origin: RecordOrigin::Tracker,
+            });
+            RecordId(self.schemas.len() as u32 - 1)
+        }
+
         pub fn add_frame(&mut self, addr: FrameAddr, symbol: Option<Symbol>) -> FrameId {
             self.frames.push(addr);
             self.symbols.push(symbol);

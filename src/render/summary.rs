@@ -1,14 +1,15 @@
 //! Summary renderer (`-I`): a [`CaptureSource`] and a [`Filter`] → aligned
-//! text saying how the capture was made, where, when and for how long, what it
-//! holds after the filter (events per probe, threads, processes, stacks), what
-//! was dropped, and whether the file is damaged.
+//! text saying how the capture was made (command line and system-tracking
+//! settings), where, when and for how long, what it holds after the filter
+//! (events per record, script's and trackers', threads, processes, stacks),
+//! what was dropped, and whether the file is damaged.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::ops::ControlFlow;
 
-use crate::capture::model::{DropReason, Event, RecordKind};
+use crate::capture::model::{DropReason, Event, RecordKind, RecordOrigin};
 use crate::render::filter::{Filter, TaskSelector};
 use crate::render::source::CaptureSource;
 
@@ -75,9 +76,8 @@ fn count(source: &dyn CaptureSource, filter: &Filter) -> (Counts, Result<(), Str
     };
     let read = source.for_each_event(&mut |event| {
         counts.read += 1;
-        let thread = source.thread(event.thread);
         if filter.keeps(event, source) {
-            counts.add(event, thread.pid);
+            counts.add(event, source.thread(event.thread).pid);
         }
         ControlFlow::Continue(())
     });
@@ -130,6 +130,23 @@ fn write_description(text: &mut String, source: &dyn CaptureSource, utc_offset_s
         Some(stats) => row(text, "duration", seconds(stats.duration_ns)),
         None => row(text, "duration", "unknown (the capture was not finished)"),
     }
+    write_settings(text, source);
+}
+
+/// Features, stacks, counters, filters and activation as the capture asked.
+fn write_settings(text: &mut String, source: &dyn CaptureSource) {
+    let settings = &source.info().settings;
+    let list = |items: &[String]| match items {
+        [] => "none".to_owned(),
+        items => items.join(" "),
+    };
+    row(text, "features", list(&settings.features));
+    row(text, "stacks", list(&settings.stacks));
+    row(text, "pmu", list(&settings.pmu));
+    row(text, "filters", list(&settings.filters));
+    let spec = |spec: &Option<String>| spec.clone().unwrap_or_else(|| "none".to_owned());
+    row(text, "prepare", spec(&settings.prepare));
+    row(text, "activate", spec(&settings.activate));
 }
 
 fn write_damage(text: &mut String, source: &dyn CaptureSource, read: &Result<(), String>) {
@@ -190,22 +207,35 @@ fn write_contents(text: &mut String, source: &dyn CaptureSource, filter: &Filter
 
 fn write_probes(text: &mut String, source: &dyn CaptureSource, c: &Counts) {
     let schemas = source.schemas();
-    let header = ["id", "name", "kind", "events", "span time", "probe"];
-    let mut rows: Vec<[String; 6]> = vec![header.map(String::from)];
+    let header = ["id", "name", "kind", "events", "span time", "from", "probe"];
+    let mut rows: Vec<[String; 7]> = vec![header.map(String::from)];
     for (id, schema) in schemas.iter().enumerate() {
         let (kind, time) = match schema.kind {
             RecordKind::Instant => ("instant", String::new()),
             RecordKind::Span => ("span", seconds(c.span_ns[id])),
         };
+        let from = match schema.origin {
+            RecordOrigin::Script => "script",
+            RecordOrigin::Tracker => "tracker",
+        };
         let (name, events) = (schema.name.clone(), c.per_probe[id].to_string());
         let probe = schema.probe.clone();
-        rows.push([id.to_string(), name, kind.into(), events, time, probe]);
+        let row = [
+            id.to_string(),
+            name,
+            kind.into(),
+            events,
+            time,
+            from.into(),
+            probe,
+        ];
+        rows.push(row);
     }
     let unknown = c.per_probe[schemas.len()];
     if unknown > 0 {
-        let name = "(unknown)".to_owned();
-        let events = unknown.to_string();
-        rows.push(["?".into(), name, "".into(), events, "".into(), "".into()]);
+        let mut unknown_row = ["?", "(unknown)", "", "", "", "", ""].map(String::from);
+        unknown_row[3] = unknown.to_string();
+        rows.push(unknown_row);
     }
     let width = |column: usize| {
         rows.iter()
@@ -213,11 +243,12 @@ fn write_probes(text: &mut String, source: &dyn CaptureSource, c: &Counts) {
             .max()
             .unwrap_or(0)
     };
-    let [w0, w1, w2, w3, w4] = [0, 1, 2, 3, 4].map(width);
-    row(text, "probes", schemas.len());
-    for [id, name, kind, events, time, probe] in &rows {
-        let line =
-            format!("{id:>w0$}  {name:<w1$}  {kind:<w2$}  {events:>w3$}  {time:>w4$}  {probe}");
+    let [w0, w1, w2, w3, w4, w5] = [0, 1, 2, 3, 4, 5].map(width);
+    row(text, "records", schemas.len());
+    for [id, name, kind, events, time, from, probe] in &rows {
+        let line = format!(
+            "{id:>w0$}  {name:<w1$}  {kind:<w2$}  {events:>w3$}  {time:>w4$}  {from:<w5$}  {probe}"
+        );
         row(text, "", line.trim_end());
     }
 }
@@ -363,6 +394,13 @@ mod tests {
             .unwrap_err();
         assert_eq!(error.kind(), io::ErrorKind::InvalidData);
         insta::assert_snapshot!(String::from_utf8(out).unwrap());
+    }
+
+    /// A capture of the built-in trackers: its settings and every kind counted.
+    #[test]
+    fn summary_of_system_capture() {
+        let (capture, _) = crate::render::system_fixture::system();
+        insta::assert_snapshot!(summary(&capture, &Filter::default()));
     }
 
     /// Dates around epochs, leap days and centuries.

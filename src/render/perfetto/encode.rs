@@ -10,6 +10,7 @@ use super::SEQUENCE_ID;
 use super::proto::{self, AnnotationValue, InternedData};
 
 /// One event packet's content.
+#[derive(Default)]
 pub struct EventPacket<'a> {
     pub timestamp: u64,
     /// A `TrackEvent.Type`.
@@ -17,6 +18,10 @@ pub struct EventPacket<'a> {
     pub track_uuid: u64,
     pub name_iid: Option<u64>,
     pub callstack_iid: Option<u64>,
+    pub counter_value: Option<i64>,
+    /// Flows leaving this event, and flows ending at it.
+    pub flow_ids: &'a [u64],
+    pub terminating_flow_ids: &'a [u64],
     /// (annotation name iid, value), in field order.
     pub annotations: &'a [(u64, AnnotationValue)],
     pub interned: Option<&'a InternedData>,
@@ -24,6 +29,7 @@ pub struct EventPacket<'a> {
 
 const LEN: u64 = 2;
 const VARINT: u64 = 0;
+const FIXED64: u64 = 1;
 
 fn key(field: u32, wire: u64) -> u64 {
     u64::from(field) << 3 | wire
@@ -57,6 +63,19 @@ impl Cursor<'_> {
         self.varint(key(field, VARINT));
         self.varint(v);
     }
+
+    /// A repeated `fixed64` field, one tag per value (not packed, as upstream).
+    fn fixed64_fields(&mut self, field: u32, values: &[u64]) {
+        for &v in values {
+            self.varint(key(field, FIXED64));
+            self.out[self.pos..self.pos + 8].copy_from_slice(&v.to_le_bytes());
+            self.pos += 8;
+        }
+    }
+}
+
+fn fixed64_fields_len(field: u32, values: &[u64]) -> usize {
+    values.len() * (varint_len(key(field, FIXED64)) + 8)
 }
 
 /// `key + varint` field size.
@@ -91,6 +110,11 @@ fn track_event_len(e: &EventPacket) -> usize {
     len += varint_field_len(9, e.kind as u64);
     len += e.name_iid.map_or(0, |iid| varint_field_len(10, iid));
     len += varint_field_len(11, e.track_uuid);
+    len += e
+        .counter_value
+        .map_or(0, |v| varint_field_len(30, v as u64));
+    len += fixed64_fields_len(47, e.flow_ids);
+    len += fixed64_fields_len(48, e.terminating_flow_ids);
     len += e.callstack_iid.map_or(0, |iid| varint_field_len(56, iid));
     len
 }
@@ -129,6 +153,11 @@ pub fn put_event_packet(buf: &mut Vec<u8>, e: &EventPacket) -> usize {
         out.varint_field(10, iid);
     }
     out.varint_field(11, e.track_uuid);
+    if let Some(v) = e.counter_value {
+        out.varint_field(30, v as u64);
+    }
+    out.fixed64_fields(47, e.flow_ids);
+    out.fixed64_fields(48, e.terminating_flow_ids);
     if let Some(iid) = e.callstack_iid {
         out.varint_field(56, iid);
     }
@@ -147,7 +176,8 @@ pub fn put_event_packet(buf: &mut Vec<u8>, e: &EventPacket) -> usize {
 mod tests {
     use super::*;
     use crate::render::perfetto::proto::{
-        DebugAnnotation, EventName, TYPE_INSTANT, TYPE_SLICE_END, TracePacket, TrackEvent,
+        DebugAnnotation, EventName, TYPE_COUNTER, TYPE_INSTANT, TYPE_SLICE_END, TracePacket,
+        TrackEvent,
     };
 
     fn prost_bytes(e: &EventPacket) -> Vec<u8> {
@@ -166,6 +196,9 @@ mod tests {
                 r#type: Some(e.kind),
                 name_iid: e.name_iid,
                 track_uuid: Some(e.track_uuid),
+                counter_value: e.counter_value,
+                flow_ids: e.flow_ids.to_vec(),
+                terminating_flow_ids: e.terminating_flow_ids.to_vec(),
                 callstack_iid: e.callstack_iid,
             }),
             interned_data: e.interned.cloned(),
@@ -177,7 +210,7 @@ mod tests {
     }
 
     /// The hand encoder writes what prost writes, for small and large values,
-    /// negative ints, interned data and bare slice ENDs.
+    /// negative ints, interned data, flows, counters and bare slice ENDs.
     #[test]
     fn matches_prost() {
         let interned = InternedData {
@@ -202,15 +235,22 @@ mod tests {
                 callstack_iid: Some(1 << 40),
                 annotations: &annotations,
                 interned: Some(&interned),
+                flow_ids: &[1, u64::MAX],
+                terminating_flow_ids: &[7],
+                ..EventPacket::default()
             },
             EventPacket {
                 timestamp: 0,
                 kind: TYPE_SLICE_END,
                 track_uuid: 1,
-                name_iid: None,
-                callstack_iid: None,
-                annotations: &[],
-                interned: None,
+                ..EventPacket::default()
+            },
+            EventPacket {
+                timestamp: 5,
+                kind: TYPE_COUNTER,
+                track_uuid: 9,
+                counter_value: Some(-3),
+                ..EventPacket::default()
             },
         ];
         for case in &cases {

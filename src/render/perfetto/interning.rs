@@ -7,7 +7,7 @@
 //! names, strings, frames and stacks, never with the number of events, and
 //! iids depend only on the order of first use, so output is deterministic.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::proto::{
     Callstack, DebugAnnotationName, EventName, FRAME_KIND_KERNEL, FRAME_KIND_NATIVE, Frame,
@@ -79,7 +79,11 @@ pub struct Interner {
     event_names: Index<String>,
     annotation_names: Index<String>,
     /// By `StringId`.
+    event_names_by_string: Vec<u64>,
+    /// By `StringId`.
     string_values: Vec<u64>,
+    /// Shares the iids of `string_values`.
+    text_values: HashMap<&'static str, u64>,
     next_string_value: u64,
     /// By `StringId`.
     function_names: Vec<u64>,
@@ -106,7 +110,9 @@ impl Interner {
             records: Vec::new(),
             event_names: Index::new(),
             annotation_names: Index::new(),
+            event_names_by_string: Vec::new(),
             string_values: Vec::new(),
+            text_values: HashMap::new(),
             next_string_value: 1,
             function_names: Vec::new(),
             next_function_name: 1,
@@ -151,7 +157,11 @@ impl Interner {
         self.records[i].as_ref().expect("interned just above")
     }
 
-    fn event_name(&mut self, name: &str) -> u64 {
+    /// The iid of an event name.
+    pub fn event_name(&mut self, name: &str) -> u64 {
+        if let Some(&iid) = self.event_names.ids.get(name) {
+            return iid;
+        }
         let (iid, new) = self.event_names.get_or_add(name.to_owned());
         if new {
             self.pending.event_names.push(EventName {
@@ -162,7 +172,11 @@ impl Interner {
         iid
     }
 
-    fn annotation_name(&mut self, name: &str) -> u64 {
+    /// The iid of an annotation name.
+    pub fn annotation_name(&mut self, name: &str) -> u64 {
+        if let Some(&iid) = self.annotation_names.ids.get(name) {
+            return iid;
+        }
         let (iid, new) = self.annotation_names.get_or_add(name.to_owned());
         if new {
             self.pending
@@ -172,6 +186,31 @@ impl Interner {
                     name: Some(name.to_owned()),
                 });
         }
+        iid
+    }
+
+    /// The iid of the event name held by a capture string (a comm, an IRQ
+    /// action, a work function), cached by string.
+    pub fn event_name_of(&mut self, source: &dyn CaptureSource, id: StringId) -> u64 {
+        if let Some(iid) = cached(&self.event_names_by_string, id.0) {
+            return iid;
+        }
+        let iid = self.event_name(source.string(id));
+        remember(&mut self.event_names_by_string, id.0, iid);
+        iid
+    }
+
+    /// The iid of a string annotation value that is not in the capture.
+    pub fn text_value(&mut self, text: &'static str) -> u64 {
+        if let Some(&iid) = self.text_values.get(text) {
+            return iid;
+        }
+        let iid = self.next_string_value;
+        self.next_string_value += 1;
+        self.text_values.insert(text, iid);
+        self.pending
+            .debug_annotation_string_values
+            .push(interned_string(iid, text.as_bytes()));
         iid
     }
 

@@ -15,17 +15,29 @@
 //!   sibling lane tracks, so each END closes the right slice;
 //! - fields are debug annotations; event names, annotation names, string
 //!   values and callstacks (frames, function names, mappings, source paths)
-//!   are interned (see [`interning`]) in the packet that first uses them.
+//!   are interned (see [`interning`]) in the packet that first uses them;
+//! - the built-in trackers' records are rendered natively (see [`system`]):
+//!   on-CPU slices on thread tracks with IRQs nested in them, wake, fork and
+//!   preemption flows, PMU counter tracks ([`counters`]), and the kernel's own
+//!   scheduling view as `compact_sched` bundles ([`ftrace`]) with a process
+//!   tree ([`process_tree`]) written first.
 //!
 //! Events must come in non-decreasing `ts_ns` order (the capture's order);
 //! an event earlier than one already written is skipped and counted in
 //! [`RenderStats::out_of_order`].
 
+mod counters;
 mod encode;
 #[cfg(test)]
 mod fake;
+mod ftrace;
 mod interning;
+mod process_tree;
 mod proto;
+mod sched;
+mod system;
+#[cfg(test)]
+mod system_tests;
 #[cfg(test)]
 mod tests;
 mod tracks;
@@ -35,15 +47,19 @@ use std::collections::BinaryHeap;
 use std::io::{self, Write};
 use std::ops::ControlFlow;
 
+use self::counters::{Delta, SwitchReadings};
 use self::encode::EventPacket;
+use self::ftrace::CompactSchedWriter;
 use self::interning::Interner;
 use self::proto::{
     AnnotationValue, Clock, ClockSnapshot, TracePacket, TracePacketDefaults, TrackDescriptor,
 };
+use self::sched::Sched;
 use self::tracks::{Names, Tracks};
-use crate::capture::model::{Event, FieldValue, RecordKind, RecordSchema, Thread};
+use crate::capture::model::{Event, FieldValue, RecordKind, RecordSchema, Thread, ThreadId};
 use crate::render::filter::Filter;
 use crate::render::source::CaptureSource;
+use crate::render::tracker::{TrackerSchema, Trackers};
 
 /// The one `trusted_packet_sequence_id` of the trace.
 const SEQUENCE_ID: u32 = 1;
@@ -87,7 +103,8 @@ pub fn render(
     filter: &Filter,
     out: &mut dyn Write,
 ) -> Result<RenderStats, RenderError> {
-    let mut renderer = Renderer::new(source, filter, out);
+    let trackers = Trackers::new(source.schemas());
+    let mut renderer = Renderer::new(source, filter, &trackers, out);
     renderer.start()?;
     let mut failed = None;
     source
@@ -142,12 +159,14 @@ impl PacketWriter<'_> {
     }
 }
 
-/// A slice END waiting for its time: (end, order of BEGIN, track).
-type PendingEnd = Reverse<(u64, u64, u64)>;
+/// A slice END, or a counter value, waiting for its time: (time, order of
+/// queueing, track, counter value).
+type PendingEnd = Reverse<(u64, u64, u64, Option<i64>)>;
 
 struct Renderer<'a> {
     source: &'a dyn CaptureSource,
     filter: &'a Filter,
+    trackers: &'a Trackers,
     writer: PacketWriter<'a>,
     interner: Interner,
     tracks: Tracks,
@@ -158,14 +177,45 @@ struct Renderer<'a> {
     start_ns: u64,
     /// Reused for every event's annotations, so the hot path does not allocate.
     annotations: Vec<(u64, AnnotationValue)>,
+    /// Reused for the flows leaving and ending at the next packet.
+    flows_out: Vec<u64>,
+    flows_in: Vec<u64>,
+    sched: Sched,
+    switch_readings: SwitchReadings,
+    /// Reused for the PMU deltas of one slice: (counter, delta).
+    deltas: Vec<(usize, Delta)>,
+    compact_sched: CompactSchedWriter,
+    /// `pmu:C` by counter: the names of the delta annotations, and their
+    /// iids once interned (0 before).
+    pmu_names: Vec<String>,
+    pmu_iids: Vec<u64>,
+    /// By [`system::Arg`]: the on-CPU slice annotations' name iids (0 before).
+    arg_iids: [u64; system::Arg::COUNT],
+    /// By `ThreadId`: 0 not decided yet, 1 selected, 2 not.
+    selected: Vec<u8>,
     stats: RenderStats,
 }
 
+/// What [`Renderer::emit`] writes besides the annotations and flows.
+struct Emit {
+    ts_ns: u64,
+    kind: i32,
+    track: u64,
+    name_iid: Option<u64>,
+    callstack_iid: Option<u64>,
+}
+
 impl<'a> Renderer<'a> {
-    fn new(source: &'a dyn CaptureSource, filter: &'a Filter, out: &'a mut dyn Write) -> Self {
+    fn new(
+        source: &'a dyn CaptureSource,
+        filter: &'a Filter,
+        trackers: &'a Trackers,
+        out: &'a mut dyn Write,
+    ) -> Self {
         Renderer {
             source,
             filter,
+            trackers,
             writer: PacketWriter {
                 out,
                 buf: Vec::with_capacity(FLUSH_BYTES + 4096),
@@ -179,6 +229,20 @@ impl<'a> Renderer<'a> {
             last_ts_ns: 0,
             start_ns: source.info().start_monotonic_ns,
             annotations: Vec::new(),
+            flows_out: Vec::new(),
+            flows_in: Vec::new(),
+            sched: Sched::default(),
+            switch_readings: SwitchReadings::default(),
+            deltas: Vec::new(),
+            compact_sched: CompactSchedWriter::default(),
+            pmu_names: trackers
+                .counters
+                .iter()
+                .map(|c| format!("pmu:{c}"))
+                .collect(),
+            pmu_iids: vec![0; trackers.counters.len()],
+            arg_iids: [0; system::Arg::COUNT],
+            selected: Vec::new(),
             stats: RenderStats::default(),
         }
     }
@@ -196,6 +260,14 @@ impl<'a> Renderer<'a> {
                 timestamp: Some(info.start_realtime_ns),
             });
         }
+        if self.trackers.any() {
+            // compact_sched timestamps are in ftrace's clock, BOOTTIME by
+            // default; ours are MONOTONIC, so the two are declared equal.
+            clocks.push(Clock {
+                clock_id: Some(proto::CLOCK_BOOTTIME),
+                timestamp: Some(info.start_monotonic_ns),
+            });
+        }
         self.writer.write(&TracePacket {
             trusted_packet_sequence_id: Some(SEQUENCE_ID),
             sequence_flags: Some(proto::SEQ_INCREMENTAL_STATE_CLEARED),
@@ -207,14 +279,22 @@ impl<'a> Renderer<'a> {
                 timestamp_clock_id: Some(proto::CLOCK_MONOTONIC),
             }),
             ..TracePacket::default()
-        })
+        })?;
+        if self.trackers.any() {
+            let (source, filter) = (self.source, self.filter);
+            let selected = |thread: &Thread| filter.selects_thread(thread, source);
+            let tree = process_tree::process_tree(source, &selected, info.start_monotonic_ns);
+            self.writer.write(&process_tree::system_info(source))?;
+            self.writer.write(&tree)?;
+        }
+        Ok(())
     }
 
     fn event(&mut self, event: &Event) -> Result<(), RenderError> {
         let source = self.source;
         self.stats.events += 1;
-        let thread = source.thread(event.thread);
-        let process_name = source.string(thread.process_name);
+        let trackers = self.trackers;
+        let tracker = trackers.get(event);
         if !self.filter.keeps(event, source) {
             self.stats.filtered += 1;
             return Ok(());
@@ -232,6 +312,17 @@ impl<'a> Renderer<'a> {
             })?;
         self.last_ts_ns = event.ts_ns;
         self.end_slices_until(event.ts_ns)?;
+        match tracker {
+            Some(tracker) => self.tracker_event(event, schema, tracker),
+            None => self.user_event(event, schema),
+        }
+    }
+
+    /// An event of a user record: on its record's child track of the thread.
+    fn user_event(&mut self, event: &Event, schema: &RecordSchema) -> Result<(), RenderError> {
+        let source = self.source;
+        let thread = source.thread(event.thread);
+        let process_name = source.string(thread.process_name);
         let (kind, track) = match schema.kind {
             RecordKind::Instant => {
                 self.stats.instants += 1;
@@ -259,22 +350,50 @@ impl<'a> Renderer<'a> {
                 )
             }
         };
+        self.write_new_tracks()?;
+        let name_iid = self.interner.record(source, event.record).name;
+        self.write_event(event, schema, (kind, track), name_iid)
+    }
+
+    /// Writes the descriptors of tracks created since the last call.
+    fn write_new_tracks(&mut self) -> Result<(), RenderError> {
         if self.tracks.has_new() {
             for descriptor in self.tracks.take_new() {
                 self.writer.write(&descriptor_packet(descriptor))?;
             }
         }
-        self.write_event(event, schema, kind, track)
+        Ok(())
+    }
+
+    /// Whether thread `id` gets tracks.
+    fn selected(&mut self, id: ThreadId) -> bool {
+        let index = id.0 as usize;
+        if self.selected.len() <= index {
+            self.selected.resize(index + 1, 0);
+        }
+        if self.selected[index] == 0 {
+            let thread = self.source.thread(id);
+            self.selected[index] = if self.filter.selects_thread(thread, self.source) {
+                1
+            } else {
+                2
+            };
+        }
+        self.selected[index] == 1
+    }
+
+    /// A span's duration; 0, counted as malformed, when it has none.
+    fn span_duration(&mut self, event: &Event) -> u64 {
+        event.duration_ns.unwrap_or_else(|| {
+            self.stats.malformed += 1;
+            0
+        })
     }
 
     /// Places a span on a lane track and queues its END.
     fn begin_span(&mut self, event: &Event, thread: &Thread, names: &Names) -> u64 {
         self.stats.slices += 1;
-        let duration_ns = event.duration_ns.unwrap_or_else(|| {
-            self.stats.malformed += 1;
-            0
-        });
-        let end_ns = event.ts_ns.saturating_add(duration_ns);
+        let end_ns = event.ts_ns.saturating_add(self.span_duration(event));
         let track = self.tracks.span(
             event.thread,
             thread,
@@ -282,28 +401,48 @@ impl<'a> Renderer<'a> {
             (event.ts_ns, end_ns),
             names,
         );
-        self.ends.push(Reverse((end_ns, self.begins, track)));
+        self.ends.push(Reverse((end_ns, self.begins, track, None)));
         self.begins += 1;
         track
     }
 
-    /// Writes an instant or slice BEGIN with its annotations and stack,
-    /// carrying whatever it newly interned.
+    /// Writes an instant or slice BEGIN named `name_iid` with the event's
+    /// fields (but PMU readings) as annotations, and its stack.
     fn write_event(
         &mut self,
         event: &Event,
         schema: &RecordSchema,
-        kind: i32,
-        track: u64,
+        (kind, track): (i32, u64),
+        name_iid: u64,
     ) -> Result<(), RenderError> {
+        self.field_annotations(event, schema, self.trackers.get(event));
+        let callstack_iid = event
+            .stack
+            .map(|id| self.interner.callstack(self.source, id));
+        self.emit(Emit {
+            ts_ns: event.ts_ns,
+            kind,
+            track,
+            name_iid: Some(name_iid),
+            callstack_iid,
+        })
+    }
+
+    /// Adds the event's fields to the annotations, but for PMU readings.
+    fn field_annotations(
+        &mut self,
+        event: &Event,
+        schema: &RecordSchema,
+        tracker: Option<&TrackerSchema>,
+    ) {
         let source = self.source;
-        let name_iid = self.interner.record(source, event.record).name;
-        let callstack_iid = event.stack.map(|id| self.interner.callstack(source, id));
         if event.values.len() != schema.fields.len() {
             self.stats.malformed += 1;
         }
-        self.annotations.clear();
         for (i, value) in event.values.iter().take(schema.fields.len()).enumerate() {
+            if tracker.is_some_and(|t| t.is_pmu_field(i)) {
+                continue;
+            }
             let value = match *value {
                 FieldValue::Int(v) => AnnotationValue::Int(v),
                 FieldValue::UInt(v) => AnnotationValue::Uint(v),
@@ -315,40 +454,53 @@ impl<'a> Renderer<'a> {
             let name_iid = self.interner.record(source, event.record).fields[i];
             self.annotations.push((name_iid, value));
         }
+    }
+
+    /// Writes one event packet with the annotations and flows gathered for
+    /// it and whatever was newly interned, then clears them.
+    fn emit(&mut self, e: Emit) -> Result<(), RenderError> {
         let interned = self.interner.take_pending();
-        self.writer.write_event(&EventPacket {
-            timestamp: self.start_ns.saturating_add(event.ts_ns),
-            kind,
-            track_uuid: track,
-            name_iid: Some(name_iid),
-            callstack_iid,
+        let result = self.writer.write_event(&EventPacket {
+            timestamp: self.start_ns.saturating_add(e.ts_ns),
+            kind: e.kind,
+            track_uuid: e.track,
+            name_iid: e.name_iid,
+            callstack_iid: e.callstack_iid,
             annotations: &self.annotations,
             interned: interned.as_ref(),
-        })
+            flow_ids: &self.flows_out,
+            terminating_flow_ids: &self.flows_in,
+            ..EventPacket::default()
+        });
+        self.annotations.clear();
+        self.flows_out.clear();
+        self.flows_in.clear();
+        result
     }
 
     /// Writes the slice ENDs due at or before `ts_ns`.
     fn end_slices_until(&mut self, ts_ns: u64) -> Result<(), RenderError> {
-        while let Some(&Reverse((end_ns, _, track))) = self.ends.peek() {
+        while let Some(&Reverse((end_ns, _, track, value))) = self.ends.peek() {
             if end_ns > ts_ns {
                 break;
             }
             self.ends.pop();
             self.writer.write_event(&EventPacket {
                 timestamp: self.start_ns.saturating_add(end_ns),
-                kind: proto::TYPE_SLICE_END,
+                kind: match value {
+                    Some(_) => proto::TYPE_COUNTER,
+                    None => proto::TYPE_SLICE_END,
+                },
                 track_uuid: track,
-                name_iid: None,
-                callstack_iid: None,
-                annotations: &[],
-                interned: None,
+                counter_value: value,
+                ..EventPacket::default()
             })?;
         }
         Ok(())
     }
 
     fn finish(mut self) -> Result<RenderStats, RenderError> {
-        self.end_slices_until(u64::MAX)?;
+        self.finish_sched()?;
         self.writer.flush_buffer()?;
         self.writer.out.flush().map_err(RenderError::Write)?;
         self.stats.tracks = self.tracks.count() as u64;

@@ -7,7 +7,8 @@
 //!
 //! Repeated scalar fields are `proto2` and not `[packed = true]` upstream, so
 //! they are declared `packed = "false"`: trace processor's decoders read such
-//! fields one varint per tag and would misread a packed encoding.
+//! fields one varint per tag and would misread a packed encoding. The
+//! exception is `CompactSched`, whose arrays are `[packed = true]` upstream.
 
 #![allow(missing_docs)]
 
@@ -20,11 +21,16 @@ pub const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
 /// `BuiltinClock` values.
 pub const CLOCK_REALTIME: u32 = 1;
 pub const CLOCK_MONOTONIC: u32 = 3;
+pub const CLOCK_BOOTTIME: u32 = 6;
 
 /// `TrackEvent.Type` values.
 pub const TYPE_SLICE_BEGIN: i32 = 1;
 pub const TYPE_SLICE_END: i32 = 2;
 pub const TYPE_INSTANT: i32 = 3;
+pub const TYPE_COUNTER: i32 = 4;
+
+/// `CounterDescriptor.Unit`: a plain count.
+pub const UNIT_COUNT: i32 = 2;
 
 /// `Frame.Kind` values.
 pub const FRAME_KIND_NATIVE: i32 = 1;
@@ -36,6 +42,10 @@ pub const TRACE_PACKET_FIELD: u32 = 1;
 
 #[derive(Clone, PartialEq, Message)]
 pub struct TracePacket {
+    #[prost(message, optional, tag = "1")]
+    pub ftrace_events: Option<FtraceEventBundle>,
+    #[prost(message, optional, tag = "2")]
+    pub process_tree: Option<ProcessTree>,
     #[prost(message, optional, tag = "6")]
     pub clock_snapshot: Option<ClockSnapshot>,
     #[prost(uint64, optional, tag = "8")]
@@ -48,6 +58,8 @@ pub struct TracePacket {
     pub interned_data: Option<InternedData>,
     #[prost(uint32, optional, tag = "13")]
     pub sequence_flags: Option<u32>,
+    #[prost(message, optional, tag = "45")]
+    pub system_info: Option<SystemInfo>,
     #[prost(message, optional, tag = "59")]
     pub trace_packet_defaults: Option<TracePacketDefaults>,
     #[prost(message, optional, tag = "60")]
@@ -89,6 +101,15 @@ pub struct TrackDescriptor {
     pub thread: Option<ThreadDescriptor>,
     #[prost(uint64, optional, tag = "5")]
     pub parent_uuid: Option<u64>,
+    #[prost(message, optional, tag = "8")]
+    pub counter: Option<CounterDescriptor>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct CounterDescriptor {
+    /// A `CounterDescriptor.Unit`.
+    #[prost(int32, optional, tag = "3")]
+    pub unit: Option<i32>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -121,6 +142,13 @@ pub struct TrackEvent {
     pub name_iid: Option<u64>,
     #[prost(uint64, optional, tag = "11")]
     pub track_uuid: Option<u64>,
+    /// Oneof `counter_value_field`.
+    #[prost(int64, optional, tag = "30")]
+    pub counter_value: Option<i64>,
+    #[prost(fixed64, repeated, packed = "false", tag = "47")]
+    pub flow_ids: Vec<u64>,
+    #[prost(fixed64, repeated, packed = "false", tag = "48")]
+    pub terminating_flow_ids: Vec<u64>,
     /// Interned `Callstack` (oneof `callstack_field`).
     #[prost(uint64, optional, tag = "56")]
     pub callstack_iid: Option<u64>,
@@ -250,4 +278,90 @@ pub struct Callstack {
     /// Outermost frame first.
     #[prost(uint64, repeated, packed = "false", tag = "2")]
     pub frame_ids: Vec<u64>,
+}
+
+/// The kernel's scheduling events of one CPU, in Perfetto's compact form.
+#[derive(Clone, PartialEq, Message)]
+pub struct FtraceEventBundle {
+    #[prost(uint32, optional, tag = "1")]
+    pub cpu: Option<u32>,
+    #[prost(message, optional, tag = "4")]
+    pub compact_sched: Option<CompactSched>,
+}
+
+/// `FtraceEventBundle.CompactSched`: column arrays of `sched_switch` and
+/// `sched_waking`; timestamps are deltas from the previous one (the first
+/// absolute), comms are indices into `intern_table`.
+#[derive(Clone, PartialEq, Message)]
+pub struct CompactSched {
+    #[prost(uint64, repeated, tag = "1")]
+    pub switch_timestamp: Vec<u64>,
+    #[prost(int64, repeated, tag = "2")]
+    pub switch_prev_state: Vec<i64>,
+    #[prost(int32, repeated, tag = "3")]
+    pub switch_next_pid: Vec<i32>,
+    #[prost(int32, repeated, tag = "4")]
+    pub switch_next_prio: Vec<i32>,
+    #[prost(string, repeated, tag = "5")]
+    pub intern_table: Vec<String>,
+    #[prost(uint32, repeated, tag = "6")]
+    pub switch_next_comm_index: Vec<u32>,
+    #[prost(uint64, repeated, tag = "7")]
+    pub waking_timestamp: Vec<u64>,
+    #[prost(int32, repeated, tag = "8")]
+    pub waking_pid: Vec<i32>,
+    #[prost(int32, repeated, tag = "9")]
+    pub waking_target_cpu: Vec<i32>,
+    #[prost(int32, repeated, tag = "10")]
+    pub waking_prio: Vec<i32>,
+    #[prost(uint32, repeated, tag = "11")]
+    pub waking_comm_index: Vec<u32>,
+    #[prost(uint32, repeated, tag = "12")]
+    pub waking_common_flags: Vec<u32>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct ProcessTree {
+    #[prost(message, repeated, tag = "1")]
+    pub processes: Vec<TreeProcess>,
+    #[prost(message, repeated, tag = "2")]
+    pub threads: Vec<TreeThread>,
+}
+
+/// `ProcessTree.Process`.
+#[derive(Clone, PartialEq, Message)]
+pub struct TreeProcess {
+    #[prost(int32, optional, tag = "1")]
+    pub pid: Option<i32>,
+    #[prost(int32, optional, tag = "2")]
+    pub ppid: Option<i32>,
+    #[prost(string, repeated, tag = "3")]
+    pub cmdline: Vec<String>,
+}
+
+/// `ProcessTree.Thread`.
+#[derive(Clone, PartialEq, Message)]
+pub struct TreeThread {
+    #[prost(int32, optional, tag = "1")]
+    pub tid: Option<i32>,
+    #[prost(string, optional, tag = "2")]
+    pub name: Option<String>,
+    #[prost(int32, optional, tag = "3")]
+    pub tgid: Option<i32>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct SystemInfo {
+    #[prost(message, optional, tag = "1")]
+    pub utsname: Option<Utsname>,
+    #[prost(uint32, optional, tag = "8")]
+    pub num_cpus: Option<u32>,
+}
+
+#[derive(Clone, PartialEq, Message)]
+pub struct Utsname {
+    #[prost(string, optional, tag = "1")]
+    pub sysname: Option<String>,
+    #[prost(string, optional, tag = "3")]
+    pub release: Option<String>,
 }

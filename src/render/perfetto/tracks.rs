@@ -1,5 +1,8 @@
 //! Track layout for the Perfetto renderer: process track → thread track →
 //! one child track per record schema, described lazily on first use.
+//! Kernel threads are grouped under the pseudo-process "kernel threads", and
+//! each CPU's idle task (tid 0 everywhere) gets its own track under the
+//! pseudo-process "idle". PMU counters get one counter track per CPU.
 //!
 //! Uuids are stable and small where it matters: the child tracks that every
 //! event names get 1, 2, 3, … in first-use order (one or two varint bytes per
@@ -14,11 +17,24 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::proto::{ProcessDescriptor, ThreadDescriptor, TrackDescriptor};
+use super::proto::{self, CounterDescriptor, ProcessDescriptor, ThreadDescriptor, TrackDescriptor};
 use crate::capture::model::{RecordId, Thread, ThreadId};
 
 const PROCESS_UUID: u64 = 1 << 62;
 const THREAD_UUID: u64 = 2 << 62;
+
+/// Pids of the pseudo-processes, above Linux's `PID_MAX_LIMIT` (2^22).
+pub const IDLE_PID: u32 = (1 << 22) + 1;
+pub const KTHREADS_PID: u32 = (1 << 22) + 2;
+
+/// The process a thread's track is grouped under: its own, or "kernel threads".
+pub fn group_pid(thread: &Thread) -> u32 {
+    if thread.kthread {
+        KTHREADS_PID
+    } else {
+        thread.pid
+    }
+}
 
 /// A span's track and end, for the slice END queue.
 #[derive(Debug)]
@@ -62,6 +78,10 @@ pub struct Tracks {
     by_pid_tid: HashMap<(u32, u32), u32>,
     threads: Vec<ThreadTracks>,
     processes: HashSet<u32>,
+    /// By CPU: the idle task's track (0: not described yet).
+    idle: Vec<u64>,
+    /// By CPU, then counter: the counter's track (0: not described yet).
+    counters: Vec<Vec<u64>>,
     next_uuid: u64,
     /// Descriptors of tracks created since the last `take_new`.
     new: Vec<TrackDescriptor>,
@@ -170,6 +190,66 @@ impl Tracks {
         lanes.last_mut().expect("pushed just above")
     }
 
+    /// The track of thread `id` itself (on-CPU slices, instants).
+    pub fn thread(&mut self, id: ThreadId, thread: &Thread, names: &Names) -> u64 {
+        let index = self.thread_index(id, thread, names);
+        self.threads[index].uuid
+    }
+
+    /// The track of `cpu`'s idle task.
+    pub fn idle(&mut self, cpu: u32) -> u64 {
+        let known = *grow(&mut self.idle, cpu as usize);
+        if known != 0 {
+            return known;
+        }
+        let uuid = self.next_uuid;
+        self.next_uuid += 1;
+        self.idle[cpu as usize] = uuid;
+        let parent = self.process(IDLE_PID, "idle");
+        self.new.push(TrackDescriptor {
+            uuid: Some(uuid),
+            name: Some(format!("swapper/{cpu}")),
+            parent_uuid: Some(parent),
+            ..TrackDescriptor::default()
+        });
+        uuid
+    }
+
+    /// The counter track of PMU counter number `counter`, `name`d, on `cpu`.
+    pub fn counter(&mut self, cpu: u32, counter: usize, name: &str) -> u64 {
+        let per_cpu = grow(&mut self.counters, cpu as usize);
+        let slot = grow(per_cpu, counter);
+        if *slot == 0 {
+            *slot = self.next_uuid;
+            self.next_uuid += 1;
+            self.new.push(TrackDescriptor {
+                uuid: Some(*slot),
+                name: Some(format!("CPU {cpu} {name}")),
+                counter: Some(CounterDescriptor {
+                    unit: Some(proto::UNIT_COUNT),
+                }),
+                ..TrackDescriptor::default()
+            });
+        }
+        *slot
+    }
+
+    /// The process track of `pid`, described on first use.
+    fn process(&mut self, pid: u32, name: &str) -> u64 {
+        let uuid = PROCESS_UUID | u64::from(pid);
+        if self.processes.insert(pid) {
+            self.new.push(TrackDescriptor {
+                uuid: Some(uuid),
+                process: Some(ProcessDescriptor {
+                    pid: Some(pid as i32),
+                    process_name: Some(name.to_owned()),
+                }),
+                ..TrackDescriptor::default()
+            });
+        }
+        uuid
+    }
+
     /// The thread track's index, describing it (and its process) on first use.
     fn thread_index(&mut self, id: ThreadId, thread: &Thread, names: &Names) -> usize {
         let i = id.0 as usize;
@@ -188,23 +268,19 @@ impl Tracks {
     }
 
     fn add_thread(&mut self, thread: &Thread, names: &Names) -> u32 {
-        let process_uuid = PROCESS_UUID | u64::from(thread.pid);
-        if self.processes.insert(thread.pid) {
-            self.new.push(TrackDescriptor {
-                uuid: Some(process_uuid),
-                process: Some(ProcessDescriptor {
-                    pid: Some(thread.pid as i32),
-                    process_name: Some(names.process.to_owned()),
-                }),
-                ..TrackDescriptor::default()
-            });
-        }
+        let pid = group_pid(thread);
+        let process_name = if thread.kthread {
+            "kernel threads"
+        } else {
+            names.process
+        };
+        let process_uuid = self.process(pid, process_name);
         let uuid = THREAD_UUID | u64::from(thread.pid) << 30 | u64::from(thread.tid);
         self.new.push(TrackDescriptor {
             uuid: Some(uuid),
             parent_uuid: Some(process_uuid),
             thread: Some(ThreadDescriptor {
-                pid: Some(thread.pid as i32),
+                pid: Some(pid as i32),
                 tid: Some(i64::from(thread.tid)),
                 thread_name: Some(names.thread.to_owned()),
             }),
@@ -223,4 +299,12 @@ impl Tracks {
     pub fn count(&self) -> usize {
         self.processes.len() + self.threads.len() + (self.next_uuid - 1) as usize
     }
+}
+
+/// `items[index]`, growing `items` with defaults to reach it.
+fn grow<T: Default>(items: &mut Vec<T>, index: usize) -> &mut T {
+    if items.len() <= index {
+        items.resize_with(index + 1, T::default);
+    }
+    &mut items[index]
 }

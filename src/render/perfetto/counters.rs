@@ -1,0 +1,129 @@
+//! PMU counters: per-slice deltas (annotations on on-CPU and IRQ slices) and
+//! counter tracks.
+//!
+//! A counter track per CPU and counter carries the *cumulative* count
+//! (scaled for multiplexing) at every boundary: switches and IRQ entry and
+//! exit. Perfetto's UI can show a counter track as value, delta or rate, so
+//! one cumulative series gives both "how much in this interval" and "how
+//! fast", while the exact per-slice count is on each slice.
+
+use std::cmp::Reverse;
+
+use super::encode::EventPacket;
+use super::{RenderError, Renderer, proto};
+use crate::capture::model::Event;
+use crate::render::tracker::{PmuField, Reading, reading};
+
+/// A count over an interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delta {
+    pub count: u64,
+    /// Either end was multiplexed, so the count is an estimate.
+    pub multiplexed: bool,
+}
+
+pub fn delta(start: Reading, end: Reading) -> Delta {
+    Delta {
+        count: end.scaled.saturating_sub(start.scaled),
+        multiplexed: start.multiplexed || end.multiplexed,
+    }
+}
+
+/// The readings at the last switch on each CPU, by counter.
+#[derive(Debug, Default)]
+pub struct SwitchReadings {
+    cpus: Vec<Vec<Option<Reading>>>,
+}
+
+impl SwitchReadings {
+    /// Stores `now` for `cpu` and `counter`, returning the count since the
+    /// previous switch there.
+    pub fn exchange(&mut self, cpu: u32, counter: usize, now: Reading) -> Option<Delta> {
+        let cpu = cpu as usize;
+        if self.cpus.len() <= cpu {
+            self.cpus.resize_with(cpu + 1, Vec::new);
+        }
+        let readings = &mut self.cpus[cpu];
+        if readings.len() <= counter {
+            readings.resize(counter + 1, None);
+        }
+        let before = readings[counter].replace(now)?;
+        Some(delta(before, now))
+    }
+}
+
+impl Renderer<'_> {
+    /// Writes the counter values of `fields` in `event` at `ts_ns` on the
+    /// event's CPU; values at a later time (an IRQ's exit) are queued.
+    pub(super) fn write_counters(
+        &mut self,
+        event: &Event,
+        fields: &[PmuField],
+        ts_ns: u64,
+    ) -> Result<(), RenderError> {
+        for field in fields {
+            let Some(now) = reading(event, field) else {
+                continue;
+            };
+            let name = &self.trackers.counters[field.counter];
+            let track = self.tracks.counter(event.cpu, field.counter, name);
+            self.write_new_tracks()?;
+            let value = Some(now.scaled as i64);
+            if ts_ns > event.ts_ns {
+                self.ends.push(Reverse((ts_ns, self.begins, track, value)));
+                self.begins += 1;
+                continue;
+            }
+            self.writer.write_event(&EventPacket {
+                timestamp: self.start_ns.saturating_add(ts_ns),
+                kind: proto::TYPE_COUNTER,
+                track_uuid: track,
+                counter_value: value,
+                ..EventPacket::default()
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Adds one annotation per counter delta (`pmu:C`), and `pmu_multiplexed`
+    /// when any of them is an estimate.
+    pub(super) fn annotate_deltas(&mut self, deltas: &[(usize, Delta)]) {
+        let mut multiplexed = false;
+        for &(counter, delta) in deltas {
+            if self.pmu_iids[counter] == 0 {
+                self.pmu_iids[counter] = self.interner.annotation_name(&self.pmu_names[counter]);
+            }
+            let name = self.pmu_iids[counter];
+            let value = proto::AnnotationValue::Uint(delta.count);
+            self.annotations.push((name, value));
+            multiplexed |= delta.multiplexed;
+        }
+        if multiplexed {
+            let name = self.interner.annotation_name("pmu_multiplexed");
+            self.annotations
+                .push((name, proto::AnnotationValue::Uint(1)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deltas are between consecutive switches on one CPU, flagged when
+    /// either reading was multiplexed.
+    #[test]
+    fn deltas_between_switches() {
+        let mut readings = SwitchReadings::default();
+        let at = |scaled, multiplexed| Reading {
+            scaled,
+            multiplexed,
+        };
+        assert_eq!(readings.exchange(1, 0, at(100, false)), None);
+        let d = readings
+            .exchange(1, 0, at(150, true))
+            .expect("a previous one");
+        assert_eq!((d.count, d.multiplexed), (50, true));
+        assert_eq!(readings.exchange(0, 0, at(7, false)), None);
+    }
+}

@@ -1,0 +1,374 @@
+//! The built-in trackers' records → native Perfetto events:
+//!
+//! - `switch`: ends the slice of the task switched out (annotated with its
+//!   off-CPU `state` letter, raw `prev_state` and PMU deltas) and begins one
+//!   for `next`, named after its comm, on its thread track (an idle task's on
+//!   its CPU's track), annotated with `cpu`, `waker`, `waker_tid` and
+//!   `wake_delay_ns`; preemption starts a flow that ends at the preempted
+//!   task's next slice; also a `compact_sched` switch;
+//! - `waking`, `wakeup_new`, `fork`: an instant on the current task's track
+//!   with a flow to the other task's next slice;
+//! - `hardirq`, `softirq`: slices on the interrupted task's track, so they
+//!   nest in its on-CPU slice, with PMU deltas;
+//! - `wq`: slices on the worker's `wq` child track (work items may sleep, so
+//!   they do not nest in on-CPU slices), named after the work function;
+//! - the rest: instants on the current task's track, fields as annotations.
+//!
+//! Only threads the filter selects get tracks.
+
+use std::cmp::Reverse;
+
+use super::counters::delta;
+use super::ftrace::{Switch, Waking};
+use super::proto::{self, AnnotationValue};
+use super::sched::{OnCpu, Wake};
+use super::tracks::Names;
+use super::{Emit, RenderError, Renderer};
+use crate::capture::model::{Event, RecordSchema, ThreadId};
+use crate::render::tracker::{
+    Field, Kind, TrackerSchema, reading, reported_state, softirq_name, state_letter,
+};
+
+/// `next_prio` when a switch lacks it: the default nice 0 priority.
+const DEFAULT_PRIO: i64 = 120;
+
+/// Annotations of on-CPU slices, written for every switch: their name iids
+/// are cached in [`Renderer::arg_iids`].
+#[derive(Clone, Copy)]
+pub(super) enum Arg {
+    Cpu,
+    State,
+    PrevState,
+    Waker,
+    WakerTid,
+    WakeDelay,
+}
+
+impl Arg {
+    pub(super) const COUNT: usize = 6;
+
+    fn name(self) -> &'static str {
+        match self {
+            Arg::Cpu => "cpu",
+            Arg::State => "state",
+            Arg::PrevState => "prev_state",
+            Arg::Waker => "waker",
+            Arg::WakerTid => "waker_tid",
+            Arg::WakeDelay => "wake_delay_ns",
+        }
+    }
+}
+
+impl Renderer<'_> {
+    pub(super) fn tracker_event(
+        &mut self,
+        event: &Event,
+        schema: &RecordSchema,
+        t: &TrackerSchema,
+    ) -> Result<(), RenderError> {
+        match t.kind {
+            Kind::Switch => self.switch(event, t),
+            Kind::Waking | Kind::WakeupNew | Kind::Fork => self.wake(event, schema, t),
+            Kind::HardIrq | Kind::SoftIrq => self.irq(event, schema, t),
+            Kind::Wq => self.work(event, schema, t),
+            Kind::Free => {
+                if let Some(task) = t.other_task(event) {
+                    self.sched.forget(self.source.thread(task).tid);
+                }
+                self.task_instant(event, schema)
+            }
+            Kind::Exec | Kind::Rename | Kind::Exit | Kind::Timer | Kind::PmuSample => {
+                self.task_instant(event, schema)
+            }
+        }
+    }
+
+    fn arg(&mut self, arg: Arg) -> u64 {
+        let cached = self.arg_iids[arg as usize];
+        if cached != 0 {
+            return cached;
+        }
+        let iid = self.interner.annotation_name(arg.name());
+        self.arg_iids[arg as usize] = iid;
+        iid
+    }
+
+    /// The track where task `id` runs on `cpu` (described if new), `None`
+    /// when it is not selected.
+    fn task_track(&mut self, id: ThreadId, cpu: u32) -> Result<Option<u64>, RenderError> {
+        if !self.selected(id) {
+            return Ok(None);
+        }
+        let source = self.source;
+        let thread = source.thread(id);
+        let track = if thread.tid == 0 {
+            self.tracks.idle(cpu)
+        } else {
+            let names = Names {
+                thread: source.string(thread.name),
+                process: source.string(thread.process_name),
+                record: "",
+            };
+            self.tracks.thread(id, thread, &names)
+        };
+        self.write_new_tracks()?;
+        Ok(Some(track))
+    }
+
+    fn switch(&mut self, event: &Event, t: &TrackerSchema) -> Result<(), RenderError> {
+        let source = self.source;
+        let Some(next) = t.thread(event, Field::Next) else {
+            self.stats.malformed += 1;
+            return Ok(());
+        };
+        let prev_state = t.uint(event, Field::PrevState).unwrap_or(0);
+        let preempt = t.uint(event, Field::Preempt) == Some(1);
+        let prev_tid = source.thread(event.thread).tid;
+        let mut deltas = std::mem::take(&mut self.deltas);
+        deltas.clear();
+        for field in &t.pmu {
+            if let Some(now) = reading(event, field)
+                && let Some(d) = self.switch_readings.exchange(event.cpu, field.counter, now)
+            {
+                deltas.push((field.counter, d));
+            }
+        }
+        if let Some(on) = self.sched.switch_out(event.cpu) {
+            if on.tid == prev_tid {
+                let state = self.arg(Arg::State);
+                let letter = self.interner.text_value(state_letter(prev_state, preempt));
+                self.annotations
+                    .push((state, AnnotationValue::StringIid(letter)));
+                let raw = self.arg(Arg::PrevState);
+                self.annotations
+                    .push((raw, AnnotationValue::Uint(prev_state)));
+                self.annotate_deltas(&deltas);
+            }
+            self.end_slice(event.ts_ns, on.track)?;
+        }
+        self.deltas = deltas;
+        self.write_counters(event, &t.pmu, event.ts_ns)?;
+        if let Some(track) = self.task_track(next, event.cpu)? {
+            let tid = source.thread(next).tid;
+            if let Some(stale) = self.sched.switch_in(event.cpu, OnCpu { track, tid }) {
+                self.end_slice(event.ts_ns, stale.track)?;
+            }
+            if preempt && prev_tid != 0 && self.selected(event.thread) {
+                let flow = self.sched.new_flow();
+                self.sched.add_flow(prev_tid, flow);
+                self.flows_out.push(flow);
+            }
+            self.begin_on_cpu(event, next, track)?;
+        }
+        self.compact_switch(event, t, next, reported_state(prev_state, preempt))
+    }
+
+    fn end_slice(&mut self, ts_ns: u64, track: u64) -> Result<(), RenderError> {
+        self.emit(Emit {
+            ts_ns,
+            kind: proto::TYPE_SLICE_END,
+            track,
+            name_iid: None,
+            callstack_iid: None,
+        })
+    }
+
+    /// Begins `next`'s on-CPU slice, ending the flows that wait for it.
+    fn begin_on_cpu(
+        &mut self,
+        event: &Event,
+        next: ThreadId,
+        track: u64,
+    ) -> Result<(), RenderError> {
+        let source = self.source;
+        let thread = source.thread(next);
+        let cpu = self.arg(Arg::Cpu);
+        self.annotations
+            .push((cpu, AnnotationValue::Uint(event.cpu.into())));
+        if let Some(wake) = self.sched.take_wake(thread.tid, &mut self.flows_in) {
+            let waker = source.thread(wake.waker);
+            let name = self.arg(Arg::Waker);
+            let comm = self.interner.string_value(source, waker.name);
+            self.annotations
+                .push((name, AnnotationValue::StringIid(comm)));
+            let name = self.arg(Arg::WakerTid);
+            self.annotations
+                .push((name, AnnotationValue::Uint(waker.tid.into())));
+            let name = self.arg(Arg::WakeDelay);
+            let delay = event.ts_ns.saturating_sub(wake.ts_ns);
+            self.annotations.push((name, AnnotationValue::Uint(delay)));
+        }
+        self.stats.slices += 1;
+        let name_iid = Some(self.interner.event_name_of(source, thread.name));
+        self.emit(Emit {
+            ts_ns: event.ts_ns,
+            kind: proto::TYPE_SLICE_BEGIN,
+            track,
+            name_iid,
+            callstack_iid: None,
+        })
+    }
+
+    fn compact_switch(
+        &mut self,
+        event: &Event,
+        t: &TrackerSchema,
+        next: ThreadId,
+        prev_state: u64,
+    ) -> Result<(), RenderError> {
+        let thread = self.source.thread(next);
+        let switch = Switch {
+            ts: self.start_ns.saturating_add(event.ts_ns),
+            prev_state,
+            next_tid: thread.tid,
+            next_prio: t.int(event, Field::NextPrio).unwrap_or(DEFAULT_PRIO) as i32,
+            next_comm: thread.name,
+        };
+        let comm = self.source.string(thread.name);
+        match self.compact_sched.switch(event.cpu, &switch, comm) {
+            Some(packet) => self.writer.write(&packet),
+            None => Ok(()),
+        }
+    }
+
+    /// `waking`, `wakeup_new` and `fork`: an instant with a flow to the
+    /// other task's next slice.
+    fn wake(
+        &mut self,
+        event: &Event,
+        schema: &RecordSchema,
+        t: &TrackerSchema,
+    ) -> Result<(), RenderError> {
+        let source = self.source;
+        let Some(other) = t.other_task(event) else {
+            self.stats.malformed += 1;
+            return Ok(());
+        };
+        let wakee = source.thread(other);
+        if let Some(track) = self.task_track(event.thread, event.cpu)? {
+            if wakee.tid != 0 && self.selected(other) {
+                let flow = self.sched.new_flow();
+                self.sched.add_flow(wakee.tid, flow);
+                self.flows_out.push(flow);
+            }
+            self.stats.instants += 1;
+            let name = self.interner.record(source, event.record).name;
+            self.write_event(event, schema, (proto::TYPE_INSTANT, track), name)?;
+        }
+        if t.kind == Kind::Fork {
+            return Ok(());
+        }
+        let wake = Wake {
+            ts_ns: event.ts_ns,
+            waker: event.thread,
+        };
+        self.sched.woken(wakee.tid, wake);
+        let waking = Waking {
+            ts: self.start_ns.saturating_add(event.ts_ns),
+            tid: wakee.tid,
+            target_cpu: t.uint(event, Field::TargetCpu).unwrap_or(event.cpu.into()) as u32,
+            comm: wakee.name,
+        };
+        let comm = source.string(wakee.name);
+        match self.compact_sched.waking(event.cpu, &waking, comm) {
+            Some(packet) => self.writer.write(&packet),
+            None => Ok(()),
+        }
+    }
+
+    /// `hardirq` and `softirq`: a slice on the interrupted task's track.
+    fn irq(
+        &mut self,
+        event: &Event,
+        schema: &RecordSchema,
+        t: &TrackerSchema,
+    ) -> Result<(), RenderError> {
+        let Some(track) = self.task_track(event.thread, event.cpu)? else {
+            return Ok(());
+        };
+        let end_ns = event.ts_ns.saturating_add(self.span_duration(event));
+        let name = match (t.kind, t.string(event, Field::Action)) {
+            (Kind::HardIrq, Some(action)) => self.interner.event_name_of(self.source, action),
+            (Kind::HardIrq, None) => self.interner.event_name("hardirq"),
+            _ => {
+                let vec = softirq_name(t.uint(event, Field::Vec).unwrap_or(u64::MAX));
+                self.interner.event_name(&format!("softirq {vec}"))
+            }
+        };
+        self.field_annotations(event, schema, Some(t));
+        let mut deltas = std::mem::take(&mut self.deltas);
+        deltas.clear();
+        for start in &t.pmu {
+            let end = t.pmu_end.iter().find(|end| end.counter == start.counter);
+            if let (Some(a), Some(b)) = (reading(event, start), end.and_then(|e| reading(event, e)))
+            {
+                deltas.push((start.counter, delta(a, b)));
+            }
+        }
+        self.annotate_deltas(&deltas);
+        self.deltas = deltas;
+        self.stats.slices += 1;
+        self.emit(Emit {
+            ts_ns: event.ts_ns,
+            kind: proto::TYPE_SLICE_BEGIN,
+            track,
+            name_iid: Some(name),
+            callstack_iid: None,
+        })?;
+        self.ends.push(Reverse((end_ns, self.begins, track, None)));
+        self.begins += 1;
+        self.write_counters(event, &t.pmu, event.ts_ns)?;
+        self.write_counters(event, &t.pmu_end, end_ns)
+    }
+
+    /// `wq`: a slice named after the work function on the worker's `wq` track.
+    fn work(
+        &mut self,
+        event: &Event,
+        schema: &RecordSchema,
+        t: &TrackerSchema,
+    ) -> Result<(), RenderError> {
+        if !self.selected(event.thread) {
+            return Ok(());
+        }
+        let source = self.source;
+        let thread = source.thread(event.thread);
+        let names = Names {
+            thread: source.string(thread.name),
+            process: source.string(thread.process_name),
+            record: &schema.name,
+        };
+        let track = self.begin_span(event, thread, &names);
+        self.write_new_tracks()?;
+        let name = match t.string(event, Field::Func) {
+            Some(func) => self.interner.event_name_of(source, func),
+            None => self.interner.record(source, event.record).name,
+        };
+        self.write_event(event, schema, (proto::TYPE_SLICE_BEGIN, track), name)
+    }
+
+    /// An instant on the current task's track.
+    fn task_instant(&mut self, event: &Event, schema: &RecordSchema) -> Result<(), RenderError> {
+        let Some(track) = self.task_track(event.thread, event.cpu)? else {
+            return Ok(());
+        };
+        self.stats.instants += 1;
+        let name = self.interner.record(self.source, event.record).name;
+        self.write_event(event, schema, (proto::TYPE_INSTANT, track), name)
+    }
+
+    /// Ends the slices still open, after everything queued, and writes the
+    /// unfinished `compact_sched` batches.
+    pub(super) fn finish_sched(&mut self) -> Result<(), RenderError> {
+        let last = (self.ends.iter().map(|Reverse(end)| end.0)).fold(self.last_ts_ns, u64::max);
+        self.end_slices_until(u64::MAX)?;
+        let open: Vec<OnCpu> = self.sched.open().collect();
+        for on in open {
+            self.end_slice(last, on.track)?;
+        }
+        for packet in self.compact_sched.finish() {
+            self.writer.write(&packet)?;
+        }
+        Ok(())
+    }
+}
