@@ -94,7 +94,7 @@ pub struct Cli {
     pub no_kthread: bool,
 
     /// Turn a built-in tracker on (NAME) or off (no-NAME): sched, wakeup, task-life,
-    /// hardirq, softirq (on by default), wq (off).
+    /// hardirq, softirq (on by default), wq (off); `none` turns all off, `all` on.
     #[arg(short = 'f', value_name = "[no-]NAME", value_parser = parse_feature_switch)]
     pub features: Vec<FeatureSwitch>,
 

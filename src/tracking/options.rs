@@ -56,12 +56,22 @@ impl Feature {
 /// One `-f` argument.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FeatureSwitch {
-    pub feature: Feature,
+    /// `None` for every feature (`-f all`, `-f none`).
+    pub feature: Option<Feature>,
     pub on: bool,
 }
 
-/// `-f NAME` or `-f no-NAME`.
+/// `-f NAME`, `-f no-NAME`, `-f all` or `-f none`.
 pub fn parse_feature_switch(text: &str) -> Result<FeatureSwitch, String> {
+    match text {
+        "all" | "none" => {
+            return Ok(FeatureSwitch {
+                feature: None,
+                on: text == "all",
+            });
+        }
+        _ => {}
+    }
     let (name, on) = match text.strip_prefix("no-") {
         Some(name) => (name, false),
         None => (text, true),
@@ -72,21 +82,31 @@ pub fn parse_feature_switch(text: &str) -> Result<FeatureSwitch, String> {
         .ok_or_else(|| {
             let known: Vec<&str> = Feature::ALL.iter().map(|f| f.name()).collect();
             format!(
-                "unknown feature `{name}` (features: {}; `no-NAME` turns one off)",
+                "unknown feature `{name}` (features: {}; `no-NAME` turns one off, \
+                 `all` and `none` all of them)",
                 known.join(", ")
             )
         })?;
-    Ok(FeatureSwitch { feature, on })
+    Ok(FeatureSwitch {
+        feature: Some(feature),
+        on,
+    })
 }
 
 /// The default features with `switches` applied in order.
 pub fn features(switches: &[FeatureSwitch]) -> BTreeSet<Feature> {
     let mut set = Feature::defaults();
     for switch in switches {
-        if switch.on {
-            set.insert(switch.feature);
-        } else {
-            set.remove(&switch.feature);
+        let named = match switch.feature {
+            Some(feature) => vec![feature],
+            None => Feature::ALL.to_vec(),
+        };
+        for feature in named {
+            if switch.on {
+                set.insert(feature);
+            } else {
+                set.remove(&feature);
+            }
         }
     }
     set
@@ -257,6 +277,11 @@ mod tests {
     /// `-f` switches features on and off from the defaults; unknown names list the valid ones.
     #[test]
     fn feature_switches() {
+        let none: Vec<FeatureSwitch> = ["none", "wq"]
+            .iter()
+            .map(|t| parse_feature_switch(t).unwrap())
+            .collect();
+        assert_eq!(features(&none), BTreeSet::from([Feature::Wq]));
         let switches: Vec<FeatureSwitch> = ["no-sched", "wq", "no-hardirq", "sched"]
             .iter()
             .map(|t| parse_feature_switch(t).unwrap())

@@ -7,6 +7,7 @@ use std::ops::ControlFlow;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use wprof::codegen::program::ProbeState;
 use wprof::frontend::options::{CompileOptions, TaskFilter};
 use wprof::frontend::{check, parse};
 use wprof::runtime::environment::SystemEnvironment;
@@ -120,6 +121,10 @@ fn selected_for_sleeper(filter: TaskFilter, sleeper: &Sleeper) -> (Vec<u64>, Vec
     let checked = check::check(&script, &SystemEnvironment::default(), &options).expect("checks");
     let compiled = wprof::codegen::compile(&checked).expect("compiles");
     let mut loaded = load(&compiled).expect("loads");
+    let globals = compiled.globals.expect("a globals map");
+    loaded
+        .set_state(globals, ProbeState::Active)
+        .expect("opens the gate");
     loaded
         .attach_all(AttachOptions::default())
         .expect("attaches");

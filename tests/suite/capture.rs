@@ -228,7 +228,9 @@ fn malloc_end_to_end(test: &str, launch: Launch) {
     let (data, pb, json) = (dir.join("wprof.data"), dir.join("t.pb"), dir.join("t.json"));
     let (data, pb_s, json_s) = (path_str(&data), path_str(&pb), path_str(&json));
     let script = "uprobe:libc:malloc /pid == cpid/ < size = arg0; stack >";
-    let mut args = vec!["-e", script, "-D", &data, "-T", &pb_s, "-J", &json_s];
+    let mut args = vec![
+        "-f", "none", "-e", script, "-D", &data, "-T", &pb_s, "-J", &json_s,
+    ];
     match launch {
         Launch::DashC => args.extend(["-c", &program]),
         Launch::DoubleDash => args.extend(["--", &program]),
@@ -312,6 +314,8 @@ fn span_measures_a_function() {
         "span nap {{ uprobe:{program}:nap /pid == cpid/ < > uretprobe:{program}:nap /pid == cpid/ }}"
     );
     let out = wprof_ok(&[
+        "-f",
+        "none",
         "-e",
         &script,
         "-D",
@@ -366,7 +370,9 @@ fn span_pairs_by_explicit_key_and_counts_unmatched_ends() {
         "span job by arg0 {{ uprobe:{program}:begin_job /pid == cpid/ < id = arg0 >
                               uprobe:{program}:end_job /pid == cpid/ < eid = arg0 > }}"
     );
-    let out = wprof_ok(&["-e", &script, "-D", &data, "-J", "-", "-c", &program]);
+    let out = wprof_ok(&[
+        "-f", "none", "-e", &script, "-D", &data, "-J", "-", "-c", &program,
+    ]);
     assert!(
         out.stderr
             .contains("events lost: 1 (span end without a start)"),
@@ -520,6 +526,8 @@ fn mixed_records_match_the_json_schema() {
     );
     let command = format!("{t} 6");
     wprof_ok(&[
+        "-f",
+        "none",
         "-e",
         &script,
         "-D",
@@ -574,8 +582,8 @@ fn records_and_spans_leave_actions_unchanged() {
          span ans {{ uprobe:{t}:answer /pid == cpid/ < > uretprobe:{t}:answer /pid == cpid/ }}"
     );
     let command = format!("{t} 3");
-    let alone = wprof_ok(&["-e", &action, "-c", &command]);
-    let both = wprof_ok(&["-e", &mixed, "-D", &data, "-c", &command]);
+    let alone = wprof_ok(&["-f", "none", "-e", &action, "-c", &command]);
+    let both = wprof_ok(&["-f", "none", "-e", &mixed, "-D", &data, "-c", &command]);
     let body = |s: &str| s.split_once('\n').expect("Attaching line").1.to_string();
     assert_eq!(body(&both.stdout), body(&alone.stdout));
     assert!(body(&alone.stdout).starts_with("mul3 0\nmul3 -1\nmul3 -2\n"));

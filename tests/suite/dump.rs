@@ -37,7 +37,7 @@ fn dump_bpf_listings_match_snapshots() {
     // Tracepoint scripts read their formats from tracefs, which needs root.
     require_bpf!();
     for script in codegen_scripts() {
-        let out = wprof_ok(&["--dump-bpf", &path_str(&script)]);
+        let out = wprof_ok(&["--dump-bpf", "-f", "none", &path_str(&script)]);
         let mut settings = insta::Settings::clone_current();
         settings.set_input_file(&script);
         settings.set_prepend_module_to_snapshot(false);

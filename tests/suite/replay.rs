@@ -28,7 +28,16 @@ fn finished_capture(test: &str) -> (PathBuf, Vec<u8>) {
     let data = dir.join("f.data");
     let program = o0_workload("capture_malloc");
     let script = "uprobe:libc:malloc /pid == cpid/ < size = arg0; stack >";
-    wprof_ok(&["-e", script, "-D", &path_str(&data), "-c", &program]);
+    wprof_ok(&[
+        "-f",
+        "none",
+        "-e",
+        script,
+        "-D",
+        &path_str(&data),
+        "-c",
+        &program,
+    ]);
     let bytes = fs::read(&data).expect("capture written");
     (dir, bytes)
 }
@@ -92,7 +101,16 @@ fn kill_during_capture(test: &str, ticker_args: &str, min_bytes: u64, extra: Dur
     let script = format!("uprobe:{program}:tick /pid == cpid/ < i = arg0 >");
     let command = format!("{program} {ticker_args}");
     let child = Command::new(wprof_bin())
-        .args(["-e", &script, "-D", &path_str(&data), "-c", &command])
+        .args([
+            "-f",
+            "none",
+            "-e",
+            &script,
+            "-D",
+            &path_str(&data),
+            "-c",
+            &command,
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -364,7 +382,7 @@ fn two_process_capture(dir: &Path) -> String {
         path_str(&tk)
     );
     let mut wprof = Command::new(wprof_bin())
-        .args(["-e", &script, "-D", &data, "-d", "2s"])
+        .args(["-f", "none", "-e", &script, "-D", &data, "-d", "2s"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
