@@ -75,7 +75,8 @@ run() {
       switches=$(awk '$2 == "switch" {print $4; exit}' <<<"$info")
       events=$(awk '$1 == "events" {print $2; exit}' <<<"$info")
       drops=$(awk '$1 == "drops" {print $2; exit}' <<<"$info")
-      start=$("$WPROF" -R -D "$data" -J - 2>>"$LOG" | head -n 1 |
+      # The header line only: wprof stops on the closed pipe after it.
+      start=$( ("$WPROF" -R -D "$data" -J - 2>/dev/null || true) | head -n 1 |
         sed -n 's/.*"start_realtime_ns":\([0-9]*\).*/\1/p')
       record "$name" switches "${switches:-0}"
       record "$name" events "${events:-0}"

@@ -119,11 +119,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
             info,
         }
     });
+    // Without a script, wprof captures for 1 s unless told otherwise or
+    // following a command or process, which end the capture themselves.
+    let open_ended = no_script && command.is_none() && cli.target_pid().is_none();
     let options = RunOptions {
         pid: cli.target_pid(),
         command,
-        // Without a script, wprof captures for 1 s unless told otherwise.
-        duration: cli.duration.or(no_script.then_some(DEFAULT_CAPTURE)),
+        duration: cli.duration.or(open_ended.then_some(DEFAULT_CAPTURE)),
         capture,
         phases: Phases::from_schedule(launch, schedule),
     };

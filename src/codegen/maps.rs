@@ -4,6 +4,7 @@ use crate::codegen::glob_nfa::{GlobSet, LANE_TABLE_BYTES};
 use crate::codegen::program::{BUILD_ID_FRAME_BYTES, MAX_STACK_DEPTH};
 use crate::codegen::program::{MapId, MapKind, MapSpec, MapValue, ScriptMap};
 use crate::frontend::checked::{AggFunc, CheckedProgram, MapDecl, MapValueKind, StackKind};
+use crate::frontend::options::UserStacks;
 use crate::frontend::types::{KernelPtr, Type};
 
 /// Entries per script map, as bpftrace's default `max_map_keys`.
@@ -101,11 +102,14 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
             STACK_ENTRIES,
         )
     });
-    let user_bytes = BUILD_ID_FRAME_BYTES * depth;
+    let (user_kind, user_bytes) = match program.user_stacks {
+        UserStacks::BuildId => (MapKind::BuildIdStackTrace, BUILD_ID_FRAME_BYTES * depth),
+        UserStacks::Addresses => (MapKind::StackTrace, 8 * depth),
+    };
     let user_stacks = wants(StackKind::user).then(|| {
         internal(
             "wprof_ustacks".into(),
-            MapKind::BuildIdStackTrace,
+            user_kind,
             4,
             user_bytes,
             STACK_ENTRIES,

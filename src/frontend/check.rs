@@ -81,6 +81,7 @@ pub fn check(
             records: checker.records,
             spans: checker.spans,
             filter: options.filter.clone(),
+            user_stacks: options.user_stacks,
             counters: match checker.reads_counters {
                 true => options.pmu.clone(),
                 false => Vec::new(),

@@ -7,8 +7,8 @@ use crate::capture::model::RecordOrigin;
 use crate::codegen::program::AttachPoint;
 use crate::frontend::ast::{BinOp, Span, UnOp};
 use crate::frontend::kernel_types::KTypeId;
-use crate::frontend::options::PmuCounter;
 use crate::frontend::options::TaskFilter;
+use crate::frontend::options::{PmuCounter, UserStacks};
 use crate::frontend::types::Type;
 
 /// Only the checker builds this (fields are public for reading).
@@ -24,6 +24,7 @@ pub struct CheckedProgram {
     /// The counters `pmu` record items read (`RecordValue::Counter` indices);
     /// empty when no record reads any.
     pub counters: Vec<PmuCounter>,
+    pub user_stacks: UserStacks,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

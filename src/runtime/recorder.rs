@@ -16,7 +16,7 @@ use crate::capture::stacks::{
 };
 use crate::capture::writer::CaptureWriter;
 use crate::codegen::program::{
-    AttachPoint, Compiled, MapId, Message, ValueType, record_header as header,
+    AttachPoint, Compiled, MapId, MapKind, Message, ValueType, record_header as header,
 };
 use crate::output::value::{Value, decode};
 use crate::runtime::kallsyms::Kallsyms;
@@ -102,6 +102,8 @@ pub struct Recorder {
     kallsyms: Option<Kallsyms>,
     kernel_stacks: Option<MapId>,
     user_stacks: Option<MapId>,
+    /// User stacks hold build ids (else plain addresses).
+    user_build_ids: bool,
     /// Which file each build id names.
     modules: ModuleIndex,
     /// Raw stacks already stored (pid 0 for kernel-only stacks).
@@ -151,6 +153,9 @@ impl Recorder {
             kallsyms: symbols.then(Kallsyms::load),
             kernel_stacks: compiled.kernel_stacks,
             user_stacks: compiled.user_stacks,
+            user_build_ids: compiled.user_stacks.is_some_and(|map| {
+                compiled.maps[map.0 as usize].kind == MapKind::BuildIdStackTrace
+            }),
             modules: probed_binaries(compiled),
             stacks: HashMap::new(),
             frame_kinds: Vec::new(),
@@ -344,8 +349,13 @@ impl Recorder {
             }
         }
         if let (true, Some(map)) = (raw.user >= 0, self.user_stacks) {
-            let mut user: Vec<FrameAddr> = loaded
-                .build_id_stack(map, raw.user as u32)?
+            let raw_frames = if self.user_build_ids {
+                loaded.build_id_stack(map, raw.user as u32)?
+            } else {
+                let addrs = loaded.stack(map, raw.user as u32)?;
+                addrs.into_iter().map(BuildIdFrame::Ip).collect()
+            };
+            let mut user: Vec<FrameAddr> = raw_frames
                 .into_iter()
                 .map(|frame| self.user_frame(raw.pid, frame))
                 .collect();
