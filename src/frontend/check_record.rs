@@ -3,7 +3,7 @@
 //! kinds the capture will hold.
 
 use crate::capture::model::RecordOrigin;
-use crate::frontend::ast::{Expr, ExprKind, Record, RecordItem, Span, SpanBlock};
+use crate::frontend::ast::{BinOp, Expr, ExprKind, Record, RecordItem, Span, SpanBlock};
 use crate::frontend::check::{Checker, Source, SourceRole};
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
@@ -150,11 +150,21 @@ impl Checker<'_> {
                 }
                 continue;
             }
-            let (name, value) = self.record_item(item)?;
-            self.add_field(&mut items.fields, name, value.ty.clone(), item.span)?;
-            items
-                .values
-                .push(RecordValue::Expr(self.record_value(value)?));
+            let expanded;
+            let parts = match identity_of(&item.value) {
+                Some(task) => {
+                    expanded = identity_items(task, item.span);
+                    &expanded[..]
+                }
+                None => std::slice::from_ref(item),
+            };
+            for part in parts {
+                let (name, value) = self.record_item(part)?;
+                self.add_field(&mut items.fields, name, value.ty.clone(), part.span)?;
+                items
+                    .values
+                    .push(RecordValue::Expr(self.record_value(value)?));
+            }
         }
         Some(items)
     }
@@ -394,3 +404,60 @@ fn implied_name(expr: &Expr) -> Option<String> {
 #[cfg(test)]
 #[path = "check/record_tests.rs"]
 mod record_tests;
+
+/// The task of an `identity(TASK)` record item.
+fn identity_of(expr: &Expr) -> Option<&Expr> {
+    match &expr.kind {
+        ExprKind::Call { name, args } if name == "identity" && args.len() == 1 => Some(&args[0]),
+        _ => None,
+    }
+}
+
+/// `identity(TASK)` as the items it stands for: the task's `tid`, `pid`,
+/// `ppid`, `comm`, `pcomm` (its process's name) and `kthread` (0 or 1), the
+/// fields of the trackers' `task` record (docs/system-tracking.md).
+fn identity_items(task: &Expr, span: Span) -> Vec<RecordItem> {
+    let node = |kind| Expr { kind, span };
+    let member = |base: Expr, field: &str| {
+        node(ExprKind::Field {
+            expr: Box::new(base),
+            field: field.into(),
+            arrow: true,
+        })
+    };
+    let binary = |op, lhs, rhs| {
+        node(ExprKind::Binary {
+            op,
+            lhs: Box::new(lhs),
+            rhs: Box::new(rhs),
+        })
+    };
+    const PF_KTHREAD_BIT: u64 = 21;
+    let kthread = binary(
+        BinOp::BitAnd,
+        binary(
+            BinOp::Shr,
+            member(task.clone(), "flags"),
+            node(ExprKind::Int(PF_KTHREAD_BIT)),
+        ),
+        node(ExprKind::Int(1)),
+    );
+    [
+        ("tid", member(task.clone(), "pid")),
+        ("pid", member(task.clone(), "tgid")),
+        ("ppid", member(member(task.clone(), "real_parent"), "tgid")),
+        ("comm", member(task.clone(), "comm")),
+        (
+            "pcomm",
+            member(member(task.clone(), "group_leader"), "comm"),
+        ),
+        ("kthread", kthread),
+    ]
+    .into_iter()
+    .map(|(name, value)| RecordItem {
+        name: Some(name.into()),
+        value,
+        span,
+    })
+    .collect()
+}
