@@ -7,7 +7,7 @@ tools/setup.sh
 cargo build --release --quiet
 mkdir -p target/demo
 cc -O1 -g -fno-omit-frame-pointer -fno-inline -o target/demo/workload examples/workload.c
-target/release/wprof examples/demo.bt -D target/demo/wprof.data -T target/demo/trace.pb -- target/demo/workload 200
+target/release/wprof examples/demo.bt -S -D target/demo/wprof.data -T target/demo/trace.pb -- target/demo/workload 200
 target/release/wprof -R -I -D target/demo/wprof.data
 echo
 echo "Trace written to target/demo/trace.pb: open it at https://ui.perfetto.dev"
