@@ -79,6 +79,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
     let _ = tracefs::ensure_mounted();
     let env = SystemEnvironment::new(cli.target_pid());
     let (sources, checked, compiled) = compile(&cli, &tracking, user, &env, &compile_options)?;
+    // The kernel's BTF, parsed for typing, is megabytes the capture does not need.
+    drop(env);
     let source_map = driver::source_map(&sources);
     if cli.dump_bpf {
         let mut out = io::stdout().lock();
