@@ -1,7 +1,7 @@
-/* Workload for counter tests: touches PAGES fresh anonymous pages (one
- * write each, no huge pages) in one on-CPU stretch, then sleeps 100 ms, so
- * the switch out at the start of the sleep ends a stretch with at least
- * PAGES page faults.
+/* Workload for counter tests: maps PAGES fresh anonymous pages, sleeps
+ * 50 ms, touches them (one write each, no huge pages) in one on-CPU stretch,
+ * then sleeps 100 ms, so the stretch between its two sleeps ends with at
+ * least PAGES page faults.
  *
  * Usage: sys_faults [PAGES]   (default 2000)
  */
@@ -21,6 +21,9 @@ int main(int argc, char **argv)
 	if (mem == MAP_FAILED)
 		return 1;
 	madvise(mem, (size_t)pages * page, MADV_NOHUGEPAGE);
+	nap.tv_nsec = 50 * 1000000L;
+	nanosleep(&nap, NULL);
+	nap.tv_nsec = 100 * 1000000L;
 	for (int i = 0; i < pages; i++)
 		((volatile char *)mem)[(long)i * page] = 1;
 	nanosleep(&nap, NULL);

@@ -1,6 +1,7 @@
 /* Workload for sampling tests: spin_here() burns CPU in a plain loop (no
- * calls, so timer samples land in it) and main calls it until MS
- * milliseconds have passed. Build with frame pointers and -O1.
+ * calls, so timer samples land in it) and main calls it until the thread
+ * has used MS milliseconds of CPU time (however long that takes on a busy
+ * machine). Build with frame pointers and -O1.
  *
  * Usage: sys_spin [MS]   (default 1000)
  */
@@ -19,7 +20,7 @@ __attribute__((noinline)) void spin_here(long iterations)
 static long now_ms(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
