@@ -179,11 +179,11 @@ fn stretches(json: &Ndjson, tid: u64) -> Vec<Stretch<'_>> {
     let mut out = Vec::new();
     let mut on: Option<&Value> = None;
     for e in of_kind(json, "switch") {
-        if e["task"]["tid"] == tid {
-            if let Some(on) = on.take() {
-                assert_eq!(on["cpu"], e["cpu"], "a stretch stays on one CPU");
-                out.push(Stretch { on, off: e });
-            }
+        if e["task"]["tid"] == tid
+            && let Some(on) = on.take()
+        {
+            assert_eq!(on["cpu"], e["cpu"], "a stretch stays on one CPU");
+            out.push(Stretch { on, off: e });
         }
         if e["next"]["tid"] == tid {
             on = Some(e);
