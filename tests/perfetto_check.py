@@ -62,6 +62,8 @@ class Checker:
         self.compact_cpus = set()
         self.compact_switches = 0
         self.tree_threads = set()
+        self.slice_names = collections.defaultdict(list)
+        self.annotation_sums = collections.Counter()
 
     def error(self, index, message):
         if len(self.errors) < 50:
@@ -163,6 +165,13 @@ class Checker:
             else:
                 self.counter_values[desc.name] += 1
             return
+        if kind == TE.TYPE_SLICE_END and self.slice_names[track]:
+            # Annotations of a slice's END (e.g. PMU deltas of on-CPU
+            # slices), summed by slice name and annotation name.
+            name = self.slice_names[track].pop()
+            for annotation in event.debug_annotations:
+                key = self.interned["debug_annotation_names"].get(annotation.name_iid, "?")
+                self.annotation_sums[(name, key)] += annotation.uint_value or annotation.int_value
         if kind != TE.TYPE_SLICE_END:
             self.need(index, "event_names", event.name_iid, "event")
             self.names[self.interned["event_names"].get(event.name_iid, "?")] += 1
@@ -179,6 +188,7 @@ class Checker:
         elif kind == TE.TYPE_SLICE_BEGIN:
             self.counts["slices"] += 1
             self.open[track] += 1
+            self.slice_names[track].append(self.interned["event_names"].get(event.name_iid, "?"))
             desc = self.tracks.get(track)
             if desc is not None and desc.HasField("thread") and self.open[track] == 1:
                 name = self.interned["event_names"].get(event.name_iid, "?")
@@ -230,6 +240,12 @@ def main():
     parser.add_argument("--expect-compact-sched", type=int, metavar="CPUS",
                         help="CPUs with compact_sched bundles (at least one switch in all)")
     parser.add_argument("--expect-flows", type=int, help="flows that start and end")
+    parser.add_argument("--expect-min-flows", type=int, metavar="N",
+                        help="at least N flows that start and end")
+    parser.add_argument("--expect-end-annotation-sum", nargs=3, action="append", default=[],
+                        metavar=("SLICE", "ANNOTATION", "MIN"),
+                        help="the values of ANNOTATION on the ends of slices named SLICE "
+                        "add up to at least MIN")
     args = parser.parse_args()
 
     trace = pb.Trace()
@@ -270,6 +286,13 @@ def main():
             errors.append(f"compact_sched on {got} CPUs, expected {args.expect_compact_sched}")
     if args.expect_flows is not None and summary["flows"] != args.expect_flows:
         errors.append(f"flows: {summary['flows']}, expected {args.expect_flows}")
+
+    if args.expect_min_flows is not None and summary["flows"] < args.expect_min_flows:
+        errors.append(f"flows: {summary['flows']}, expected at least {args.expect_min_flows}")
+    for name, annotation, want in args.expect_end_annotation_sum:
+        got = checker.annotation_sums[(name, annotation)]
+        if got < int(want):
+            errors.append(f"{annotation} on ends of {name} slices: {got}, expected at least {want}")
 
     print(json.dumps({"packets": len(trace.packet), **summary}, sort_keys=True))
     for error in errors:
