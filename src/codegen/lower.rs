@@ -2,6 +2,7 @@
 //! the frame (stack buffer) allocator and statements; expressions, maps and
 //! messages live in the sibling `lower_*` files.
 
+use crate::capture::model::RecordOrigin;
 use crate::codegen::helpers::GET_CURRENT_PID_TGID;
 use crate::codegen::ir::{AluOp, Annotated, Base, Cond, Function, Inst, Label, Size, Src, VReg};
 use crate::codegen::maps::MapLayouts;
@@ -94,12 +95,17 @@ impl<'a> Lowerer<'a> {
         (lowerer.function, lowerer.frame_peak)
     }
 
-    /// Return at once unless tracing is active, and for wprof's own events.
+    /// Return at once unless tracing is active, and for wprof's own events
+    /// in the user's probes. Trackers record wprof like any task: a switch
+    /// away from it is the next task's switch-in.
     fn gate(&mut self) {
         let exit = self.exit_label;
         self.comment("return unless tracing is active");
         let state = self.global(GlobalSlot::State);
         self.branch(Cond::Ne, state, Src::Imm(ProbeState::Active as i32), exit);
+        if self.probe.origin == RecordOrigin::Tracker {
+            return;
+        }
         self.comment("ignore wprof itself");
         let me = self.global(GlobalSlot::SelfPid);
         let task = self.vreg();

@@ -202,6 +202,7 @@ impl<'e> Checker<'e> {
                     variables: std::mem::take(&mut self.probe.var_list),
                     span: source.span,
                     function_entry: probe.function_entry,
+                    origin: source.origin,
                 });
             }
         }

@@ -172,6 +172,8 @@ pub struct CheckedProbe {
     pub span: Span,
     /// At a function's first instruction (see `ResolvedProbe::function_entry`).
     pub function_entry: bool,
+    /// Who wrote the probe: the built-in trackers see wprof itself too.
+    pub origin: RecordOrigin,
 }
 
 /// How the probe's context argument is read.
