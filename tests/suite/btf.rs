@@ -151,7 +151,7 @@ fn selected_applies_task_filters() {
     require_bpf!();
     let sleeper = Sleeper(
         Command::new(workload("sleeper"))
-            .args(["400", "5"])
+            .args(["6000", "5"]) // outlives every case (killed on drop)
             .spawn()
             .expect("spawn sleeper"),
     );
