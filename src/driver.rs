@@ -10,7 +10,7 @@ use crate::frontend::checked::CheckedProgram;
 use crate::frontend::diag::{ScriptError, ScriptErrors, SourceMap};
 use crate::frontend::options::CompileOptions;
 use crate::frontend::probes::Environment;
-use crate::frontend::{check, parse, positional, shift};
+use crate::frontend::{check, parse, pmu, positional, shift};
 use crate::runtime::features::KernelFeatures;
 use crate::runtime::loader::LoadError;
 
@@ -74,7 +74,9 @@ pub fn check_kernel_support(
         let missing = match &probe.attach {
             AttachPoint::Kprobe { .. } => features.kprobes.reason().map(str::to_owned),
             AttachPoint::Fentry { .. } => features.fentry().reason().map(str::to_owned),
-            AttachPoint::PerfEvent { event, .. } if event.type_ == 0 => {
+            AttachPoint::PerfEvent { event, .. }
+                if event.type_ == 0 || event.type_ == pmu::PERF_TYPE_RAW =>
+            {
                 features.hardware_pmu.reason().map(str::to_owned)
             }
             AttachPoint::Uprobe { .. } | AttachPoint::Usdt { .. } => {

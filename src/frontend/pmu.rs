@@ -10,7 +10,7 @@ pub const MAX_COUNTERS: usize = 16;
 /// `PERF_TYPE_*` of `perf_event_attr.type`.
 const PERF_TYPE_HARDWARE: u32 = 0;
 const PERF_TYPE_SOFTWARE: u32 = 1;
-const PERF_TYPE_RAW: u32 = 4;
+pub const PERF_TYPE_RAW: u32 = 4;
 
 /// `PERF_COUNT_HW_*`, with perf's aliases.
 const HARDWARE: &[(&str, u64)] = &[

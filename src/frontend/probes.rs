@@ -9,6 +9,7 @@ use crate::frontend::ast::ProbeSpec;
 use crate::frontend::checked::{BtfArg, Context, TracepointField, UsdtArgSpec};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::kernel_types::{KTypeId, KernelType};
+use crate::frontend::pmu;
 
 /// A function found in a binary.
 #[derive(Clone, Debug, PartialEq)]
@@ -341,6 +342,8 @@ fn timer(
 }
 
 const PERF_TYPE_HARDWARE: u32 = 0;
+/// Samples per raw event when no count is given (as for `cycles`).
+const RAW_DEFAULT_PERIOD: u64 = 1_000_000;
 const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
 
@@ -384,36 +387,67 @@ fn perf_counter(
     } else {
         "software"
     };
-    let (event, period) = match parts {
+    let (event, rate) = match parts {
         [event] => (*event, None),
-        [event, period] => (*event, Some(*period)),
-        _ => return Err(format!("expected `{provider}:EVENT[:COUNT]`")),
+        [event, rate] => (*event, Some(*rate)),
+        _ => return Err(format!("expected `{provider}:EVENT[:COUNT|:Nhz]`")),
     };
-    let Some((names, config, default_period)) =
-        table.iter().find(|(names, _, _)| names.contains(&event))
-    else {
-        let known: Vec<&str> = table.iter().map(|(names, _, _)| names[0]).collect();
-        return Err(format!(
-            "unknown {provider} event `{event}` (known: {})",
-            known.join(", ")
-        ));
+    let known = table.iter().find(|(names, _, _)| names.contains(&event));
+    let (name, event, default_period) = match known {
+        Some((names, config, period)) => (
+            names[0].to_string(),
+            PerfEvent {
+                type_,
+                config: *config,
+            },
+            *period,
+        ),
+        // A raw PMU code (`rXXXX`), as `--pmu` takes it.
+        None if type_ == PERF_TYPE_HARDWARE
+            && pmu::parse_counter(event).is_ok_and(|c| c.event.type_ == pmu::PERF_TYPE_RAW) =>
+        {
+            let counter = pmu::parse_counter(event)?;
+            (counter.name, counter.event, RAW_DEFAULT_PERIOD)
+        }
+        None => {
+            let known: Vec<&str> = table.iter().map(|(names, _, _)| names[0]).collect();
+            return Err(format!(
+                "unknown {provider} event `{event}` (known: {}{})",
+                known.join(", "),
+                if type_ == PERF_TYPE_HARDWARE {
+                    ", rHEX"
+                } else {
+                    ""
+                }
+            ));
+        }
     };
-    let period = match period {
-        Some(text) => parse_number(text)
-            .filter(|n| *n > 0)
-            .ok_or_else(|| format!("`{text}` is not a positive count"))?,
-        None => *default_period,
+    let sample = match rate {
+        Some(text) => match text.strip_suffix("hz") {
+            Some(hz) => PerfSample::FrequencyHz(
+                parse_number(hz)
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("`{text}` is not a positive rate"))?,
+            ),
+            None => PerfSample::Period(
+                parse_number(text)
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| format!("`{text}` is not a positive count"))?,
+            ),
+        },
+        None => PerfSample::Period(default_period),
+    };
+    let shown_rate = match sample {
+        PerfSample::FrequencyHz(hz) => format!("{hz}hz"),
+        PerfSample::Period(period) => period.to_string(),
     };
     let attach = AttachPoint::PerfEvent {
-        event: PerfEvent {
-            type_,
-            config: *config,
-        },
-        sample: PerfSample::Period(period),
+        event,
+        sample,
         all_cpus: true,
     };
     Ok(vec![ResolvedProbe::new(
-        format!("{provider}:{}:{period}", names[0]),
+        format!("{provider}:{name}:{shown_rate}"),
         attach,
         Context::Plain,
     )])

@@ -42,7 +42,7 @@ pub fn sources(tracking: &Tracking) -> Result<Vec<Source>, String> {
     for kind in &tracking.stacks {
         let text = match kind {
             StackKind::Timer { hz } => format!("profile:hz:{hz} {{ record timer < stack > }}\n"),
-            StackKind::Pmu { event, rate } => pmu_sampler(event, *rate)?,
+            StackKind::Pmu { event, rate } => pmu_sampler(event, *rate),
             _ => continue,
         };
         sources.push(Source {
@@ -54,29 +54,24 @@ pub fn sources(tracking: &Tracking) -> Result<Vec<Source>, String> {
     Ok(sources)
 }
 
-/// `-S pmu=EVENT@RATE`: `sw:NAME` is a software event, other names hardware.
-fn pmu_sampler(event: &str, rate: PerfSample) -> Result<String, String> {
+/// `-S pmu=EVENT@RATE`: `sw:NAME` is a software event, other names (and raw
+/// `rXXXX` codes) hardware.
+fn pmu_sampler(event: &str, rate: PerfSample) -> String {
     let probe = match event.strip_prefix("sw:") {
         Some(name) => format!("software:{name}"),
-        None if event.starts_with('r') && event[1..].chars().all(|c| c.is_ascii_hexdigit()) => {
-            return Err(format!(
-                "-S pmu={event}: raw events cannot be sampled yet; count them with --pmu"
-            ));
-        }
         None => format!("hardware:{event}"),
     };
     let rate = match rate {
         PerfSample::FrequencyHz(hz) => format!("{hz}hz"),
         PerfSample::Period(count) => count.to_string(),
     };
-    Ok(format!(
-        "{probe}:{rate} {{ record pmu_sample < stack > }}\n"
-    ))
+    format!("{probe}:{rate} {{ record pmu_sample < stack > }}\n")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codegen::program::{AttachPoint, PerfEvent};
     use crate::tracking::options::parse_stack_arg;
 
     fn tracking(features: &[Feature], stacks: &[&str]) -> Tracking {
@@ -129,11 +124,26 @@ mod tests {
         );
     }
 
-    /// Raw events are refused for sampling, with the argument named.
+    /// A raw code samples as a raw perf event, at the rate given.
     #[test]
-    fn raw_pmu_sampling_is_refused() {
-        let error = sources(&tracking(&[], &["pmu=r003c"])).unwrap_err();
-        assert!(error.contains("pmu=r003c"), "{error}");
+    fn raw_pmu_sampling_is_a_raw_event() {
+        let tracking = tracking(&[], &["pmu=r003c@4000hz"]);
+        let sources = sources(&tracking).unwrap();
+        let env = crate::frontend::fake_machine::FakeMachine;
+        let (_, compiled) =
+            crate::driver::compile(&sources, &[], &env, &tracking.compile_options().unwrap())
+                .unwrap_or_else(|e| panic!("{}", e.render()));
+        assert_eq!(
+            compiled.programs[0].attach,
+            AttachPoint::PerfEvent {
+                event: PerfEvent {
+                    type_: 4,
+                    config: 0x3c
+                },
+                sample: PerfSample::FrequencyHz(4000),
+                all_cpus: true,
+            }
+        );
     }
 
     /// Every tracker, alone and with the others, with and without stacks,
