@@ -16,7 +16,7 @@ use crate::capture::model::{
 };
 use crate::render::filter::Filter;
 use crate::render::source::CaptureSource;
-use crate::render::tracker::Trackers;
+use crate::tracking::records::Trackers;
 
 mod tracker_lines;
 

@@ -85,6 +85,7 @@ mod fake {
         DropReason, FieldSchema, FieldType, FieldValue, FieldValue as V, RecordId, RecordKind,
         RecordOrigin,
     };
+    use crate::tracking::compiled;
 
     /// Fills the reused event with the event at an index.
     pub type MakeEvent = fn(u64, &mut Event);
@@ -261,89 +262,35 @@ mod fake {
             RecordId(self.schemas.len() as u32 - 1)
         }
 
-        /// Adds the built-in tracker record `name` laid out as in
-        /// docs/system-tracking.md, with the fields of the `pmu` counters
-        /// (and, for IRQ spans, their `pmu_end:` twins).
-        pub fn add_tracker_schema(&mut self, name: &str, pmu: &[&str]) -> RecordId {
-            use FieldType::{Int as I, Str as S, Thread as T, UInt as U};
-            let (kind, fields, has_stack, readings): (_, &[(&str, FieldType)], _, &[&str]) =
-                match name {
-                    "switch" => (
-                        RecordKind::Instant,
-                        &[
-                            ("next", T),
-                            ("prev_state", U),
-                            ("preempt", U),
-                            ("prev_prio", I),
-                            ("next_prio", I),
-                        ],
-                        true,
-                        &["pmu"],
-                    ),
-                    "waking" => (
-                        RecordKind::Instant,
-                        &[("wakee", T), ("target_cpu", U)],
-                        true,
-                        &[],
-                    ),
-                    "wakeup_new" => (
-                        RecordKind::Instant,
-                        &[("wakee", T), ("target_cpu", U)],
-                        false,
-                        &[],
-                    ),
-                    "fork" => (RecordKind::Instant, &[("child", T)], false, &[]),
-                    "exec" => (
-                        RecordKind::Instant,
-                        &[("filename", S), ("old_tid", U)],
-                        false,
-                        &[],
-                    ),
-                    "rename" => (
-                        RecordKind::Instant,
-                        &[("task", T), ("old_comm", S), ("new_comm", S)],
-                        false,
-                        &[],
-                    ),
-                    "exit" => (RecordKind::Instant, &[("exit_code", I)], false, &[]),
-                    "free" => (RecordKind::Instant, &[("task", T)], false, &[]),
-                    "hardirq" => (
-                        RecordKind::Span,
-                        &[("irq", U), ("action", S), ("ret", U)],
-                        false,
-                        &["pmu", "pmu_end"],
-                    ),
-                    "softirq" => (RecordKind::Span, &[("vec", U)], false, &["pmu", "pmu_end"]),
-                    "wq" => (RecordKind::Span, &[("func", S), ("work", U)], false, &[]),
-                    "timer" | "pmu_sample" => (RecordKind::Instant, &[], true, &[]),
-                    other => panic!("no tracker record {other}"),
-                };
-            let mut fields: Vec<FieldSchema> = fields
-                .iter()
-                .map(|&(name, ty)| FieldSchema {
-                    name: name.to_owned(),
-                    ty,
-                })
-                .collect();
-            for prefix in readings {
-                for counter in pmu {
-                    for suffix in ["", ":enabled", ":running"] {
-                        fields.push(FieldSchema {
-                            name: format!("{prefix}:{counter}{suffix}"),
-                            ty: FieldType::UInt,
-                        });
-                    }
-                }
-            }
-            self.schemas.push(RecordSchema {
-                probe: format!("tracker:{name}"),
-                name: name.to_owned(),
-                kind,
-                fields,
-                has_stack,
-                origin: RecordOrigin::Tracker,
-            });
+        /// Adds the schema of the built-in tracker record `name` as the real
+        /// `probes/*.wp` compile (see `tracking::compiled`: every stack kind,
+        /// one `--pmu` counter).
+        pub fn add_tracker_schema(&mut self, name: &str) -> RecordId {
+            self.schemas.push(compiled::schema(name).clone());
             RecordId(self.schemas.len() as u32 - 1)
+        }
+
+        /// The values of an event of `record` given by field name, in schema
+        /// order. Panics unless `named` gives every field of the schema and no
+        /// other, so fixtures follow the compiled layout.
+        #[track_caller]
+        pub fn values(&self, record: RecordId, named: &[(&str, FieldValue)]) -> Vec<FieldValue> {
+            let schema = &self.schemas[record.0 as usize];
+            for (name, _) in named {
+                assert!(
+                    schema.fields.iter().any(|f| f.name == *name),
+                    "{} records no field {name}",
+                    schema.name
+                );
+            }
+            (schema.fields.iter())
+                .map(|field| {
+                    let given = named.iter().find(|(name, _)| *name == field.name);
+                    let given = given
+                        .unwrap_or_else(|| panic!("no value for {}.{}", schema.name, field.name));
+                    given.1.clone()
+                })
+                .collect()
         }
 
         pub fn add_frame(&mut self, addr: FrameAddr, symbol: Option<Symbol>) -> FrameId {

@@ -23,6 +23,7 @@ use crate::runtime::kallsyms::Kallsyms;
 use crate::runtime::loader::Loaded;
 use crate::runtime::maps_read::BuildIdFrame;
 use crate::runtime::threads::{Comm, ThreadTable};
+use crate::tracking::records::{IDENTITY, Kind, Trackers};
 
 /// How far back events may arrive out of order: a probe reads the clock
 /// before it sends, and may be preempted in between.
@@ -76,14 +77,12 @@ enum FieldDecoder {
     },
 }
 
-/// Positions of the tracker `task` record's fields, in `IDENTITY_FIELDS` order.
+/// Positions of the tracker `task` record's fields, in `records::IDENTITY` order.
 #[derive(Clone, Copy, Debug)]
 struct IdentityRecord {
     record: u32,
-    fields: [usize; 6],
+    fields: [usize; IDENTITY.len()],
 }
-
-const IDENTITY_FIELDS: [&str; 6] = ["tid", "pid", "ppid", "comm", "pcomm", "kthread"];
 
 /// Most value vectors kept for reuse.
 const SPARE_VALUES: usize = 4096;
@@ -536,13 +535,11 @@ fn decoders(
 
 /// The trackers' `task` record, when it has every identity field.
 fn identity_record(records: &[RecordSchema]) -> Option<IdentityRecord> {
-    let (record, schema) = records
-        .iter()
-        .enumerate()
-        .find(|(_, r)| r.origin == RecordOrigin::Tracker && r.name == "task")?;
-    let mut fields = [0; 6];
-    for (slot, name) in fields.iter_mut().zip(IDENTITY_FIELDS) {
-        *slot = schema.fields.iter().position(|f| f.name == name)?;
+    let trackers = Trackers::new(records);
+    let (record, layout) = trackers.find(Kind::Task)?;
+    let mut fields = [0; IDENTITY.len()];
+    for (slot, field) in fields.iter_mut().zip(IDENTITY) {
+        *slot = layout.position(field)?;
     }
     Some(IdentityRecord {
         record: record as u32,
@@ -661,13 +658,14 @@ mod tests {
         assert!(matches!(decoders[2], FieldDecoder::Value { at: 96, .. }));
     }
 
-    /// Only the trackers' complete `task` record sets identities.
+    /// Only the trackers' complete `task` record sets identities, wherever
+    /// its fields are.
     #[test]
     fn finds_the_identity_record() {
-        let fields: Vec<(&str, FieldType)> = IDENTITY_FIELDS
+        let fields: Vec<(&str, FieldType)> = IDENTITY
             .iter()
             .rev()
-            .map(|name| (*name, FieldType::UInt))
+            .map(|field| (field.name(), field.ty()))
             .collect();
         let task = schema("task", RecordOrigin::Tracker, &fields);
         let user_task = schema("task", RecordOrigin::Script, &fields);
@@ -676,5 +674,13 @@ mod tests {
         assert!(identity_record(&[user_task]).is_none());
         let partial = schema("task", RecordOrigin::Tracker, &fields[1..]);
         assert!(identity_record(&[partial]).is_none());
+    }
+
+    /// The compiled trackers' `task` record is found.
+    #[test]
+    fn finds_the_compiled_identity_record() {
+        let schemas = crate::tracking::compiled::schemas();
+        let found = identity_record(schemas).expect("the trackers record identities");
+        assert_eq!(schemas[found.record as usize].name, Kind::Task.name());
     }
 }

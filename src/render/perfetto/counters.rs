@@ -12,7 +12,7 @@ use std::cmp::Reverse;
 use super::encode::EventPacket;
 use super::{RenderError, Renderer, proto};
 use crate::capture::model::Event;
-use crate::render::tracker::{PmuField, Reading, reading};
+use crate::tracking::records::{PmuField, Reading, reading};
 
 /// A count over an interval.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

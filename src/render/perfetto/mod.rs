@@ -59,7 +59,7 @@ use self::tracks::{Names, Tracks};
 use crate::capture::model::{Event, FieldValue, RecordKind, RecordSchema, Thread, ThreadId};
 use crate::render::filter::Filter;
 use crate::render::source::CaptureSource;
-use crate::render::tracker::{TrackerSchema, Trackers};
+use crate::tracking::records::{TrackerSchema, Trackers};
 
 /// The one `trusted_packet_sequence_id` of the trace.
 const SEQUENCE_ID: u32 = 1;

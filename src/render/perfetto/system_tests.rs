@@ -516,7 +516,7 @@ fn switch_throughput() {
         1_000_000
     };
     let mut capture = FakeCapture::new();
-    capture.add_tracker_schema("switch", &["cpu-cycles"]);
+    capture.add_tracker_schema("switch");
     for tid in 0..4 {
         capture.add_thread(1000 + tid, 1000, &format!("worker-{tid}"), "server");
     }
