@@ -1,9 +1,9 @@
-//! What a renderer reads: the [`CaptureSource`] trait, implemented by the
-//! capture reader (and, in tests, by the in-memory [`FakeCapture`]). Every
-//! renderer (Perfetto, NDJSON, summary) takes a `&dyn CaptureSource`.
+//! A capture as renderers see it: the [`CaptureSource`] trait, implemented by
+//! the capture reader (and, in tests, by the in-memory [`FakeCapture`]).
 
 use std::ops::ControlFlow;
 
+use crate::capture::format::CaptureError;
 use crate::capture::model::{
     CaptureInfo, CaptureStats, Event, FrameAddr, FrameId, RecordSchema, Stack, StackId, StringId,
     Symbol, Thread, ThreadId,
@@ -30,8 +30,12 @@ pub trait CaptureSource {
     /// A sentence about what was lost (truncation, corruption), if anything.
     fn damage(&self) -> Option<String>;
     /// Calls `f` on each event in time order until it returns `Break`.
-    /// `Err` is a read failure part way through.
-    fn for_each_event(&self, f: &mut dyn FnMut(&Event) -> ControlFlow<()>) -> Result<(), String>;
+    /// `Err` is a read failure part way through. An output that needs
+    /// several passes calls it again: each call starts from the first event.
+    fn for_each_event(
+        &self,
+        f: &mut dyn FnMut(&Event) -> ControlFlow<()>,
+    ) -> Result<(), CaptureError>;
 }
 
 impl CaptureSource for CaptureReader {
@@ -68,8 +72,11 @@ impl CaptureSource for CaptureReader {
     fn damage(&self) -> Option<String> {
         CaptureReader::damage(self).map(|d| d.to_string())
     }
-    fn for_each_event(&self, f: &mut dyn FnMut(&Event) -> ControlFlow<()>) -> Result<(), String> {
-        CaptureReader::for_each_event(self, f).map_err(|e| e.to_string())
+    fn for_each_event(
+        &self,
+        f: &mut dyn FnMut(&Event) -> ControlFlow<()>,
+    ) -> Result<(), CaptureError> {
+        CaptureReader::for_each_event(self, f)
     }
 }
 
@@ -104,8 +111,9 @@ mod fake {
         pub events: Vec<Event>,
         pub stats: Option<CaptureStats>,
         pub damage: Option<String>,
-        /// Returned by `for_each_event` after the events, to imitate a read failure.
-        pub read_error: Option<String>,
+        /// `(offset, what)`: `for_each_event` reports the capture corrupt
+        /// there after the events, to imitate a read failure.
+        pub read_error: Option<(u64, String)>,
         /// After `events`, this many more made on the fly by the function (given
         /// the index and a reused event): for speed tests without the memory.
         pub generated: Option<(u64, MakeEvent)>,
@@ -392,7 +400,7 @@ mod fake {
         fn for_each_event(
             &self,
             f: &mut dyn FnMut(&Event) -> ControlFlow<()>,
-        ) -> Result<(), String> {
+        ) -> Result<(), CaptureError> {
             for event in &self.events {
                 if f(event).is_break() {
                     return Ok(());
@@ -408,7 +416,11 @@ mod fake {
                 }
             }
             match &self.read_error {
-                Some(error) => Err(error.clone()),
+                Some((offset, what)) => Err(CaptureError::Corrupt {
+                    path: "test.data".into(),
+                    offset: *offset,
+                    what: what.clone(),
+                }),
                 None => Ok(()),
             }
         }

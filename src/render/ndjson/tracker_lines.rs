@@ -5,15 +5,18 @@
 //! `prev_state_raw`), softirq vectors get a `vec_name`, and PMU readings are
 //! grouped by counter in `pmu` / `pmu_end`.
 
-use std::io;
-
 use super::{LineWriter, write_i64, write_key_str, write_seconds, write_str, write_u64};
 use crate::capture::model::{Event, FieldValue};
+use crate::render::RenderError;
 use crate::render::tracker::{softirq_name, state_letter};
 use crate::tracking::records::{Field, Kind, PmuField, TrackerSchema};
 
-impl LineWriter<'_> {
-    pub(super) fn tracker_event(&mut self, event: &Event, t: &TrackerSchema) -> io::Result<()> {
+impl LineWriter<'_, '_> {
+    pub(super) fn tracker_event(
+        &mut self,
+        event: &Event,
+        t: &TrackerSchema,
+    ) -> Result<(), RenderError> {
         if let Some(stack) = event.stack {
             self.stack_once(stack);
         }
@@ -126,7 +129,8 @@ mod tests {
     use crate::capture::model::{FieldType, FieldValue as V, RecordKind};
     use crate::frontend::options::TaskFilter;
     use crate::render::filter::{Filter, TaskSelector};
-    use crate::render::ndjson::{json_schema, render, tests::conforms};
+    use crate::render::ndjson::json_schema;
+    use crate::render::ndjson::tests::{conforms, render};
     use crate::render::source::FakeCapture;
     use crate::render::system_fixture::system;
     use crate::tracking::compiled;

@@ -52,7 +52,7 @@ impl SwitchReadings {
     }
 }
 
-impl Renderer<'_> {
+impl Renderer<'_, '_> {
     /// Writes the counter values of `fields` in `event` at `ts_ns` on the
     /// event's CPU; values at a later time (an IRQ's exit) are queued.
     pub(super) fn write_counters(

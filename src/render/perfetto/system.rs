@@ -58,7 +58,7 @@ impl Arg {
     }
 }
 
-impl Renderer<'_> {
+impl Renderer<'_, '_> {
     pub(super) fn tracker_event(
         &mut self,
         event: &Event,

@@ -7,9 +7,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use super::fake::decode;
+use super::fake::{decode, render};
 use super::proto::{self, AnnotationValue, CompactSched, TracePacket, TrackDescriptor};
-use super::render;
 use super::tracks::{IDLE_PID, KTHREADS_PID};
 use crate::capture::model::{Event, FieldValue as V, RecordId, ThreadId};
 use crate::render::filter::Filter;
