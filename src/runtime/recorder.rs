@@ -11,18 +11,19 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::capture::model::*;
-use crate::capture::stacks::{
-    AddrKind, ModuleIndex, NormalizedAddr, RawFrame, StackNormalizer, SymbolizeOptions, symbolize,
-};
+
 use crate::capture::writer::CaptureWriter;
 use crate::codegen::program::{
     AttachPoint, Compiled, MapId, MapKind, Message, ValueType, record_header as header,
 };
 use crate::output::value::{Value, decode};
-use crate::runtime::kallsyms::Kallsyms;
 use crate::runtime::loader::Loaded;
 use crate::runtime::maps_read::BuildIdFrame;
 use crate::runtime::threads::{Comm, ThreadTable};
+use crate::symbols::{
+    AddrKind, KernelSymbols, ModuleIndex, NormalizedAddr, RawFrame, StackNormalizer,
+    SymbolizeOptions, symbolize,
+};
 use crate::tracking::records::{IDENTITY, Kind, Trackers};
 
 /// How far back events may arrive out of order: a probe reads the clock
@@ -97,8 +98,8 @@ pub struct Recorder {
     /// The trackers' `task` record, which sets thread identities.
     identity: Option<IdentityRecord>,
     threads: ThreadTable,
-    /// Loaded when a record has a kernel symbol field.
-    kallsyms: Option<Kallsyms>,
+    /// Names `ksym()` fields and, at the end, kernel frames.
+    kernel_symbols: KernelSymbols,
     kernel_stacks: Option<MapId>,
     user_stacks: Option<MapId>,
     /// User stacks hold build ids (else plain addresses).
@@ -134,10 +135,6 @@ impl Recorder {
                 _ => Vec::new(),
             })
             .collect();
-        let symbols = fields
-            .iter()
-            .flatten()
-            .any(|f| matches!(f, FieldDecoder::KernelSymbol { .. }));
         Ok(Recorder {
             writer,
             start_ns: info.start_monotonic_ns,
@@ -149,7 +146,7 @@ impl Recorder {
                 .collect(),
             identity: identity_record(&compiled.records),
             threads: ThreadTable::default(),
-            kallsyms: symbols.then(Kallsyms::load),
+            kernel_symbols: KernelSymbols::default(),
             kernel_stacks: compiled.kernel_stacks,
             user_stacks: compiled.user_stacks,
             user_build_ids: compiled.user_stacks.is_some_and(|map| {
@@ -225,7 +222,7 @@ impl Recorder {
             fields,
             writer,
             threads,
-            kallsyms,
+            kernel_symbols,
             ..
         } = self;
         for field in fields.get(message).map(Vec::as_slice).unwrap_or_default() {
@@ -234,9 +231,8 @@ impl Recorder {
                     FieldValue::Thread(threads.of_field(writer, u64_at(bytes, *at)? as u32))
                 }
                 FieldDecoder::KernelSymbol { at } => {
-                    let addr = u64_at(bytes, *at)?;
-                    let name = kallsyms.as_ref().map(|k| k.name(addr));
-                    FieldValue::Str(writer.intern(name.as_deref().unwrap_or_default()))
+                    let name = kernel_symbols.function_and_offset(u64_at(bytes, *at)?);
+                    FieldValue::Str(writer.intern(&name))
                 }
                 FieldDecoder::Value { at, ty } => {
                     let field = bytes.get(*at as usize..).unwrap_or_default();
@@ -460,7 +456,7 @@ impl Recorder {
             .zip(&self.frame_kinds)
             .map(|(frame, kind)| (raw_frame(frame, &self.writer), *kind))
             .collect();
-        let symbolized = symbolize(&raw, &SymbolizeOptions::default());
+        let symbolized = symbolize(&raw, &SymbolizeOptions::default(), &self.kernel_symbols);
         let symbols: Vec<(FrameId, Symbol)> = symbolized
             .symbols
             .into_iter()
