@@ -14,11 +14,10 @@ pub mod loader;
 mod map_btf;
 pub mod maps_read;
 mod perf_event;
-pub mod recorder;
+pub mod recording;
 pub mod session;
 mod teardown;
 #[cfg(test)]
 mod test_support;
-pub mod threads;
 pub mod tracefs;
 pub mod usdt;

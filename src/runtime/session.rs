@@ -17,7 +17,7 @@ use crate::runtime::activation::{self, Interrupt, Phases};
 use crate::runtime::child::{self, TracedCommand};
 use crate::runtime::counters;
 use crate::runtime::loader::{self, AttachOptions, Loaded};
-use crate::runtime::recorder::{RecordError, Recorder};
+use crate::runtime::recording::{RecordError, Recorder};
 use crate::symbols::KernelSymbols;
 
 #[derive(Clone, Debug, Default)]
