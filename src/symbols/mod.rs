@@ -41,7 +41,7 @@ mod tests;
 
 pub use kernel::{KernelSymbol, KernelSymbols};
 pub use modules::{ModuleIndex, PaddedBuildId};
-pub use normalize::{NormalizeStats, StackNormalizer};
+pub use normalize::StackNormalizer;
 pub use symbolize::{SymbolizeOptions, SymbolizeStats, Symbolized, symbolize};
 
 /// A user address after normalization.
@@ -130,6 +130,7 @@ pub enum RawFrame {
     },
 }
 
+#[cfg(test)]
 impl RawFrame {
     /// The frame for a normalized address, keeping the raw `addr` when it
     /// could not be normalized.
