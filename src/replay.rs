@@ -18,8 +18,9 @@ use crate::Failure;
 
 /// An output the command line can ask for.
 struct OutputKind {
-    /// How to ask for it, for messages.
-    option: &'static str,
+    /// Its option, and an example of its value, for messages.
+    flag: &'static str,
+    example: &'static str,
     /// Its destination (a path, `-` for standard output) when asked for.
     asked: fn(&Cli) -> Option<&Path>,
     /// Its renderer, with the options the command line gives.
@@ -29,26 +30,52 @@ struct OutputKind {
 /// Every output, in the order they are written. A new output is one entry.
 const OUTPUTS: [OutputKind; 3] = [
     OutputKind {
-        option: "-T trace.pb",
+        flag: "-T",
+        example: " trace.pb",
         asked: |cli| cli.trace.as_deref(),
         renderer: |_| Box::new(Perfetto::default()),
     },
     OutputKind {
-        option: "-J out.json (or -J -)",
+        flag: "-J",
+        example: " out.json (or -J -)",
         asked: |cli| cli.json.as_deref(),
         renderer: |_| Box::new(Ndjson::default()),
     },
     OutputKind {
-        option: "-I",
+        flag: "-I",
+        example: "",
         asked: |cli| cli.summary.then_some(Path::new("-")),
         renderer: |_| Box::new(Summary::default()),
     },
 ];
 
+/// Whether the command line asks for any output.
+pub fn any_output(cli: &Cli) -> bool {
+    OUTPUTS.iter().any(|output| (output.asked)(cli).is_some())
+}
+
+/// Whether the command line asks for a capture (then the built-in trackers
+/// run): `-D`, or an output.
+pub fn wants_capture(cli: &Cli) -> bool {
+    cli.data.is_some() || any_output(cli)
+}
+
+/// The error of outputs asked for without a capture to render.
+pub fn nothing_to_render() -> String {
+    let flags: Vec<&str> = OUTPUTS.iter().map(|output| output.flag).collect();
+    let (last, others) = flags.split_last().expect("outputs");
+    format!(
+        "{} and {last} render captures: the script has no record block (`< ... >`) or span",
+        others.join(", ")
+    )
+}
+
 /// `-R`: render the capture in `-D` with the options given.
 pub fn replay(cli: &Cli) -> Result<(), Failure> {
-    if OUTPUTS.iter().all(|output| (output.asked)(cli).is_none()) {
-        let options: Vec<&str> = OUTPUTS.iter().map(|output| output.option).collect();
+    if !any_output(cli) {
+        let options: Vec<String> = (OUTPUTS.iter())
+            .map(|output| format!("{}{}", output.flag, output.example))
+            .collect();
         let (last, others) = options.split_last().expect("outputs");
         let options = format!("{}, or {last}", others.join(", "));
         return Err(format!("-R needs an output: {options}").into());
