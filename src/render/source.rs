@@ -1,5 +1,5 @@
 //! A capture as renderers see it: the [`CaptureSource`] trait, implemented by
-//! the capture reader (and, in tests, by the in-memory [`FakeCapture`]).
+//! the capture reader (and, in tests, by the in-memory `FakeCapture`).
 
 use std::ops::ControlFlow;
 

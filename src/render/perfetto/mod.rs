@@ -24,7 +24,7 @@
 //!
 //! Events must come in non-decreasing `ts_ns` order (the capture's order);
 //! an event earlier than one already written is skipped and counted in
-//! [`RenderStats::out_of_order`].
+//! `RenderStats::out_of_order`.
 
 mod counters;
 mod encode;
