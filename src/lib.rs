@@ -12,5 +12,6 @@ pub mod frontend;
 pub mod output;
 pub mod render;
 pub mod runtime;
+pub mod symbols;
 pub mod sys;
 pub mod tracking;

@@ -2,7 +2,6 @@
 //! ring buffer messages into output until something ends the session, then
 //! detach, run END and print the maps.
 
-use super::ksym::KernelSymbols;
 use std::io::{self, IsTerminal, Write};
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -18,7 +17,8 @@ use crate::runtime::activation::{self, Interrupt, Phases};
 use crate::runtime::child::{self, TracedCommand};
 use crate::runtime::counters;
 use crate::runtime::loader::{self, AttachOptions, Loaded};
-use crate::runtime::recorder::{RecordError, Recorder};
+use crate::runtime::recording::{RecordError, Recorder};
+use crate::symbols::KernelSymbols;
 
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -562,7 +562,7 @@ impl Resolve for Printer<'_> {
     }
     fn symbol(&self, kernel: bool, addr: u64) -> Vec<u8> {
         if kernel {
-            self.kernel_symbols.name(addr)
+            self.kernel_symbols.function(addr).into_bytes()
         } else {
             format!("{addr:#x}").into_bytes()
         }
