@@ -15,3 +15,4 @@
 
 pub mod flamegraph;
 pub mod folded;
+pub mod stats;
