@@ -15,4 +15,5 @@
 
 pub mod flamegraph;
 pub mod folded;
+pub mod gate;
 pub mod stats;
