@@ -16,4 +16,5 @@
 pub mod flamegraph;
 pub mod folded;
 pub mod gate;
+pub mod pprof;
 pub mod stats;
