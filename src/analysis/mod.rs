@@ -18,3 +18,4 @@ pub mod folded;
 pub mod gate;
 pub mod pprof;
 pub mod stats;
+pub mod wallclock;
