@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what wprof needs to build and test on Debian 12 (run as root).
 set -euo pipefail
-packages=(libelf-dev zlib1g-dev pkg-config gcc make bpftrace systemtap-sdt-dev)
+packages=(libelf-dev zlib1g-dev pkg-config gcc make bpftrace systemtap-sdt-dev golang-go)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
