@@ -1,0 +1,6 @@
+//! User-stack unwinding from `.eh_frame`: tables against readelf, and the
+//! BPF unwinder on the real kernel against `perf --call-graph dwarf`.
+
+mod readelf;
+mod tables;
+mod workloads;
