@@ -1,0 +1,264 @@
+//! Proof on the real kernel: stacks of programs without frame pointers reach
+//! `main` with the table unwinder (and not with frame pointers), match
+//! `perf --call-graph dwarf`, follow a `dlopen`ed library, and cost what
+//! `bpf_stats` says.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use wprof::unwind::sampler::StackSource;
+
+use super::kernel::{
+    SOURCES, Sampling, clean_end, mean_depth, modal, perf_dwarf_stacks, poke, reach_share, spawn,
+    symbolize, wait_for_line,
+};
+use super::workloads::{c_chain, dlopen_main, rust_chain, spin_lib};
+use crate::require_bpf;
+
+/// One sampler at a time: program names identify `bpf_stats` entries, and
+/// timings need the CPUs.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const HZ: u64 = 499;
+
+/// What the stacks of one source looked like.
+struct SourceResult {
+    source: StackSource,
+    stacks: usize,
+    reach_main: f64,
+    depth: f64,
+    names: Vec<Vec<String>>,
+}
+
+/// Samples `pid` for `time` with every source; symbolized results by source.
+fn sample(sampling: &mut Sampling, pid: u32, time: Duration, rust: bool) -> Vec<SourceResult> {
+    let mut by_source = sampling.collect(time);
+    SOURCES
+        .iter()
+        .enumerate()
+        .map(|(i, &source)| {
+            let stacks = by_source.remove(&(i as u32)).unwrap_or_default();
+            let addresses: Vec<Vec<u64>> = stacks.iter().map(|s| s.frames.clone()).collect();
+            let names = symbolize(pid, &addresses, rust);
+            let clean = stacks.iter().filter(|s| clean_end(s)).count();
+            let mut endings: Vec<u32> = stacks.iter().map(|s| s.flags).collect();
+            endings.sort_unstable();
+            endings.dedup();
+            let result = SourceResult {
+                source,
+                stacks: stacks.len(),
+                reach_main: reach_share(&names, "main"),
+                depth: mean_depth(&stacks),
+                names,
+            };
+            println!(
+                "{:?}: {} stacks, {:.1}% reach main, {:.1} frames on average, {clean} ended cleanly \
+                 (flags seen {endings:?}); first: {:?}",
+                source,
+                result.stacks,
+                100.0 * result.reach_main,
+                result.depth,
+                result.names.first()
+            );
+            result
+        })
+        .collect()
+}
+
+/// Asserts the table sources reached main in 95% of at least 50 stacks and
+/// that their innermost frames are `chain` (innermost first) in 95%.
+#[track_caller]
+fn assert_tables_reach_main(results: &[SourceResult], chain: &[&str]) {
+    for r in results
+        .iter()
+        .filter(|r| matches!(r.source, StackSource::Table(_)))
+    {
+        assert!(r.stacks >= 50, "{:?}: only {} stacks", r.source, r.stacks);
+        assert!(
+            r.reach_main >= 0.95,
+            "{:?}: {:.1}% reach main",
+            r.source,
+            100.0 * r.reach_main
+        );
+        let exact = r
+            .names
+            .iter()
+            .filter(|s| s.len() >= chain.len() && s[..chain.len()] == *chain);
+        let share = exact.count() as f64 / r.stacks as f64;
+        assert!(
+            share >= 0.95,
+            "{:?}: {:.1}% start with {chain:?}",
+            r.source,
+            100.0 * share
+        );
+    }
+}
+
+/// The kernel's frame-pointer walk, on the same samples, rarely gets past
+/// the first frames.
+#[track_caller]
+fn assert_frame_pointers_fail(results: &[SourceResult]) {
+    let fp = results
+        .iter()
+        .find(|r| r.source == StackSource::KernelFramePointers)
+        .expect("frame-pointer source");
+    assert!(fp.stacks >= 50, "frame pointers: only {} stacks", fp.stacks);
+    assert!(
+        fp.reach_main < 0.5,
+        "frame pointers reached main in {:.1}%",
+        100.0 * fp.reach_main
+    );
+    assert!(
+        fp.depth <= 3.0,
+        "frame pointers found {:.1} frames on average",
+        fp.depth
+    );
+}
+
+/// The most common stack agrees with perf's (DWARF unwinding in user
+/// space, physical frames): the same frames by name from the sampled
+/// function to `main`, then as many frames up to the same outermost one.
+/// Past `main` names may differ by alias: perf names libc's frame from the
+/// symbol table (`__libc_start_main@@GLIBC_2.34`), blazesym from DWARF
+/// (`__libc_start_main_impl`).
+#[track_caller]
+fn assert_matches_perf(results: &[SourceResult], perf: Option<Vec<Vec<String>>>) {
+    let Some(perf) = perf else {
+        println!("perf could not record here: comparison skipped");
+        return;
+    };
+    let theirs = modal(perf.into_iter());
+    let main_at = |s: &[String]| s.iter().position(|f| f == "main");
+    let perf_main =
+        main_at(&theirs).unwrap_or_else(|| panic!("perf never reached main: {theirs:?}"));
+    for r in results
+        .iter()
+        .filter(|r| matches!(r.source, StackSource::Table(_)))
+    {
+        let ours = modal(r.names.iter().cloned());
+        println!("{:?}: ours {ours:?}\n    perf {theirs:?}", r.source);
+        assert_eq!(
+            main_at(&ours),
+            Some(perf_main),
+            "{:?}: main at another depth",
+            r.source
+        );
+        assert_eq!(
+            ours[..=perf_main],
+            theirs[..=perf_main],
+            "{:?} differs from perf",
+            r.source
+        );
+        assert_eq!(
+            ours.len(),
+            theirs.len(),
+            "{:?}: frames past main differ",
+            r.source
+        );
+        assert_eq!(
+            ours.last(),
+            theirs.last(),
+            "{:?}: outermost frame differs",
+            r.source
+        );
+    }
+}
+
+/// Per-stack cost of each source from `kernel.bpf_stats_enabled`: the three
+/// programs ran on the same ticks, alternating, so their ratio is fair.
+fn print_costs(results: &[SourceResult]) {
+    let progs: Vec<_> = libbpf_rs::query::ProgInfoIter::default().collect();
+    for r in results {
+        let name = r.source.program_name();
+        if let Some(info) = progs.iter().find(|p| p.name.to_str() == Some(name)) {
+            println!(
+                "cost {name}: {} ns per run ({} runs), {} ns per stack ({} stacks), verified insns {}",
+                info.run_time_ns / info.run_cnt.max(1),
+                info.run_cnt,
+                info.run_time_ns / r.stacks.max(1) as u64,
+                r.stacks,
+                info.verified_insns
+            );
+        }
+    }
+}
+
+/// Enables `bpf_stats` while alive (`BPF_ENABLE_STATS` returns an fd).
+struct StatsOn(i32);
+
+impl StatsOn {
+    fn new() -> StatsOn {
+        // SAFETY: a plain syscall wrapper taking no pointers.
+        StatsOn(unsafe {
+            libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
+        })
+    }
+}
+
+impl Drop for StatsOn {
+    fn drop(&mut self) {
+        if self.0 >= 0 {
+            // SAFETY: closing the fd BPF_ENABLE_STATS gave us.
+            unsafe { libc::close(self.0) };
+        }
+    }
+}
+
+/// C, -O2 -fomit-frame-pointer: main → a → b → c with the tables in ≥ 95%
+/// of samples, 1-2 frames with frame pointers, perf agrees; costs printed.
+#[test]
+fn c_without_frame_pointers() {
+    require_bpf!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let workload = spawn(&c_chain(), &["4000"]);
+    let pid = workload.0.id();
+    std::thread::sleep(Duration::from_millis(150));
+    let stats = StatsOn::new();
+    let mut sampling = Sampling::start(pid, HZ);
+    let perf = std::thread::spawn(move || perf_dwarf_stacks(pid, Duration::from_millis(1500)));
+    let results = sample(&mut sampling, pid, Duration::from_millis(2000), false);
+    print_costs(&results);
+    drop(stats);
+    assert_tables_reach_main(&results, &["c", "b", "a", "main"]);
+    assert_frame_pointers_fail(&results);
+    assert_matches_perf(&results, perf.join().expect("perf thread"));
+}
+
+/// A Rust release binary (rustc -C opt-level=2): the chain and `main`.
+#[test]
+fn rust_release_binary() {
+    require_bpf!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let workload = spawn(&rust_chain(), &["4000"]);
+    let pid = workload.0.id();
+    std::thread::sleep(Duration::from_millis(150));
+    let mut sampling = Sampling::start(pid, HZ);
+    let perf = std::thread::spawn(move || perf_dwarf_stacks(pid, Duration::from_millis(1500)));
+    let results = sample(&mut sampling, pid, Duration::from_millis(2000), true);
+    assert_tables_reach_main(
+        &results,
+        &["chain::c", "chain::b", "chain::a", "chain::main"],
+    );
+    assert_matches_perf(&results, perf.join().expect("perf thread"));
+}
+
+/// A library `dlopen`ed after sampling began: once its mapping is loaded
+/// (the process is added again), stacks go through it to `main`.
+#[test]
+fn dlopened_library() {
+    require_bpf!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let lib = spin_lib();
+    let mut workload = spawn(&dlopen_main(), &[lib.to_str().expect("UTF-8 path"), "3000"]);
+    let pid = workload.0.id();
+    std::thread::sleep(Duration::from_millis(150));
+    let mut sampling = Sampling::start(pid, HZ);
+    poke(&mut workload);
+    wait_for_line(&mut workload, "loaded");
+    sampling.refresh(pid);
+    let results = sample(&mut sampling, pid, Duration::from_millis(1500), false);
+    assert_tables_reach_main(
+        &results,
+        &["lib_spin", "lib_middle", "lib_entry", "run_library", "main"],
+    );
+}
