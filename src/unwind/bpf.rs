@@ -27,8 +27,10 @@ use Reg::{R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10};
 pub enum LoopKind {
     /// `bpf_loop` with the step as callback: verified once.
     BpfLoop,
-    /// A counted loop the verifier walks `MAX_FRAMES + 1` times.
-    Bounded,
+    /// A counted loop of at most `frames` steps (up to `MAX_FRAMES`), which
+    /// the verifier walks step by step. Linux 6.18 refuses 127 steps ("the
+    /// sequence of 8193 jumps is too complex"): only short stacks fit.
+    Bounded { frames: u32 },
 }
 
 /// Stack slots of the unwinder's functions (offsets from r10).
@@ -96,7 +98,7 @@ impl UserUnwinder {
         asm.bind(known)?;
         match self.kind {
             LoopKind::BpfLoop => self.emit_bpf_loop(asm),
-            LoopKind::Bounded => self.emit_bounded(asm),
+            LoopKind::Bounded { frames } => self.emit_bounded(asm, frames.min(MAX_FRAMES)),
         }
     }
 
@@ -125,12 +127,13 @@ impl UserUnwinder {
         Ok(())
     }
 
-    fn emit_bounded(&self, asm: &mut Assembler) -> Result<(), AsmError> {
+    /// `frames + 1` steps: the last one only notices truncation.
+    fn emit_bounded(&self, asm: &mut Assembler, frames: u32) -> Result<(), AsmError> {
         let (next, stop) = (asm.new_label(), asm.new_label());
         asm.store_imm(Size::U64, R10, slot::FRAME_COUNTER, 0);
         asm.bind(next)?;
         asm.load(Size::U64, R1, R10, slot::FRAME_COUNTER);
-        asm.jmp_imm(Cond::Gt, R1, MAX_FRAMES as i32, stop);
+        asm.jmp_imm(Cond::Gt, R1, frames as i32, stop);
         asm.alu64_imm(AluOp::Add, R1, 1);
         asm.store_reg(Size::U64, R10, slot::FRAME_COUNTER, R1);
         emit_step(asm, &self.maps, next, stop)?;

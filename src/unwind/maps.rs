@@ -124,7 +124,8 @@ pub mod process_mappings {
 
 /// The unwind in progress and its result: `ip, sp, bp: u64` (the frame
 /// being unwound), `tgid: u32`, `frames: u32` (found so far), `flags: u32`,
-/// 4 bytes of padding, then `MAX_FRAMES` return addresses (the first the
+/// 12 bytes the caller may use (the sampler keeps its source and the time
+/// the unwind took there), then `MAX_FRAMES` return addresses (the first the
 /// interrupted ip).
 pub mod state {
     use super::MAX_FRAMES;
@@ -135,7 +136,10 @@ pub mod state {
     pub const TGID: i16 = 24;
     pub const FRAMES: i16 = 28;
     pub const FLAGS: i16 = 32;
-    pub const STACK: i16 = 40;
+    /// u32 and u64 left to the caller.
+    pub const CALLER_U32: i16 = 36;
+    pub const CALLER_U64: i16 = 40;
+    pub const STACK: i16 = 48;
     pub const BYTES: u32 = STACK as u32 + 8 * MAX_FRAMES;
 }
 

@@ -24,6 +24,9 @@ pub enum StackSource {
     Table(LoopKind),
     /// `bpf_get_stack(BPF_F_USER_STACK)`: the kernel follows frame pointers.
     KernelFramePointers,
+    /// No stack (0 frames): the cost every source shares (filter, state,
+    /// ring buffer), to subtract from theirs.
+    Baseline,
 }
 
 impl StackSource {
@@ -31,14 +34,17 @@ impl StackSource {
     pub fn program_name(self) -> &'static str {
         match self {
             StackSource::Table(LoopKind::BpfLoop) => "uw_table_loop",
-            StackSource::Table(LoopKind::Bounded) => "uw_table_bound",
+            StackSource::Table(LoopKind::Bounded { .. }) => "uw_table_bound",
             StackSource::KernelFramePointers => "uw_kernel_fp",
+            StackSource::Baseline => "uw_baseline",
         }
     }
 }
 
-/// Where the sampler's programs write, besides the unwinder's maps.
-const SOURCE_OFFSET: i16 = 36;
+/// The state fields the sampler uses: its source index, and the
+/// nanoseconds (`bpf_ktime_get_ns`) collecting the stack took.
+const SOURCE_OFFSET: i16 = state::CALLER_U32;
+const DURATION_OFFSET: i16 = state::CALLER_U64;
 
 /// The programs and maps of a sampler, ready for `loader::load`: map 0 is
 /// the ring buffer, `programs[i]` samples with `sources[i]`.
@@ -93,6 +99,8 @@ fn sample_program(
     asm.jmp_imm(Cond::Eq, R0, 0, out);
     asm.mov64_reg(R6, R0);
     asm.store_imm(Size::U32, R6, SOURCE_OFFSET, index as i32);
+    asm.call_helper(helpers::KTIME_GET_NS);
+    asm.mov64_reg(R7, R0);
     let unwinder = match source {
         StackSource::Table(kind) => {
             let unwinder = UserUnwinder::new(&mut asm, maps, kind);
@@ -104,7 +112,14 @@ fn sample_program(
             emit_kernel_stack(&mut asm);
             None
         }
+        StackSource::Baseline => {
+            asm.store_imm(Size::U32, R6, state::FRAMES, 0);
+            None
+        }
     };
+    asm.call_helper(helpers::KTIME_GET_NS);
+    asm.alu64_reg(AluOp::Sub, R0, R7);
+    asm.store_reg(Size::U64, R6, DURATION_OFFSET, R0);
     asm.ld_map_fd(R1, MapId(0));
     asm.mov64_reg(R2, R6);
     asm.mov64_imm(R3, state::BYTES as i32);
@@ -153,6 +168,8 @@ pub struct SampledStack {
     /// Index into the sources the sampler was built with.
     pub source: u32,
     pub flags: u32,
+    /// Nanoseconds collecting the stack took in BPF.
+    pub duration_ns: u64,
     /// Innermost first: the interrupted ip, then return addresses.
     pub frames: Vec<u64>,
 }
@@ -167,11 +184,14 @@ impl SampledStack {
                 .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
         };
         let count = u32_at(state::FRAMES)?.min(MAX_FRAMES) as usize;
+        let at = DURATION_OFFSET as usize;
+        let duration = record.get(at..at + 8)?;
         let stack = record.get(state::STACK as usize..state::STACK as usize + 8 * count)?;
         Some(SampledStack {
             tgid: u32_at(state::TGID)?,
             source: u32_at(SOURCE_OFFSET)?,
             flags: u32_at(state::FLAGS)?,
+            duration_ns: u64::from_ne_bytes(duration.try_into().expect("8 bytes")),
             frames: stack
                 .chunks_exact(8)
                 .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))

@@ -56,10 +56,16 @@ pub struct Sampling {
 }
 
 impl Sampling {
+    /// Samples `pid` with [`SOURCES`].
     #[track_caller]
     pub fn start(pid: u32, hz: u64) -> Sampling {
+        Sampling::start_with(pid, hz, &SOURCES)
+    }
+
+    #[track_caller]
+    pub fn start_with(pid: u32, hz: u64, sources: &[StackSource]) -> Sampling {
         let limits = UnwindLimits::default();
-        let (compiled, maps) = sampler(pid, hz, &SOURCES, limits).expect("assemble the sampler");
+        let (compiled, maps) = sampler(pid, hz, sources, limits).expect("assemble the sampler");
         let mut loaded =
             load(&compiled).unwrap_or_else(|e| panic!("load the sampler: {}", short(&e)));
         let mut manager = TableManager::new(limits);

@@ -17,7 +17,7 @@ use crate::require_bpf;
 
 /// One sampler at a time: program names identify `bpf_stats` entries, and
 /// timings need the CPUs.
-static SERIAL: Mutex<()> = Mutex::new(());
+pub static SERIAL: Mutex<()> = Mutex::new(());
 
 const HZ: u64 = 499;
 
@@ -184,10 +184,10 @@ fn print_costs(results: &[SourceResult]) {
 }
 
 /// Enables `bpf_stats` while alive (`BPF_ENABLE_STATS` returns an fd).
-struct StatsOn(i32);
+pub struct StatsOn(i32);
 
 impl StatsOn {
-    fn new() -> StatsOn {
+    pub fn new() -> StatsOn {
         // SAFETY: a plain syscall wrapper taking no pointers.
         StatsOn(unsafe {
             libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)

@@ -63,6 +63,20 @@ pub fn c_chain() -> PathBuf {
     })
 }
 
+/// `chain.c` built with frame pointers, where both unwinders find every frame.
+#[track_caller]
+pub fn c_chain_with_frame_pointers() -> PathBuf {
+    build("chain.c", "chain_fp", |src, out| {
+        compile(
+            Command::new("cc")
+                .args(["-O2", "-fno-omit-frame-pointer", "-o"])
+                .arg(out)
+                .arg(src),
+            "chain.c with frame pointers",
+        )
+    })
+}
+
 /// `chain.rs` built with `rustc -C opt-level=2`.
 #[track_caller]
 pub fn rust_chain() -> PathBuf {
