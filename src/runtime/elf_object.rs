@@ -51,7 +51,6 @@ pub fn write_elf(programs: &[ElfProgram<'_>]) -> Result<Vec<u8>, ElfError> {
                 SectionKind::Text,
             )
         });
-        let entry_base = obj.section(section).data().len() as u64;
         let functions = find_functions(prog.insns).map_err(|reason| ElfError::Function {
             program: prog.name.to_string(),
             reason,
@@ -69,32 +68,7 @@ pub fn write_elf(programs: &[ElfProgram<'_>]) -> Result<Vec<u8>, ElfError> {
         let text = *sections
             .entry(".text")
             .or_insert_with(|| obj.add_section(Vec::new(), b".text".to_vec(), SectionKind::Text));
-        let mut insns = prog.insns.to_vec();
-        let relocations = refs_to_relocate(&functions, &mut insns);
-        let text_base = obj.section(text).data().len() as u64;
-        let symbols = add_functions(&mut obj, text, prog.name, &functions, &insns, &mut funcs);
-        for (slot, target, r_type) in relocations {
-            let (in_section, offset) = match slot.checked_sub(functions.split) {
-                Some(in_text) => (text, text_base + 8 * in_text as u64),
-                None => (section, entry_base + 8 * slot as u64),
-            };
-            let symbol = symbols.iter().find(|(start, _)| *start == target);
-            let relocation = Relocation {
-                offset,
-                symbol: symbol.expect("every target starts a function").1,
-                addend: 0,
-                flags: RelocationFlags::Elf { r_type },
-            };
-            obj.add_relocation(in_section, relocation)?;
-        }
-        let entry = &insns[..functions.split];
-        add_function(&mut obj, section, prog.name, entry, SymbolScope::Dynamic);
-        funcs.push(FuncRecord {
-            section: prog.section.clone(),
-            name: prog.name.to_string(),
-            global: true,
-            byte_offset: u32::try_from(entry_base).expect("sections under 4 GiB"),
-        });
+        add_with_functions(&mut obj, (section, text), prog, &functions, &mut funcs)?;
     }
     if !funcs.is_empty() {
         add_btf(&mut obj, &mut funcs);
@@ -102,6 +76,45 @@ pub fn write_elf(programs: &[ElfProgram<'_>]) -> Result<Vec<u8>, ElfError> {
     let license = obj.add_section(Vec::new(), b"license".to_vec(), SectionKind::Data);
     obj.append_section_data(license, b"GPL\0", 1);
     Ok(obj.write()?)
+}
+
+/// Adds a program whose functions go to `.text` (`sections.1`), with the
+/// relocations of its calls and function addresses.
+fn add_with_functions(
+    obj: &mut Object<'_>,
+    (section, text): (SectionId, SectionId),
+    prog: &ElfProgram<'_>,
+    functions: &Functions,
+    funcs: &mut Vec<FuncRecord>,
+) -> Result<(), ElfError> {
+    let entry_base = obj.section(section).data().len() as u64;
+    let mut insns = prog.insns.to_vec();
+    let relocations = refs_to_relocate(functions, &mut insns);
+    let text_base = obj.section(text).data().len() as u64;
+    let symbols = add_functions(obj, text, prog.name, functions, &insns, funcs);
+    for (slot, target, r_type) in relocations {
+        let (in_section, offset) = match slot.checked_sub(functions.split) {
+            Some(in_text) => (text, text_base + 8 * in_text as u64),
+            None => (section, entry_base + 8 * slot as u64),
+        };
+        let symbol = symbols.iter().find(|(start, _)| *start == target);
+        let relocation = Relocation {
+            offset,
+            symbol: symbol.expect("every target starts a function").1,
+            addend: 0,
+            flags: RelocationFlags::Elf { r_type },
+        };
+        obj.add_relocation(in_section, relocation)?;
+    }
+    let entry = &insns[..functions.split];
+    add_function(obj, section, prog.name, entry, SymbolScope::Dynamic);
+    funcs.push(FuncRecord {
+        section: prog.section.clone(),
+        name: prog.name.to_string(),
+        global: true,
+        byte_offset: u32::try_from(entry_base).expect("sections under 4 GiB"),
+    });
+    Ok(())
 }
 
 /// Adds `.BTF` and `.BTF.ext` describing `funcs`.

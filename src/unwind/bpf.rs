@@ -227,19 +227,12 @@ fn emit_find_mapping(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmEr
     asm.jmp_reg(Cond::Ge, R8, R9, done);
     asm.alu64_imm(AluOp::Add, R5, 1);
     asm.jmp_imm(Cond::Gt, R5, MAPPING_SEARCH_STEPS as i32, done);
-    asm.mov64_reg(R1, R8);
-    asm.alu64_reg(AluOp::Add, R1, R9);
-    asm.alu64_imm(AluOp::Rsh, R1, 1);
+    midpoint(asm, R1);
     mapping_entry(asm, R2, R1);
     asm.load(Size::U64, R3, R2, pm::ENTRIES + pm::START);
     asm.load(Size::U64, R4, R10, slot::PC);
     asm.jmp_reg(Cond::Lt, R4, R3, upper);
-    asm.mov64_reg(R8, R1);
-    asm.alu64_imm(AluOp::Add, R8, 1);
-    asm.jmp(top);
-    asm.bind(upper)?;
-    asm.mov64_reg(R9, R1);
-    asm.jmp(top);
+    narrow(asm, R1, top, upper)?;
     asm.bind(done)?;
     asm.jmp_imm(Cond::Eq, R8, 0, exits.frame_pointer);
     asm.alu64_imm(AluOp::Sub, R8, 1);
@@ -255,6 +248,25 @@ fn emit_find_mapping(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmEr
     asm.alu64_imm(AluOp::Rsh, R5, 32);
     asm.jmp_imm(Cond::Ne, R5, 0, exits.frame_pointer);
     asm.store_reg(Size::U64, R10, slot::PC, R4);
+    Ok(())
+}
+
+/// `dst = (r8 + r9) / 2`: the middle of the search range `[r8, r9)`.
+fn midpoint(asm: &mut Assembler, dst: Reg) {
+    asm.mov64_reg(dst, R8);
+    asm.alu64_reg(AluOp::Add, dst, R9);
+    asm.alu64_imm(AluOp::Rsh, dst, 1);
+}
+
+/// Keeps the upper half (`r8 = mid + 1`) on fall-through, the lower half
+/// (`r9 = mid`) at `upper`, and loops to `top`.
+fn narrow(asm: &mut Assembler, mid: Reg, top: Label, upper: Label) -> Result<(), AsmError> {
+    asm.mov64_reg(R8, mid);
+    asm.alu64_imm(AluOp::Add, R8, 1);
+    asm.jmp(top);
+    asm.bind(upper)?;
+    asm.mov64_reg(R9, mid);
+    asm.jmp(top);
     Ok(())
 }
 
@@ -291,23 +303,14 @@ fn emit_find_row(
     asm.alu64_imm(AluOp::Add, R1, 1);
     asm.store_reg(Size::U64, R10, slot::COUNTER, R1);
     asm.jmp_imm(Cond::Gt, R1, ROW_SEARCH_STEPS as i32, done);
-    asm.mov64_reg(R1, R8);
-    asm.alu64_reg(AluOp::Add, R1, R9);
-    asm.alu64_imm(AluOp::Rsh, R1, 1);
+    midpoint(asm, R1);
     lookup(asm, maps.rows, R1);
     asm.jmp_imm(Cond::Eq, R0, 0, exits.frame_pointer);
     asm.load(Size::U32, R1, R0, row::PC);
     asm.load(Size::U64, R2, R10, slot::PC);
-    asm.mov64_reg(R3, R8);
-    asm.alu64_reg(AluOp::Add, R3, R9);
-    asm.alu64_imm(AluOp::Rsh, R3, 1);
+    midpoint(asm, R3);
     asm.jmp_reg(Cond::Gt, R1, R2, upper);
-    asm.mov64_reg(R8, R3);
-    asm.alu64_imm(AluOp::Add, R8, 1);
-    asm.jmp(top);
-    asm.bind(upper)?;
-    asm.mov64_reg(R9, R3);
-    asm.jmp(top);
+    narrow(asm, R3, top, upper)?;
     asm.bind(done)?;
     asm.load(Size::U64, R1, R10, slot::FIRST_ROW);
     asm.jmp_reg(Cond::Le, R8, R1, exits.frame_pointer);
@@ -462,5 +465,55 @@ pub fn emit_load_user_regs(asm: &mut Assembler, state_ptr: Reg) {
     for (from, to) in [(RIP, state::IP), (RSP, state::SP), (RBP, state::BP)] {
         asm.load(Size::U64, R1, R0, from);
         asm.store_reg(Size::U64, state_ptr, to, R1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::asm::opcode;
+    use crate::codegen::program::MapId;
+
+    fn maps() -> UnwindMaps {
+        UnwindMaps {
+            rows: MapId(1),
+            tables: MapId(2),
+            processes: MapId(3),
+            state: MapId(4),
+        }
+    }
+
+    /// Assembles a caller and the unwinder; counts its calls and callback addresses.
+    fn assemble(kind: LoopKind) -> (usize, usize, usize) {
+        let mut asm = Assembler::new();
+        let unwinder = UserUnwinder::new(&mut asm, maps(), kind);
+        unwinder.call(&mut asm, R6);
+        asm.exit();
+        unwinder.emit_functions(&mut asm).expect("labels bind");
+        let insns = asm.finish().expect("assembles").insns;
+        let count = |code: u8, src: u8| {
+            let matches = |i: &&u64| (**i as u8, (**i >> 12) as u8 & 0xf) == (code, src);
+            insns.iter().filter(matches).count()
+        };
+        let calls = count(opcode::CALL, opcode::PSEUDO_CALL);
+        (
+            calls,
+            count(opcode::LD_IMM64, opcode::PSEUDO_FUNC),
+            insns.len(),
+        )
+    }
+
+    /// With `bpf_loop` the step is a callback; with a bounded loop it is
+    /// inline. Either way the caller makes one bpf-to-bpf call.
+    #[test]
+    fn loop_kinds_assemble() {
+        let (calls, callbacks, bpf_loop_len) = assemble(LoopKind::BpfLoop);
+        assert_eq!((calls, callbacks), (1, 1));
+        let (calls, callbacks, bounded_len) = assemble(LoopKind::Bounded { frames: 8 });
+        assert_eq!((calls, callbacks), (1, 0));
+        assert!(
+            bpf_loop_len < 400 && bounded_len < 400,
+            "{bpf_loop_len} {bounded_len}"
+        );
     }
 }

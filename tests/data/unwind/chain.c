@@ -6,29 +6,15 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+
+#include "spin.h"
 
 #define NOINLINE __attribute__((noinline))
 
-static volatile unsigned long sink;
-
-static long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
-/* The leaf: spins until the deadline, checking the clock now and then. */
+/* The leaf: spins until the deadline. */
 NOINLINE long c(long end)
 {
-	long rounds = 0;
-	while (now_ms() < end) {
-		for (int i = 0; i < 200000; i++)
-			sink += (unsigned long)i;
-		rounds++;
-	}
-	return rounds;
+	return spin_until(end);
 }
 
 /* Keeps many values live across the call, so the compiler spills into

@@ -10,8 +10,8 @@ use wprof::unwind::bpf::LoopKind;
 use wprof::unwind::maps::{MAX_FRAMES, UnwindLimits};
 use wprof::unwind::sampler::{StackSource, sampler};
 
-use super::kernel::{Sampling, short, spawn, symbolize};
-use super::proof::{SERIAL, StatsOn};
+use super::kernel::{Sampling, short, spawn, symbolize, wait_until_mapped};
+use super::proof::SERIAL;
 use super::workloads::c_chain_with_frame_pointers;
 use crate::require_bpf;
 
@@ -79,9 +79,9 @@ fn cost_per_stack() {
         StackSource::KernelFramePointers,
         StackSource::Baseline,
     ];
-    let workload = spawn(&c_chain_with_frame_pointers(), &["15000"]);
+    let workload = spawn(&c_chain_with_frame_pointers(), &["30000"]);
     let pid = workload.0.id();
-    std::thread::sleep(Duration::from_millis(150));
+    wait_until_mapped(pid, "libc.so");
     let stats = StatsOn::new();
     let mut sampling = Sampling::start_with(pid, 999, &sources);
     let mut stacks = sampling.collect(Duration::from_millis(3000));
@@ -132,4 +132,25 @@ fn cost_per_stack() {
         medians[0] as f64 / medians[2].max(1) as f64,
         medians[1] as f64 / medians[2].max(1) as f64
     );
+}
+
+/// Enables `bpf_stats` while alive (`BPF_ENABLE_STATS` returns an fd).
+struct StatsOn(i32);
+
+impl StatsOn {
+    fn new() -> StatsOn {
+        // SAFETY: a plain syscall wrapper taking no pointers.
+        StatsOn(unsafe {
+            libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
+        })
+    }
+}
+
+impl Drop for StatsOn {
+    fn drop(&mut self) {
+        if self.0 >= 0 {
+            // SAFETY: closing the fd BPF_ENABLE_STATS gave us.
+            unsafe { libc::close(self.0) };
+        }
+    }
 }

@@ -48,6 +48,21 @@ pub fn spawn(path: &Path, args: &[&str]) -> Workload {
     Workload(child)
 }
 
+/// Waits (up to 10 s) until `pid` maps a file whose path contains `name`:
+/// the dynamic loader has run, so the manager sees every library.
+#[track_caller]
+pub fn wait_until_mapped(pid: u32, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        if maps.contains(name) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("process {pid} never mapped {name}");
+}
+
 /// The sampler loaded for `pid` (attached), its maps and table manager.
 pub struct Sampling {
     pub loaded: Loaded,

@@ -3,6 +3,7 @@
 //! `perf --call-graph dwarf`, follow a `dlopen`ed library, and cost what
 //! `bpf_stats` says.
 
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use wprof::unwind::sampler::StackSource;
 
 use super::kernel::{
     SOURCES, Sampling, clean_end, mean_depth, modal, perf_dwarf_stacks, poke, reach_share, spawn,
-    symbolize, wait_for_line,
+    symbolize, wait_for_line, wait_until_mapped,
 };
 use super::workloads::{c_chain, dlopen_main, rust_chain, spin_lib};
 use crate::require_bpf;
@@ -164,82 +165,47 @@ fn assert_matches_perf(results: &[SourceResult], perf: Option<Vec<Vec<String>>>)
     }
 }
 
-/// Per-stack cost of each source from `kernel.bpf_stats_enabled`: the three
-/// programs ran on the same ticks, alternating, so their ratio is fair.
-fn print_costs(results: &[SourceResult]) {
-    let progs: Vec<_> = libbpf_rs::query::ProgInfoIter::default().collect();
-    for r in results {
-        let name = r.source.program_name();
-        if let Some(info) = progs.iter().find(|p| p.name.to_str() == Some(name)) {
-            println!(
-                "cost {name}: {} ns per run ({} runs), {} ns per stack ({} stacks), verified insns {}",
-                info.run_time_ns / info.run_cnt.max(1),
-                info.run_cnt,
-                info.run_time_ns / r.stacks.max(1) as u64,
-                r.stacks,
-                info.verified_insns
-            );
-        }
-    }
-}
-
-/// Enables `bpf_stats` while alive (`BPF_ENABLE_STATS` returns an fd).
-pub struct StatsOn(i32);
-
-impl StatsOn {
-    pub fn new() -> StatsOn {
-        // SAFETY: a plain syscall wrapper taking no pointers.
-        StatsOn(unsafe {
-            libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)
-        })
-    }
-}
-
-impl Drop for StatsOn {
-    fn drop(&mut self) {
-        if self.0 >= 0 {
-            // SAFETY: closing the fd BPF_ENABLE_STATS gave us.
-            unsafe { libc::close(self.0) };
-        }
-    }
+/// Runs `path args`, samples it with every source for 2 s while perf
+/// records it for 1.5 s; the results and perf's stacks.
+fn sample_with_perf(
+    path: &Path,
+    args: &[&str],
+    rust: bool,
+) -> (Vec<SourceResult>, Option<Vec<Vec<String>>>) {
+    let workload = spawn(path, args);
+    let pid = workload.0.id();
+    wait_until_mapped(pid, "libc.so");
+    let mut sampling = Sampling::start(pid, HZ);
+    let perf = std::thread::spawn(move || perf_dwarf_stacks(pid, Duration::from_millis(1500)));
+    let results = sample(&mut sampling, pid, Duration::from_millis(2000), rust);
+    (results, perf.join().expect("perf thread"))
 }
 
 /// C, -O2 -fomit-frame-pointer: main → a → b → c with the tables in ≥ 95%
-/// of samples, 1-2 frames with frame pointers, perf agrees; costs printed.
+/// of samples, 1-2 frames with frame pointers, perf agrees.
 #[test]
 fn c_without_frame_pointers() {
     require_bpf!();
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let workload = spawn(&c_chain(), &["4000"]);
-    let pid = workload.0.id();
-    std::thread::sleep(Duration::from_millis(150));
-    let stats = StatsOn::new();
-    let mut sampling = Sampling::start(pid, HZ);
-    let perf = std::thread::spawn(move || perf_dwarf_stacks(pid, Duration::from_millis(1500)));
-    let results = sample(&mut sampling, pid, Duration::from_millis(2000), false);
-    print_costs(&results);
-    drop(stats);
+    let (results, perf) = sample_with_perf(&c_chain(), &["30000"], false);
     assert_tables_reach_main(&results, &["c", "b", "a", "main"]);
     assert_frame_pointers_fail(&results);
-    assert_matches_perf(&results, perf.join().expect("perf thread"));
+    assert_matches_perf(&results, perf);
 }
 
-/// A Rust release binary (rustc -C opt-level=2): the chain and `main`.
+/// A Rust release binary (rustc -C opt-level=2): the chain and `main`, as
+/// perf finds them; frame pointers get 1-2 frames.
 #[test]
 fn rust_release_binary() {
     require_bpf!();
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let workload = spawn(&rust_chain(), &["4000"]);
-    let pid = workload.0.id();
-    std::thread::sleep(Duration::from_millis(150));
-    let mut sampling = Sampling::start(pid, HZ);
-    let perf = std::thread::spawn(move || perf_dwarf_stacks(pid, Duration::from_millis(1500)));
-    let results = sample(&mut sampling, pid, Duration::from_millis(2000), true);
+    let (results, perf) = sample_with_perf(&rust_chain(), &["30000"], true);
     assert_tables_reach_main(
         &results,
         &["chain::c", "chain::b", "chain::a", "chain::main"],
     );
-    assert_matches_perf(&results, perf.join().expect("perf thread"));
+    assert_matches_perf(&results, perf);
+    assert_frame_pointers_fail(&results);
 }
 
 /// A library `dlopen`ed after sampling began: once its mapping is loaded
@@ -249,9 +215,12 @@ fn dlopened_library() {
     require_bpf!();
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let lib = spin_lib();
-    let mut workload = spawn(&dlopen_main(), &[lib.to_str().expect("UTF-8 path"), "3000"]);
+    let mut workload = spawn(
+        &dlopen_main(),
+        &[lib.to_str().expect("UTF-8 path"), "30000"],
+    );
     let pid = workload.0.id();
-    std::thread::sleep(Duration::from_millis(150));
+    wait_until_mapped(pid, "libc.so");
     let mut sampling = Sampling::start(pid, HZ);
     poke(&mut workload);
     wait_for_line(&mut workload, "loaded");

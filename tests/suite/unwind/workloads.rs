@@ -18,32 +18,35 @@ fn source(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Runs a compiler, failing the test with its output if it fails.
+/// Builds `tests/data/unwind/<src>` into `<out>` with `compiler flags... -o
+/// OUT SRC tail...`, unless the output is newer than the source and
+/// `spin.h`; returns the output path.
 #[track_caller]
-fn compile(cmd: &mut Command, what: &str) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run the compiler for {what}: {e}"));
-    assert!(
-        out.status.success(),
-        "building {what} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Builds `tests/data/unwind/<src>` into `<out>` with `build` unless the
-/// output is newer than the source; returns the output path.
-#[track_caller]
-fn build(src: &str, out: &str, build: impl FnOnce(&Path, &Path)) -> PathBuf {
+fn build(src: &str, out: &str, compiler: &str, flags: &[&str], tail: &[&str]) -> PathBuf {
     let src = source(src);
     let out = scratch_dir("unwind").join(out);
     let _guard = BUILD_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    if matches!((modified(&out), modified(&src)), (Some(o), Some(s)) if o >= s) {
+    let newest_input = modified(&src).max(modified(&source("spin.h")));
+    if matches!((modified(&out), newest_input), (Some(o), Some(s)) if o >= s) {
         return out;
     }
+    // Build to a private name and rename, so no test sees a partial file.
     let tmp = out.with_extension(format!("tmp{}", std::process::id()));
-    build(&src, &tmp);
+    let result = Command::new(compiler)
+        .args(flags)
+        .arg("-o")
+        .arg(&tmp)
+        .arg(&src)
+        .args(tail)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
+    assert!(
+        result.status.success(),
+        "building {} failed:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&result.stderr)
+    );
     std::fs::rename(&tmp, &out).unwrap_or_else(|e| panic!("rename {}: {e}", tmp.display()));
     out
 }
@@ -51,75 +54,44 @@ fn build(src: &str, out: &str, build: impl FnOnce(&Path, &Path)) -> PathBuf {
 /// `chain.c`: main → a → b → c, spinning in c, built without frame pointers.
 #[track_caller]
 pub fn c_chain() -> PathBuf {
-    build("chain.c", "chain", |src, out| {
-        compile(
-            Command::new("cc")
-                .args(NO_FP_CFLAGS)
-                .arg("-o")
-                .arg(out)
-                .arg(src),
-            "chain.c",
-        )
-    })
+    build("chain.c", "chain", "cc", NO_FP_CFLAGS, &[])
 }
 
 /// `chain.c` built with frame pointers, where both unwinders find every frame.
 #[track_caller]
 pub fn c_chain_with_frame_pointers() -> PathBuf {
-    build("chain.c", "chain_fp", |src, out| {
-        compile(
-            Command::new("cc")
-                .args(["-O2", "-fno-omit-frame-pointer", "-o"])
-                .arg(out)
-                .arg(src),
-            "chain.c with frame pointers",
-        )
-    })
+    build(
+        "chain.c",
+        "chain_fp",
+        "cc",
+        &["-O2", "-fno-omit-frame-pointer"],
+        &[],
+    )
 }
 
 /// `chain.rs` built with `rustc -C opt-level=2`.
 #[track_caller]
 pub fn rust_chain() -> PathBuf {
-    build("chain.rs", "chain_rs", |src, out| {
-        compile(
-            Command::new("rustc")
-                .args(["-C", "opt-level=2", "-o"])
-                .arg(out)
-                .arg(src),
-            "chain.rs",
-        )
-    })
+    build("chain.rs", "chain_rs", "rustc", &["-C", "opt-level=2"], &[])
 }
 
 /// `spin_lib.c` as a shared library without frame pointers.
 #[track_caller]
 pub fn spin_lib() -> PathBuf {
-    build("spin_lib.c", "libspin.so", |src, out| {
-        compile(
-            Command::new("cc")
-                .args(NO_FP_CFLAGS)
-                .args(["-shared", "-fPIC", "-o"])
-                .arg(out)
-                .arg(src),
-            "spin_lib.c",
-        )
-    })
+    let flags = [NO_FP_CFLAGS, &["-shared", "-fPIC"]].concat();
+    build("spin_lib.c", "libspin.so", "cc", &flags, &[])
 }
 
 /// `dlopen_main.c`: loads [`spin_lib`] when told to, then spins in it.
 #[track_caller]
 pub fn dlopen_main() -> PathBuf {
-    build("dlopen_main.c", "dlopen_main", |src, out| {
-        compile(
-            Command::new("cc")
-                .args(NO_FP_CFLAGS)
-                .arg("-o")
-                .arg(out)
-                .arg(src)
-                .arg("-ldl"),
-            "dlopen_main.c",
-        )
-    })
+    build(
+        "dlopen_main.c",
+        "dlopen_main",
+        "cc",
+        NO_FP_CFLAGS,
+        &["-ldl"],
+    )
 }
 
 /// The C library the workloads run with.
