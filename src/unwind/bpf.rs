@@ -324,7 +324,7 @@ fn emit_find_row(
 /// Evaluates row r8: CFA, return address at CFA-8, the caller's rbp.
 fn emit_apply_row(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmError> {
     asm.comment("apply the row: CFA, return address, rbp");
-    let [rsp, rbp, plt, have_cfa, outermost, rbp_kept, rbp_done] =
+    let [rsp, rbp, plt, have_cfa, outermost, rbp_kept, rbp_lost] =
         [(); 7].map(|()| asm.new_label());
     asm.load(Size::U8, R1, R8, row::KIND);
     asm.alu64_imm(AluOp::And, R1, i32::from(kind::CFA_MASK));
@@ -344,14 +344,16 @@ fn emit_apply_row(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmError
     asm.load(Size::U64, R4, R6, state::BP);
     asm.jmp(have_cfa);
     asm.bind(plt)?;
-    // rsp + 8, and 8 more from the entry's threshold on (rules.rs).
+    // rsp + 8, and 8 more from the entry's threshold on (rules.rs); r3
+    // held the threshold, not an offset to add.
     asm.load(Size::U64, R4, R6, state::SP);
     asm.alu64_imm(AluOp::Add, R4, 8);
     asm.load(Size::U64, R5, R6, state::IP);
     asm.alu64_imm(AluOp::And, R5, 15);
-    asm.jmp_reg(Cond::Lt, R5, R3, have_cfa);
-    asm.alu64_imm(AluOp::Add, R4, 8);
+    asm.mov64_reg(R1, R3);
     asm.mov64_imm(R3, 0);
+    asm.jmp_reg(Cond::Lt, R5, R1, have_cfa);
+    asm.alu64_imm(AluOp::Add, R4, 8);
     asm.bind(have_cfa)?;
     asm.alu64_reg(AluOp::Add, R4, R3);
     asm.store_reg(Size::U64, R10, slot::CFA, R4);
@@ -359,13 +361,14 @@ fn emit_apply_row(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmError
     read_user(asm, R4, 8, exits.read_failed);
     asm.load(Size::U64, R1, R10, slot::READ);
     asm.store_reg(Size::U64, R10, slot::RA, R1);
+    set_flag(asm, flags::TABLE);
     asm.load(Size::U64, R1, R6, state::BP);
     asm.store_reg(Size::U64, R10, slot::NEW_BP, R1);
     asm.load(Size::U8, R1, R8, row::KIND);
     asm.jmp_imm(Cond::Set, R1, i32::from(kind::RBP_SAVED), rbp_kept);
-    asm.jmp_imm(Cond::Set, R1, i32::from(kind::RBP_LOST), rbp_done);
+    asm.jmp_imm(Cond::Set, R1, i32::from(kind::RBP_LOST), rbp_lost);
     asm.jmp(exits.advance);
-    asm.bind(rbp_done)?;
+    asm.bind(rbp_lost)?;
     asm.store_imm(Size::U64, R10, slot::NEW_BP, 0);
     asm.jmp(exits.advance);
     asm.bind(rbp_kept)?;
@@ -378,7 +381,6 @@ fn emit_apply_row(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmError
     read_user(asm, R3, 8, exits.read_failed);
     asm.load(Size::U64, R1, R10, slot::READ);
     asm.store_reg(Size::U64, R10, slot::NEW_BP, R1);
-    set_flag(asm, flags::TABLE);
     asm.jmp(exits.advance);
     Ok(())
 }
