@@ -1,4 +1,4 @@
-//! A CPU-clock sampler of one process's user stacks, one perf-event program
+//! A sampler of one process's user stacks (CPU-clock or uprobe), one program
 //! per stack source (the table unwinder with either loop, or the kernel's
 //! frame-pointer walk), each sending the unwind state to a ring buffer. It
 //! proves and measures the unwinder; record stacks use it the same way
@@ -46,11 +46,24 @@ impl StackSource {
 const SOURCE_OFFSET: i16 = state::CALLER_U32;
 const DURATION_OFFSET: i16 = state::CALLER_U64;
 
+/// CPU-clock sampling at `hz` on every CPU.
+pub fn cpu_clock(hz: u64) -> AttachPoint {
+    AttachPoint::PerfEvent {
+        event: PerfEvent {
+            type_: 1,  // PERF_TYPE_SOFTWARE
+            config: 0, // PERF_COUNT_SW_CPU_CLOCK
+        },
+        sample: PerfSample::FrequencyHz(hz),
+        all_cpus: true,
+    }
+}
+
 /// The programs and maps of a sampler, ready for `loader::load`: map 0 is
-/// the ring buffer, `programs[i]` samples with `sources[i]`.
+/// the ring buffer, `programs[i]` samples with `sources[i]` at `attach`
+/// ([`cpu_clock`], or a uprobe: the stack is the task's user stack either way).
 pub fn sampler(
     tgid: u32,
-    hz: u64,
+    attach: &AttachPoint,
     sources: &[StackSource],
     limits: UnwindLimits,
 ) -> Result<(Compiled, UnwindMaps), AsmError> {
@@ -66,7 +79,7 @@ pub fn sampler(
     let programs = sources
         .iter()
         .enumerate()
-        .map(|(index, &source)| sample_program(tgid, hz, source, index as u32, unwind))
+        .map(|(index, &source)| sample_program(tgid, attach, source, index as u32, unwind))
         .collect::<Result<_, _>>()?;
     let compiled = Compiled {
         programs,
@@ -79,7 +92,7 @@ pub fn sampler(
 
 fn sample_program(
     tgid: u32,
-    hz: u64,
+    attach: &AttachPoint,
     source: StackSource,
     index: u32,
     maps: UnwindMaps,
@@ -131,16 +144,10 @@ fn sample_program(
     if let Some(unwinder) = unwinder {
         unwinder.emit_functions(&mut asm)?;
     }
-    let attach = AttachPoint::PerfEvent {
-        event: PerfEvent {
-            type_: 1,  // PERF_TYPE_SOFTWARE
-            config: 0, // PERF_COUNT_SW_CPU_CLOCK
-        },
-        sample: PerfSample::FrequencyHz(hz),
-        all_cpus: true,
-    };
     let name = source.program_name().to_string();
-    Ok(asm.finish()?.into_program(name, "sampler".into(), attach))
+    Ok(asm
+        .finish()?
+        .into_program(name, "sampler".into(), attach.clone()))
 }
 
 /// `bpf_get_stack(ctx (r9), state.stack, BPF_F_USER_STACK)` into the state.

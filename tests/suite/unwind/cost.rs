@@ -8,7 +8,7 @@ use libbpf_rs::query::ProgInfoIter;
 use wprof::runtime::loader::load;
 use wprof::unwind::bpf::LoopKind;
 use wprof::unwind::maps::{MAX_FRAMES, UnwindLimits};
-use wprof::unwind::sampler::{StackSource, sampler};
+use wprof::unwind::sampler::{StackSource, cpu_clock, sampler};
 
 use super::kernel::{Sampling, short, spawn, symbolize, wait_until_mapped};
 use super::proof::SERIAL;
@@ -18,8 +18,14 @@ use crate::require_bpf;
 /// Whether a sampler with `source` loads, with its verified instruction
 /// count or the verifier's reason.
 fn try_load(source: StackSource) -> Result<u32, String> {
-    let (compiled, _) =
-        sampler(std::process::id(), 99, &[source], UnwindLimits::default()).expect("assemble");
+    let attach = cpu_clock(99);
+    let (compiled, _) = sampler(
+        std::process::id(),
+        &attach,
+        &[source],
+        UnwindLimits::default(),
+    )
+    .expect("assemble");
     let loaded = load(&compiled).map_err(|e| short(&e))?;
     let name = source.program_name();
     let insns = ProgInfoIter::default()
@@ -83,7 +89,7 @@ fn cost_per_stack() {
     let pid = workload.0.id();
     wait_until_mapped(pid, "libc.so");
     let stats = StatsOn::new();
-    let mut sampling = Sampling::start_with(pid, 999, &sources);
+    let mut sampling = Sampling::start_with(pid, &cpu_clock(999), &sources);
     let mut stacks = sampling.collect(Duration::from_millis(3000));
     let progs: Vec<_> = ProgInfoIter::default().collect();
     drop(stats);

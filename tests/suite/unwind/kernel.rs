@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 use blazesym::Pid;
 use blazesym::symbolize::source::{Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use wprof::codegen::program::AttachPoint;
 use wprof::runtime::loader::{AttachOptions, Loaded, load};
 use wprof::unwind::bpf::LoopKind;
 use wprof::unwind::manager::TableManager;
 use wprof::unwind::maps::{UnwindLimits, UnwindMaps, flags};
-use wprof::unwind::sampler::{MapStore, SampledStack, StackSource, sampler};
+use wprof::unwind::sampler::{MapStore, SampledStack, StackSource, cpu_clock, sampler};
 
 /// Every stack source, in the sampler's order.
 pub const SOURCES: [StackSource; 2] = [
@@ -71,16 +72,16 @@ pub struct Sampling {
 }
 
 impl Sampling {
-    /// Samples `pid` with [`SOURCES`].
+    /// Samples `pid` at `hz` with [`SOURCES`].
     #[track_caller]
     pub fn start(pid: u32, hz: u64) -> Sampling {
-        Sampling::start_with(pid, hz, &SOURCES)
+        Sampling::start_with(pid, &cpu_clock(hz), &SOURCES)
     }
 
     #[track_caller]
-    pub fn start_with(pid: u32, hz: u64, sources: &[StackSource]) -> Sampling {
+    pub fn start_with(pid: u32, attach: &AttachPoint, sources: &[StackSource]) -> Sampling {
         let limits = UnwindLimits::default();
-        let (compiled, maps) = sampler(pid, hz, sources, limits).expect("assemble the sampler");
+        let (compiled, maps) = sampler(pid, attach, sources, limits).expect("assemble the sampler");
         let mut loaded =
             load(&compiled).unwrap_or_else(|e| panic!("load the sampler: {}", short(&e)));
         let mut manager = TableManager::new(limits);

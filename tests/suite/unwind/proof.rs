@@ -7,6 +7,9 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use wprof::codegen::program::AttachPoint;
+use wprof::unwind::bpf::LoopKind;
+use wprof::unwind::maps::flags;
 use wprof::unwind::sampler::StackSource;
 
 use super::kernel::{
@@ -229,5 +232,76 @@ fn dlopened_library() {
     assert_tables_reach_main(
         &results,
         &["lib_spin", "lib_middle", "lib_entry", "run_library", "main"],
+    );
+}
+
+/// The file offset of `name@plt` in `binary`, from objdump's disassembly.
+fn plt_entry_offset(binary: &Path, name: &str) -> u64 {
+    let out = std::process::Command::new("objdump")
+        .args(["-d", "--section=.plt"])
+        .arg(binary)
+        .output()
+        .expect("run objdump");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let label = format!("<{name}@plt>:");
+    let address = text
+        .lines()
+        .find(|l| l.trim_end().ends_with(&label))
+        .and_then(|l| u64::from_str_radix(l.split_whitespace().next()?, 16).ok())
+        .unwrap_or_else(|| panic!("no {label} in {}", binary.display()));
+    let elf = std::fs::read(binary).expect("read the binary");
+    let file = object::File::parse(&*elf).expect("parse the binary");
+    use object::{Object as _, ObjectSection as _};
+    let plt = file.section_by_name(".plt").expect(".plt");
+    let (plt_offset, _) = plt.file_range().expect(".plt is in the file");
+    address - plt.address() + plt_offset
+}
+
+/// A uprobe on the PLT entry `clock_gettime@plt`: the first frame uses the
+/// PLT's expression rule (CFA rsp+8 before the entry's push), and the stack
+/// goes on through c, b, a to main.
+#[test]
+fn uprobe_in_a_plt_entry() {
+    require_bpf!();
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let chain = c_chain();
+    let attach = AttachPoint::Uprobe {
+        binary: chain.clone(),
+        symbol: "clock_gettime@plt".into(),
+        offset: plt_entry_offset(&chain, "clock_gettime"),
+        retprobe: false,
+    };
+    let workload = spawn(&chain, &["30000"]);
+    let pid = workload.0.id();
+    wait_until_mapped(pid, "libc.so");
+    let mut sampling = Sampling::start_with(pid, &attach, &[StackSource::Table(LoopKind::BpfLoop)]);
+    let stacks = sampling
+        .collect(Duration::from_millis(1000))
+        .remove(&0)
+        .unwrap_or_default();
+    let frames: Vec<Vec<u64>> = stacks.iter().map(|s| s.frames.clone()).collect();
+    let names = symbolize(pid, &frames, false);
+    println!(
+        "{} stacks at clock_gettime@plt, first: {:?}",
+        names.len(),
+        names.first()
+    );
+    assert!(names.len() >= 20, "only {} uprobe hits", names.len());
+    let through = names
+        .iter()
+        .filter(|s| s.len() >= 5 && s[1..5] == ["c", "b", "a", "main"]);
+    let share = through.count() as f64 / names.len() as f64;
+    assert!(
+        share >= 0.95,
+        "{:.1}% go through c, b, a, main",
+        100.0 * share
+    );
+    let by_frame_pointer = stacks
+        .iter()
+        .filter(|s| s.flags & flags::FRAME_POINTER != 0)
+        .count();
+    assert_eq!(
+        by_frame_pointer, 0,
+        "the PLT frame fell back to frame pointers"
     );
 }
