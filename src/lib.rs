@@ -16,3 +16,4 @@ pub mod runtime;
 pub mod symbols;
 pub mod sys;
 pub mod tracking;
+pub mod unwind;

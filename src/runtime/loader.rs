@@ -505,7 +505,8 @@ impl Loaded {
         (self.ring.as_mut(), &self.stopper)
     }
 
-    pub(super) fn map(&self, map: crate::codegen::program::MapId) -> Result<&MapHandle, MapError> {
+    /// The kernel map made for `map`.
+    pub fn map(&self, map: crate::codegen::program::MapId) -> Result<&MapHandle, MapError> {
         self.maps
             .get(map.0 as usize)
             .ok_or(MapError::NoSuchMap { map: map.0 })

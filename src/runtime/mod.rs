@@ -5,6 +5,7 @@ mod attach;
 pub mod child;
 pub mod counters;
 pub mod elf;
+mod elf_functions;
 mod elf_object;
 pub mod environment;
 pub mod features;
