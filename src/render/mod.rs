@@ -12,9 +12,14 @@
 pub mod captures;
 pub mod error;
 pub mod filter;
+pub mod format;
+pub mod frames;
+pub mod metrics;
 pub mod ndjson;
 pub mod output;
 pub mod perfetto;
+pub mod recorded;
+pub mod sched;
 pub mod source;
 pub mod summary;
 #[cfg(test)]
