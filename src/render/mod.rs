@@ -12,12 +12,16 @@
 pub mod captures;
 pub mod error;
 pub mod filter;
+pub mod flamegraph;
+pub mod folded;
 pub mod format;
 pub mod frames;
 pub mod metrics;
 pub mod ndjson;
 pub mod output;
 pub mod perfetto;
+pub mod pprof;
+pub mod profile;
 pub mod recorded;
 pub mod sched;
 pub mod source;
