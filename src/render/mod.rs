@@ -23,6 +23,7 @@ pub mod perfetto;
 pub mod pprof;
 pub mod profile;
 pub mod recorded;
+pub mod report;
 pub mod sched;
 pub mod source;
 pub mod summary;
