@@ -25,6 +25,8 @@
 
 mod spec;
 
+use std::ops::ControlFlow;
+
 use ahash::AHashMap;
 
 pub use spec::{Column, PROFILE_KINDS, ProfileError, ProfileKind, ProfileSpec, RecordWeight};
@@ -89,9 +91,13 @@ impl Profile {
         )?;
         let window = sched::window(capture)?;
         let mut collector = Collector::new(capture, &spec, window, options.min_block_ns);
+        // Events come in time order: nothing after the window changes it.
         source.for_each_event(&mut |event| {
+            if event.ts_ns >= window.end_ns {
+                return ControlFlow::Break(());
+            }
             collector.event(event);
-            std::ops::ControlFlow::Continue(())
+            ControlFlow::Continue(())
         })?;
         let samples = collector.finish();
         if samples.is_empty() {
