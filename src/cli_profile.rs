@@ -13,17 +13,13 @@ use crate::render::metrics::MetricsOptions;
 use crate::render::profile::ProfileOptions;
 use crate::render::report::{ReportOptions, SortKey};
 
-/// Profiles (`--folded`, `--flamegraph`, `--pprof`), the wall-clock report
-/// and metrics.
+/// The outputs of a profile besides its flame graph, on the main command
+/// line and on `wprof profile`.
 #[derive(Clone, Debug, Default, Args)]
-pub struct ProfileArgs {
+pub struct ProfileOutputs {
     /// Write the profile as folded stacks (`-` for standard output).
     #[arg(long = "folded", value_name = "PATH")]
     pub folded: Option<PathBuf>,
-
-    /// Write the profile as a flame graph SVG.
-    #[arg(long = "flamegraph", value_name = "PATH")]
-    pub flamegraph: Option<PathBuf>,
 
     /// Write the profile as a gzipped pprof profile (go tool pprof).
     #[arg(long = "pprof", value_name = "PATH")]
@@ -36,6 +32,32 @@ pub struct ProfileArgs {
     /// Write the wall-clock report as JSON (`-` for standard output).
     #[arg(long = "report-json", value_name = "PATH")]
     pub report_json: Option<PathBuf>,
+}
+
+impl ProfileOutputs {
+    /// Each output asked for, as its flag and path.
+    pub fn asked(&self) -> impl Iterator<Item = (&'static str, &PathBuf)> {
+        [
+            ("--folded", &self.folded),
+            ("--pprof", &self.pprof),
+            ("--report", &self.report),
+            ("--report-json", &self.report_json),
+        ]
+        .into_iter()
+        .filter_map(|(flag, path)| Some((flag, path.as_ref()?)))
+    }
+}
+
+/// Profiles (`--folded`, `--flamegraph`, `--pprof`), the wall-clock report
+/// and metrics.
+#[derive(Clone, Debug, Default, Args)]
+pub struct ProfileArgs {
+    /// Write the profile as a flame graph SVG.
+    #[arg(long = "flamegraph", value_name = "PATH")]
+    pub flamegraph: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub outputs: ProfileOutputs,
 
     /// Write the capture's metrics as JSON (`-` for standard output).
     #[arg(long = "metrics", value_name = "PATH")]

@@ -15,6 +15,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::cli::{Cli, parse_duration};
+use crate::cli_profile::ProfileOutputs;
 use crate::render::format::whole_duration;
 
 /// The subcommand word.
@@ -66,21 +67,8 @@ pub struct ProfileCommand {
     )]
     pub output: PathBuf,
 
-    /// Also write folded stacks (bcc -f; `-` for standard output).
-    #[arg(short = 'f', long = "folded", value_name = "PATH")]
-    pub folded: Option<PathBuf>,
-
-    /// Also write a pprof profile.
-    #[arg(long = "pprof", value_name = "PATH")]
-    pub pprof: Option<PathBuf>,
-
-    /// Also write the per-thread wall-clock report (`-` for standard output).
-    #[arg(long = "report", value_name = "PATH")]
-    pub report: Option<PathBuf>,
-
-    /// Also write the report as JSON.
-    #[arg(long = "report-json", value_name = "PATH")]
-    pub report_json: Option<PathBuf>,
+    #[command(flatten)]
+    pub outputs: ProfileOutputs,
 
     /// User stacks only (bcc -U).
     #[arg(short = 'U', long = "user-only", conflicts_with = "kernel_only")]
@@ -177,15 +165,8 @@ impl ProfileCommand {
         args.extend(["-D".into(), path(&self.data)]);
         args.extend(["--profile".into(), self.profile.clone()]);
         args.extend(["--flamegraph".into(), path(&self.output)]);
-        for (flag, value) in [
-            ("--folded", &self.folded),
-            ("--pprof", &self.pprof),
-            ("--report", &self.report),
-            ("--report-json", &self.report_json),
-        ] {
-            if let Some(value) = value {
-                args.extend([flag.to_owned(), path(value)]);
-            }
+        for (flag, value) in self.outputs.asked() {
+            args.extend([flag.to_owned(), path(value)]);
         }
         let min_block = whole_duration(self.min_block.as_nanos() as u64);
         args.extend(["--min-block".into(), min_block]);
@@ -265,7 +246,7 @@ mod tests {
              --user-only --per-thread"
         );
         assert_eq!(
-            main_args(&["--profile", "cpu", "-d", "1s", "-f", "-"]),
+            main_args(&["--profile", "cpu", "-d", "1s", "--folded", "-"]),
             "wprof -S timer=49hz -f no-hardirq -f no-softirq --no-idle -d 1s -D wprof.data \
              --profile cpu --flamegraph profile.svg --folded - --min-block 1ms"
         );

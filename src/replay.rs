@@ -56,7 +56,7 @@ const OUTPUTS: [OutputKind; 9] = [
     OutputKind {
         flag: "--folded",
         example: " out.folded",
-        asked: |cli| cli.profile.folded.as_deref(),
+        asked: |cli| cli.profile.outputs.folded.as_deref(),
         renderer: |cli| {
             Box::new(FoldedStacks {
                 options: cli.profile.profile_options(),
@@ -76,7 +76,7 @@ const OUTPUTS: [OutputKind; 9] = [
     OutputKind {
         flag: "--pprof",
         example: " out.pb.gz",
-        asked: |cli| cli.profile.pprof.as_deref(),
+        asked: |cli| cli.profile.outputs.pprof.as_deref(),
         renderer: |cli| {
             Box::new(Pprof {
                 options: cli.profile.profile_options(),
@@ -86,7 +86,7 @@ const OUTPUTS: [OutputKind; 9] = [
     OutputKind {
         flag: "--report",
         example: " -",
-        asked: |cli| cli.profile.report.as_deref(),
+        asked: |cli| cli.profile.outputs.report.as_deref(),
         renderer: |cli| {
             Box::new(Report {
                 options: cli.profile.report_options(),
@@ -96,7 +96,7 @@ const OUTPUTS: [OutputKind; 9] = [
     OutputKind {
         flag: "--report-json",
         example: " report.json",
-        asked: |cli| cli.profile.report_json.as_deref(),
+        asked: |cli| cli.profile.outputs.report_json.as_deref(),
         renderer: |cli| {
             Box::new(ReportJson {
                 options: cli.profile.report_options(),

@@ -10,9 +10,7 @@
 use crate::analysis::flamegraph::{FlameGraphOptions, write_svg};
 use crate::analysis::folded::Folded;
 use crate::render::format::{describe_tasks, whole_duration};
-use crate::render::profile::{
-    Profile, ProfileKind, ProfileOptions, per_thread_files, thread_frame,
-};
+use crate::render::profile::{Profile, ProfileKind, ProfileOptions, thread_frame};
 use crate::render::{Capture, Captures, Destination, Render, RenderError};
 
 /// The flame graph renderer.
@@ -26,17 +24,9 @@ impl Render for FlameGraph {
         let capture = captures.single("--flamegraph")?;
         let source = capture.source;
         let profile = Profile::build(capture, &self.options)?;
-        if !self.options.per_thread {
-            let folded = profile.fold(source, &self.options, |_| true);
-            return self.write(capture, &profile, &folded, None, to);
-        }
-        for (tid, file) in per_thread_files(&profile, source, to, "--flamegraph")? {
-            let folded = profile.fold(source, &self.options, |key| {
-                source.thread(key.thread).tid == tid
-            });
-            let thread = profile.threads(source).into_iter().find(|t| t.0 == tid);
-            let name = thread.map(|(_, id)| thread_frame(source, id));
-            self.write(capture, &profile, &folded, name.as_deref(), &file)?;
+        for file in profile.files(source, &self.options, to, "--flamegraph")? {
+            let thread = file.thread.map(|id| thread_frame(source, id));
+            self.write(capture, &profile, &file.folded, thread.as_deref(), &file.to)?;
         }
         Ok(())
     }

@@ -1,12 +1,12 @@
 //! `--folded PATH` (`-` for standard output): a capture's profile as folded
 //! stacks, the input of `flamegraph.pl` and inferno (`frame;frame;… weight`,
 //! root first, one line per distinct stack, sorted). With `--per-thread`,
-//! one file per thread (`render::profile::per_thread_files`).
+//! one file per thread (`Profile::files`).
 //!
 //! Input: a [`Capture`](crate::render::Capture) and [`ProfileOptions`];
 //! output: the lines of [`Profile::fold`], weighed by the profile's weight.
 
-use crate::render::profile::{Profile, ProfileOptions, per_thread_files};
+use crate::render::profile::{Profile, ProfileOptions};
 use crate::render::{Captures, Destination, Render, RenderError};
 
 /// The folded-stacks renderer.
@@ -18,26 +18,14 @@ pub struct FoldedStacks {
 impl Render for FoldedStacks {
     fn render(&self, captures: &Captures<'_>, to: &Destination) -> Result<(), RenderError> {
         let capture = captures.single("--folded")?;
-        let source = capture.source;
         let profile = Profile::build(capture, &self.options)?;
-        if !self.options.per_thread {
-            let folded = profile.fold(source, &self.options, |_| true);
-            return write(&folded.to_text(), to);
-        }
-        for (tid, file) in per_thread_files(&profile, source, to, "--folded")? {
-            let folded = profile.fold(source, &self.options, |key| {
-                source.thread(key.thread).tid == tid
-            });
-            write(&folded.to_text(), &file)?;
+        for file in profile.files(capture.source, &self.options, to, "--folded")? {
+            let mut out = file.to.open()?;
+            out.write_all(file.folded.to_text().as_bytes())?;
+            out.flush()?;
         }
         Ok(())
     }
-}
-
-fn write(text: &str, to: &Destination) -> Result<(), RenderError> {
-    let mut out = to.open()?;
-    out.write_all(text.as_bytes())?;
-    out.flush()
 }
 
 #[cfg(test)]

@@ -67,46 +67,35 @@ fn fills(svg: &str, name: &str) -> Vec<(u8, u8, u8)> {
     .collect()
 }
 
-/// The per-type sums of a pprof file's samples as `go tool pprof -raw`
-/// reads them, or `None` without `go`.
-fn go_pprof_totals(path: &Path) -> Option<BTreeMap<String, i64>> {
+/// The total of sample type `index` of a pprof file as `go tool pprof -top`
+/// prints it (`Total samples = 305305305ns`), in `unit` (`ns`, `B`, or none
+/// for counts); `None` without `go`.
+fn go_pprof_total(path: &Path, index: &str, unit: Option<&str>) -> Option<i64> {
     let home = tempfile::tempdir().expect("a temporary HOME");
-    let out = Command::new("go")
-        .args(["tool", "pprof", "-raw"])
-        .arg(path)
+    let mut command = Command::new("go");
+    command.args(["tool", "pprof", "-top", &format!("-sample_index={index}")]);
+    if let Some(unit) = unit {
+        command.arg(format!("-unit={unit}"));
+    }
+    let out = (command.arg(path))
         .env("HOME", home.path())
         .env("PPROF_BINARY_PATH", home.path())
         .output()
         .ok()?;
-    let raw = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "go tool pprof: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut lines = raw
-        .lines()
-        .skip_while(|l| !l.starts_with("Samples:"))
-        .skip(1);
-    let types: Vec<String> = (lines.next()?.split_whitespace())
-        .map(|t| t.split('/').next().unwrap_or(t).to_owned())
-        .collect();
-    let mut totals: BTreeMap<String, i64> = types.iter().map(|t| (t.clone(), 0)).collect();
-    for line in lines.take_while(|l| !l.starts_with("Locations")) {
-        let Some((values, _)) = line.split_once(':') else {
-            continue;
-        };
-        let values: Vec<i64> = values
-            .split_whitespace()
-            .filter_map(|v| v.parse().ok())
-            .collect();
-        if values.len() == types.len() {
-            for (kind, value) in types.iter().zip(values) {
-                *totals.get_mut(kind).expect("a type") += value;
-            }
-        }
-    }
-    Some(totals)
+    let top = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "go tool pprof -top: {stderr}");
+    let total = top
+        .split("Total samples = ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next());
+    let total = total.unwrap_or_else(|| panic!("no total in:\n{top}"));
+    Some(
+        total
+            .trim_end_matches(unit.unwrap_or(""))
+            .parse()
+            .expect("a whole total"),
+    )
 }
 
 /// The worker's row of a JSON report.
@@ -174,17 +163,17 @@ fn check_svg(svg: &str) {
     assert!(blue, "off-CPU frames are blue: {off:?}");
 }
 
-/// `go tool pprof` reads the folded totals from the pprof file.
+/// `go tool pprof -top` reads the folded totals from the pprof file.
 fn check_pprof(path: &Path, lines: &[(String, u64)]) {
-    let Some(totals) = go_pprof_totals(path) else {
-        eprintln!("pprof check skipped: `go` is not installed (apt-get install golang-go)");
-        return;
-    };
     let on_cpu = weight(lines, |s| s.contains("_[c]"));
     let all = weight(lines, |_| true);
-    assert_eq!(totals["cpu"], on_cpu as i64, "{totals:?}");
-    assert_eq!(totals["off_cpu"], (all - on_cpu) as i64, "{totals:?}");
-    assert_eq!(totals["wall"], all as i64, "{totals:?}");
+    for (index, total) in [("cpu", on_cpu), ("off_cpu", all - on_cpu), ("wall", all)] {
+        let Some(read) = go_pprof_total(path, index, Some("ns")) else {
+            eprintln!("pprof check skipped: `go` is not installed (apt-get install golang-go)");
+            return;
+        };
+        assert_eq!(read, total as i64, "{index}");
+    }
 }
 
 /// A thread that spins 300 ms in `spin_here` and sleeps 7 × 100 ms: the
@@ -332,9 +321,10 @@ fn allocation_bytes_profile() {
         bytes,
         "{lines:?}"
     );
-    if let Some(totals) = go_pprof_totals(&dir.join("bytes.pb.gz")) {
-        assert_eq!(totals["size"], bytes as i64, "{totals:?}");
-        assert_eq!(totals["malloc"], 7, "{totals:?}");
+    let pprof = dir.join("bytes.pb.gz");
+    if let Some(total) = go_pprof_total(&pprof, "size", Some("B")) {
+        assert_eq!(total, bytes as i64);
+        assert_eq!(go_pprof_total(&pprof, "malloc", None), Some(7));
     }
     let out = wprof_ok(&[
         "-R",

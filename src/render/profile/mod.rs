@@ -158,42 +158,68 @@ impl Profile {
     }
 }
 
-/// One output file per thread with samples: `PATH`'s directory and stem,
-/// then `-TID-NAME`, then its extension (`out.svg` → `out-42-worker.svg`).
-pub fn per_thread_files(
-    profile: &Profile,
-    source: &dyn CaptureSource,
-    to: &Destination,
-    output: &'static str,
-) -> Result<Vec<(u32, Destination)>, RenderError> {
-    let Destination::File(path) = to else {
-        return Err(RenderError::Captures {
-            output,
-            problem: "with --per-thread writes one file per thread: give a path, not -".into(),
-        });
-    };
-    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
-    let extension = path
-        .extension()
-        .map(|e| format!(".{}", e.to_string_lossy()));
-    let files = (profile.threads(source).into_iter())
-        .map(|(tid, id)| {
-            let name = source.string(source.thread(id).name);
-            let name: String = name
-                .chars()
-                .map(|c| {
-                    if c.is_alphanumeric() || "-_.".contains(c) {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
-            let file = format!("{stem}-{tid}-{name}{}", extension.as_deref().unwrap_or(""));
-            (tid, Destination::File(path.with_file_name(file)))
-        })
-        .collect();
-    Ok(files)
+/// What one output file shows: the whole profile, or one thread's stacks.
+pub struct FoldedFile {
+    /// The thread, with `--per-thread`.
+    pub thread: Option<ThreadId>,
+    pub folded: Folded,
+    pub to: Destination,
+}
+
+impl Profile {
+    /// The folded stacks of each file an output writes: all of them at `to`,
+    /// or with `--per-thread` one file per thread, named `PATH`'s stem, then
+    /// `-TID-NAME`, then its extension (`out.svg` → `out-42-worker.svg`).
+    pub fn files(
+        &self,
+        source: &dyn CaptureSource,
+        options: &ProfileOptions,
+        to: &Destination,
+        output: &'static str,
+    ) -> Result<Vec<FoldedFile>, RenderError> {
+        if !options.per_thread {
+            let folded = self.fold(source, options, |_| true);
+            let to = to.clone();
+            return Ok(vec![FoldedFile {
+                thread: None,
+                folded,
+                to,
+            }]);
+        }
+        let Destination::File(path) = to else {
+            return Err(RenderError::Captures {
+                output,
+                problem: "with --per-thread writes one file per thread: give a path, not -".into(),
+            });
+        };
+        let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+        let extension = path
+            .extension()
+            .map(|e| format!(".{}", e.to_string_lossy()));
+        let safe = |c: char| {
+            if c.is_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        };
+        let files = (self.threads(source).into_iter())
+            .map(|(tid, id)| {
+                let name: String = source
+                    .string(source.thread(id).name)
+                    .chars()
+                    .map(safe)
+                    .collect();
+                let file = format!("{stem}-{tid}-{name}{}", extension.as_deref().unwrap_or(""));
+                FoldedFile {
+                    thread: Some(id),
+                    folded: self.fold(source, options, |key| source.thread(key.thread).tid == tid),
+                    to: Destination::File(path.with_file_name(file)),
+                }
+            })
+            .collect();
+        Ok(files)
+    }
 }
 
 /// The first frame of a thread's stacks: `name-pid/tid`, as
