@@ -368,6 +368,18 @@ mod tests {
         insta::assert_snapshot!(summary(&capture, &Filter::default()));
     }
 
+    /// The off-CPU stack threshold of `-S offcpu=DUR` is shown with the stacks.
+    #[test]
+    fn summary_shows_the_offcpu_threshold() {
+        let mut capture = FakeCapture::sample();
+        capture.info.settings.stacks = vec!["timer=99hz".into(), "offcpu=1ms".into()];
+        let text = summary(&capture, &Filter::default());
+        assert!(
+            text.contains("\noff-CPU     stacks of blocks of at least 1ms\n"),
+            "{text}"
+        );
+    }
+
     /// Dates around epochs, leap days and centuries.
     #[test]
     fn civil_dates() {

@@ -132,6 +132,15 @@ fn check_report(worker: &Value, measured: &BTreeMap<String, f64>) {
     assert_near(field(worker, "sleeping_ns"), 0.7e9, 0.10, "sleeping");
     let coverage = field(worker, "coverage");
     assert!(coverage >= 0.99, "coverage {coverage}");
+    // A software counter of CPU time, summed between the thread's switches;
+    // time the accounting could not attribute (an event missing from the
+    // capture) is the only other slack.
+    let task_clock = field(&worker["pmu"], "sw:task-clock");
+    let slack = on_cpu * 0.02 + field(worker, "unknown_ns");
+    assert!(
+        (task_clock - on_cpu).abs() <= slack,
+        "task-clock total {task_clock} against on-CPU time {on_cpu}: {worker}"
+    );
 }
 
 /// The folded stacks put the report's times on `spin_here` (on-CPU) and
@@ -180,7 +189,8 @@ fn check_pprof(path: &Path, lines: &[(String, u64)]) {
 /// report gives its on-CPU time and off-CPU time as it measured them itself
 /// (±10%), with full coverage; the folded stacks put the same times on
 /// `spin_here` (on-CPU) and `nanosleep` (off-CPU); the SVG colors them
-/// apart; `go tool pprof` reads the same totals; a replay writes the same bytes.
+/// apart; `go tool pprof` reads the same totals; its `sw:task-clock` total
+/// is its on-CPU time; a replay writes the same bytes.
 #[test]
 fn wall_clock_profile_of_spinning_and_sleeping() {
     require_bpf!();
@@ -189,7 +199,8 @@ fn wall_clock_profile_of_spinning_and_sleeping() {
     let data = at("w.data");
     #[rustfmt::skip]
     let out = wprof_ok(&[
-        "-S", "timer=999hz", "-S", "offcpu", "-D", &data, "--folded", &at("w.folded"),
+        "-S", "timer=999hz", "-S", "offcpu", "--pmu", "sw:task-clock", "-D", &data,
+        "--folded", &at("w.folded"),
         "--flamegraph", &at("w.svg"), "--pprof", &at("w.pb.gz"), "--report-json", &at("r.json"),
         "--report", "-", "--only-command", "--", &workload("prof_wall"),
     ]);
@@ -210,9 +221,14 @@ fn wall_clock_profile_of_spinning_and_sleeping() {
     #[rustfmt::skip]
     wprof_ok(&[
         "-R", "-D", &data, "-p", &pid, "--folded", &at("again.folded"),
-        "--flamegraph", &at("again.svg"),
+        "--flamegraph", &at("again.svg"), "--pprof", &at("again.pb.gz"),
     ]);
-    for (again, first) in [("again.folded", "w.folded"), ("again.svg", "w.svg")] {
+    let outputs = [
+        ("again.folded", "w.folded"),
+        ("again.svg", "w.svg"),
+        ("again.pb.gz", "w.pb.gz"),
+    ];
+    for (again, first) in outputs {
         assert_eq!(
             fs::read(at(again)).ok(),
             fs::read(at(first)).ok(),

@@ -187,8 +187,11 @@ pub struct Row {
     pub runnable_ns: u64,
     /// Stopped, parked, idle-waiting (`T`, `t`, `P`, `I`) or dying.
     pub other_ns: u64,
-    /// Off-CPU for a reason not seen (before its first event).
+    /// Off-CPU for a reason not seen (before its first event, or where
+    /// events contradicted each other).
     pub unknown_ns: u64,
+    /// Events that contradicted the thread's known state (an event lost).
+    pub anomalies: u64,
     pub lifetime_ns: u64,
     /// Known time over life in the window.
     pub coverage: f64,
@@ -275,6 +278,7 @@ impl Row {
         self.runnable_ns = t.runnable_ns;
         self.other_ns = t.other_ns;
         self.unknown_ns = t.unknown_ns;
+        self.anomalies = t.anomalies;
         self.lifetime_ns = t.lifetime_ns;
         self.coverage = t.coverage();
         self.voluntary_switches = t.voluntary_switches;
