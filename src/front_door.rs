@@ -25,6 +25,7 @@ pub const PROFILE: &str = "profile";
 #[derive(Debug, Parser)]
 #[command(
     name = "wprof profile",
+    bin_name = "wprof profile",
     after_help = "Examples:
   wprof profile -- ./my-program arg        # wall-clock flame graph of a command: profile.svg
   wprof profile -p 1234 -d 10s -F 99 -o p.svg --report -
