@@ -47,14 +47,16 @@ calc() { awk "BEGIN {printf \"$1\", $2}"; }
 record_busy() {
   [[ $EUID -eq 0 ]] || die "recording needs root (or give a capture with -D)"
   command -v perf >/dev/null || die "perf is missing (Debian linux-perf): it loads the machine"
-  local pids=()
+  # Each load in its own process group: `perf bench sched pipe` forks its
+  # partner, which must stop with it.
+  local groups=()
   for _ in 1 2; do
-    perf bench sched pipe -l 100000000 >/dev/null 2>&1 & pids+=($!)
-    (while :; do :; done) & pids+=($!)
+    setsid perf bench sched pipe -l 100000000 >/dev/null 2>&1 & groups+=($!)
+    setsid bash -c 'while :; do :; done' & groups+=($!)
   done
   "$WPROF" -S -d "${SECONDS_BUSY}s" -D "$CAPTURE" >>"$LOG" 2>&1 || true
-  kill "${pids[@]}" 2>/dev/null || true
-  wait "${pids[@]}" 2>/dev/null || true
+  for group in "${groups[@]}"; do kill -- "-$group" 2>/dev/null || true; done
+  wait "${groups[@]}" 2>/dev/null || true
   [[ -s $CAPTURE ]] || die "no capture was written (see $LOG)"
 }
 
