@@ -7,8 +7,10 @@
 pub mod analysis;
 pub mod capture;
 pub mod cli;
+pub mod cli_profile;
 pub mod codegen;
 pub mod driver;
+pub mod front_door;
 pub mod frontend;
 pub mod output;
 pub mod render;
