@@ -11,6 +11,7 @@ use wprof::codegen::program::Compiled;
 use wprof::driver::{self, Source};
 use wprof::frontend::checked::CheckedProgram;
 use wprof::frontend::diag::{INLINE_SCRIPT_NAME, ScriptErrors};
+use wprof::frontend::limits;
 use wprof::frontend::options::CompileOptions;
 use wprof::runtime::activation::Phases;
 use wprof::runtime::environment::SystemEnvironment;
@@ -194,8 +195,7 @@ fn read_source(cli: &Cli) -> Result<Option<(Source, Vec<String>)>, Failure> {
             )))
         }
         (None, Some(path)) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            let text = limits::read_script(path).map_err(|e| e.to_string())?;
             Ok(Some((
                 Source {
                     name: path.display().to_string(),

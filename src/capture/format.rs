@@ -1,27 +1,27 @@
 //! The framing of `wprof.data` (see `docs/data-format.md`): the file header,
-//! chunk headers with their checksums, the varint primitives every payload is
-//! made of, and `CaptureError`. The writer encodes payloads, the reader
-//! decodes them.
+//! chunk headers with their checksums and size limits, the sequence marks
+//! that number the chunks, the varint primitives every payload is made of,
+//! and `CaptureError`. The writer encodes payloads, the reader decodes them.
 
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use super::files::{FileError, IoCause};
+
 /// Why a capture could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum CaptureError {
-    #[error("{op} {}", path.display())]
+    #[error("cannot {op} {}: {}", path.display(), IoCause(cause))]
     Io {
         op: &'static str,
         path: PathBuf,
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
-    #[error("writing the capture")]
-    Write {
-        #[source]
-        source: io::Error,
-    },
+    #[error("cannot write the capture: {}", IoCause(cause))]
+    Write { cause: io::Error },
+    #[error(transparent)]
+    File(#[from] FileError),
     #[error("{} is not a wprof capture", path.display())]
     NotACapture { path: PathBuf },
     #[error(
@@ -56,7 +56,23 @@ pub enum CaptureError {
 pub const MAGIC: [u8; 8] = *b"\x89WPROF\r\n";
 
 /// The format version this build writes and the newest it reads.
-pub const VERSION: Version = Version { major: 2, minor: 0 };
+pub const VERSION: Version = Version { major: 2, minor: 1 };
+
+/// The first version whose chunks are numbered by sequence marks.
+pub const SEQUENCED: Version = Version { major: 2, minor: 1 };
+
+/// The largest payload of an events chunk (the writer cuts them at 64 KiB).
+pub const MAX_EVENTS_PAYLOAD: u32 = 1 << 20;
+
+/// The largest payload of any other chunk (the writer cuts tables at 1 MiB).
+pub const MAX_PAYLOAD: u32 = 64 << 20;
+
+/// CPU numbers are below this (Linux allows at most 8192 CPUs): renderers
+/// keep per-CPU state in vectors indexed by CPU.
+pub const MAX_CPUS: u32 = 1 << 16;
+
+/// The fewest bytes an event takes: key, time, CPU and thread.
+pub const MIN_EVENT_BYTES: u32 = 4;
 
 /// Length of the file header: magic, major, minor, CRC32 of the first 12 bytes.
 pub const FILE_HEADER_LEN: usize = 16;
@@ -135,6 +151,8 @@ pub enum ChunkKind {
     Symbols = 8,
     /// `CaptureStats`; the last chunk of a finished capture.
     End = 9,
+    /// A `SequenceMark` for the chunk that follows it (format 2.1).
+    Sequence = 10,
 }
 
 impl ChunkKind {
@@ -142,7 +160,7 @@ impl ChunkKind {
     pub fn from_u8(b: u8) -> Option<ChunkKind> {
         use ChunkKind::*;
         [
-            Info, Schemas, Strings, Threads, Frames, Stacks, Events, Symbols, End,
+            Info, Schemas, Strings, Threads, Frames, Stacks, Events, Symbols, End, Sequence,
         ]
         .into_iter()
         .find(|k| *k as u8 == b)
@@ -159,6 +177,15 @@ impl ChunkKind {
             ChunkKind::Events => "events",
             ChunkKind::Symbols => "symbols",
             ChunkKind::End => "end",
+            ChunkKind::Sequence => "sequence",
+        }
+    }
+
+    /// The largest payload a chunk of this kind may have.
+    pub fn max_payload(self) -> u32 {
+        match self {
+            ChunkKind::Events => MAX_EVENTS_PAYLOAD,
+            _ => MAX_PAYLOAD,
         }
     }
 }
@@ -210,6 +237,69 @@ impl ChunkHeader {
             payload_len: le32(&h[4..8]),
             items: le32(&h[8..12]),
             payload_crc: le32(&h[12..16]),
+        })
+    }
+}
+
+/// The payload of a `sequence` chunk: the number of the chunk after it and
+/// what the file holds through that chunk. With these a reader finds chunks
+/// removed, repeated, replaced or re-kinded even when every checksum is
+/// right, and after a crash tells when the last write happened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SequenceMark {
+    /// 0 for the first mark (after `schemas`), one more for each next one.
+    pub seq: u64,
+    /// The announced chunk's header checksum (its bytes 16..20).
+    pub header_crc: u32,
+    /// What the file holds through the end of the announced chunk.
+    pub through: Totals,
+    /// Capture time (ns after the start) when the chunk was written.
+    pub written_ns: u64,
+}
+
+/// Counts of what a capture holds up to some chunk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub events: u64,
+    pub strings: u64,
+    pub threads: u64,
+    pub frames: u64,
+    pub stacks: u64,
+    /// The newest event time, 0 before the first event.
+    pub newest_ns: u64,
+}
+
+impl SequenceMark {
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_uvarint(out, self.seq);
+        out.extend_from_slice(&self.header_crc.to_le_bytes());
+        let t = &self.through;
+        for n in [
+            t.events,
+            t.strings,
+            t.threads,
+            t.frames,
+            t.stacks,
+            t.newest_ns,
+        ] {
+            put_uvarint(out, n);
+        }
+        put_uvarint(out, self.written_ns);
+    }
+
+    pub fn decode(d: &mut Decoder) -> Result<SequenceMark, Malformed> {
+        Ok(SequenceMark {
+            seq: d.uvarint()?,
+            header_crc: le32(d.take(4)?),
+            through: Totals {
+                events: d.uvarint()?,
+                strings: d.uvarint()?,
+                threads: d.uvarint()?,
+                frames: d.uvarint()?,
+                stacks: d.uvarint()?,
+                newest_ns: d.uvarint()?,
+            },
+            written_ns: d.uvarint()?,
         })
     }
 }
@@ -485,10 +575,34 @@ mod tests {
         assert_eq!(parse_file_header(&h), Err(HeaderProblem::Checksum));
         h[0] = b'P';
         assert_eq!(parse_file_header(&h), Err(HeaderProblem::NotACapture));
-        for b in 1..=9 {
+        for b in 1..=10 {
             assert_eq!(ChunkKind::from_u8(b).map(|k| k as u8), Some(b));
         }
         assert_eq!(ChunkKind::from_u8(0), None);
-        assert_eq!(ChunkKind::from_u8(10), None);
+        assert_eq!(ChunkKind::from_u8(11), None);
+    }
+
+    /// Sequence marks round-trip, and a cut one is an error.
+    #[test]
+    fn sequence_mark_round_trip() {
+        let mark = SequenceMark {
+            seq: 7,
+            header_crc: 0xdead_beef,
+            through: Totals {
+                events: 1 << 40,
+                strings: 3,
+                threads: 2,
+                frames: 1,
+                stacks: 0,
+                newest_ns: u64::MAX,
+            },
+            written_ns: 12_345,
+        };
+        let mut b = vec![];
+        mark.encode(&mut b);
+        let mut d = Decoder::new(&b, 0);
+        assert_eq!(SequenceMark::decode(&mut d), Ok(mark));
+        d.finish().unwrap();
+        assert!(SequenceMark::decode(&mut Decoder::new(&b[..b.len() - 1], 0)).is_err());
     }
 }

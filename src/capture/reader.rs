@@ -5,22 +5,27 @@
 //! memory does not grow with the number of events. A file cut short or
 //! damaged is read up to its last good chunk, and `damage` says what was lost.
 
-use std::fmt;
+mod damage;
+mod decode;
+mod scan;
+
 use std::fs::File;
 use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+pub use self::damage::{Cut, Damage, Gap, GapKind, LastWrite};
+use self::decode::{Limits, decode_event};
+use self::scan::Scan;
+use super::files::open_capture;
 use super::format::{
-    CHUNK_HEADER_LEN, CaptureError, ChunkHeader, ChunkKind, Decoder, FILE_HEADER_LEN,
-    HeaderProblem, MAGIC, Malformed, VERSION, Version, parse_file_header,
+    CHUNK_HEADER_LEN, CaptureError, ChunkHeader, Decoder, FILE_HEADER_LEN, HeaderProblem, MAGIC,
+    Malformed, SEQUENCED, VERSION, Version, parse_file_header,
 };
 use super::model::{
-    CaptureInfo, CaptureSettings, CaptureStats, DropReason, Event, FieldSchema, FieldType,
-    FieldValue, FrameAddr, FrameId, RecordId, RecordKind, RecordOrigin, RecordSchema, Stack,
-    StackId, StringId, Symbol, Thread, ThreadId,
+    CaptureInfo, CaptureStats, Event, FrameAddr, FrameId, RecordSchema, Stack, StackId, StringId,
+    Symbol, Thread, ThreadId,
 };
-use super::writer::drop_reason_code;
 
 /// A capture opened for replay.
 pub struct CaptureReader {
@@ -38,7 +43,7 @@ pub struct CaptureReader {
 
 /// The interned tables, grown chunk by chunk.
 #[derive(Default)]
-struct Tables {
+pub(super) struct Tables {
     strings: Vec<Box<str>>,
     threads: Vec<Thread>,
     frames: Vec<FrameAddr>,
@@ -49,7 +54,7 @@ struct Tables {
 
 /// Where an events chunk is, and the table sizes when it was written: its
 /// events may only refer to entries written before it.
-struct EventsChunk {
+pub(super) struct EventsChunk {
     offset: u64,
     header: ChunkHeader,
     strings: usize,
@@ -57,89 +62,31 @@ struct EventsChunk {
     stacks: usize,
 }
 
-/// What part of a capture could not be read.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Damage {
-    /// Events in the readable part.
-    pub events: u64,
-    /// The byte offset where the readable part ends.
-    pub readable_end: u64,
-    /// Whether the end chunk (with the statistics) was read.
-    pub finished: bool,
-    /// What stopped reading before the end of the file, if anything did.
-    pub cut: Option<Cut>,
-}
-
-/// Why reading stopped before the end of the file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Cut {
-    /// The last chunk is incomplete (the writer was killed, or the disk filled).
-    Incomplete { offset: u64, bytes: u64 },
-    /// A chunk failed its checks; nothing from `offset` on is trusted.
-    Corrupt {
-        offset: u64,
-        what: String,
-        bytes: u64,
-    },
-    /// Bytes follow the end chunk.
-    AfterEnd { offset: u64, bytes: u64 },
-}
-
-impl fmt::Display for Damage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the capture ends after {} events at byte {}:",
-            self.events, self.readable_end
-        )?;
-        let mut sep = " ";
-        if !self.finished {
-            write!(f, "{sep}the writer did not finish (no end chunk)")?;
-            sep = "; ";
-        }
-        match &self.cut {
-            None => Ok(()),
-            Some(Cut::Incomplete { bytes, .. }) => {
-                write!(f, "{sep}{bytes} bytes of an incomplete chunk ignored")
-            }
-            Some(Cut::Corrupt {
-                offset,
-                what,
-                bytes,
-            }) => write!(
-                f,
-                "{sep}corrupt data at byte {offset} ({what}); the {bytes} bytes from there on are ignored"
-            ),
-            Some(Cut::AfterEnd { bytes, .. }) => {
-                write!(f, "{sep}{bytes} bytes after the end chunk ignored")
-            }
-        }
-    }
-}
-
 impl CaptureReader {
-    /// Opens a capture, reading its description and tables.
+    /// Opens a capture, reading its description and tables. The file must
+    /// be a regular file (a FIFO or a device is refused before any read).
     pub fn open(path: &Path) -> Result<CaptureReader, CaptureError> {
-        let io = |op| {
-            move |source| CaptureError::Io {
-                op,
-                path: path.to_path_buf(),
-                source,
-            }
-        };
-        let file = File::open(path).map_err(io("opening"))?;
-        let len = file.metadata().map_err(io("reading"))?.len();
+        let (file, len) = open_capture(path)?;
         let version = read_file_header(&file, len, path)?;
-        let mut scan = Scan::new(len, path);
+        let mut scan = Scan::new(len, path, version >= SEQUENCED);
         scan.run(&file)?;
-        let (Some(info), Some(schemas)) = (scan.info, scan.schemas) else {
+        let (Some(info), Some(schemas)) = (scan.info.take(), scan.schemas.take()) else {
             return Err(missing_description(path, scan.readable_end, scan.cut));
         };
-        let damage = (!scan.finished || scan.cut.is_some()).then_some(Damage {
+        let recorded = scan
+            .stats
+            .as_ref()
+            .map(|stats| stats.events)
+            .filter(|&n| n != scan.events);
+        let damaged = !scan.finished || scan.cut.is_some() || !scan.gaps.is_empty();
+        let damage = (damaged || recorded.is_some()).then(|| Damage {
             events: scan.events,
             readable_end: scan.readable_end,
             finished: scan.finished,
-            cut: scan.cut,
+            stopped: (!scan.finished).then(|| scan.last_write()).flatten(),
+            cut: scan.cut.take(),
+            gaps: std::mem::take(&mut scan.gaps),
+            recorded,
         });
         Ok(CaptureReader {
             path: path.to_path_buf(),
@@ -326,10 +273,10 @@ fn read_file_header(file: &File, len: u64, path: &Path) -> Result<Version, Captu
 
 fn read_at(file: &File, path: &Path, buf: &mut [u8], offset: u64) -> Result<(), CaptureError> {
     file.read_exact_at(buf, offset)
-        .map_err(|source| CaptureError::Io {
-            op: "reading",
+        .map_err(|cause| CaptureError::Io {
+            op: "read",
             path: path.to_path_buf(),
-            source,
+            cause,
         })
 }
 
@@ -349,448 +296,7 @@ fn missing_description(path: &Path, end: u64, cut: Option<Cut>) -> CaptureError 
     }
 }
 
-/// The state of `open`'s walk over the chunk headers.
-struct Scan<'a> {
-    len: u64,
-    path: &'a Path,
-    info: Option<CaptureInfo>,
-    schemas: Option<Vec<RecordSchema>>,
-    tables: Tables,
-    events_chunks: Vec<EventsChunk>,
-    events: u64,
-    stats: Option<CaptureStats>,
-    finished: bool,
-    readable_end: u64,
-    cut: Option<Cut>,
-}
-
-impl<'a> Scan<'a> {
-    fn new(len: u64, path: &'a Path) -> Scan<'a> {
-        Scan {
-            len,
-            path,
-            info: None,
-            schemas: None,
-            tables: Tables::default(),
-            events_chunks: Vec::new(),
-            events: 0,
-            stats: None,
-            finished: false,
-            readable_end: FILE_HEADER_LEN as u64,
-            cut: None,
-        }
-    }
-
-    /// Walks the chunks until the end of the file or the first damage.
-    fn run(&mut self, file: &File) -> Result<(), CaptureError> {
-        while self.readable_end < self.len {
-            let offset = self.readable_end;
-            let rest = self.len - offset;
-            if self.finished {
-                self.cut = Some(Cut::AfterEnd {
-                    offset,
-                    bytes: rest,
-                });
-                break;
-            }
-            if rest < CHUNK_HEADER_LEN as u64 {
-                self.cut = Some(Cut::Incomplete {
-                    offset,
-                    bytes: rest,
-                });
-                break;
-            }
-            let mut raw = [0u8; CHUNK_HEADER_LEN];
-            read_at(file, self.path, &mut raw, offset)?;
-            let header = match ChunkHeader::decode(&raw) {
-                Ok(header) => header,
-                Err(what) => {
-                    self.cut_corrupt(offset, what.into());
-                    break;
-                }
-            };
-            let end = offset + CHUNK_HEADER_LEN as u64 + u64::from(header.payload_len);
-            if end > self.len {
-                self.cut = Some(Cut::Incomplete {
-                    offset,
-                    bytes: rest,
-                });
-                break;
-            }
-            let kind = ChunkKind::from_u8(header.kind);
-            let mut payload = Vec::new();
-            if kind.is_some_and(|k| k != ChunkKind::Events) {
-                payload.resize(header.payload_len as usize, 0);
-                read_at(
-                    file,
-                    self.path,
-                    &mut payload,
-                    offset + CHUNK_HEADER_LEN as u64,
-                )?;
-            }
-            if let Err(m) = self.chunk(offset, header, &payload) {
-                self.cut_corrupt(m.offset, m.what);
-                break;
-            }
-            self.readable_end = end;
-        }
-        Ok(())
-    }
-
-    fn cut_corrupt(&mut self, offset: u64, what: String) {
-        let bytes = self.len - self.readable_end;
-        self.cut = Some(Cut::Corrupt {
-            offset,
-            what,
-            bytes,
-        });
-    }
-
-    /// Takes in one chunk whose header is good and whose payload is in the
-    /// file; `payload` is read for known kinds other than events.
-    fn chunk(&mut self, offset: u64, header: ChunkHeader, payload: &[u8]) -> Result<(), Malformed> {
-        let Some(kind) = ChunkKind::from_u8(header.kind) else {
-            return Ok(()); // a newer minor version's chunk: skipped by design
-        };
-        let expected = match (&self.info, &self.schemas) {
-            (None, _) => Some(ChunkKind::Info),
-            (Some(_), None) => Some(ChunkKind::Schemas),
-            _ => None,
-        };
-        let misplaced = match expected {
-            Some(expected) => kind != expected,
-            None => matches!(kind, ChunkKind::Info | ChunkKind::Schemas),
-        };
-        if misplaced {
-            return Err(Malformed {
-                offset,
-                what: format!("unexpected {} chunk", kind.name()),
-            });
-        }
-        if kind == ChunkKind::Events {
-            self.events_chunks.push(EventsChunk {
-                offset,
-                header,
-                strings: self.tables.strings.len(),
-                threads: self.tables.threads.len(),
-                stacks: self.tables.stacks.len(),
-            });
-            self.events += u64::from(header.items);
-            return Ok(());
-        }
-        let start = offset + CHUNK_HEADER_LEN as u64;
-        if crc32fast::hash(payload) != header.payload_crc {
-            return Err(Malformed {
-                offset,
-                what: format!("{} chunk checksum mismatch", kind.name()),
-            });
-        }
-        let mut d = Decoder::new(payload, start);
-        self.decode(kind, header.items, &mut d)?;
-        d.finish()
-    }
-
-    fn decode(&mut self, kind: ChunkKind, items: u32, d: &mut Decoder) -> Result<(), Malformed> {
-        let t = &mut self.tables;
-        let n = (items as usize).min(d.remaining());
-        match kind {
-            ChunkKind::Info => self.info = Some(decode_info(d)?),
-            ChunkKind::Schemas => {
-                let mut schemas = Vec::with_capacity(n);
-                for _ in 0..items {
-                    schemas.push(decode_schema(d)?);
-                }
-                self.schemas = Some(schemas);
-            }
-            ChunkKind::Strings => {
-                t.strings.reserve(n);
-                for _ in 0..items {
-                    t.strings.push(d.string()?.into_boxed_str());
-                }
-            }
-            ChunkKind::Threads => {
-                t.threads.reserve(n);
-                for _ in 0..items {
-                    let thread = decode_thread(d, t.strings.len())?;
-                    t.threads.push(thread);
-                }
-            }
-            ChunkKind::Frames => {
-                t.frames.reserve(n);
-                for _ in 0..items {
-                    let frame = decode_frame(d, t.strings.len())?;
-                    t.frames.push(frame);
-                }
-            }
-            ChunkKind::Stacks => {
-                t.stacks.reserve(n);
-                for _ in 0..items {
-                    let stack = decode_stack(d, t.frames.len())?;
-                    t.stacks.push(stack);
-                }
-            }
-            ChunkKind::Symbols => {
-                t.symbols.resize(t.frames.len(), None);
-                for _ in 0..items {
-                    let (frame, symbol) = decode_symbol(d, t.frames.len(), t.strings.len())?;
-                    t.symbols[frame.0 as usize] = Some(symbol);
-                }
-            }
-            ChunkKind::End => {
-                self.stats = Some(decode_stats(d)?);
-                self.finished = true;
-            }
-            // read by `for_each_event`, not by the scan
-            ChunkKind::Events => {}
-        }
-        Ok(())
-    }
-}
-
-/// The table sizes an events chunk may refer to.
-struct Limits<'a> {
-    schemas: &'a [RecordSchema],
-    strings: usize,
-    threads: usize,
-    stacks: usize,
-}
-
-/// Decodes the next event into `event`, reusing its `values`.
-#[inline]
-fn decode_event(
-    d: &mut Decoder,
-    limits: &Limits,
-    ts_ns: &mut u64,
-    event: &mut Event,
-) -> Result<(), Malformed> {
-    let at = d.offset();
-    let key = d.uvarint()?;
-    let Some(schema) = limits.schemas.get((key >> 2) as usize) else {
-        return Err(Malformed {
-            offset: at,
-            what: format!("record id {} out of range", key >> 2),
-        });
-    };
-    *ts_ns = ts_ns.wrapping_add(d.ivarint()? as u64);
-    event.ts_ns = *ts_ns;
-    event.record = RecordId((key >> 2) as u32);
-    event.cpu = d.u32()?;
-    event.thread = ThreadId(d.index(limits.threads, "thread")?);
-    event.duration_ns = if key & 1 != 0 {
-        Some(d.uvarint()?)
-    } else {
-        None
-    };
-    event.values.clear();
-    for field in &schema.fields {
-        event.values.push(match field.ty {
-            FieldType::Int => FieldValue::Int(d.ivarint()?),
-            FieldType::UInt => FieldValue::UInt(d.uvarint()?),
-            FieldType::Str => FieldValue::Str(StringId(d.index(limits.strings, "string")?)),
-            FieldType::Thread => FieldValue::Thread(ThreadId(d.index(limits.threads, "thread")?)),
-        });
-    }
-    event.stack = if key & 2 != 0 {
-        Some(StackId(d.index(limits.stacks, "stack")?))
-    } else {
-        None
-    };
-    Ok(())
-}
-
-fn decode_info(d: &mut Decoder) -> Result<CaptureInfo, Malformed> {
-    let args = d.count()?;
-    let mut command_line = Vec::with_capacity(args);
-    for _ in 0..args {
-        command_line.push(d.string()?);
-    }
-    Ok(CaptureInfo {
-        command_line,
-        script: d.string()?,
-        script_name: d.string()?,
-        hostname: d.string()?,
-        kernel_release: d.string()?,
-        cpus: d.u32()?,
-        start_monotonic_ns: d.uvarint()?,
-        start_realtime_ns: d.uvarint()?,
-        wprof_version: d.string()?,
-        settings: decode_settings(d)?,
-    })
-}
-
-fn decode_settings(d: &mut Decoder) -> Result<CaptureSettings, Malformed> {
-    let mut list = || -> Result<Vec<String>, Malformed> {
-        let n = d.count()?;
-        (0..n).map(|_| d.string()).collect()
-    };
-    let (features, stacks, pmu, filters) = (list()?, list()?, list()?, list()?);
-    let mut spec = || -> Result<Option<String>, Malformed> {
-        let s = d.string()?;
-        Ok((!s.is_empty()).then_some(s))
-    };
-    Ok(CaptureSettings {
-        features,
-        stacks,
-        pmu,
-        filters,
-        prepare: spec()?,
-        activate: spec()?,
-    })
-}
-
-fn decode_schema(d: &mut Decoder) -> Result<RecordSchema, Malformed> {
-    let probe = d.string()?;
-    let name = d.string()?;
-    let kind = match d.u8()? {
-        0 => RecordKind::Instant,
-        1 => RecordKind::Span,
-        k => return Err(d.error(format!("unknown record kind {k}"))),
-    };
-    let n = d.count()?;
-    let mut fields = Vec::with_capacity(n);
-    for _ in 0..n {
-        let name = d.string()?;
-        let ty = match d.u8()? {
-            0 => FieldType::Int,
-            1 => FieldType::UInt,
-            2 => FieldType::Str,
-            3 => FieldType::Thread,
-            t => return Err(d.error(format!("unknown field type {t}"))),
-        };
-        fields.push(FieldSchema { name, ty });
-    }
-    let has_stack = match d.u8()? {
-        0 => false,
-        1 => true,
-        b => return Err(d.error(format!("has_stack is {b}, not 0 or 1"))),
-    };
-    let origin = match d.u8()? {
-        0 => RecordOrigin::Script,
-        1 => RecordOrigin::Tracker,
-        o => return Err(d.error(format!("unknown record origin {o}"))),
-    };
-    Ok(RecordSchema {
-        probe,
-        name,
-        kind,
-        fields,
-        has_stack,
-        origin,
-    })
-}
-
-fn decode_thread(d: &mut Decoder, strings: usize) -> Result<Thread, Malformed> {
-    Ok(Thread {
-        tid: d.u32()?,
-        pid: d.u32()?,
-        name: StringId(d.index(strings, "string")?),
-        process_name: StringId(d.index(strings, "string")?),
-        ppid: d.u32()?,
-        kthread: match d.u8()? {
-            0 => false,
-            1 => true,
-            b => return Err(d.error(format!("kthread is {b}, not 0 or 1"))),
-        },
-    })
-}
-
-fn decode_frame(d: &mut Decoder, strings: usize) -> Result<FrameAddr, Malformed> {
-    Ok(match d.u8()? {
-        0 => FrameAddr::Kernel { addr: d.uvarint()? },
-        1 => {
-            let module = StringId(d.index(strings, "string")?);
-            let build_id = match d.option()? {
-                None => None,
-                Some(len) => Some(d.take(len as usize)?.to_vec()),
-            };
-            FrameAddr::User {
-                module,
-                build_id,
-                file_offset: d.uvarint()?,
-            }
-        }
-        2 => FrameAddr::UnknownUser { addr: d.uvarint()? },
-        t => return Err(d.error(format!("unknown frame kind {t}"))),
-    })
-}
-
-fn decode_stack(d: &mut Decoder, frames: usize) -> Result<Stack, Malformed> {
-    let n = d.count()?;
-    let mut ids = Vec::with_capacity(n);
-    let mut prev = 0i64;
-    for _ in 0..n {
-        let at = d.offset();
-        let id = prev.wrapping_add(d.ivarint()?);
-        if id < 0 || id as u64 >= frames as u64 {
-            return Err(Malformed {
-                offset: at,
-                what: format!("frame id {id} out of range ({frames} known)"),
-            });
-        }
-        ids.push(FrameId(id as u32));
-        prev = id;
-    }
-    Ok(Stack { frames: ids })
-}
-
-fn decode_symbol(
-    d: &mut Decoder,
-    frames: usize,
-    strings: usize,
-) -> Result<(FrameId, Symbol), Malformed> {
-    let frame = FrameId(d.index(frames, "frame")?);
-    let string = |d: &mut Decoder| -> Result<Option<StringId>, Malformed> {
-        let at = d.offset();
-        match d.option()? {
-            Some(id) if (id as usize) < strings => Ok(Some(StringId(id))),
-            Some(id) => Err(Malformed {
-                offset: at,
-                what: format!("string id {id} out of range ({strings} known)"),
-            }),
-            None => Ok(None),
-        }
-    };
-    let function = string(d)?;
-    let offset = d.uvarint()?;
-    let file = string(d)?;
-    let line = d.option()?;
-    let n = d.count()?;
-    let mut inlined = Vec::with_capacity(n);
-    for _ in 0..n {
-        inlined.push(StringId(d.index(strings, "string")?));
-    }
-    let symbol = Symbol {
-        function,
-        offset,
-        file,
-        line,
-        inlined,
-    };
-    Ok((frame, symbol))
-}
-
-fn decode_stats(d: &mut Decoder) -> Result<CaptureStats, Malformed> {
-    let events = d.uvarint()?;
-    let n = d.count()?;
-    let mut drops = Vec::with_capacity(n);
-    for _ in 0..n {
-        let code = d.u8()?;
-        let reason = [
-            DropReason::RingBufferFull,
-            DropReason::StackLost,
-            DropReason::UnmatchedSpanEnd,
-        ]
-        .into_iter()
-        .find(|r| drop_reason_code(*r) == code)
-        .ok_or_else(|| d.error(format!("unknown drop reason {code}")))?;
-        drops.push((reason, d.uvarint()?));
-    }
-    Ok(CaptureStats {
-        events,
-        drops,
-        duration_ns: d.uvarint()?,
-    })
-}
-
+#[cfg(test)]
+mod hostile_tests;
 #[cfg(test)]
 mod tests;

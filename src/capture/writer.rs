@@ -1,16 +1,22 @@
 //! Capture stage, output side: interned tables and events → `wprof.data`
 //! chunks (layout in `docs/data-format.md`). Table entries are encoded as they
 //! are created and written before the first events chunk that can use them,
-//! so every complete prefix of the file is a consistent capture.
+//! so every complete prefix of the file is a consistent capture. Every chunk
+//! after the description follows a sequence mark that numbers it.
+
+mod sink;
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
+use self::sink::{Pending, Sink};
+use super::files::create_output;
 use super::format::{
-    CaptureError, ChunkHeader, ChunkKind, VERSION, file_header, put_bytes, put_ivarint, put_uvarint,
+    CaptureError, ChunkKind, MAX_CPUS, MAX_EVENTS_PAYLOAD, VERSION, file_header, put_bytes,
+    put_ivarint, put_uvarint,
 };
 use super::model::{
     CaptureInfo, CaptureStats, DropReason, Event, FieldType, FieldValue, FrameAddr, FrameId,
@@ -21,6 +27,10 @@ use super::model::{
 /// Events are cut into chunks of about this many payload bytes: small enough
 /// that a crash loses little, large enough that chunk headers cost nothing.
 pub const EVENTS_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Table entries (strings, frames, stacks, threads, symbols) are cut into
+/// chunks of about this many payload bytes, far below the readers' limit.
+pub const TABLE_CHUNK_BYTES: usize = 1 << 20;
 
 /// Writes a capture. Ids handed out by `intern`, `thread`, `frame` and
 /// `stack` are valid for events given to this writer only.
@@ -37,25 +47,10 @@ pub struct CaptureWriter<W: Write> {
     pending: [Pending; 4],
     events: Pending,
     prev_ts_ns: u64,
+    /// The newest time of the events in `events`.
+    newest_ns: u64,
     events_chunk_bytes: usize,
     events_written: u64,
-}
-
-/// Encoded entries of one chunk kind waiting to be written.
-struct Pending {
-    kind: ChunkKind,
-    items: u32,
-    payload: Vec<u8>,
-}
-
-impl Pending {
-    fn new(kind: ChunkKind) -> Pending {
-        Pending {
-            kind,
-            items: 0,
-            payload: Vec::new(),
-        }
-    }
 }
 
 const STRINGS: usize = 0;
@@ -63,79 +58,20 @@ const FRAMES: usize = 1;
 const STACKS: usize = 2;
 const THREADS: usize = 3;
 
-/// Where chunks go, and how many bytes went there.
-struct Sink<W: Write> {
-    out: W,
-    path: Option<PathBuf>,
-    bytes_written: u64,
-}
-
-impl<W: Write> Sink<W> {
-    fn io_error(&self, source: std::io::Error) -> CaptureError {
-        match &self.path {
-            Some(path) => CaptureError::Io {
-                op: "writing",
-                path: path.clone(),
-                source,
-            },
-            None => CaptureError::Write { source },
-        }
-    }
-
-    fn write(&mut self, bytes: &[u8]) -> Result<(), CaptureError> {
-        self.out.write_all(bytes).map_err(|e| self.io_error(e))?;
-        self.bytes_written += bytes.len() as u64;
-        Ok(())
-    }
-
-    /// Writes `pending` as one chunk (nothing when it is empty) and empties it.
-    fn write_pending(&mut self, pending: &mut Pending) -> Result<(), CaptureError> {
-        if pending.items == 0 {
-            return Ok(());
-        }
-        self.write_chunk(pending.kind, pending.items, &pending.payload)?;
-        pending.items = 0;
-        pending.payload.clear();
-        Ok(())
-    }
-
-    fn write_chunk(
-        &mut self,
-        kind: ChunkKind,
-        items: u32,
-        payload: &[u8],
-    ) -> Result<(), CaptureError> {
-        let header = ChunkHeader::for_payload(kind, items, payload).ok_or_else(|| {
-            CaptureError::Rejected {
-                what: format!(
-                    "a {} chunk of {} bytes (over 4 GiB)",
-                    kind.name(),
-                    payload.len()
-                ),
-            }
-        })?;
-        self.write(&header.encode())?;
-        self.write(payload)
-    }
-}
-
 impl CaptureWriter<BufWriter<File>> {
-    /// Creates (or truncates) `path` and writes the capture's description.
+    /// Creates (or truncates) `path` as a private file (`files::create_output`:
+    /// no symbolic link followed, mode 0600) and writes the capture's description.
     pub fn create(
         path: &Path,
         info: &CaptureInfo,
         schemas: &[RecordSchema],
     ) -> Result<Self, CaptureError> {
-        let file = File::create(path).map_err(|source| CaptureError::Io {
-            op: "creating",
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let sink = Sink {
-            out: BufWriter::new(file),
-            path: Some(path.to_path_buf()),
-            bytes_written: 0,
-        };
+        let file = create_output(path)?;
+        let sink = Sink::new(
+            BufWriter::new(file),
+            Some(path.to_path_buf()),
+            Some(info.start_monotonic_ns),
+        );
         Self::start(sink, info, schemas)
     }
 }
@@ -143,12 +79,7 @@ impl CaptureWriter<BufWriter<File>> {
 impl<W: Write> CaptureWriter<W> {
     /// Writes the file header and the capture's description to `out`.
     pub fn new(out: W, info: &CaptureInfo, schemas: &[RecordSchema]) -> Result<Self, CaptureError> {
-        let sink = Sink {
-            out,
-            path: None,
-            bytes_written: 0,
-        };
-        Self::start(sink, info, schemas)
+        Self::start(Sink::new(out, None, None), info, schemas)
     }
 
     fn start(
@@ -168,6 +99,7 @@ impl<W: Write> CaptureWriter<W> {
             what: format!("{} record schemas", schemas.len()),
         })?;
         sink.write_chunk(ChunkKind::Schemas, count, &payload)?;
+        sink.marking = true;
         Ok(CaptureWriter {
             sink,
             schemas: schemas.to_vec(),
@@ -185,6 +117,7 @@ impl<W: Write> CaptureWriter<W> {
             ],
             events: Pending::new(ChunkKind::Events),
             prev_ts_ns: 0,
+            newest_ns: 0,
             events_chunk_bytes: EVENTS_CHUNK_BYTES,
             events_written: 0,
         })
@@ -193,7 +126,7 @@ impl<W: Write> CaptureWriter<W> {
     /// Cuts events chunks at about `bytes` payload bytes instead of
     /// `EVENTS_CHUNK_BYTES` (tests use small chunks to get many of them).
     pub fn set_events_chunk_bytes(&mut self, bytes: usize) {
-        self.events_chunk_bytes = bytes.max(1);
+        self.events_chunk_bytes = bytes.clamp(1, MAX_EVENTS_PAYLOAD as usize / 2);
     }
 
     /// The id of `s`, adding it to the string table the first time.
@@ -205,7 +138,7 @@ impl<W: Write> CaptureWriter<W> {
         let s: Arc<str> = Arc::from(s);
         let pending = &mut self.pending[STRINGS];
         put_bytes(&mut pending.payload, s.as_bytes());
-        pending.items += 1;
+        pending.added();
         self.strings.push(s.clone());
         self.string_ids.insert(s, id);
         id
@@ -226,7 +159,7 @@ impl<W: Write> CaptureWriter<W> {
         let pending = &mut self.pending[THREADS];
         *self.threads.entry(thread).or_insert_with_key(|thread| {
             encode_thread(&mut pending.payload, thread);
-            pending.items += 1;
+            pending.added();
             ThreadId(next)
         })
     }
@@ -239,7 +172,7 @@ impl<W: Write> CaptureWriter<W> {
         let id = FrameId(next_id(self.frames.len(), "frames"));
         let pending = &mut self.pending[FRAMES];
         encode_frame(&mut pending.payload, &addr);
-        pending.items += 1;
+        pending.added();
         self.frames.push(addr.clone());
         self.frame_ids.insert(addr, id);
         id
@@ -253,7 +186,7 @@ impl<W: Write> CaptureWriter<W> {
         let id = StackId(next_id(self.stacks.len(), "stacks"));
         let pending = &mut self.pending[STACKS];
         encode_stack(&mut pending.payload, frames);
-        pending.items += 1;
+        pending.added();
         self.stacks.insert(frames.into(), id);
         id
     }
@@ -281,6 +214,7 @@ impl<W: Write> CaptureWriter<W> {
         put_uvarint(out, key);
         put_ivarint(out, event.ts_ns.wrapping_sub(self.prev_ts_ns) as i64);
         self.prev_ts_ns = event.ts_ns;
+        self.newest_ns = self.newest_ns.max(event.ts_ns);
         put_uvarint(out, u64::from(event.cpu));
         put_uvarint(out, u64::from(event.thread.0));
         if let Some(d) = event.duration_ns {
@@ -334,6 +268,9 @@ impl<W: Write> CaptureWriter<W> {
                 ));
             }
         }
+        if event.cpu >= MAX_CPUS {
+            return reject(format!("CPU {} (the limit is {MAX_CPUS})", event.cpu));
+        }
         if event.thread.0 as usize >= self.threads.len() {
             return reject(format!("unknown thread id {}", event.thread.0));
         }
@@ -348,6 +285,8 @@ impl<W: Write> CaptureWriter<W> {
         for pending in &mut self.pending {
             self.sink.write_pending(pending)?;
         }
+        let through = &mut self.sink.through;
+        through.newest_ns = through.newest_ns.max(self.newest_ns);
         self.sink.write_pending(&mut self.events)?;
         self.prev_ts_ns = 0;
         Ok(())
@@ -378,16 +317,14 @@ impl<W: Write> CaptureWriter<W> {
         stats: &CaptureStats,
     ) -> Result<W, CaptureError> {
         self.write_events()?;
-        let mut payload = Vec::new();
+        let mut pending = Pending::new(ChunkKind::Symbols);
         for (frame, symbol) in symbols {
             self.check_symbol(*frame, symbol)?;
-            encode_symbol(&mut payload, *frame, symbol);
+            encode_symbol(&mut pending.payload, *frame, symbol);
+            pending.added();
         }
-        let count = u32::try_from(symbols.len()).map_err(|_| CaptureError::Rejected {
-            what: format!("{} symbols", symbols.len()),
-        })?;
-        self.sink.write_chunk(ChunkKind::Symbols, count, &payload)?;
-        payload.clear();
+        self.sink.write_pending(&mut pending)?;
+        let mut payload = Vec::new();
         encode_stats(&mut payload, stats);
         self.sink.write_chunk(ChunkKind::End, 1, &payload)?;
         self.sink.out.flush().map_err(|e| self.sink.io_error(e))?;

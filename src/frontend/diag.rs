@@ -5,14 +5,28 @@
 //! the source each points into ([`SourceMap`] when a program is merged from
 //! several) so miette can render every error with a snippet, `name:line:col`
 //! and a caret under the offending text.
+//!
+//! Output stays small whatever the input: at most [`MAX_SHOWN_ERRORS`] errors
+//! are shown (the headline gives the total), each with a window of its
+//! source ([`excerpt`]) and messages cut at [`MAX_TEXT`] bytes.
 
+mod excerpt;
+
+use std::borrow::Cow;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use miette::{Diagnostic, GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource};
+use miette::{Diagnostic, GraphicalReportHandler, GraphicalTheme, LabeledSpan};
 use thiserror::Error;
 
+use self::excerpt::Excerpt;
 use super::ast::Span;
+
+/// Errors shown in full; the headline counts the others.
+pub const MAX_SHOWN_ERRORS: usize = 20;
+
+/// Bytes of a message, label or help shown; longer text is cut with `…`.
+pub const MAX_TEXT: usize = 2048;
 
 /// The name shown for a script given inline (`-e`) rather than from a file.
 pub const INLINE_SCRIPT_NAME: &str = "<script>";
@@ -98,7 +112,8 @@ impl ScriptErrors {
 
 impl Diagnostic for ScriptErrors {
     fn related<'a>(&'a self) -> Option<Box<dyn Iterator<Item = &'a dyn Diagnostic> + 'a>> {
-        Some(Box::new(self.errors.iter().map(|e| e as &dyn Diagnostic)))
+        let shown = self.errors.iter().take(MAX_SHOWN_ERRORS);
+        Some(Box::new(shown.map(|e| e as &dyn Diagnostic)))
     }
 }
 
@@ -106,13 +121,21 @@ impl Diagnostic for ScriptErrors {
 #[derive(Debug)]
 pub struct LocatedError {
     error: ScriptError,
-    source: NamedSource<Arc<str>>,
+    name: Arc<str>,
+    text: Arc<str>,
+    /// The window shown, made when the error is first rendered.
+    excerpt: OnceLock<Excerpt>,
 }
 
 impl LocatedError {
     /// The name of the source the error points into.
     pub fn file(&self) -> &str {
-        self.source.name()
+        &self.name
+    }
+
+    fn excerpt(&self) -> &Excerpt {
+        self.excerpt
+            .get_or_init(|| Excerpt::new(&self.name, &self.text, self.error.span))
     }
 }
 
@@ -126,7 +149,7 @@ impl std::ops::Deref for LocatedError {
 
 impl fmt::Display for LocatedError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.error.fmt(f)
+        f.write_str(&clip(&self.error.message))
     }
 }
 
@@ -134,16 +157,32 @@ impl std::error::Error for LocatedError {}
 
 impl Diagnostic for LocatedError {
     fn source_code(&self) -> Option<&dyn miette::SourceCode> {
-        Some(&self.source)
+        Some(self.excerpt())
     }
 
     fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
-        self.error.labels()
+        let label = &self.error.label;
+        let text = (!label.is_empty()).then(|| clip(label).into_owned());
+        let span = LabeledSpan::new_with_span(text, self.excerpt().span());
+        Some(Box::new(std::iter::once(span)))
     }
 
     fn help<'a>(&'a self) -> Option<Box<dyn fmt::Display + 'a>> {
-        self.error.help()
+        let help = self.error.help.as_deref()?;
+        Some(Box::new(clip(help).into_owned()))
     }
+}
+
+/// `text` cut to at most [`MAX_TEXT`] bytes (at a character boundary) and `…`.
+fn clip(text: &str) -> Cow<'_, str> {
+    if text.len() <= MAX_TEXT {
+        return Cow::Borrowed(text);
+    }
+    let mut end = MAX_TEXT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}…", &text[..end]))
 }
 
 /// Several sources laid end to end in one offset space, so that spans of a
@@ -156,7 +195,7 @@ pub struct SourceMap {
 
 #[derive(Clone, Debug)]
 struct SourceFile {
-    name: String,
+    name: Arc<str>,
     text: Arc<str>,
     base: usize,
 }
@@ -169,7 +208,7 @@ impl SourceMap {
             .into_iter()
             .map(|(name, text)| {
                 let file = SourceFile {
-                    name: name.to_owned(),
+                    name: Arc::from(name),
                     text: Arc::from(text),
                     base,
                 };
@@ -201,7 +240,9 @@ impl SourceMap {
                 error.span = Span::new(error.span.start - file.base, error.span.end - file.base);
                 LocatedError {
                     error,
-                    source: NamedSource::new(&file.name, Arc::clone(&file.text)),
+                    name: Arc::clone(&file.name),
+                    text: Arc::clone(&file.text),
+                    excerpt: OnceLock::new(),
                 }
             })
             .collect();
@@ -212,7 +253,7 @@ impl SourceMap {
     /// the file name only when there are several files.
     pub fn locate(&self, at: usize) -> (Option<&str>, &str, usize) {
         let file = self.file_at(at);
-        let name = (self.files.len() > 1).then_some(file.name.as_str());
+        let name = (self.files.len() > 1).then_some(&*file.name);
         (name, &file.text, at.saturating_sub(file.base))
     }
 
@@ -227,6 +268,10 @@ impl fmt::Display for ScriptErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.errors.len() {
             1 => f.write_str("the script has an error"),
+            n if n > MAX_SHOWN_ERRORS => write!(
+                f,
+                "the script has {n} errors; the first {MAX_SHOWN_ERRORS} are shown"
+            ),
             n => write!(f, "the script has {n} errors"),
         }
     }
@@ -263,5 +308,48 @@ mod tests {
         let text = ScriptErrors::new(INLINE_SCRIPT_NAME, "BEGIN {}", vec![error]).render();
         assert!(text.contains("[<script>:1:1]"), "{text}");
         assert!(text.contains("─────"), "{text}");
+    }
+
+    /// An error past column 65,536 renders (miette panics on such widths)
+    /// and still names the real line and column.
+    #[test]
+    fn renders_errors_past_column_65536() {
+        let source = format!("{}BEGIN {{ foo }}", " ".repeat(70_000));
+        let at = source.find("foo").unwrap();
+        let error = ScriptError::new(Span::new(at, at + 3), "unknown identifier `foo`");
+        let text = ScriptErrors::new("long.bt", &source, vec![error]).render();
+        assert!(text.contains("[long.bt:1:70009]"), "{text}");
+        assert!(text.contains("BEGIN { foo }"), "{text}");
+        assert!(text.len() < 1000, "{} bytes", text.len());
+    }
+
+    /// Thousands of errors on one 65 KB line print a bounded report that
+    /// says how many there were.
+    #[test]
+    fn caps_the_errors_shown() {
+        let source = "@x = foo; ".repeat(6500);
+        let errors: Vec<_> = (0..5000)
+            .map(|i| ScriptError::new(Span::new(i * 10 + 5, i * 10 + 8), "unknown identifier"))
+            .collect();
+        let text = ScriptErrors::new("many.bt", &source, errors).render();
+        assert!(text.contains("the script has 5000 errors; the first 20 are shown"));
+        assert_eq!(text.matches("unknown identifier").count(), MAX_SHOWN_ERRORS);
+        assert!(
+            text.len() < 20 * MAX_SHOWN_ERRORS * 20,
+            "{} bytes",
+            text.len()
+        );
+    }
+
+    /// Huge messages, labels and help texts are cut.
+    #[test]
+    fn cuts_long_texts() {
+        let long = "m".repeat(100_000);
+        let error = ScriptError::new(Span::new(0, 5), long.clone())
+            .with_label(long.clone())
+            .with_help(long);
+        let text = ScriptErrors::new("x.bt", "BEGIN {}", vec![error]).render();
+        assert!(text.len() < 4 * MAX_TEXT, "{} bytes", text.len());
+        assert!(text.contains("m…"), "{text}");
     }
 }

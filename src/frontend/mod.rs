@@ -7,9 +7,11 @@ mod check_kernel;
 mod check_record;
 pub mod checked;
 pub mod diag;
-#[cfg(test)]
-pub(crate) mod fake_machine;
+// Fuzz targets (`fuzz/`, built with `--cfg fuzzing`) compile on it too.
+#[cfg(any(test, fuzzing))]
+pub mod fake_machine;
 pub mod kernel_types;
+pub mod limits;
 pub mod options;
 pub mod parse;
 pub mod pmu;

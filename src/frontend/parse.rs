@@ -34,6 +34,7 @@ const MAX_DEPTH: usize = 256;
 /// Parses a whole script; `name` is its path, or [`super::diag::INLINE_SCRIPT_NAME`].
 pub fn parse(source: &str, name: &str) -> Result<Script, ScriptErrors> {
     let fail = |errors| ScriptErrors::new(name, source, errors);
+    super::limits::check_size(source).map_err(|error| fail(vec![error]))?;
     let scanned = scan::scan(source);
     if !scanned.errors.is_empty() {
         return Err(fail(scanned.errors));

@@ -51,7 +51,8 @@ fn block(block: &mut Block, params: &[String]) {
 fn expr(e: &mut Expr, params: &[String]) {
     match &mut e.kind {
         ExprKind::Positional(n) => {
-            let value = params.get(*n as usize - 1).map_or("", String::as_str);
+            let index = (*n as usize).checked_sub(1);
+            let value = index.and_then(|i| params.get(i)).map_or("", String::as_str);
             e.kind = match parse_int(value) {
                 Some(number) => ExprKind::Int(number),
                 None => ExprKind::Str(value.to_string()),
@@ -118,5 +119,21 @@ mod tests {
         assert_eq!(args[1].kind, ExprKind::Int(42));
         assert_eq!(args[2].kind, ExprKind::Str("abc".into()));
         assert_eq!(args[3].kind, ExprKind::Int(2));
+    }
+
+    /// `$0` names no parameter: it is empty like a missing one (a fuzzer found
+    /// it overflowing the index).
+    #[test]
+    fn dollar_zero_is_empty() {
+        let mut script = parse(r#"BEGIN { printf("%s", $0); }"#, "t").unwrap();
+        substitute(&mut script, &["42".into()]);
+        let StmtKind::Expr(Expr {
+            kind: ExprKind::Call { args, .. },
+            ..
+        }) = &script.probes[0].body.stmts[0].kind
+        else {
+            panic!("printf call expected");
+        };
+        assert_eq!(args[1].kind, ExprKind::Str(String::new()));
     }
 }

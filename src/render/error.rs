@@ -5,6 +5,7 @@
 use std::io;
 use std::path::PathBuf;
 
+use crate::capture::files::FileError;
 use crate::capture::format::CaptureError;
 use crate::render::profile::ProfileError;
 
@@ -27,13 +28,9 @@ pub enum RenderError {
     /// The task filters saved in a capture (or given) do not compile.
     #[error("cannot apply the task filters to {}: {message}", path.display())]
     Filter { path: PathBuf, message: String },
-    /// An output file could not be created.
-    #[error("cannot create {}", path.display())]
-    Create {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
+    /// An output file could not be created safely (`capture::files::create_output`).
+    #[error(transparent)]
+    Create(#[from] FileError),
     /// Writing an output failed; `output` is its path or `standard output`.
     #[error("cannot write {output}")]
     Write {

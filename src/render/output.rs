@@ -4,10 +4,10 @@
 //! that writes several files opens one `Output` per file.
 
 use std::fmt;
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use crate::capture::files::create_output;
 use crate::render::RenderError;
 
 /// An output's destination as the command line gives it.
@@ -28,14 +28,12 @@ impl Destination {
     }
 
     /// Creates (or truncates) the file, buffered, or locks standard output.
+    /// Files are created by `create_output`: no symbolic link followed, mode 0600.
     pub fn open(&self) -> Result<Output<'static>, RenderError> {
         match self {
             Destination::Stdout => Ok(Output::new(self.to_string(), io::stdout().lock())),
             Destination::File(path) => {
-                let file = File::create(path).map_err(|source| RenderError::Create {
-                    path: path.clone(),
-                    source,
-                })?;
+                let file = create_output(path)?;
                 Ok(Output::new(self.to_string(), BufWriter::new(file)))
             }
         }
@@ -87,6 +85,7 @@ impl<'w> Output<'w> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
 
     /// `-` is standard output; a file is created, written and flushed.
     #[test]

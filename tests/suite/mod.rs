@@ -6,6 +6,7 @@ mod btf;
 mod capture;
 mod dump;
 mod errors;
+mod hostile;
 mod load;
 mod profiles;
 mod records;

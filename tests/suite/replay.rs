@@ -135,10 +135,19 @@ fn kill_during_capture(test: &str, ticker_args: &str, min_bytes: u64, extra: Dur
     let out = wprof_ok(&["-R", "-D", &path_str(&data), "-J", "-"]);
     assert!(
         out.stderr
-            .contains("the writer did not finish (no end chunk)"),
+            .contains("the writer did not finish (no end chunk: wprof was killed"),
         "{}",
         out.stderr
     );
+    // How much may be lost: the events after the newest one on file, and
+    // when the last write happened.
+    let lost_after = between(
+        &out.stderr,
+        "events after ",
+        " s are lost (its last write was at ",
+    )
+    .and_then(|s| s.parse::<f64>().ok())
+    .unwrap_or_else(|| panic!("no lost window in: {}", out.stderr));
     let ndjson = Ndjson::parse(&out.stdout);
     assert!(ndjson.header["damage"].is_string(), "{}", ndjson.header);
     assert_eq!(ndjson.header["duration_s"], Value::Null);
@@ -149,13 +158,30 @@ fn kill_during_capture(test: &str, ticker_args: &str, min_bytes: u64, extra: Dur
         .collect();
     assert!(!ticks.is_empty(), "no flushed events replayed");
     assert!(ticks.windows(2).all(|w| w[0] < w[1]), "{ticks:?}");
+    let newest = ndjson
+        .of("tick")
+        .iter()
+        .map(|e| e["ts"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!(
+        (newest - lost_after).abs() < 2e-6,
+        "newest {newest}, lost after {lost_after}"
+    );
     let summary = wprof_ok(&["-R", "-I", "-D", &path_str(&data)]).stdout;
     assert_eq!(summary_events(&summary, "tick"), ticks.len() as u64);
     assert!(summary.contains("DAMAGED"), "{summary}");
 }
 
+/// The text between `before` and `after` in `text`, when both are there.
+fn between<'t>(text: &'t str, before: &str, after: &str) -> Option<&'t str> {
+    let start = text.find(before)? + before.len();
+    let len = text[start..].find(after)?;
+    Some(&text[start..start + len])
+}
+
 /// SIGKILL during a slow capture: the events flushed so far (about every
-/// 250 ms) replay, and stderr says the writer did not finish.
+/// 250 ms) replay, and stderr says the writer did not finish and from
+/// which time on events are lost.
 #[test]
 fn killed_capture_replays_flushed_events() {
     require_bpf!();
@@ -328,7 +354,7 @@ fn refuses_a_newer_major_version() {
     assert_eq!(out.status.and_then(|s| s.code()), Some(1), "{}", out.stderr);
     assert!(
         out.stderr
-            .contains("written in capture format 3.0; this wprof reads format 2.0"),
+            .contains("written in capture format 3.0; this wprof reads format 2.1"),
         "{}",
         out.stderr
     );

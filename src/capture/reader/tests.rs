@@ -1,19 +1,23 @@
 //! Tests of the capture reader.
 
 use super::*;
-use crate::capture::format::{VERSION, file_header};
+use crate::capture::format::{ChunkKind, SequenceMark, Totals, VERSION, file_header};
+use crate::capture::model::{FieldValue, RecordId};
 use crate::capture::writer::CaptureWriter;
 use crate::capture::writer::tests::{Sample, info, sample, schemas, thread_info};
 use std::time::Instant;
 
 /// Writes `bytes` to a fresh file and opens it.
-fn open_bytes(dir: &tempfile::TempDir, bytes: &[u8]) -> Result<CaptureReader, CaptureError> {
+pub(super) fn open_bytes(
+    dir: &tempfile::TempDir,
+    bytes: &[u8],
+) -> Result<CaptureReader, CaptureError> {
     let path = dir.path().join("wprof.data");
     std::fs::write(&path, bytes).expect("write test file");
     CaptureReader::open(&path)
 }
 
-fn collect(reader: &CaptureReader) -> Result<Vec<Event>, CaptureError> {
+pub(super) fn collect(reader: &CaptureReader) -> Result<Vec<Event>, CaptureError> {
     let mut events = vec![];
     reader.for_each_event(|e| {
         events.push(e.clone());
@@ -22,8 +26,70 @@ fn collect(reader: &CaptureReader) -> Result<Vec<Event>, CaptureError> {
     Ok(events)
 }
 
+/// A chunk as `(kind, items, payload)`.
+pub(super) type RawChunk = (u8, u32, Vec<u8>);
+
+/// The chunks after the description of an intact file, without their marks.
+pub(super) fn unmarked_chunks(bytes: &[u8]) -> Vec<RawChunk> {
+    chunks(bytes)[2..]
+        .iter()
+        .map(|&(start, end)| {
+            let raw = bytes[start..start + CHUNK_HEADER_LEN].try_into().unwrap();
+            let header = ChunkHeader::decode(raw).unwrap();
+            let payload = bytes[start + CHUNK_HEADER_LEN..end].to_vec();
+            (header.kind, header.items, payload)
+        })
+        .filter(|(kind, _, _)| *kind != ChunkKind::Sequence as u8)
+        .collect()
+}
+
+/// `description` (header, info, schemas) followed by `chunks`, each after a
+/// sequence mark counting what the file holds through it, as the writer
+/// does (with times 0).
+pub(super) fn with_marks(description: &[u8], chunks: &[RawChunk]) -> Vec<u8> {
+    let mut bytes = description.to_vec();
+    let mut through = Totals::default();
+    for (seq, (kind, items, payload)) in chunks.iter().enumerate() {
+        let n = u64::from(*items);
+        match ChunkKind::from_u8(*kind) {
+            Some(ChunkKind::Strings) => through.strings += n,
+            Some(ChunkKind::Threads) => through.threads += n,
+            Some(ChunkKind::Frames) => through.frames += n,
+            Some(ChunkKind::Stacks) => through.stacks += n,
+            Some(ChunkKind::Events) => through.events += n,
+            _ => {}
+        }
+        let header = ChunkHeader {
+            kind: *kind,
+            payload_len: payload.len() as u32,
+            items: *items,
+            payload_crc: crc32fast::hash(payload),
+        }
+        .encode();
+        let mark = SequenceMark {
+            seq: seq as u64,
+            header_crc: u32::from_le_bytes(header[16..20].try_into().unwrap()),
+            through,
+            written_ns: 0,
+        };
+        let mut mark_payload = vec![];
+        mark.encode(&mut mark_payload);
+        let mark_header = ChunkHeader::for_payload(ChunkKind::Sequence, 1, &mark_payload);
+        bytes.extend(mark_header.unwrap().encode());
+        bytes.extend(mark_payload);
+        bytes.extend(header);
+        bytes.extend(payload);
+    }
+    bytes
+}
+
+/// The bytes of the file header, info and schemas chunks.
+pub(super) fn description(bytes: &[u8]) -> &[u8] {
+    &bytes[..chunks(bytes)[1].1]
+}
+
 /// (start, end) of every chunk in an intact file.
-fn chunks(bytes: &[u8]) -> Vec<(usize, usize)> {
+pub(super) fn chunks(bytes: &[u8]) -> Vec<(usize, usize)> {
     let mut out = vec![];
     let mut at = FILE_HEADER_LEN;
     while at < bytes.len() {
@@ -195,22 +261,22 @@ fn flipped_bytes_are_reported() {
 fn rejects_ids_out_of_range() {
     let dir = tempfile::tempdir().unwrap();
     let s = sample(64);
-    let description = &s.bytes[..chunks(&s.bytes)[1].1];
-    let chunk = |kind, items, payload: &[u8]| -> Vec<u8> {
-        let header = ChunkHeader::for_payload(kind, items, payload).unwrap();
-        header.encode().iter().chain(payload).copied().collect()
-    };
-    let mut bytes = description.to_vec();
-    let threads_at = bytes.len() as u64;
-    bytes.extend(chunk(ChunkKind::Threads, 1, &[1, 1, 5, 5]));
+    let description = description(&s.bytes);
+    let bytes = with_marks(
+        description,
+        &[(ChunkKind::Threads as u8, 1, vec![1, 1, 5, 5])],
+    );
+    let threads_at = *chunks(&bytes).last().map(|(start, _)| start).unwrap() as u64;
     let r = open_bytes(&dir, &bytes).unwrap();
     let cut = r.damage().unwrap().cut.clone();
     assert!(matches!(cut, Some(Cut::Corrupt { offset, .. }) if offset == threads_at + 22));
 
-    let mut bytes = description.to_vec();
-    let events_at = bytes.len() as u64;
     // record 2 (no fields), ts 0, cpu 0, thread 3 of none
-    bytes.extend(chunk(ChunkKind::Events, 1, &[2 << 2, 0, 0, 3]));
+    let bytes = with_marks(
+        description,
+        &[(ChunkKind::Events as u8, 1, vec![2 << 2, 0, 0, 3])],
+    );
+    let events_at = *chunks(&bytes).last().map(|(start, _)| start).unwrap() as u64;
     let r = open_bytes(&dir, &bytes).unwrap();
     assert_eq!(r.events_len(), 1);
     let err = collect(&r).unwrap_err();
@@ -259,26 +325,19 @@ fn newer_versions() {
     );
     let text = err.to_string();
     assert!(
-        text.contains("format 3.0") && text.contains("format 2.0"),
+        text.contains("format 3.0") && text.contains(&format!("format {VERSION}")),
         "{text}"
     );
 
     let s = sample(64);
-    let mut bytes = s.bytes.clone();
+    let mut chunks = unmarked_chunks(&s.bytes);
+    chunks.insert(0, (200, 1, b"new".to_vec()));
+    let mut bytes = with_marks(description(&s.bytes), &chunks);
     let minor = Version {
         major: VERSION.major,
         minor: VERSION.minor + 1,
     };
     bytes[..FILE_HEADER_LEN].copy_from_slice(&file_header(minor));
-    let unknown = ChunkHeader {
-        kind: 200,
-        payload_len: 3,
-        items: 1,
-        payload_crc: crc32fast::hash(b"new"),
-    };
-    let at = chunks(&bytes)[2].0;
-    let extra: Vec<u8> = unknown.encode().iter().chain(b"new").copied().collect();
-    bytes.splice(at..at, extra);
     let r = open_bytes(&dir, &bytes).unwrap();
     assert_eq!(r.version(), minor);
     assert_eq!(r.damage(), None);
@@ -319,13 +378,20 @@ fn killed_writer_replays_flushed_events() {
     let r = open_bytes(&dir, bytes).unwrap();
     assert_eq!(r.stats(), None);
     let damage = r.damage().unwrap();
-    assert_eq!(
-        damage.to_string(),
-        format!(
-            "the capture ends after 1234 events at byte {complete}: the writer did not \
-             finish (no end chunk); 30 bytes of an incomplete chunk ignored"
-        )
+    let text = damage.to_string();
+    let lost = "the writer did not finish (no end chunk: wprof was killed, or the disk \
+                filled): events after 0.000001 s are lost (its last write was at ";
+    assert!(
+        text.starts_with(&format!(
+            "the capture ends after 1234 events at byte {complete}: {lost}"
+        )),
+        "{text}"
     );
+    assert!(
+        text.ends_with("; 30 bytes of an incomplete chunk ignored"),
+        "{text}"
+    );
+    assert_eq!(damage.stopped.map(|s| s.newest_ns), Some(1233));
     assert_eq!(collect(&r).unwrap().len(), 1234);
 }
 
