@@ -4,15 +4,15 @@
 
 use crate::capture::model::RecordOrigin;
 use crate::codegen::listing::instruction_span;
-use crate::codegen::program::{AttachPoint, Compiled};
+use crate::codegen::program::Compiled;
 use crate::frontend::ast::Script;
 use crate::frontend::checked::CheckedProgram;
 use crate::frontend::diag::{ScriptError, ScriptErrors, SourceMap};
 use crate::frontend::options::CompileOptions;
-use crate::frontend::probes::Environment;
 use crate::frontend::{check, parse, pmu, positional, shift};
 use crate::runtime::features::KernelFeatures;
 use crate::runtime::loader::LoadError;
+use crate::vocab::{AttachPoint, Environment};
 
 /// A script, the name diagnostics show for it, and who wrote it.
 #[derive(Clone, Debug)]

@@ -14,3 +14,4 @@ pub mod render;
 pub mod runtime;
 pub mod sys;
 pub mod tracking;
+pub mod vocab;

@@ -16,8 +16,10 @@
 use bpf_ins::{ArithmeticOperation, Instruction, JumpOperation, MemoryOpLoadType, MemoryOpSize};
 use thiserror::Error;
 
-use crate::codegen::program::{AttachPoint, BpfProgram, Insn, MapId, MapReloc};
+use crate::codegen::program::{BpfProgram, Insn, MapReloc};
+
 use crate::frontend::ast::Span;
+use crate::vocab::{AttachPoint, MapId};
 
 /// A BPF register, `R0` to `R10` (`R10` is the read-only frame pointer).
 pub use bpf_ins::Register as Reg;

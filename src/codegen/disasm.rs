@@ -289,7 +289,7 @@ const HELPER_NAMES: &str = "\
 mod tests {
     use super::*;
     use crate::codegen::asm::{AluOp, Assembler, AtomicOp, AtomicSize, Cond, Reg, Size};
-    use crate::codegen::program::MapId;
+    use crate::vocab::MapId;
 
     fn lines(build: impl FnOnce(&mut Assembler)) -> Vec<String> {
         let mut asm = Assembler::new();

@@ -3,8 +3,8 @@
 //! `regalloc` assigns registers, `emit` turns it into machine code.
 
 pub use crate::codegen::asm::{AluOp, Cond, Size};
-use crate::codegen::program::MapId;
 use crate::frontend::ast::Span;
+use crate::vocab::MapId;
 
 /// A virtual register: one 64-bit value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

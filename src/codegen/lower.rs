@@ -6,10 +6,10 @@ use crate::capture::model::RecordOrigin;
 use crate::codegen::helpers::GET_CURRENT_PID_TGID;
 use crate::codegen::ir::{AluOp, Annotated, Base, Cond, Function, Inst, Label, Size, Src, VReg};
 use crate::codegen::maps::MapLayouts;
-use crate::codegen::program::{AttachPoint, GlobalSlot, Message, ProbeState};
 use crate::frontend::ast::Span;
 use crate::frontend::checked::{CheckedProbe, CheckedProgram, MapDecl, TStmt, TStmtKind};
 use crate::frontend::types::Type;
+use crate::vocab::{AttachPoint, GlobalSlot, Message, ProbeState};
 
 /// Where a value produced by an expression lives.
 #[derive(Clone, Copy, Debug, PartialEq)]

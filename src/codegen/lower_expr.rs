@@ -4,13 +4,11 @@ use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
 use crate::codegen::lower_kernel::size_code;
-use crate::codegen::program::GlobalSlot;
 use crate::frontend::ast::{BinOp, UnOp};
 use crate::frontend::check_expr::pt_regs_arg_offset;
-use crate::frontend::checked::{
-    Builtin, Context, FieldKind, TExpr, TExprKind, TracepointField, UsdtArgSpec,
-};
+use crate::frontend::checked::{Builtin, TExpr, TExprKind};
 use crate::frontend::types::{COMM_LEN, Type};
+use crate::vocab::{Context, FieldKind, GlobalSlot, TracepointField, UsdtArgSpec};
 
 /// `struct pt_regs` offset of the return value register (rax).
 const PT_REGS_RAX: i16 = 80;

@@ -5,8 +5,8 @@
 use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Inst, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
-use crate::codegen::program::AttachPoint;
 use crate::frontend::checked::{KernelLoad, TExpr};
+use crate::vocab::AttachPoint;
 
 impl Lowerer<'_> {
     /// The member at `offset` bytes from the pointer `ptr` evaluates to.

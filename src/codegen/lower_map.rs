@@ -4,10 +4,9 @@
 use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
-use crate::codegen::program::{MapId, Message, MessageId};
 use crate::frontend::checked::{AggFunc, Emit, MapRef, TExpr};
 use crate::frontend::types::Type;
-use crate::output::hist::HIST_MAX_LOG2;
+use crate::vocab::{MapId, Message, MessageId, hist::HIST_MAX_LOG2};
 
 impl Lowerer<'_> {
     /// Build the key of `map` in a frame buffer, with a histogram bucket after it.
@@ -426,7 +425,7 @@ impl Lowerer<'_> {
 /// Offsets and layouts of message fields after the 8-byte message id.
 fn message_layout<'t>(
     types: impl IntoIterator<Item = &'t Type>,
-) -> Vec<(u32, crate::codegen::program::ValueType)> {
+) -> Vec<(u32, crate::vocab::ValueType)> {
     let mut offset = 8;
     types
         .into_iter()

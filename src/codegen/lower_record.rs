@@ -8,11 +8,11 @@ use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
 use crate::codegen::lower::Lowerer;
 use crate::codegen::maps::SPAN_VALUE_HEADER;
-use crate::codegen::program::{Message, MessageId, record_header as header};
 use crate::frontend::checked::{
     CheckedRecord, RecordRef, RecordRole, RecordValue, SpanRef, StackKind, TExpr,
 };
 use crate::frontend::types::{COMM_LEN, Type};
+use crate::vocab::{Message, MessageId, record_header as header};
 
 /// `struct pt_regs` offset of the stack pointer (x86-64).
 const PT_REGS_SP: i16 = 152;
@@ -335,12 +335,13 @@ impl Lowerer<'_> {
 mod tests {
     use crate::capture::model::RecordOrigin;
     use crate::codegen::listing::render_listing;
-    use crate::codegen::program::{Compiled, MapKind};
+    use crate::codegen::program::Compiled;
     use crate::driver::{Source, compile};
     use crate::frontend::diag::SourceMap;
     use crate::frontend::fake_machine::FakeMachine;
     use crate::frontend::options::CompileOptions;
     use crate::frontend::pmu::parse_counters;
+    use crate::vocab::MapKind;
 
     fn compiled(text: &str, options: &CompileOptions) -> Compiled {
         let source = Source {

@@ -1,11 +1,12 @@
 //! Map layouts: how each script map and the internal maps are stored.
 
 use crate::codegen::glob_nfa::{GlobSet, LANE_TABLE_BYTES};
-use crate::codegen::program::{BUILD_ID_FRAME_BYTES, MAX_STACK_DEPTH};
-use crate::codegen::program::{MapId, MapKind, MapSpec, MapValue, ScriptMap};
 use crate::frontend::checked::{AggFunc, CheckedProgram, MapDecl, MapValueKind, StackKind};
 use crate::frontend::options::UserStacks;
 use crate::frontend::types::{KernelPtr, Type};
+use crate::vocab::{
+    BUILD_ID_FRAME_BYTES, MAX_STACK_DEPTH, MapId, MapKind, MapSpec, MapValue, ScriptMap,
+};
 
 /// Entries per script map, as bpftrace's default `max_map_keys`.
 pub const MAX_MAP_KEYS: u32 = 4096;
@@ -76,7 +77,7 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         name: "wprof_globals".into(),
         kind: MapKind::Array,
         key_size: 4,
-        value_size: 8 * crate::codegen::program::GLOBAL_SLOTS,
+        value_size: 8 * crate::vocab::GLOBAL_SLOTS,
         max_entries: 1,
         script_map: None,
     });

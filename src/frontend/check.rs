@@ -13,8 +13,9 @@ use crate::frontend::ast::{
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
 use crate::frontend::options::CompileOptions;
-use crate::frontend::probes::{Environment, ResolvedProbe, resolve};
+use crate::frontend::probes::{ResolvedProbe, resolve};
 use crate::frontend::types::Type;
+use crate::vocab::Environment;
 
 /// Check a parsed script against the machine described by `env`, with the
 /// command line's `options` (stack kinds, counters, task filters).

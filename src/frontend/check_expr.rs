@@ -7,7 +7,7 @@ use crate::frontend::check_kernel::is_args;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
 use crate::frontend::types::{COMM_LEN, STRING_LEN, Type};
-use crate::output::printf;
+use crate::vocab::{Context, FieldKind, printf_format as printf};
 
 /// Registers holding the first six arguments in `struct pt_regs` (x86-64).
 const PT_REGS_ARGS: [u16; 6] = [112, 104, 96, 88, 72, 64];

@@ -2,16 +2,17 @@
 //! access through kernel pointers (`p->field`, `s.field`), pointer casts,
 //! `curtask`, `ksym()` and `selected()`.
 
-use crate::codegen::program::AttachPoint;
 use crate::frontend::ast::{Expr, ExprKind, Span, TypeName};
 use crate::frontend::check::Checker;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
-use crate::frontend::kernel_types::{
+use crate::frontend::types::{KernelPtr, Type};
+use crate::vocab::AttachPoint;
+use crate::vocab::BtfArg;
+use crate::vocab::kernel_types::{
     FoundMember, KTypeId, KernelKind, KernelMember, KernelType, close_names, find_member,
     member_names,
 };
-use crate::frontend::types::{KernelPtr, Type};
 
 /// A kernel object in memory: `offset_bits` into what `ptr` points to.
 struct Place {

@@ -4,12 +4,11 @@
 //! `CheckedProbe` per attach point.
 
 use crate::capture::model::RecordOrigin;
-use crate::codegen::program::AttachPoint;
 use crate::frontend::ast::{BinOp, Span, UnOp};
-use crate::frontend::kernel_types::KTypeId;
 use crate::frontend::options::TaskFilter;
 use crate::frontend::options::{PmuCounter, UserStacks};
 use crate::frontend::types::Type;
+use crate::vocab::{AttachPoint, Context, TracepointField};
 
 /// Only the checker builds this (fields are public for reading).
 #[derive(Clone, Debug)]
@@ -174,70 +173,6 @@ pub struct CheckedProbe {
     pub function_entry: bool,
     /// Who wrote the probe: the built-in trackers see wprof itself too.
     pub origin: RecordOrigin,
-}
-
-/// How the probe's context argument is read.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Context {
-    /// BEGIN, END, profile, interval, software: no arguments.
-    Plain,
-    /// uprobe/kprobe: `struct pt_regs`.
-    PtRegs,
-    /// USDT: arguments decoded from the note's argument specs.
-    Usdt(Vec<UsdtArgSpec>),
-    /// Classic tracepoint: fields at fixed offsets in the record.
-    Tracepoint(Vec<TracepointField>),
-    /// Raw tracepoint and fentry: an array of u64 arguments.
-    U64Array,
-    /// `tp_btf`: u64 argument slots typed from kernel BTF.
-    Btf(Vec<BtfArg>),
-}
-
-/// One argument of a BTF tracepoint; the Nth argument is the Nth u64 of the context.
-#[derive(Clone, Debug, PartialEq)]
-pub struct BtfArg {
-    pub name: String,
-    pub ty: KTypeId,
-}
-
-/// Where a USDT argument lives when the probe fires.
-#[derive(Clone, Debug, PartialEq)]
-pub enum UsdtArgSpec {
-    Register {
-        pt_regs_offset: u16,
-        size: u8,
-        signed: bool,
-    },
-    Constant(i64),
-    Memory {
-        base_offset: u16,
-        displacement: i64,
-        size: u8,
-        signed: bool,
-    },
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct TracepointField {
-    pub name: String,
-    pub offset: u32,
-    pub kind: FieldKind,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum FieldKind {
-    Int {
-        size: u8,
-        signed: bool,
-    },
-    /// `char name[N]`
-    CharArray(u32),
-    /// `__data_loc char[] name`
-    DataLocString,
-    /// A pointer; `user` when it points into user memory (syscall arguments).
-    Pointer {
-        user: bool,
-    },
 }
 
 #[derive(Clone, Debug)]

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use crate::frontend::checked::{BtfArg, FieldKind, TracepointField, UsdtArgSpec};
-use crate::frontend::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType, close_names};
-use crate::frontend::probes::{Environment, FunctionTarget, UsdtTarget};
+use crate::vocab::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType, close_names};
+use crate::vocab::{BtfArg, FieldKind, TracepointField, UsdtArgSpec};
+use crate::vocab::{Environment, FunctionTarget, UsdtTarget};
 
 /// A machine with a few tracepoints (`syscalls:sys_enter_openat`,
 /// `syscalls:sys_enter_write`, `syscalls:sys_exit_read`, `sched:named`),
@@ -16,7 +16,7 @@ pub struct FakeMachine;
 
 /// Type ids of the fake kernel BTF.
 pub mod ids {
-    use crate::frontend::kernel_types::KTypeId;
+    use crate::vocab::kernel_types::KTypeId;
     pub const INT: KTypeId = KTypeId(1);
     pub const UINT: KTypeId = KTypeId(2);
     pub const CHAR: KTypeId = KTypeId(3);

@@ -9,7 +9,6 @@ pub mod checked;
 pub mod diag;
 #[cfg(test)]
 pub(crate) mod fake_machine;
-pub mod kernel_types;
 pub mod options;
 pub mod parse;
 pub mod pmu;

@@ -2,7 +2,7 @@
 //! software events with an `sw:` prefix, raw events as `rHEX`.
 
 use super::options::PmuCounter;
-use crate::codegen::program::PerfEvent;
+use crate::vocab::PerfEvent;
 
 /// At most this many `--pmu` counters.
 pub const MAX_COUNTERS: usize = 16;

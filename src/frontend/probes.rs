@@ -2,63 +2,11 @@
 //! context each attach point gives its program. Everything the checker needs to
 //! know about the machine comes through [`Environment`].
 
-use std::path::PathBuf;
-
-use crate::codegen::program::{AttachPoint, PerfEvent, PerfSample};
 use crate::frontend::ast::ProbeSpec;
-use crate::frontend::checked::{BtfArg, Context, TracepointField, UsdtArgSpec};
 use crate::frontend::diag::ScriptError;
-use crate::frontend::kernel_types::{KTypeId, KernelType};
 use crate::frontend::pmu;
-
-/// A function found in a binary.
-#[derive(Clone, Debug, PartialEq)]
-pub struct FunctionTarget {
-    pub name: String,
-    pub file_offset: u64,
-}
-
-/// A USDT probe found in a binary.
-#[derive(Clone, Debug, PartialEq)]
-pub struct UsdtTarget {
-    pub provider: String,
-    pub name: String,
-    pub file_offset: u64,
-    pub semaphore_offset: u64,
-    pub args: Vec<UsdtArgSpec>,
-}
-
-/// What the checker may ask about the machine. Errors are messages for a
-/// diagnostic on the probe spec.
-pub trait Environment {
-    fn expand_tracepoints(
-        &self,
-        category: &str,
-        name: &str,
-    ) -> Result<Vec<(String, String)>, String>;
-    fn tracepoint_fields(&self, category: &str, name: &str)
-    -> Result<Vec<TracepointField>, String>;
-    /// Resolve `binary` (path, program or library name) and the functions matching `pattern`.
-    fn functions(
-        &self,
-        binary: &str,
-        pattern: &str,
-    ) -> Result<(PathBuf, Vec<FunctionTarget>), String>;
-    fn usdt(
-        &self,
-        binary: &str,
-        provider: Option<&str>,
-        name: &str,
-    ) -> Result<(PathBuf, Vec<UsdtTarget>), String>;
-    /// The arguments of BTF tracepoint `name` (from the kernel's
-    /// `btf_trace_NAME`), each one u64 slot of the context. The error names
-    /// close tracepoints when there is no such one.
-    fn tp_btf_args(&self, name: &str) -> Result<Vec<BtfArg>, String>;
-    /// A kernel type, with typedefs and qualifiers skipped.
-    fn kernel_type(&self, id: KTypeId) -> Result<KernelType, String>;
-    /// A kernel type by its C name: `struct task_struct`, `int`.
-    fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String>;
-}
+use crate::vocab::{AttachPoint, PerfEvent, PerfSample};
+use crate::vocab::{Context, Environment};
 
 /// One attach point of a probe block.
 #[derive(Clone, Debug)]

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use crate::codegen::program::ValueType;
-use crate::frontend::kernel_types::KTypeId;
+use crate::vocab::ValueType;
+use crate::vocab::kernel_types::KTypeId;
 
 /// Length of a string produced by `str()` and of string literals' buffers, as in bpftrace.
 pub const STRING_LEN: u32 = 64;

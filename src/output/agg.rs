@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::codegen::program::{MapValue, ScriptMap};
+use crate::vocab::{MapValue, ScriptMap};
 
 use super::maps::{AggValue, Entry};
 use super::value::{DecodeError, Value, decode};
@@ -131,7 +131,7 @@ fn sum_words(per_cpu: &[&[u8]]) -> Result<u64, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::program::ValueType;
+    use crate::vocab::ValueType;
 
     fn pair(a: i64, b: i64) -> Vec<u8> {
         [a.to_le_bytes(), b.to_le_bytes()].concat()

@@ -19,12 +19,13 @@
 use std::cmp::Ordering;
 use std::io::{self, Write};
 
-use crate::codegen::program::{MapValue, ScriptMap};
+use crate::vocab::{MapValue, ScriptMap};
 
-use super::hist::{HistLayout, hist_label, hist_total, lhist_label, lhist_len, write_hist};
+use super::hist::{HistLayout, hist_label, hist_total, lhist_label, write_hist};
 use super::value::{
     Resolve, Value, div_signed, key_order, numeric_order, write_fields, write_value,
 };
+use crate::vocab::hist::lhist_len;
 
 /// One map entry's value, combined across CPUs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -283,8 +284,8 @@ fn write_hist_block(out: &mut Vec<u8>, buckets: &[(u64, u64)], kind: &MapValue, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::program::ValueType;
     use crate::output::value::RawIds;
+    use crate::vocab::ValueType;
 
     const I64: ValueType = ValueType::Int {
         size: 8,

@@ -9,7 +9,7 @@ use std::cmp::Ordering;
 
 use thiserror::Error;
 
-use crate::codegen::program::{MapId, ValueType};
+use crate::vocab::{MapId, ValueType};
 
 /// A decoded value. Integers keep their signedness so that printing and
 /// `printf` conversions can sign- or zero-extend them the way C does.

@@ -6,7 +6,7 @@
 use libbpf_rs::{Link, ProgramMut, TracepointCategory, UprobeOpts};
 
 use super::perf_event;
-use crate::codegen::program::AttachPoint;
+use crate::vocab::AttachPoint;
 
 /// Attaches `prog` by the kind of `point`.
 pub(super) fn attach_point(
@@ -152,9 +152,9 @@ fn attach_kprobe(
 
 #[cfg(test)]
 mod tests {
-    use crate::codegen::program::{AttachPoint, MapId, MapKind};
     use crate::runtime::loader::{AttachOptions, load};
     use crate::runtime::test_support::*;
+    use crate::vocab::{AttachPoint, MapId, MapKind};
 
     const COUNTS: MapId = MapId(1);
 

@@ -12,8 +12,9 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use super::features::online_cpus;
 use super::loader::Loaded;
-use crate::codegen::program::{CounterMap, PerfEvent};
+use crate::codegen::program::CounterMap;
 use crate::sys;
+use crate::vocab::PerfEvent;
 
 /// Why a counter could not be set up.
 #[derive(Debug, thiserror::Error)]

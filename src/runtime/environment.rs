@@ -4,12 +4,12 @@
 use std::cell::OnceCell;
 use std::path::PathBuf;
 
-use crate::frontend::checked::{BtfArg, FieldKind, TracepointField, UsdtArgSpec};
-use crate::frontend::kernel_types::{KTypeId, KernelType};
-use crate::frontend::probes::{Environment, FunctionTarget, UsdtTarget};
 use crate::runtime::kernel_btf::KernelBtf;
 use crate::runtime::usdt::{UsdtArg, UsdtArgLocation};
 use crate::runtime::{elf, tracefs, usdt};
+use crate::vocab::kernel_types::{KTypeId, KernelType};
+use crate::vocab::{BtfArg, FieldKind, TracepointField, UsdtArgSpec};
+use crate::vocab::{Environment, FunctionTarget, UsdtTarget};
 
 /// Answers the checker's questions from this machine.
 #[derive(Default)]

@@ -6,8 +6,8 @@ use libbpf_rs::btf::types::{
 };
 use libbpf_rs::btf::{Btf, BtfKind, BtfType, HasSize, TypeId};
 
-use crate::frontend::checked::BtfArg;
-use crate::frontend::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType, close_names};
+use crate::vocab::BtfArg;
+use crate::vocab::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType, close_names};
 
 const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 /// The typedef the kernel declares for each BTF tracepoint.

@@ -20,7 +20,8 @@ use super::elf_object::{ElfProgram, write_elf};
 use super::libbpf_log::{failed_program, install_print_capture, verifier_log, with_captured_print};
 use super::map_btf::{KEY_TYPE_ID, VALUE_TYPE_ID, load_storage_btf};
 use super::maps_read::{MapError, Ring, Stopper};
-use crate::codegen::program::{AttachPoint, BpfProgram, Compiled, MapId, MapKind, MapSpec};
+use crate::codegen::program::{BpfProgram, Compiled};
+use crate::vocab::{AttachPoint, MapId, MapKind, MapSpec};
 
 // Public at its original path, `runtime::loader::failing_insn`.
 pub use super::libbpf_log::failing_insn;
@@ -505,7 +506,7 @@ impl Loaded {
         (self.ring.as_mut(), &self.stopper)
     }
 
-    pub(super) fn map(&self, map: crate::codegen::program::MapId) -> Result<&MapHandle, MapError> {
+    pub(super) fn map(&self, map: crate::vocab::MapId) -> Result<&MapHandle, MapError> {
         self.maps
             .get(map.0 as usize)
             .ok_or(MapError::NoSuchMap { map: map.0 })
@@ -528,8 +529,8 @@ fn find_program<'o>(object: &'o Object, name: &str) -> Option<ProgramMut<'o>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::program::{MapId, PerfEvent, PerfSample};
     use crate::runtime::test_support::*;
+    use crate::vocab::{MapId, PerfEvent, PerfSample};
     use std::ops::ControlFlow;
 
     const RING: MapId = MapId(0);

@@ -14,8 +14,8 @@ use std::time::Duration;
 use libbpf_rs::{MapCore, MapFlags, MapHandle, RingBuffer, RingBufferBuilder};
 
 use super::loader::Loaded;
-use crate::codegen::program::{GLOBAL_SLOTS, GlobalSlot, MapId, ProbeState};
 use crate::sys;
+use crate::vocab::{GLOBAL_SLOTS, GlobalSlot, MapId, ProbeState};
 
 /// Why a map or the ring buffer could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -350,9 +350,9 @@ fn ignore_not_found(e: libbpf_rs::Error) -> Result<(), libbpf_rs::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::program::{AttachPoint, MapKind};
     use crate::runtime::loader::{AttachOptions, load};
     use crate::runtime::test_support::*;
+    use crate::vocab::{AttachPoint, MapKind};
     use std::time::Instant;
 
     const RING: MapId = MapId(0);

@@ -10,8 +10,8 @@ use libbpf_rs::{Link, ProgramMut};
 
 use super::attach::explain;
 use super::features::online_cpus;
-use crate::codegen::program::{PerfEvent, PerfSample};
 use crate::sys;
+use crate::vocab::{PerfEvent, PerfSample};
 
 /// Opens `event` on every CPU in `cpus`, system-wide (all processes).
 /// Returns `(cpu, error)` for the first CPU that fails.
@@ -100,9 +100,9 @@ fn stagger(sample: PerfSample, cpus: usize) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::program::{AttachPoint, MapId, MapKind};
     use crate::runtime::loader::{AttachOptions, load};
     use crate::runtime::test_support::*;
+    use crate::vocab::{AttachPoint, MapId, MapKind};
     use std::time::Instant;
 
     /// Timers start spread over one period; slow timers and periods do not wait.

@@ -15,14 +15,13 @@ use crate::capture::stacks::{
     AddrKind, ModuleIndex, NormalizedAddr, RawFrame, StackNormalizer, SymbolizeOptions, symbolize,
 };
 use crate::capture::writer::CaptureWriter;
-use crate::codegen::program::{
-    AttachPoint, Compiled, MapId, MapKind, Message, ValueType, record_header as header,
-};
+use crate::codegen::program::Compiled;
 use crate::output::value::{Value, decode};
 use crate::runtime::kallsyms::Kallsyms;
 use crate::runtime::loader::Loaded;
 use crate::runtime::maps_read::BuildIdFrame;
 use crate::runtime::threads::{Comm, ThreadTable};
+use crate::vocab::{AttachPoint, MapId, MapKind, Message, ValueType, record_header as header};
 
 /// How far back events may arrive out of order: a probe reads the clock
 /// before it sends, and may be preempted in between.

@@ -9,16 +9,18 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::capture::model::{CaptureInfo, CaptureStats, DropReason};
-use crate::codegen::program::{AttachPoint, Compiled, GlobalSlot, MapId, Message, ProbeState};
+use crate::codegen::program::Compiled;
 use crate::output::agg;
 use crate::output::maps::{self, MapDump, PrintOptions};
-use crate::output::printf::{self, Piece};
+use crate::output::printf;
 use crate::output::value::{Resolve, Value, decode};
 use crate::runtime::activation::{self, Interrupt, Phases};
 use crate::runtime::child::{self, TracedCommand};
 use crate::runtime::counters;
 use crate::runtime::loader::{self, AttachOptions, Loaded};
 use crate::runtime::recorder::{RecordError, Recorder};
+use crate::vocab::printf_format::{Piece, parse_format};
+use crate::vocab::{AttachPoint, GlobalSlot, MapId, Message, ProbeState};
 
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -430,7 +432,7 @@ impl<'a> Printer<'a> {
             .messages
             .iter()
             .map(|m| match m {
-                Message::Printf { format, .. } => printf::parse_format(format).ok(),
+                Message::Printf { format, .. } => parse_format(format).ok(),
                 _ => None,
             })
             .collect();
@@ -545,7 +547,7 @@ impl<'a> Printer<'a> {
 
 fn decode_fields(
     bytes: &[u8],
-    fields: &[(u32, crate::codegen::program::ValueType)],
+    fields: &[(u32, crate::vocab::ValueType)],
 ) -> io::Result<Vec<Value>> {
     fields
         .iter()

@@ -2,9 +2,9 @@
 //! tiny instruction assembler, map specs, a `Compiled` with a ring buffer.
 //! The real assembler lives in codegen; this one stays minimal on purpose.
 
-use crate::codegen::program::{
-    AttachPoint, BpfProgram, Compiled, MapId, MapKind, MapReloc, MapSpec,
-};
+use crate::codegen::program::{BpfProgram, Compiled, MapReloc};
+
+use crate::vocab::{AttachPoint, MapId, MapKind, MapSpec};
 
 /// One raw instruction slot.
 pub fn ins(op: u8, dst: u8, src: u8, off: i16, imm: i32) -> u64 {

@@ -4,10 +4,10 @@
 //! their rate and event come from the command line.
 
 use crate::capture::model::RecordOrigin;
-use crate::codegen::program::PerfSample;
 use crate::driver::Source;
 use crate::tracking::Tracking;
 use crate::tracking::options::{Feature, StackKind};
+use crate::vocab::PerfSample;
 
 /// The script of a feature's tracker.
 fn script(feature: Feature) -> (&'static str, &'static str) {
@@ -71,8 +71,8 @@ fn pmu_sampler(event: &str, rate: PerfSample) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::program::{AttachPoint, PerfEvent};
     use crate::tracking::options::parse_stack_arg;
+    use crate::vocab::{AttachPoint, PerfEvent};
 
     fn tracking(features: &[Feature], stacks: &[&str]) -> Tracking {
         Tracking {

@@ -1,5 +1,5 @@
 //! Kernel types as the checker sees them: a small, library-independent view
-//! of BTF that the [`Environment`](crate::frontend::probes::Environment)
+//! of BTF that the [`Environment`](crate::vocab::Environment)
 //! resolves one type at a time (typedefs and qualifiers already skipped).
 
 /// Identifies a kernel type within the environment that produced it.
