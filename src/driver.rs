@@ -10,8 +10,8 @@ use crate::frontend::checked::CheckedProgram;
 use crate::frontend::diag::{ScriptError, ScriptErrors, SourceMap};
 use crate::frontend::options::CompileOptions;
 use crate::frontend::{check, parse, pmu, positional, shift};
-use crate::runtime::features::KernelFeatures;
-use crate::runtime::loader::LoadError;
+use crate::runtime::bpf::loader::LoadError;
+use crate::runtime::targets::features::KernelFeatures;
 use crate::vocab::{AttachPoint, Environment};
 
 /// A script, the name diagnostics show for it, and who wrote it.

@@ -13,13 +13,13 @@ use wprof::driver::{self, Source};
 use wprof::frontend::checked::CheckedProgram;
 use wprof::frontend::diag::{INLINE_SCRIPT_NAME, ScriptErrors};
 use wprof::frontend::options::CompileOptions;
-use wprof::runtime::activation::Phases;
-use wprof::runtime::environment::SystemEnvironment;
+use wprof::runtime::session::activation::Phases;
 use wprof::runtime::session::{self, CaptureTarget, RunError, RunOptions};
+use wprof::runtime::targets::environment::SystemEnvironment;
 use wprof::tracking::{Tracking, trackers, when};
 
 mod replay;
-use wprof::runtime::{features, tracefs};
+use wprof::runtime::targets::{features, tracefs};
 
 /// How long a capture without a script and without -d lasts.
 const DEFAULT_CAPTURE: Duration = Duration::from_secs(1);

@@ -7,7 +7,7 @@ pub mod asm;
 pub mod disasm;
 mod emit;
 mod glob_nfa;
-mod helpers;
+pub(crate) mod helpers;
 pub mod ir;
 pub mod listing;
 mod lower;

@@ -1,26 +1,12 @@
-//! Runtime: find attach targets, load and attach compiled programs, collect messages.
+//! Runtime: find what probes attach to on this machine ([`targets`]), load
+//! and attach compiled programs and read their maps ([`bpf`]), and run a
+//! tracing session that turns their messages into output and captures
+//! ([`session`]).
 
-pub mod activation;
-mod attach;
-pub mod child;
-pub mod counters;
-pub mod elf;
-mod elf_object;
-pub mod environment;
-pub mod features;
+pub mod bpf;
 pub mod kallsyms;
-mod kernel_btf;
 mod ksym;
-mod libbpf_log;
-pub mod loader;
-mod map_btf;
-pub mod maps_read;
-mod perf_event;
 pub mod recorder;
 pub mod session;
-mod teardown;
-#[cfg(test)]
-mod test_support;
+pub mod targets;
 pub mod threads;
-pub mod tracefs;
-pub mod usdt;

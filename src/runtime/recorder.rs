@@ -17,9 +17,9 @@ use crate::capture::stacks::{
 use crate::capture::writer::CaptureWriter;
 use crate::codegen::program::Compiled;
 use crate::output::value::{Value, decode};
+use crate::runtime::bpf::loader::Loaded;
+use crate::runtime::bpf::maps_read::BuildIdFrame;
 use crate::runtime::kallsyms::Kallsyms;
-use crate::runtime::loader::Loaded;
-use crate::runtime::maps_read::BuildIdFrame;
 use crate::runtime::threads::{Comm, ThreadTable};
 use crate::vocab::{AttachPoint, MapId, MapKind, Message, ValueType, record_header as header};
 
@@ -34,7 +34,7 @@ pub enum RecordError {
     #[error(transparent)]
     Capture(#[from] crate::capture::format::CaptureError),
     #[error("cannot read a stack: {0}")]
-    Stack(#[from] crate::runtime::maps_read::MapError),
+    Stack(#[from] crate::runtime::bpf::maps_read::MapError),
     #[error("malformed record message: {0}")]
     Malformed(String),
 }

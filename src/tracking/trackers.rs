@@ -150,7 +150,7 @@ mod tests {
     /// compiles on this machine's kernel.
     #[test]
     fn every_tracker_combination_compiles() {
-        let env = crate::runtime::environment::SystemEnvironment::default();
+        let env = crate::runtime::targets::environment::SystemEnvironment::default();
         for mask in 1u32..(1 << Feature::ALL.len()) {
             let features: Vec<Feature> = Feature::ALL
                 .into_iter()

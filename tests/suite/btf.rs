@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use wprof::frontend::options::{CompileOptions, TaskFilter};
 use wprof::frontend::{check, parse};
-use wprof::runtime::environment::SystemEnvironment;
-use wprof::runtime::loader::{AttachOptions, load};
+use wprof::runtime::bpf::loader::{AttachOptions, load};
+use wprof::runtime::targets::environment::SystemEnvironment;
 use wprof::vocab::ProbeState;
 
 use super::{map_lines, workload, wprof_ok};

@@ -2,7 +2,7 @@
 //! rendering, as stderr is not a terminal here), with `name:line:col` and a
 //! caret, a failing exit code, and never a panic.
 
-use wprof::runtime::features;
+use wprof::runtime::targets::features;
 
 use super::{one_error, workload, wprof_fails, wprof_ok};
 use crate::require_bpf;

@@ -350,8 +350,8 @@ fn ignore_not_found(e: libbpf_rs::Error) -> Result<(), libbpf_rs::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::loader::{AttachOptions, load};
-    use crate::runtime::test_support::*;
+    use crate::runtime::bpf::loader::{AttachOptions, load};
+    use crate::runtime::bpf::test_support::*;
     use crate::vocab::{AttachPoint, MapKind};
     use std::time::Instant;
 
@@ -360,8 +360,8 @@ mod tests {
 
     /// A BEGIN program that sends `value` once per run.
     fn sender(value: i32) -> Loaded {
-        let mut asm = Asm::default();
-        asm.push(&[mov_imm(6, value)]).send_r6(RING).ret0();
+        let mut asm = Assembler::new();
+        asm.set_r6(value).send_r6(RING).ret0();
         let prog = asm.program("send", "BEGIN", AttachPoint::Begin);
         load(&with_ring(vec![], vec![prog])).expect("load")
     }
@@ -442,10 +442,11 @@ mod tests {
             when_tx.send(Instant::now()).expect("send time");
             let _ = std::os::unix::process::parent_id();
         });
-        let mut body = Asm::default();
-        body.send_r6(RING);
-        let mut asm = Asm::default();
-        asm.only_thread(tid_rx.recv().expect("tid"), body).ret0();
+        let mut asm = Assembler::new();
+        asm.only_thread(tid_rx.recv().expect("tid"), |body| {
+            body.send_r6(RING);
+        })
+        .ret0();
         let attach = AttachPoint::Tracepoint {
             category: "syscalls".into(),
             name: "sys_enter_getppid".into(),
@@ -472,9 +473,7 @@ mod tests {
             map("h", MapKind::Hash, 8, 8, 16),
             map("pch", MapKind::PerCpuHash, 8, 8, 16),
         ];
-        let prog = Asm::default()
-            .ret0()
-            .program("b", "BEGIN", AttachPoint::Begin);
+        let prog = empty_program("b", "BEGIN", AttachPoint::Begin);
         let loaded = load(&with_ring(maps, vec![prog])).expect("load");
         let (h, pch) = (MapId(1), MapId(2));
         for k in 1u64..=2 {
@@ -504,9 +503,7 @@ mod tests {
             map("globals", MapKind::Array, 4, 16, 1),
             map("stacks", MapKind::StackTrace, 4, 8 * 127, 64),
         ];
-        let prog = Asm::default()
-            .ret0()
-            .program("b", "BEGIN", AttachPoint::Begin);
+        let prog = empty_program("b", "BEGIN", AttachPoint::Begin);
         let loaded = load(&with_ring(maps, vec![prog])).expect("load");
         let globals = MapId(1);
         loaded
@@ -525,10 +522,11 @@ mod tests {
     /// A per-CPU array counter bumped by a tracepoint sums to the call count.
     #[test]
     fn percpu_counter_sums() {
-        let mut body = Asm::default();
-        body.count(COUNTS);
-        let mut asm = Asm::default();
-        asm.only_thread(tid(), body).ret0();
+        let mut asm = Assembler::new();
+        asm.only_thread(tid(), |body| {
+            body.count(COUNTS);
+        })
+        .ret0();
         let prog = asm.program(
             "cnt",
             "tracepoint:syscalls:sys_enter_getppid",

@@ -152,8 +152,8 @@ fn attach_kprobe(
 
 #[cfg(test)]
 mod tests {
-    use crate::runtime::loader::{AttachOptions, load};
-    use crate::runtime::test_support::*;
+    use crate::runtime::bpf::loader::{AttachOptions, load};
+    use crate::runtime::bpf::test_support::*;
     use crate::vocab::{AttachPoint, MapId, MapKind};
 
     const COUNTS: MapId = MapId(1);
@@ -185,7 +185,7 @@ mod tests {
     fn uprobe_counts_calls() {
         let addr = wprof_loader_uprobe_target as *const () as usize;
         let (binary, offset) = self_file_offset(addr);
-        let mut asm = Asm::default();
+        let mut asm = Assembler::new();
         asm.count(COUNTS).ret0();
         let attach = AttachPoint::Uprobe {
             binary,
@@ -232,9 +232,7 @@ mod tests {
             offset,
             semaphore_offset,
         };
-        let prog = Asm::default()
-            .ret0()
-            .program("usdt", "usdt:self:wprof:test", attach);
+        let prog = empty_program("usdt", "usdt:self:wprof:test", attach);
         let mut loaded = load(&with_ring(vec![], vec![prog])).expect("load");
         let pid = i32::try_from(std::process::id()).expect("pid");
         loaded
@@ -256,9 +254,7 @@ mod tests {
             offset: 0,
             retprobe: false,
         };
-        let prog = Asm::default()
-            .ret0()
-            .program("kp", "kprobe:wprof_no_such_function", attach);
+        let prog = empty_program("kp", "kprobe:wprof_no_such_function", attach);
         let mut loaded = load(&with_ring(vec![], vec![prog])).expect("load");
         let err = loaded
             .attach_all(AttachOptions::default())

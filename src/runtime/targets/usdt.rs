@@ -472,7 +472,7 @@ fn parse_int(text: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::elf::test_support::compile_c;
+    use crate::runtime::targets::elf::test_support::compile_c;
 
     const PROGRAM: &str = r#"
         #include <sys/sdt.h>
@@ -666,14 +666,14 @@ mod tests {
         for len in (0..bytes.len()).step_by(step) {
             std::fs::write(&damaged, &bytes[..len]).unwrap();
             let _ = find_usdt(&damaged, None, "*");
-            let _ = crate::runtime::elf::find_functions(&damaged, "*");
+            let _ = crate::runtime::targets::elf::find_functions(&damaged, "*");
         }
         for at in (0..bytes.len()).step_by(step / 2).chain(16..64) {
             let mut copy = bytes.clone();
             copy[at] ^= 0xff;
             std::fs::write(&damaged, &copy).unwrap();
             let _ = find_usdt(&damaged, None, "*");
-            let _ = crate::runtime::elf::find_functions(&damaged, "*");
+            let _ = crate::runtime::targets::elf::find_functions(&damaged, "*");
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use libbpf_rs::{Link, ProgramMut};
 
 use super::attach::explain;
-use super::features::online_cpus;
+use crate::runtime::targets::features::online_cpus;
 use crate::sys;
 use crate::vocab::{PerfEvent, PerfSample};
 
@@ -100,8 +100,8 @@ fn stagger(sample: PerfSample, cpus: usize) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::loader::{AttachOptions, load};
-    use crate::runtime::test_support::*;
+    use crate::runtime::bpf::loader::{AttachOptions, load};
+    use crate::runtime::bpf::test_support::*;
     use crate::vocab::{AttachPoint, MapId, MapKind};
     use std::time::Instant;
 
@@ -136,7 +136,7 @@ mod tests {
     /// into an array and a (non-preallocated) per-CPU hash.
     #[test]
     fn perf_event_profile_fires() {
-        let mut asm = Asm::default();
+        let mut asm = Assembler::new();
         asm.count(COUNTS).count_hash(HASH).ret0();
         let attach = AttachPoint::PerfEvent {
             event: PerfEvent {

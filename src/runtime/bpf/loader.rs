@@ -529,7 +529,8 @@ fn find_program<'o>(object: &'o Object, name: &str) -> Option<ProgramMut<'o>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::test_support::*;
+    use crate::codegen::asm::{AluOp, Reg};
+    use crate::runtime::bpf::test_support::*;
     use crate::vocab::{MapId, PerfEvent, PerfSample};
     use std::ops::ControlFlow;
 
@@ -571,10 +572,11 @@ mod tests {
     /// A getppid tracepoint sends exactly one ring record per call by this thread.
     #[test]
     fn tracepoint_sends_ring_records() {
-        let mut body = Asm::default();
-        body.send_r6(RING);
-        let mut asm = Asm::default();
-        asm.only_thread(tid(), body).ret0();
+        let mut asm = Assembler::new();
+        asm.only_thread(tid(), |body| {
+            body.send_r6(RING);
+        })
+        .ret0();
         let prog = asm.program(
             "tp",
             "tracepoint:syscalls:sys_enter_getppid",
@@ -603,8 +605,8 @@ mod tests {
     /// A BEGIN program run through BPF_PROG_TEST_RUN sends one record.
     #[test]
     fn begin_runs_once() {
-        let mut asm = Asm::default();
-        asm.push(&[mov_imm(6, 42)]).send_r6(RING).ret0();
+        let mut asm = Assembler::new();
+        asm.set_r6(42).send_r6(RING).ret0();
         let prog = asm.program("begin", "BEGIN", AttachPoint::Begin);
         let mut loaded = load(&with_ring(vec![], vec![prog])).expect("load");
         assert_eq!(loaded.programs_at(&AttachPoint::Begin), vec![0]);
@@ -620,11 +622,12 @@ mod tests {
     /// the log and the failing instruction.
     #[test]
     fn verifier_error_has_log_and_insn() {
-        let mut asm = Asm::default();
-        asm.push(&[mov_imm(0, 0), ins(0x0f, 0, 5, 0, 0), exit()]);
-        let ok = Asm::default()
-            .ret0()
-            .program("fine", "BEGIN", AttachPoint::Begin);
+        let mut asm = Assembler::new();
+        // r0 += r5, with r5 never written.
+        asm.mov64_imm(Reg::R0, 0);
+        asm.alu64_reg(AluOp::Add, Reg::R0, Reg::R5);
+        asm.exit();
+        let ok = empty_program("fine", "BEGIN", AttachPoint::Begin);
         let bad = asm.program(
             "bad",
             "tracepoint:syscalls:sys_enter_getppid",
@@ -655,10 +658,8 @@ mod tests {
             function: "do_nanosleep".into(),
             exit: false,
         };
-        let fentry = Asm::default()
-            .ret0()
-            .program("fe", "fentry:do_nanosleep", attach);
-        let tp = Asm::default().ret0().program(
+        let fentry = empty_program("fe", "fentry:do_nanosleep", attach);
+        let tp = empty_program(
             "tp",
             "tracepoint:syscalls:sys_enter_getppid",
             tracepoint("sys_enter_getppid"),
@@ -680,14 +681,15 @@ mod tests {
     #[test]
     fn load_and_attach_timings() {
         let t0 = Instant::now();
-        let mut body = Asm::default();
-        body.send_r6(RING);
-        let mut tp = Asm::default();
-        tp.only_thread(tid(), body).ret0();
-        let mut prof = Asm::default();
+        let mut tp = Assembler::new();
+        tp.only_thread(tid(), |body| {
+            body.send_r6(RING);
+        })
+        .ret0();
+        let mut prof = Assembler::new();
         prof.count(COUNTS).ret0();
-        let mut begin = Asm::default();
-        begin.push(&[mov_imm(6, 1)]).send_r6(RING).ret0();
+        let mut begin = Assembler::new();
+        begin.set_r6(1).send_r6(RING).ret0();
         let programs = vec![
             tp.program(
                 "tp",

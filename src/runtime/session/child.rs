@@ -9,7 +9,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::thread;
 
-use crate::runtime::maps_read::Stopper;
+use crate::runtime::bpf::maps_read::Stopper;
 
 /// A forked command waiting for [`TracedCommand::release`] before it runs.
 ///
@@ -41,7 +41,7 @@ impl TracedCommand {
         let mut pointers: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
         pointers.push(std::ptr::null());
         // Fail before anything is attached when the program cannot be found.
-        crate::runtime::elf::resolve_binary(&argv[0], None)
+        crate::runtime::targets::elf::resolve_binary(&argv[0], None)
             .map_err(|e| io::Error::new(io::ErrorKind::NotFound, e.to_string()))?;
         let (read_end, write_end) = pipe()?;
         let (status_read, status_write) = pipe()?;

@@ -6,7 +6,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use crate::runtime::child::pipe;
+use super::child::pipe;
 
 /// Fork a keeper that holds a copy of every descriptor until this process
 /// exits. Call it once tracing has stopped, before detaching.

@@ -1,8 +1,13 @@
-//! A tracing session: load, attach, run BEGIN, start the traced command, turn
-//! ring buffer messages into output until something ends the session, then
-//! detach, run END and print the maps.
+//! Runtime, a tracing session: load, attach, run BEGIN, start the traced
+//! command, route ring buffer messages (capture records to the recorder, the
+//! rest to `output::printer`) until something ends the session, then detach,
+//! run END and print the maps. Input: `Compiled` and [`RunOptions`]; output:
+//! text and an optional capture ([`RunSummary`]).
 
-use super::ksym::KernelSymbols;
+pub mod activation;
+pub mod child;
+mod teardown;
+
 use std::io::{self, IsTerminal, Write};
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -10,17 +15,15 @@ use std::time::{Duration, Instant};
 
 use crate::capture::model::{CaptureInfo, CaptureStats, DropReason};
 use crate::codegen::program::Compiled;
-use crate::output::agg;
-use crate::output::maps::{self, MapDump, PrintOptions};
-use crate::output::printf;
-use crate::output::value::{Resolve, Value, decode};
-use crate::runtime::activation::{self, Interrupt, Phases};
-use crate::runtime::child::{self, TracedCommand};
-use crate::runtime::counters;
-use crate::runtime::loader::{self, AttachOptions, Loaded};
+use crate::output::maps::PrintOptions;
+use crate::output::printer::{MapOp, Printed, Printer};
+use crate::runtime::bpf::counters;
+use crate::runtime::bpf::loader::{self, AttachOptions, Loaded};
+use crate::runtime::ksym::KernelSymbols;
 use crate::runtime::recorder::{RecordError, Recorder};
-use crate::vocab::printf_format::{Piece, parse_format};
 use crate::vocab::{AttachPoint, GlobalSlot, MapId, Message, ProbeState};
+use activation::{Interrupt, Phases};
+use child::TracedCommand;
 
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -60,7 +63,7 @@ pub enum RunError {
     #[error(transparent)]
     Counter(#[from] counters::CounterError),
     #[error("cannot read BPF maps: {0}")]
-    Map(#[from] crate::runtime::maps_read::MapError),
+    Map(#[from] crate::runtime::bpf::maps_read::MapError),
     #[error("cannot start `{command}`: {source}")]
     Command { command: String, source: io::Error },
     #[error("cannot trace process {pid}: {source}")]
@@ -138,7 +141,7 @@ pub fn run(
     loaded.set_global(globals, GlobalSlot::StartNs, start_ns)?;
     let recorder = create_recorder(compiled, options, start_ns)?;
     loaded.set_state(globals, ProbeState::Active)?;
-    let mut printer = Printer::new(compiled, recorder);
+    let mut receiver = Receiver::new(compiled, recorder);
     for index in loaded.programs_at(&AttachPoint::Begin) {
         loaded.run_once(index)?;
     }
@@ -150,16 +153,16 @@ pub fn run(
             source,
         })?;
 
-    trace(&mut loaded, &mut printer, options.duration, start_ns, out)?;
+    trace(&mut loaded, &mut receiver, options.duration, start_ns, out)?;
     let stopped_ns = monotonic_ns();
     loaded.set_state(globals, ProbeState::Stopped)?;
-    crate::runtime::teardown::hand_off_descriptors();
+    teardown::hand_off_descriptors();
     loaded.detach_all();
-    wind_down(&mut loaded, &mut printer, out)?;
+    wind_down(&mut loaded, &mut receiver, out)?;
     if let Some(command) = running {
         command.finish();
     }
-    let capture = match printer.recorder.take() {
+    let capture = match receiver.recorder.take() {
         Some(mut recorder) => {
             recorder.process(&loaded)?;
             let drops = read_drops(&loaded, compiled.drops)?;
@@ -167,7 +170,7 @@ pub fn run(
         }
         None => None,
     };
-    print_exit_maps(compiled, &loaded, &printer, out)?;
+    print_exit_maps(compiled, &loaded, &receiver.printer, out)?;
     out.flush()?;
     Ok(RunSummary { capture })
 }
@@ -201,7 +204,9 @@ fn create_recorder(
     info.start_realtime_ns = realtime_ns();
     let mut recorder = Recorder::create(&target.path, compiled, &info)?;
     let command = options.command.as_ref().and_then(|argv| argv.first());
-    if let Some(path) = command.and_then(|c| crate::runtime::elf::resolve_binary(c, None).ok()) {
+    if let Some(path) =
+        command.and_then(|c| crate::runtime::targets::elf::resolve_binary(c, None).ok())
+    {
         recorder.add_binary(&path);
     }
     Ok(Some(recorder))
@@ -210,28 +215,28 @@ fn create_recorder(
 /// Turn messages into output until `exit()`, a stop request or the deadline.
 fn trace(
     loaded: &mut Loaded,
-    printer: &mut Printer,
+    receiver: &mut Receiver,
     duration: Option<Duration>,
     start_ns: u64,
     out: &mut dyn Write,
 ) -> Result<(), RunError> {
     let stopper = loaded.stopper();
-    let mut status = Status::new(printer.recorder.is_some());
+    let mut status = Status::new(receiver.recorder.is_some());
     let deadline = duration.map(|d| Instant::now() + d);
-    while printer.ending == Ending::Running {
+    while receiver.ending == Ending::Running {
         let timeout = deadline
             .map_or(Duration::from_secs(3600), |d| {
                 d.saturating_duration_since(Instant::now())
             })
             .min(Status::INTERVAL);
-        let _ = loaded.poll(timeout, |bytes| printer.message(bytes, out))?;
-        printer.run_map_requests(loaded, out)?;
-        printer.record(loaded)?;
-        status.update(printer, loaded, printer.compiled.drops, start_ns)?;
-        if printer.ending == Ending::Running
+        let _ = loaded.poll(timeout, |bytes| receiver.message(bytes, out))?;
+        receiver.run_map_ops(loaded, out)?;
+        receiver.record(loaded)?;
+        status.update(receiver, loaded, receiver.compiled.drops, start_ns)?;
+        if receiver.ending == Ending::Running
             && (stopper.is_stopped() || deadline.is_some_and(|d| Instant::now() >= d))
         {
-            printer.ending = Ending::Stopped;
+            receiver.ending = Ending::Stopped;
         }
     }
     status.clear()
@@ -240,28 +245,28 @@ fn trace(
 /// After detaching: run END and print what is left in the ring buffer.
 fn wind_down(
     loaded: &mut Loaded,
-    printer: &mut Printer,
+    receiver: &mut Receiver,
     out: &mut dyn Write,
 ) -> Result<(), RunError> {
-    if printer.ending == Ending::ExitCalled {
+    if receiver.ending == Ending::ExitCalled {
         // As in bpftrace, what probes sent after exit() is not printed
         // (but recorded events are kept).
-        printer.quiet = true;
-        printer.ending = Ending::Running;
+        receiver.quiet = true;
+        receiver.ending = Ending::Running;
         while loaded
-            .consume(|bytes| printer.message(bytes, out))?
+            .consume(|bytes| receiver.message(bytes, out))?
             .is_break()
         {}
-        printer.quiet = false;
+        receiver.quiet = false;
     }
     for index in loaded.programs_at(&AttachPoint::End) {
         loaded.run_once(index)?;
     }
     // Drain what is left, pausing at each map request to serve it in order.
     loop {
-        printer.ending = Ending::Running;
-        let flow = loaded.consume(|bytes| printer.message(bytes, out))?;
-        printer.run_map_requests(loaded, out)?;
+        receiver.ending = Ending::Running;
+        let flow = loaded.consume(|bytes| receiver.message(bytes, out))?;
+        receiver.run_map_ops(loaded, out)?;
         if flow.is_continue() {
             return Ok(());
         }
@@ -321,12 +326,12 @@ impl Status {
 
     fn update(
         &mut self,
-        printer: &Printer,
+        receiver: &Receiver,
         loaded: &Loaded,
         drops: Option<MapId>,
         start_ns: u64,
     ) -> Result<(), RunError> {
-        let Some(recorder) = &printer.recorder else {
+        let Some(recorder) = &receiver.recorder else {
             return Ok(());
         };
         if !self.enabled || self.last.elapsed() < Self::INTERVAL {
@@ -372,79 +377,51 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
     now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
+/// The maps printed at exit: every script map's entries, read now.
 fn print_exit_maps(
     compiled: &Compiled,
     loaded: &Loaded,
     printer: &Printer,
     out: &mut dyn Write,
 ) -> Result<(), RunError> {
-    let mut dumps = Vec::new();
+    let mut raw = Vec::new();
     for (index, spec) in compiled.maps.iter().enumerate() {
-        let Some(script) = &spec.script_map else {
-            continue;
-        };
-        let entries = agg::collect_entries(script, &loaded.map_entries(MapId(index as u32))?);
-        match entries {
-            // bpftrace prints empty maps too, as a blank line.
-            Ok(entries) => dumps.push(MapDump {
-                name: &spec.name,
-                spec: script,
-                entries,
-            }),
-            Err(error) => eprintln!("wprof: cannot decode {}: {error}", spec.name),
+        if spec.script_map.is_some() {
+            let map = MapId(index as u32);
+            raw.push((map, loaded.map_entries(map)?));
         }
     }
-    maps::print_exit_maps(&mut WriteAdapter(out), dumps, printer)?;
+    printer.print_exit_maps(&raw, out)?;
     Ok(())
 }
 
-/// `&mut dyn Write` as a sized `Write` for functions generic over it.
-struct WriteAdapter<'a>(&'a mut dyn Write);
-
-impl Write for WriteAdapter<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.write(buf)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.0.flush()
-    }
-}
-
-/// Turns messages into output; map operations are queued until the poll
-/// callback returns, since they need the loaded maps.
-struct Printer<'a> {
+/// Routes each message: capture records to the recorder, the rest to the
+/// printer; map operations are queued until the poll callback returns,
+/// since they need the loaded maps.
+struct Receiver<'a> {
     compiled: &'a Compiled,
-    formats: Vec<Option<Vec<Piece>>>,
-    map_requests: Vec<Message>,
+    printer: Printer<'a>,
+    map_ops: Vec<MapOp>,
     paused: bool,
     ending: Ending,
     /// Capture events go here.
     recorder: Option<Recorder>,
     /// Drop printed output (after `exit()`), keep recorded events.
     quiet: bool,
-    /// Names of `ksym()` addresses.
-    kernel_symbols: KernelSymbols,
 }
 
-impl<'a> Printer<'a> {
+impl<'a> Receiver<'a> {
     fn new(compiled: &'a Compiled, recorder: Option<Recorder>) -> Self {
-        let formats = compiled
-            .messages
-            .iter()
-            .map(|m| match m {
-                Message::Printf { format, .. } => parse_format(format).ok(),
-                _ => None,
-            })
-            .collect();
-        Printer {
+        // Names of `ksym()` addresses.
+        let kernel_symbols = KernelSymbols::default();
+        Receiver {
             compiled,
-            formats,
-            map_requests: Vec::new(),
+            printer: Printer::new(compiled, Box::new(move |addr| kernel_symbols.name(addr))),
+            map_ops: Vec::new(),
             paused: false,
             ending: Ending::Running,
             recorder,
             quiet: false,
-            kernel_symbols: KernelSymbols::default(),
         }
     }
 
@@ -460,7 +437,7 @@ impl<'a> Printer<'a> {
         if let Err(error) = self.dispatch(bytes, out) {
             eprintln!("wprof: {error}");
         }
-        // Map requests need the maps, which the ring buffer reader borrows:
+        // Map operations need the maps, which the ring buffer reader borrows:
         // stop delivering until the caller has served them.
         if self.ending == Ending::Running && !std::mem::take(&mut self.paused) {
             ControlFlow::Continue(())
@@ -480,100 +457,41 @@ impl<'a> Printer<'a> {
             )));
         };
         let index = id.unwrap_or_default() as usize;
-        match message {
-            Message::Record { record, .. } => match &mut self.recorder {
+        if let Message::Record { record, .. } = message {
+            return match &mut self.recorder {
                 Some(recorder) => recorder
                     .push(index, *record, bytes)
                     .map_err(io::Error::other),
                 None => Ok(()),
-            },
-            _ if self.quiet => Ok(()),
-            Message::Printf { args, .. } => {
-                let values = decode_fields(bytes, args)?;
-                let pieces = self.formats[index].as_deref().unwrap_or_default();
-                out.write_all(&printf::format(pieces, &values, self))
-            }
-            Message::PrintValue { value } => {
-                let values = decode_fields(bytes, std::slice::from_ref(value))?;
-                maps::print_value(&mut WriteAdapter(out), &values[0], self)
-            }
-            Message::Time { format } => {
-                let text = crate::output::time::format_time(format, std::time::SystemTime::now())
-                    .map_err(io::Error::other)?;
-                out.write_all(&text)
-            }
-            Message::Exit => {
-                self.ending = Ending::ExitCalled;
-                Ok(())
-            }
-            Message::PrintMap { .. } | Message::ClearMap { .. } | Message::ZeroMap { .. } => {
-                self.map_requests.push(message.clone());
+            };
+        }
+        if self.quiet {
+            return Ok(());
+        }
+        match self.printer.print(index, bytes, out)? {
+            Printed::Done => {}
+            Printed::Exit => self.ending = Ending::ExitCalled,
+            Printed::Map(op) => {
+                self.map_ops.push(op);
                 self.paused = true;
-                Ok(())
             }
         }
+        Ok(())
     }
 
-    fn run_map_requests(&mut self, loaded: &Loaded, out: &mut dyn Write) -> Result<(), RunError> {
-        for request in std::mem::take(&mut self.map_requests) {
-            match request {
-                Message::PrintMap { map, top, div } => {
-                    let spec = &self.compiled.maps[map.0 as usize];
-                    let script = spec.script_map.as_ref().expect("print() takes script maps");
-                    let entries = agg::collect_entries(script, &loaded.map_entries(map)?)
-                        .map_err(io::Error::other)?;
-                    let options = PrintOptions {
-                        top,
-                        div: div.max(1),
-                    };
-                    maps::print_map(
-                        &mut WriteAdapter(out),
-                        &spec.name,
-                        script,
-                        entries,
-                        options,
-                        self,
-                    )?;
+    fn run_map_ops(&mut self, loaded: &Loaded, out: &mut dyn Write) -> Result<(), RunError> {
+        for op in std::mem::take(&mut self.map_ops) {
+            match op {
+                MapOp::Print { map, top, div } => {
+                    let raw = loaded.map_entries(map)?;
+                    let options = PrintOptions { top, div };
+                    self.printer.print_map(map, &raw, options, out)?;
                 }
-                Message::ClearMap { map } => loaded.clear(map)?,
-                Message::ZeroMap { map } => loaded.zero(map)?,
-                _ => unreachable!("only map requests are queued"),
+                MapOp::Clear(map) => loaded.clear(map)?,
+                MapOp::Zero(map) => loaded.zero(map)?,
             }
         }
         out.flush()?;
         Ok(())
-    }
-}
-
-fn decode_fields(
-    bytes: &[u8],
-    fields: &[(u32, crate::vocab::ValueType)],
-) -> io::Result<Vec<Value>> {
-    fields
-        .iter()
-        .map(|(at, ty)| {
-            let field = bytes.get(*at as usize..).unwrap_or_default();
-            decode(field, ty).map_err(io::Error::other)
-        })
-        .collect()
-}
-
-impl Resolve for Printer<'_> {
-    fn stack(&self, _kernel: bool, _map: MapId, id: u64) -> Vec<u8> {
-        format!("stack#{id}").into_bytes()
-    }
-    fn symbol(&self, kernel: bool, addr: u64) -> Vec<u8> {
-        if kernel {
-            self.kernel_symbols.name(addr)
-        } else {
-            format!("{addr:#x}").into_bytes()
-        }
-    }
-    fn probe(&self, index: u64) -> Vec<u8> {
-        self.compiled
-            .programs
-            .get(index as usize)
-            .map_or_else(|| format!("probe#{index}"), |p| p.probe.clone())
-            .into_bytes()
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::runtime::maps_read::Stopper;
+use crate::runtime::bpf::maps_read::Stopper;
 use crate::tracking::when::Schedule;
 
 /// When a session prepares and activates, as instants of this run.

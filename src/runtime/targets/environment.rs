@@ -4,9 +4,9 @@
 use std::cell::OnceCell;
 use std::path::PathBuf;
 
-use crate::runtime::kernel_btf::KernelBtf;
-use crate::runtime::usdt::{UsdtArg, UsdtArgLocation};
-use crate::runtime::{elf, tracefs, usdt};
+use super::{elf, tracefs, usdt};
+use crate::runtime::targets::kernel_btf::KernelBtf;
+use crate::runtime::targets::usdt::{UsdtArg, UsdtArgLocation};
 use crate::vocab::kernel_types::{KTypeId, KernelType};
 use crate::vocab::{BtfArg, FieldKind, TracepointField, UsdtArgSpec};
 use crate::vocab::{Environment, FunctionTarget, UsdtTarget};

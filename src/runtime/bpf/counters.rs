@@ -10,9 +10,9 @@ use libbpf_rs::libbpf_sys::{
 };
 use libbpf_rs::{MapCore, MapFlags};
 
-use super::features::online_cpus;
 use super::loader::Loaded;
 use crate::codegen::program::CounterMap;
+use crate::runtime::targets::features::online_cpus;
 use crate::sys;
 use crate::vocab::PerfEvent;
 
