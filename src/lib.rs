@@ -10,6 +10,7 @@ pub mod codegen;
 pub mod driver;
 pub mod frontend;
 pub mod output;
+pub mod providers;
 pub mod render;
 pub mod runtime;
 pub mod sys;

@@ -85,7 +85,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     if cli.dump_bpf {
         let mut out = io::stdout().lock();
         for program in &compiled.programs {
-            let section = program.attach.section();
+            let section = wprof::providers::of(&program.attach).section(&program.attach);
             let text = format!(
                 "; {} ({section}, {} instructions)\n{}\n",
                 program.probe,

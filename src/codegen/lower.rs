@@ -9,7 +9,8 @@ use crate::codegen::maps::MapLayouts;
 use crate::frontend::ast::Span;
 use crate::frontend::checked::{CheckedProbe, CheckedProgram, MapDecl, TStmt, TStmtKind};
 use crate::frontend::types::Type;
-use crate::vocab::{AttachPoint, GlobalSlot, Message, ProbeState};
+use crate::providers;
+use crate::vocab::{GlobalSlot, Message, ProbeState};
 
 /// Where a value produced by an expression lives.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -73,7 +74,7 @@ impl<'a> Lowerer<'a> {
         lowerer.ctx = lowerer.vreg();
         lowerer.exit_label = lowerer.label();
         lowerer.prologue();
-        if !matches!(probe.attach, AttachPoint::Begin | AttachPoint::End) {
+        if !providers::of(&probe.attach).runs_once() {
             lowerer.gate();
         }
         if let Some(predicate) = &probe.predicate {

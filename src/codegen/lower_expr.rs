@@ -5,13 +5,9 @@ use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
 use crate::codegen::lower_kernel::size_code;
 use crate::frontend::ast::{BinOp, UnOp};
-use crate::frontend::check_expr::pt_regs_arg_offset;
 use crate::frontend::checked::{Builtin, TExpr, TExprKind};
 use crate::frontend::types::{COMM_LEN, Type};
-use crate::vocab::{Context, FieldKind, GlobalSlot, TracepointField, UsdtArgSpec};
-
-/// `struct pt_regs` offset of the return value register (rax).
-const PT_REGS_RAX: i16 = 80;
+use crate::vocab::{ArgRead, FieldKind, GlobalSlot, TracepointField, UsdtArgSpec};
 
 impl Lowerer<'_> {
     pub(super) fn expr(&mut self, expr: &TExpr) -> Value {
@@ -31,7 +27,7 @@ impl Lowerer<'_> {
             TExprKind::Int(n) => Value::Int(self.constant(*n)),
             TExprKind::Str(text) => Value::Mem(self.string_literal(text, &expr.ty)),
             TExprKind::Builtin(builtin) => self.builtin(*builtin),
-            TExprKind::Arg(n) => Value::Int(self.arg(*n)),
+            TExprKind::Arg(read) => Value::Int(self.arg(read)),
             TExprKind::Field(field) => self.tracepoint_field(field),
             TExprKind::Var(var) => self.var(var.0),
             TExprKind::MapRead { map, key } => self.map_read(*map, key.as_deref(), &expr.ty),
@@ -167,17 +163,6 @@ impl Lowerer<'_> {
             Builtin::Cpu => self.call0(GET_SMP_PROCESSOR_ID),
             Builtin::Cpid => self.global(GlobalSlot::ChildPid),
             Builtin::Rand => self.call0(GET_PRANDOM_U32),
-            Builtin::Retval => {
-                let reg = self.vreg();
-                let ctx = self.ctx;
-                self.emit(Inst::Load {
-                    dst: reg,
-                    base: Base::Reg(ctx),
-                    offset: PT_REGS_RAX,
-                    size: Size::U64,
-                });
-                reg
-            }
             Builtin::Probe => self.constant(self.probe_index as u64),
             Builtin::CurTask => self.curtask(),
         };
@@ -203,7 +188,8 @@ impl Lowerer<'_> {
         value
     }
 
-    fn arg(&mut self, n: u32) -> VReg {
+    /// A probe argument, read from the context as its provider decided.
+    fn arg(&mut self, read: &ArgRead) -> VReg {
         let ctx = self.ctx;
         let reg = self.vreg();
         let load = |offset: i16| Inst::Load {
@@ -212,56 +198,65 @@ impl Lowerer<'_> {
             offset,
             size: Size::U64,
         };
-        match &self.probe.context {
-            Context::PtRegs => self.emit(load(pt_regs_arg_offset(n) as i16)),
-            Context::U64Array | Context::Btf(_) => self.emit(load(8 * n as i16)),
-            Context::Usdt(args) => match args[n as usize].clone() {
-                UsdtArgSpec::Constant(value) => return self.constant(value as u64),
-                UsdtArgSpec::Register {
-                    pt_regs_offset,
-                    size,
-                    signed,
-                } => {
-                    self.emit(load(pt_regs_offset as i16));
-                    return self.extend(reg, size, signed);
-                }
-                UsdtArgSpec::Memory {
-                    base_offset,
-                    displacement,
-                    size,
-                    signed,
-                } => {
-                    self.emit(load(base_offset as i16));
-                    let displacement = self.constant(displacement as u64);
-                    self.alu(AluOp::Add, reg, Src::Reg(displacement));
-                    let buffer = self.alloc(8);
-                    self.emit(Inst::Store {
-                        base: Base::Frame,
-                        offset: buffer,
-                        src: Src::Imm(0),
-                        size: Size::U64,
-                    });
-                    let args = vec![Arg::Frame(buffer), Arg::Imm(i64::from(size)), Arg::Reg(reg)];
-                    self.emit(Inst::Call {
-                        helper: PROBE_READ_USER,
-                        args,
-                        ret: None,
-                    });
-                    let value = self.vreg();
-                    self.emit(Inst::Load {
-                        dst: value,
-                        base: Base::Frame,
-                        offset: buffer,
-                        size: Size::U64,
-                    });
-                    return self.extend(value, size, signed);
-                }
-            },
-            Context::Plain | Context::Tracepoint(_) => {
-                unreachable!("the checker rejects argN here")
+        match read {
+            ArgRead::Slot(offset) => self.emit(load(*offset as i16)),
+            ArgRead::Usdt(UsdtArgSpec::Constant(value)) => return self.constant(*value as u64),
+            ArgRead::Usdt(UsdtArgSpec::Register {
+                pt_regs_offset,
+                size,
+                signed,
+            }) => {
+                self.emit(load(*pt_regs_offset as i16));
+                return self.extend(reg, *size, *signed);
+            }
+            ArgRead::Usdt(UsdtArgSpec::Memory {
+                base_offset,
+                displacement,
+                size,
+                signed,
+            }) => {
+                self.emit(load(*base_offset as i16));
+                return self.user_memory_arg(reg, *displacement, *size, *signed);
             }
         }
         reg
+    }
+
+    /// A USDT argument in user memory at `address + displacement`.
+    fn user_memory_arg(
+        &mut self,
+        address: VReg,
+        displacement: i64,
+        size: u8,
+        signed: bool,
+    ) -> VReg {
+        let displacement = self.constant(displacement as u64);
+        self.alu(AluOp::Add, address, Src::Reg(displacement));
+        let buffer = self.alloc(8);
+        self.emit(Inst::Store {
+            base: Base::Frame,
+            offset: buffer,
+            src: Src::Imm(0),
+            size: Size::U64,
+        });
+        let args = vec![
+            Arg::Frame(buffer),
+            Arg::Imm(i64::from(size)),
+            Arg::Reg(address),
+        ];
+        self.emit(Inst::Call {
+            helper: PROBE_READ_USER,
+            args,
+            ret: None,
+        });
+        let value = self.vreg();
+        self.emit(Inst::Load {
+            dst: value,
+            base: Base::Frame,
+            offset: buffer,
+            size: Size::U64,
+        });
+        self.extend(value, size, signed)
     }
 
     /// Truncate `reg` to `size` bytes, sign- or zero-extending back to 64 bits.

@@ -12,10 +12,7 @@ use crate::frontend::checked::{
     CheckedRecord, RecordRef, RecordRole, RecordValue, SpanRef, StackKind, TExpr,
 };
 use crate::frontend::types::{COMM_LEN, Type};
-use crate::vocab::{Message, MessageId, record_header as header};
-
-/// `struct pt_regs` offset of the stack pointer (x86-64).
-const PT_REGS_SP: i16 = 152;
+use crate::vocab::{Message, MessageId, record_header as header, x86_64};
 
 /// `-EEXIST` from `bpf_get_stackid`: the stack's bucket holds another stack.
 const STACK_COLLISION: i32 = -17;
@@ -193,7 +190,7 @@ impl Lowerer<'_> {
     /// address into its caller.
     fn entry_return_address(&mut self, at: i16) {
         let ctx = self.ctx;
-        let sp = self.load(Base::Reg(ctx), PT_REGS_SP);
+        let sp = self.load(Base::Reg(ctx), x86_64::STACK_POINTER as i16);
         let args = vec![Arg::Frame(at), Arg::Imm(8), Arg::Reg(sp)];
         self.emit(Inst::Call {
             helper: PROBE_READ_USER,

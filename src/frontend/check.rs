@@ -13,8 +13,8 @@ use crate::frontend::ast::{
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
 use crate::frontend::options::CompileOptions;
-use crate::frontend::probes::{ResolvedProbe, resolve};
 use crate::frontend::types::Type;
+use crate::providers::{self, ResolvedProbe};
 use crate::vocab::Environment;
 
 /// Check a parsed script against the machine described by `env`, with the
@@ -91,6 +91,22 @@ pub fn check(
     } else {
         Err(checker.errors)
     }
+}
+
+/// Expands one spec into its attach points through its provider.
+fn resolve(spec: &ProbeSpec, env: &dyn Environment) -> Result<Vec<ResolvedProbe>, ScriptError> {
+    let parts = spec.parts.iter().map(String::as_str).collect();
+    let text = providers::Spec {
+        word: &spec.provider,
+        parts,
+    };
+    providers::resolve(&text, env).map_err(|error| {
+        let diagnostic = ScriptError::new(spec.span, error.message);
+        match error.help {
+            Some(help) => diagnostic.with_help(help),
+            None => diagnostic,
+        }
+    })
 }
 
 /// A probe block or one end of a span, with its attach points.

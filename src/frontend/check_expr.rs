@@ -7,10 +7,8 @@ use crate::frontend::check_kernel::is_args;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
 use crate::frontend::types::{COMM_LEN, STRING_LEN, Type};
+use crate::providers;
 use crate::vocab::{Context, FieldKind, printf_format as printf};
-
-/// Registers holding the first six arguments in `struct pt_regs` (x86-64).
-const PT_REGS_ARGS: [u16; 6] = [112, 104, 96, 88, 72, 64];
 
 impl Checker<'_> {
     /// An expression used as a truth value.
@@ -148,15 +146,17 @@ impl Checker<'_> {
             "curtask" => self.curtask(span),
             "retval" => {
                 let probe = self.resolved();
-                if !(probe.is_return
-                    && matches!(probe.context, Context::PtRegs | Context::U64Array))
-                {
+                let Some(read) = providers::of(&probe.attach).retval(probe) else {
                     return self.fail(
                         span,
                         "`retval` is only available in uretprobe, kretprobe and fexit probes",
                     );
-                }
-                builtin(Builtin::Retval, Type::U64)
+                };
+                Some(TExpr {
+                    kind: TExprKind::Arg(read),
+                    ty: Type::U64,
+                    span,
+                })
             }
             "func" => match self.resolved().func.clone() {
                 Some(func) => Some(TExpr {
@@ -181,31 +181,14 @@ impl Checker<'_> {
 
     fn arg(&mut self, n: u32, span: Span) -> Option<TExpr> {
         let probe = self.resolved();
-        let ok = match &probe.context {
-            Context::PtRegs => !probe.is_return && (n as usize) < PT_REGS_ARGS.len(),
-            Context::U64Array => n < 12,
-            Context::Usdt(args) => (n as usize) < args.len(),
-            Context::Plain | Context::Tracepoint(_) | Context::Btf(_) => false,
-        };
-        if !ok {
-            let why = match &probe.context {
-                Context::Tracepoint(_) | Context::Btf(_) => {
-                    "tracepoints have `args.FIELD` instead".to_string()
-                }
-                Context::Usdt(args) => format!("this USDT probe has {} arguments", args.len()),
-                Context::PtRegs if probe.is_return => {
-                    "return probes have `retval` instead".to_string()
-                }
-                Context::PtRegs => "only arg0..arg5 are passed in registers".to_string(),
-                _ => format!("`{}` probes have no arguments", probe.name),
-            };
-            return self.fail(span, &format!("`arg{n}` is not available here: {why}"));
+        match providers::of(&probe.attach).arg(probe, n) {
+            Ok(read) => Some(TExpr {
+                kind: TExprKind::Arg(read),
+                ty: Type::U64,
+                span,
+            }),
+            Err(why) => self.fail(span, &format!("`arg{n}` is not available here: {why}")),
         }
-        Some(TExpr {
-            kind: TExprKind::Arg(n),
-            ty: Type::U64,
-            span,
-        })
     }
 
     /// `$name`, whose type is what every assignment in the probe settles on.
@@ -722,9 +705,4 @@ fn int_type(name: &str) -> Option<Type> {
         size: bits / 8,
         signed,
     })
-}
-
-/// The pt_regs offset of argument `n` (x86-64 calling convention).
-pub fn pt_regs_arg_offset(n: u32) -> u16 {
-    PT_REGS_ARGS[n as usize]
 }

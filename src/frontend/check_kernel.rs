@@ -7,12 +7,12 @@ use crate::frontend::check::Checker;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
 use crate::frontend::types::{KernelPtr, Type};
-use crate::vocab::AttachPoint;
-use crate::vocab::BtfArg;
+use crate::providers;
 use crate::vocab::kernel_types::{
     FoundMember, KTypeId, KernelKind, KernelMember, KernelType, close_names, find_member,
     member_names,
 };
+use crate::vocab::{ArgRead, BtfArg};
 
 /// A kernel object in memory: `offset_bits` into what `ptr` points to.
 struct Place {
@@ -23,10 +23,10 @@ struct Place {
 }
 
 impl Checker<'_> {
-    /// Whether this probe runs as `BPF_PROG_TYPE_TRACING`, where BTF
-    /// pointers can be read directly.
+    /// Whether this probe's pointers are BTF-typed for the verifier, so they
+    /// can be read directly.
     fn tracing_program(&self) -> bool {
-        matches!(self.resolved().attach, AttachPoint::TpBtf { .. })
+        providers::of(&self.resolved().attach).btf_pointers()
     }
 
     fn kernel_type(&mut self, id: KTypeId, span: Span) -> Option<KernelType> {
@@ -47,7 +47,7 @@ impl Checker<'_> {
             return None;
         };
         let slot = TExpr {
-            kind: TExprKind::Arg(index as u32),
+            kind: TExprKind::Arg(ArgRead::Slot(8 * index as u16)),
             ty: Type::U64,
             span,
         };

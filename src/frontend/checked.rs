@@ -8,7 +8,7 @@ use crate::frontend::ast::{BinOp, Span, UnOp};
 use crate::frontend::options::TaskFilter;
 use crate::frontend::options::{PmuCounter, UserStacks};
 use crate::frontend::types::Type;
-use crate::vocab::{AttachPoint, Context, TracepointField};
+use crate::vocab::{ArgRead, AttachPoint, Context, TracepointField};
 
 /// Only the checker builds this (fields are public for reading).
 #[derive(Clone, Debug)]
@@ -249,8 +249,9 @@ pub enum TExprKind {
     Int(u64),
     Str(String),
     Builtin(Builtin),
-    /// `argN`
-    Arg(u32),
+    /// A probe argument (`argN`, `retval`, a `tp_btf` argument), read as its
+    /// provider says.
+    Arg(ArgRead),
     /// `args.field` of a tracepoint.
     Field(TracepointField),
     Var(VarId),
@@ -337,7 +338,6 @@ pub enum Builtin {
     Elapsed,
     Cpu,
     Cpid,
-    Retval,
     /// The index of the probe in `CheckedProgram::probes`.
     Probe,
     Rand,

@@ -9,7 +9,7 @@ use crate::vocab::{Environment, FunctionTarget, UsdtTarget};
 
 /// A machine with a few tracepoints (`syscalls:sys_enter_openat`,
 /// `syscalls:sys_enter_write`, `syscalls:sys_exit_read`, `sched:named`),
-/// every function in every binary, at file offset 0x1000, and a little
+/// every function in every binary, 64 bytes at file offset 0x1000, and a little
 /// kernel BTF: `struct task_struct` (see [`kernel_type`]) and the BTF
 /// tracepoints `sched_switch` and `sched_wakeup`.
 pub struct FakeMachine;
@@ -143,6 +143,7 @@ impl Environment for FakeMachine {
         let target = FunctionTarget {
             name: pattern.into(),
             file_offset: 0x1000,
+            size: 64,
         };
         Ok((PathBuf::from(binary), vec![target]))
     }

@@ -13,6 +13,5 @@ pub mod options;
 pub mod parse;
 pub mod pmu;
 pub mod positional;
-pub mod probes;
 pub mod shift;
 pub mod types;

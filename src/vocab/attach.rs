@@ -55,35 +55,48 @@ pub enum AttachPoint {
     },
 }
 
-impl AttachPoint {
-    /// libbpf section name, which selects the program type.
-    pub fn section(&self) -> String {
-        match self {
-            AttachPoint::Begin | AttachPoint::End => "raw_tp".into(),
-            AttachPoint::Tracepoint { category, name } => format!("tracepoint/{category}/{name}"),
-            AttachPoint::RawTracepoint { name } => format!("raw_tp/{name}"),
-            AttachPoint::TpBtf { name } => format!("tp_btf/{name}"),
-            AttachPoint::Uprobe { retprobe, .. } => {
-                if *retprobe { "uretprobe" } else { "uprobe" }.into()
-            }
-            AttachPoint::Usdt { .. } => "uprobe".into(),
-            AttachPoint::Kprobe { retprobe, .. } => {
-                if *retprobe { "kretprobe" } else { "kprobe" }.into()
-            }
-            AttachPoint::Fentry { function, exit } => {
-                format!("{}/{function}", if *exit { "fexit" } else { "fentry" })
-            }
-            AttachPoint::PerfEvent { .. } => "perf_event".into(),
-        }
-    }
-}
-
 /// A perf event as `perf_event_open` takes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PerfEvent {
-    /// `PERF_TYPE_HARDWARE` (0), `PERF_TYPE_SOFTWARE` (1) or `PERF_TYPE_RAW` (4).
+    /// [`PERF_TYPE_HARDWARE`], [`PERF_TYPE_SOFTWARE`] or [`PERF_TYPE_RAW`].
     pub type_: u32,
     pub config: u64,
+}
+
+/// `PERF_TYPE_*` of `perf_event_attr.type`.
+pub const PERF_TYPE_HARDWARE: u32 = 0;
+pub const PERF_TYPE_SOFTWARE: u32 = 1;
+pub const PERF_TYPE_RAW: u32 = 4;
+
+impl PerfEvent {
+    /// `rHEX`: a raw, CPU-specific event code.
+    pub fn raw(name: &str) -> Option<PerfEvent> {
+        let hex = name.strip_prefix('r').filter(|h| !h.is_empty())?;
+        let config = u64::from_str_radix(hex, 16).ok()?;
+        Some(PerfEvent {
+            type_: PERF_TYPE_RAW,
+            config,
+        })
+    }
+
+    /// Whether counting it needs a hardware PMU.
+    pub fn needs_pmu(&self) -> bool {
+        matches!(self.type_, PERF_TYPE_HARDWARE | PERF_TYPE_RAW)
+    }
+}
+
+/// A kernel facility some probes cannot run without; the runtime detects
+/// which ones this kernel has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelFeature {
+    Tracepoints,
+    Kprobes,
+    Uprobes,
+    /// Kernel BTF (`/sys/kernel/btf/vmlinux`).
+    Btf,
+    /// BPF trampolines (fentry/fexit).
+    Fentry,
+    HardwarePmu,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -22,6 +22,17 @@ pub enum Context {
     Btf(Vec<BtfArg>),
 }
 
+/// How a probe argument (`argN`, `retval`, a `tp_btf` argument) is read
+/// from the context; the probe's provider decides.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ArgRead {
+    /// The u64 at this byte offset of the context: a `pt_regs` register or
+    /// an argument slot.
+    Slot(u16),
+    /// A USDT argument, where its note says.
+    Usdt(UsdtArgSpec),
+}
+
 /// One argument of a BTF tracepoint; the Nth argument is the Nth u64 of the context.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BtfArg {

@@ -12,6 +12,8 @@ use super::kernel_types::{KTypeId, KernelType};
 pub struct FunctionTarget {
     pub name: String,
     pub file_offset: u64,
+    /// Bytes of code; 0 when the symbol table does not say.
+    pub size: u64,
 }
 
 /// A USDT probe found in a binary.

@@ -14,9 +14,13 @@ mod machine;
 mod maps;
 mod messages;
 pub mod printf_format;
+pub mod x86_64;
 
-pub use attach::{AttachPoint, PerfEvent, PerfSample};
-pub use context::{BtfArg, Context, FieldKind, TracepointField, UsdtArgSpec};
+pub use attach::{
+    AttachPoint, KernelFeature, PERF_TYPE_HARDWARE, PERF_TYPE_RAW, PERF_TYPE_SOFTWARE, PerfEvent,
+    PerfSample,
+};
+pub use context::{ArgRead, BtfArg, Context, FieldKind, TracepointField, UsdtArgSpec};
 pub use globals::{GLOBAL_SLOTS, GlobalSlot, ProbeState};
 pub use layout::ValueType;
 pub use machine::{Environment, FunctionTarget, UsdtTarget};

@@ -68,7 +68,7 @@ fn types_tp_btf_arguments() {
         }
     );
     assert!(
-        matches!(preempt.kind, TExprKind::Cast(ref slot) if matches!(slot.kind, TExprKind::Arg(0)))
+        matches!(preempt.kind, TExprKind::Cast(ref slot) if matches!(slot.kind, TExprKind::Arg(crate::vocab::ArgRead::Slot(0))))
     );
 }
 

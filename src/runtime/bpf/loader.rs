@@ -1,7 +1,7 @@
 //! Runtime stage, first step: takes the compiler's [`Compiled`] output,
 //! creates its maps, patches their fds into the programs, wraps the programs
 //! in an in-memory ELF and loads it with libbpf; then attaches each program
-//! by its [`AttachPoint`] (per-kind code in `attach.rs`). Output: a
+//! through its probe provider ([`crate::providers`]). Output: a
 //! [`Loaded`] that owns every kernel object and reads messages and maps (see
 //! [`super::maps_read`]).
 //!
@@ -15,12 +15,12 @@ use libbpf_rs::{
     Link, MapCore, MapHandle, MapType, Object, ObjectBuilder, ProgramInput, ProgramMut,
 };
 
-use super::attach::attach_point;
 use super::elf_object::{ElfProgram, write_elf};
 use super::libbpf_log::{failed_program, install_print_capture, verifier_log, with_captured_print};
 use super::map_btf::{KEY_TYPE_ID, VALUE_TYPE_ID, load_storage_btf};
 use super::maps_read::{MapError, Ring, Stopper};
 use crate::codegen::program::{BpfProgram, Compiled};
+use crate::providers;
 use crate::vocab::{AttachPoint, MapId, MapKind, MapSpec};
 
 // Public at its original path, `runtime::loader::failing_insn`.
@@ -198,12 +198,6 @@ struct LoadFailure {
     log: Option<String>,
 }
 
-/// Kinds whose load failure is an unsupported kernel feature, reported at
-/// attach time so the other probes still run.
-fn refusal_is_deferred(attach: &AttachPoint) -> bool {
-    matches!(attach, AttachPoint::Fentry { .. })
-}
-
 fn defer_or_fail(programs: &mut [ProgramMeta], failure: LoadFailure) -> Result<(), LoadError> {
     let Some(index) = failure.program else {
         return Err(LoadError::Object {
@@ -211,13 +205,11 @@ fn defer_or_fail(programs: &mut [ProgramMeta], failure: LoadFailure) -> Result<(
         });
     };
     let meta = &mut programs[index];
-    if refusal_is_deferred(&meta.attach) && meta.refused.is_none() {
-        meta.refused = Some(format!(
-            "the kernel refused to load it ({}); fentry/fexit need BPF trampolines \
-             (CONFIG_FUNCTION_TRACER, CONFIG_DYNAMIC_FTRACE_WITH_DIRECT_CALLS): \
-             use a kprobe or tracepoint instead",
-            failure.reason
-        ));
+    // A kind of probe this kernel cannot load is reported when it attaches,
+    // so the other probes still run.
+    let deferred = providers::of(&meta.attach).deferred_refusal(&failure.reason);
+    if let Some(reason) = deferred.filter(|_| meta.refused.is_none()) {
+        meta.refused = Some(reason);
         return Ok(());
     }
     Err(match failure.log {
@@ -252,7 +244,7 @@ fn load_object(
         .filter(|(meta, _)| meta.refused.is_none())
         .map(|(meta, insns)| ElfProgram {
             name: &meta.name,
-            section: meta.attach.section(),
+            section: providers::of(&meta.attach).section(&meta.attach),
             insns,
         })
         .collect();
@@ -423,10 +415,7 @@ impl Loaded {
     /// so attaching in reverse makes them fire in script order, as bpftrace's do.
     pub fn attach_all(&mut self, opts: AttachOptions) -> Result<(), AttachError> {
         for index in (0..self.programs.len()).rev() {
-            if !matches!(
-                self.programs[index].attach,
-                AttachPoint::Begin | AttachPoint::End
-            ) {
+            if !providers::of(&self.programs[index].attach).runs_once() {
                 self.attach(index, opts)?;
             }
         }
@@ -445,7 +434,9 @@ impl Loaded {
         }
         let prog = find_program(&self.object, &meta.name).ok_or_else(|| fail(NOT_LOADED.into()))?;
         let pid = opts.pid.unwrap_or(-1);
-        let (new_links, printed) = with_captured_print(|| attach_point(&prog, &meta.attach, pid));
+        let provider = providers::of(&meta.attach);
+        let (new_links, printed) =
+            with_captured_print(|| provider.attach(&prog, &meta.attach, pid));
         // libbpf often says more than the errno (which file, which step).
         let new_links = new_links.map_err(|reason| match printed.lines().last() {
             Some(line) => format!("{reason} [{}]", line.trim_start_matches("libbpf: ")),

@@ -3,13 +3,12 @@
 //! ring buffer and maps back. Output: a [`loader::Loaded`] that owns every
 //! kernel object.
 
-mod attach;
 pub mod counters;
 mod elf_object;
 mod libbpf_log;
 pub mod loader;
 mod map_btf;
 pub mod maps_read;
-mod perf_event;
+pub(crate) mod perf_event;
 #[cfg(test)]
-mod test_support;
+pub(crate) mod test_support;

@@ -147,6 +147,23 @@ pub fn tid() -> i32 {
     tid.parse().expect("numeric tid")
 }
 
+/// The file holding a function or variable of this test binary, and its
+/// file offset, from /proc/self/maps.
+pub fn self_file_offset(addr: usize) -> (std::path::PathBuf, u64) {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+    for line in maps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (start, end) = fields[0].split_once('-').expect("range");
+        let start = usize::from_str_radix(start, 16).expect("hex");
+        let end = usize::from_str_radix(end, 16).expect("hex");
+        if (start..end).contains(&addr) {
+            let off = u64::from_str_radix(fields[2], 16).expect("hex");
+            return (fields[5].into(), (addr - start) as u64 + off);
+        }
+    }
+    panic!("address {addr:#x} not mapped");
+}
+
 /// Sums the u64 at the start of each per-CPU value of every entry.
 pub fn sum_u64(entries: &[(Vec<u8>, Vec<Vec<u8>>)]) -> u64 {
     entries

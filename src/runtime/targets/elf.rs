@@ -33,17 +33,6 @@ pub enum ElfError {
     /// The function pattern is not a valid glob.
     #[error("invalid function pattern `{pattern}`: {reason}")]
     BadPattern { pattern: String, reason: String },
-    /// `name+OFF` with an offset that is not a number.
-    #[error("invalid offset in `{spec}`: expected `name+0x10` or `name+16`")]
-    BadOffset { spec: String },
-    /// `name+OFF` past the end of the function.
-    #[error("offset {offset:#x} is outside `{name}` ({size} bytes) in {}", path.display())]
-    OffsetOutsideFunction {
-        name: String,
-        offset: u64,
-        size: u64,
-        path: PathBuf,
-    },
 }
 
 /// A defined function in an ELF file.
@@ -57,40 +46,6 @@ pub struct FunctionSymbol {
     pub file_offset: u64,
     /// Size in bytes (0 when the symbol table does not say).
     pub size: u64,
-}
-
-impl FunctionSymbol {
-    /// The file offset of `offset` bytes into this function (`name+offset`).
-    pub fn offset_at(&self, offset: u64, binary: &Path) -> Result<u64, ElfError> {
-        let outside = || ElfError::OffsetOutsideFunction {
-            name: self.name.clone(),
-            offset,
-            size: self.size,
-            path: binary.into(),
-        };
-        if self.size != 0 && offset >= self.size {
-            return Err(outside());
-        }
-        self.file_offset.checked_add(offset).ok_or_else(outside)
-    }
-}
-
-/// Splits `name+0x10` (or `name+16`) into the name and the offset; a plain name has offset 0.
-pub fn parse_function_spec(spec: &str) -> Result<(&str, u64), ElfError> {
-    let Some((name, offset)) = spec.rsplit_once('+') else {
-        return Ok((spec, 0));
-    };
-    let parsed = match offset
-        .strip_prefix("0x")
-        .or_else(|| offset.strip_prefix("0X"))
-    {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => offset.parse().ok(),
-    };
-    match parsed {
-        Some(offset) if !name.is_empty() => Ok((name, offset)),
-        _ => Err(ElfError::BadOffset { spec: spec.into() }),
-    }
 }
 
 /// Every defined function (`STT_FUNC` or `STT_GNU_IFUNC`, non-zero value) in
@@ -654,24 +609,6 @@ mod tests {
             assert!(f.file_offset < bytes.len() as u64 && f.size > 0);
         }
         assert!(find_functions(&prog, "main").is_ok());
-    }
-
-    /// `name+off` specs parse, and offsets are checked against the function size.
-    #[test]
-    fn parses_function_offsets() {
-        assert_eq!(parse_function_spec("malloc").unwrap(), ("malloc", 0));
-        assert_eq!(parse_function_spec("malloc+0x10").unwrap(), ("malloc", 16));
-        assert_eq!(parse_function_spec("malloc+16").unwrap(), ("malloc", 16));
-        assert!(parse_function_spec("malloc+zz").is_err());
-        assert!(parse_function_spec("+4").is_err());
-        let f = FunctionSymbol {
-            name: "f".into(),
-            address: 0x1000,
-            file_offset: 0x200,
-            size: 8,
-        };
-        assert_eq!(f.offset_at(4, Path::new("x")).unwrap(), 0x204);
-        assert!(f.offset_at(8, Path::new("x")).is_err());
     }
 
     /// Truncated or foreign files are errors naming the file, never panics.

@@ -71,6 +71,7 @@ impl Environment for SystemEnvironment {
             .map(|f| FunctionTarget {
                 name: f.name,
                 file_offset: f.file_offset,
+                size: f.size,
             })
             .collect();
         Ok((path, targets))

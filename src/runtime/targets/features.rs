@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use super::tracefs;
+use crate::vocab::KernelFeature;
 
 /// Whether a feature works here, and if not, a sentence saying why.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,6 +83,18 @@ impl KernelFeatures {
             hardware_pmu: Availability::Available,
             ringbuf: Availability::Available,
             fentry,
+        }
+    }
+
+    /// Whether `feature` works here (fentry is probed on first use).
+    pub fn get(&self, feature: KernelFeature) -> &Availability {
+        match feature {
+            KernelFeature::Tracepoints => &self.tracepoints,
+            KernelFeature::Kprobes => &self.kprobes,
+            KernelFeature::Uprobes => &self.uprobes,
+            KernelFeature::Btf => &self.btf,
+            KernelFeature::Fentry => self.fentry(),
+            KernelFeature::HardwarePmu => &self.hardware_pmu,
         }
     }
 

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use object::read::elf::{FileHeader, SectionHeader};
 use object::{Endian, Endianness, elf};
 
+use crate::vocab::x86_64::Register;
+
 use super::elf::{
     ElfError, ElfVisitor, LoadSegment, load_segments, read_file, vaddr_to_offset, visit_elf,
 };
@@ -86,60 +88,6 @@ pub enum UsdtArgLocation {
     /// A form this decoder does not handle; probes using it can still attach
     /// if the script never reads this argument.
     Unsupported { reason: String },
-}
-
-/// An x86-64 register as a field of `struct pt_regs`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Register {
-    /// The 64-bit register holding the value (`rdi` for `%edi` and `%dil`).
-    pub name: &'static str,
-    /// Byte offset of the register in `struct pt_regs`.
-    pub pt_regs_offset: u16,
-    /// `%ah`, `%bh`, `%ch`, `%dh`: the value is bits 8..16.
-    pub high_byte: bool,
-}
-
-/// 64-bit registers, their `pt_regs` offsets and their narrower names.
-const REGISTERS: [(&str, u16, &[&str]); 17] = [
-    ("r15", 0, &["r15d", "r15w", "r15b", "r15l"]),
-    ("r14", 8, &["r14d", "r14w", "r14b", "r14l"]),
-    ("r13", 16, &["r13d", "r13w", "r13b", "r13l"]),
-    ("r12", 24, &["r12d", "r12w", "r12b", "r12l"]),
-    ("rbp", 32, &["ebp", "bp", "bpl"]),
-    ("rbx", 40, &["ebx", "bx", "bl"]),
-    ("r11", 48, &["r11d", "r11w", "r11b", "r11l"]),
-    ("r10", 56, &["r10d", "r10w", "r10b", "r10l"]),
-    ("r9", 64, &["r9d", "r9w", "r9b", "r9l"]),
-    ("r8", 72, &["r8d", "r8w", "r8b", "r8l"]),
-    ("rax", 80, &["eax", "ax", "al"]),
-    ("rcx", 88, &["ecx", "cx", "cl"]),
-    ("rdx", 96, &["edx", "dx", "dl"]),
-    ("rsi", 104, &["esi", "si", "sil"]),
-    ("rdi", 112, &["edi", "di", "dil"]),
-    ("rip", 128, &["eip"]),
-    ("rsp", 152, &["esp", "sp", "spl"]),
-];
-
-impl Register {
-    /// Parses a register name without its `%`.
-    pub fn parse(name: &str) -> Option<Register> {
-        let high = ["ah", "bh", "ch", "dh"].iter().position(|&h| h == name);
-        if let Some(i) = high {
-            let wide = ["rax", "rbx", "rcx", "rdx"][i];
-            return Register::parse(wide).map(|r| Register {
-                high_byte: true,
-                ..r
-            });
-        }
-        REGISTERS
-            .iter()
-            .find(|(wide, _, narrow)| *wide == name || narrow.contains(&name))
-            .map(|&(wide, offset, _)| Register {
-                name: wide,
-                pt_regs_offset: offset,
-                high_byte: false,
-            })
-    }
 }
 
 /// The probes in `binary` whose provider (any when `None`) and name match the globs,
