@@ -157,6 +157,10 @@ pub struct Cli {
     #[arg(long = "json-schema")]
     pub json_schema: bool,
 
+    /// List the built-in variables and functions of the language, and exit.
+    #[arg(long = "builtins")]
+    pub builtins: bool,
+
     /// The command to trace, after `--` (like -c, without quoting).
     #[arg(last = true, value_name = "COMMAND")]
     pub command_args: Vec<String>,

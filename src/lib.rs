@@ -4,6 +4,7 @@
 //! script text → [`frontend`] → checked program → [`codegen`] → BPF programs →
 //! [`runtime`] → messages → [`output`]. [`driver`] runs them in order.
 
+pub mod builtins;
 pub mod capture;
 pub mod cli;
 pub mod codegen;

@@ -62,6 +62,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
         print!("{}", wprof::render::ndjson::json_schema());
         return Ok(());
     }
+    if cli.builtins {
+        print!("{}", wprof::builtins::reference());
+        return Ok(());
+    }
     if cli.replay {
         return replay::replay(&cli);
     }

@@ -1,12 +1,13 @@
 //! Lowering expressions: builtins, probe arguments, operators, strings.
 
+use crate::builtins;
 use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
 use crate::codegen::lower_kernel::size_code;
 use crate::frontend::ast::{BinOp, UnOp};
-use crate::frontend::checked::{Builtin, TExpr, TExprKind};
-use crate::frontend::types::{COMM_LEN, Type};
+use crate::frontend::checked::{TExpr, TExprKind};
+use crate::frontend::types::Type;
 use crate::vocab::{ArgRead, FieldKind, GlobalSlot, TracepointField, UsdtArgSpec};
 
 impl Lowerer<'_> {
@@ -15,7 +16,7 @@ impl Lowerer<'_> {
     }
 
     /// An expression that the checker typed as an integer.
-    pub(super) fn int_expr(&mut self, expr: &TExpr) -> VReg {
+    pub(crate) fn int_expr(&mut self, expr: &TExpr) -> VReg {
         match self.expr(expr) {
             Value::Int(reg) => reg,
             Value::Mem(_) => unreachable!("the checker typed {:?} as an integer", expr.ty),
@@ -26,7 +27,9 @@ impl Lowerer<'_> {
         match &expr.kind {
             TExprKind::Int(n) => Value::Int(self.constant(*n)),
             TExprKind::Str(text) => Value::Mem(self.string_literal(text, &expr.ty)),
-            TExprKind::Builtin(builtin) => self.builtin(*builtin),
+            TExprKind::Call(call) => {
+                builtins::expression_hooks(call.builtin).lower(self, call, &expr.ty)
+            }
             TExprKind::Arg(read) => Value::Int(self.arg(read)),
             TExprKind::Field(field) => self.tracepoint_field(field),
             TExprKind::Var(var) => self.var(var.0),
@@ -58,25 +61,16 @@ impl Lowerer<'_> {
                 let value = self.int_expr(inner);
                 Value::Int(self.convert(value, &expr.ty))
             }
-            TExprKind::ReadStr { ptr, len, user } => {
-                self.read_str(ptr, len.as_deref(), *user, &expr.ty)
-            }
             TExprKind::KernelRead {
                 ptr,
                 offset,
                 load,
                 direct,
             } => self.kernel_read(ptr, *offset, *load, *direct),
-            TExprKind::Selected(task) => Value::Int(self.selected(task)),
-            TExprKind::StrNcmp { lhs, rhs, limit } => {
-                let equal = self.strings_equal(lhs, rhs, *limit);
-                self.alu(AluOp::Xor, equal, Src::Imm(1));
-                Value::Int(equal)
-            }
         }
     }
 
-    pub(super) fn constant(&mut self, n: u64) -> VReg {
+    pub(crate) fn constant(&mut self, n: u64) -> VReg {
         let reg = self.vreg();
         match i32::try_from(n as i64) {
             Ok(imm) => self.mov_imm(reg, imm),
@@ -103,7 +97,7 @@ impl Lowerer<'_> {
     }
 
     /// Call a helper that takes no arguments and return its result.
-    fn call0(&mut self, helper: u32) -> VReg {
+    pub(crate) fn call0(&mut self, helper: u32) -> VReg {
         let reg = self.vreg();
         self.emit(Inst::Call {
             helper,
@@ -113,64 +107,18 @@ impl Lowerer<'_> {
         reg
     }
 
-    fn shift(&mut self, reg: VReg, op: AluOp, bits: i32) {
+    pub(crate) fn shift(&mut self, reg: VReg, op: AluOp, bits: i32) {
         self.alu(op, reg, Src::Imm(bits));
     }
 
     /// The low 32 bits of `reg`, in place.
-    fn low32(&mut self, reg: VReg) {
+    pub(crate) fn low32(&mut self, reg: VReg) {
         self.shift(reg, AluOp::Lsh, 32);
         self.shift(reg, AluOp::Rsh, 32);
     }
 
-    fn builtin(&mut self, builtin: Builtin) -> Value {
-        let reg = match builtin {
-            Builtin::Pid | Builtin::Tid => {
-                let reg = self.call0(GET_CURRENT_PID_TGID);
-                if builtin == Builtin::Pid {
-                    self.shift(reg, AluOp::Rsh, 32);
-                } else {
-                    self.low32(reg);
-                }
-                reg
-            }
-            Builtin::Uid | Builtin::Gid => {
-                let reg = self.call0(GET_CURRENT_UID_GID);
-                if builtin == Builtin::Gid {
-                    self.shift(reg, AluOp::Rsh, 32);
-                } else {
-                    self.low32(reg);
-                }
-                reg
-            }
-            Builtin::Comm => {
-                let offset = self.alloc(COMM_LEN);
-                let args = vec![Arg::Frame(offset), Arg::Imm(i64::from(COMM_LEN))];
-                self.emit(Inst::Call {
-                    helper: GET_CURRENT_COMM,
-                    args,
-                    ret: None,
-                });
-                return Value::Mem(offset);
-            }
-            Builtin::Nsecs => self.call0(KTIME_GET_NS),
-            Builtin::Elapsed => {
-                let now = self.call0(KTIME_GET_NS);
-                let start = self.global(GlobalSlot::StartNs);
-                self.alu(AluOp::Sub, now, Src::Reg(start));
-                now
-            }
-            Builtin::Cpu => self.call0(GET_SMP_PROCESSOR_ID),
-            Builtin::Cpid => self.global(GlobalSlot::ChildPid),
-            Builtin::Rand => self.call0(GET_PRANDOM_U32),
-            Builtin::Probe => self.constant(self.probe_index as u64),
-            Builtin::CurTask => self.curtask(),
-        };
-        Value::Int(reg)
-    }
-
     /// One u64 slot of the globals map, read through a direct value pointer.
-    pub(super) fn global(&mut self, slot: GlobalSlot) -> VReg {
+    pub(crate) fn global(&mut self, slot: GlobalSlot) -> VReg {
         let pointer = self.vreg();
         let map = self.maps.globals;
         self.emit(Inst::MapValueAddr {
@@ -351,40 +299,6 @@ impl Lowerer<'_> {
         }
     }
 
-    fn read_str(&mut self, ptr: &TExpr, len: Option<&TExpr>, user: bool, ty: &Type) -> Value {
-        let pointer = self.int_expr(ptr);
-        let buffer_len = ty.size();
-        let size = match len {
-            None => Arg::Imm(i64::from(buffer_len)),
-            Some(len) => {
-                // A NUL fits after `len` characters, and the verifier needs a bounded size.
-                let requested = self.int_expr(len);
-                let size = self.vreg();
-                self.mov(size, requested);
-                self.alu(AluOp::Add, size, Src::Imm(1));
-                let within = self.label();
-                self.branch(Cond::Le, size, Src::Imm(buffer_len as i32), within);
-                self.mov_imm(size, buffer_len as i32);
-                self.emit(Inst::Bind(within));
-                Arg::Reg(size)
-            }
-        };
-        let buffer = self.alloc(buffer_len);
-        self.zero(Base::Frame, buffer, buffer_len);
-        let helper = if user {
-            PROBE_READ_USER_STR
-        } else {
-            PROBE_READ_KERNEL_STR
-        };
-        let args = vec![Arg::Frame(buffer), size, Arg::Reg(pointer)];
-        self.emit(Inst::Call {
-            helper,
-            args,
-            ret: None,
-        });
-        Value::Mem(buffer)
-    }
-
     fn unary(&mut self, op: UnOp, inner: &TExpr) -> VReg {
         let value = self.int_expr(inner);
         let reg = self.vreg();
@@ -512,7 +426,7 @@ impl Lowerer<'_> {
 
     /// 1 when two strings are equal up to their terminating NUL (or in their
     /// first `limit` bytes), else 0.
-    fn strings_equal(&mut self, lhs: &TExpr, rhs: &TExpr, limit: u32) -> VReg {
+    pub(crate) fn strings_equal(&mut self, lhs: &TExpr, rhs: &TExpr, limit: u32) -> VReg {
         let (Value::Mem(a), Value::Mem(b)) = (self.expr(lhs), self.expr(rhs)) else {
             unreachable!("strings live in memory")
         };

@@ -116,7 +116,7 @@ impl Lowerer<'_> {
 
     /// `curtask`: a BTF pointer where the probe's pointers are BTF-typed, a
     /// plain address elsewhere.
-    pub(super) fn curtask(&mut self) -> VReg {
+    pub(crate) fn curtask(&mut self) -> VReg {
         let helper = if providers::of(&self.probe.attach).btf_pointers() {
             GET_CURRENT_TASK_BTF
         } else {

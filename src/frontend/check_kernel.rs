@@ -1,6 +1,6 @@
 //! Checking expressions over kernel (BTF) types: `tp_btf` arguments, member
 //! access through kernel pointers (`p->field`, `s.field`), pointer casts,
-//! `curtask`, `ksym()` and `selected()`.
+//! the type of `curtask` and task members for built-ins.
 
 use crate::frontend::ast::{Expr, ExprKind, Span, TypeName};
 use crate::frontend::check::Checker;
@@ -219,19 +219,15 @@ impl Checker<'_> {
         })
     }
 
-    /// `curtask`: trusted (BTF) in `tp_btf` probes, a plain address elsewhere.
-    pub(super) fn curtask(&mut self, span: Span) -> Option<TExpr> {
+    /// The type of `curtask`: a task pointer, BTF-typed where the probe's
+    /// pointers are, a plain address elsewhere.
+    pub(crate) fn current_task_type(&mut self, span: Span) -> Option<Type> {
         let target = self.task_type(span)?;
-        let ty = Type::KernelPtr(KernelPtr {
+        Some(Type::KernelPtr(KernelPtr {
             target,
             name: "struct task_struct".into(),
             btf: self.tracing_program(),
-        });
-        Some(TExpr {
-            kind: TExprKind::Builtin(Builtin::CurTask),
-            ty,
-            span,
-        })
+        }))
     }
 
     fn task_type(&mut self, span: Span) -> Option<KTypeId> {
@@ -269,54 +265,8 @@ impl Checker<'_> {
         })
     }
 
-    /// `ksym(addr)`: an address printed as its kernel symbol.
-    pub(super) fn ksym(&mut self, args: &[Expr], span: Span) -> Option<TExpr> {
-        let [addr] = args else {
-            return self.fail(span, "ksym() takes one kernel address");
-        };
-        let addr = self.expr(addr)?;
-        if !addr.ty.is_int() {
-            return self.fail(
-                addr.span,
-                &format!("ksym() needs an address, not {}", addr.ty),
-            );
-        }
-        Some(TExpr {
-            kind: TExprKind::Cast(Box::new(addr)),
-            ty: Type::KernelSymbol,
-            span,
-        })
-    }
-
-    /// `selected(task)`: whether the task passes the command line's task filters.
-    pub(super) fn selected(&mut self, args: &[Expr], span: Span) -> Option<TExpr> {
-        let [task] = args else {
-            return self.fail(span, "selected() takes one `struct task_struct *`");
-        };
-        let task = self.task_arg(task, "selected()")?;
-        if self.options.filter.is_empty() {
-            return Some(TExpr {
-                kind: TExprKind::Int(1),
-                ty: Type::I64,
-                span,
-            });
-        }
-        let leader = self.task_member(task.clone(), "group_leader")?;
-        let fields = TaskFields {
-            tgid: self.task_member(task.clone(), "tgid")?,
-            tid: self.task_member(task.clone(), "pid")?,
-            flags: self.task_member(task.clone(), "flags")?,
-            comm: self.task_member(task, "comm")?,
-            leader_comm: self.task_member(leader, "comm")?,
-        };
-        Some(TExpr {
-            kind: TExprKind::Selected(Box::new(fields)),
-            ty: Type::I64,
-            span,
-        })
-    }
-
-    fn task_arg(&mut self, task: &Expr, func: &str) -> Option<TExpr> {
+    /// A task pointer argument of `func`.
+    pub(crate) fn task_arg(&mut self, task: &Expr, func: &str) -> Option<TExpr> {
         let task = self.expr(task)?;
         if !task.ty.kernel_ptr().is_some_and(KernelPtr::is_task) {
             return self.fail(
@@ -328,7 +278,7 @@ impl Checker<'_> {
     }
 
     /// `task->NAME` for a task pointer checked elsewhere (selected, thread fields).
-    pub(super) fn task_member(&mut self, task: TExpr, name: &str) -> Option<TExpr> {
+    pub(crate) fn task_member(&mut self, task: TExpr, name: &str) -> Option<TExpr> {
         let span = task.span;
         let container = Place {
             ty: task.ty.kernel_ptr()?.target,

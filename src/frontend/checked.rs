@@ -8,7 +8,7 @@ use crate::frontend::ast::{BinOp, Span, UnOp};
 use crate::frontend::options::TaskFilter;
 use crate::frontend::options::{PmuCounter, UserStacks};
 use crate::frontend::types::Type;
-use crate::vocab::{ArgRead, AttachPoint, Context, TracepointField};
+use crate::vocab::{ArgRead, AttachPoint, BuiltinId, TracepointField};
 
 /// Only the checker builds this (fields are public for reading).
 #[derive(Clone, Debug)]
@@ -163,7 +163,6 @@ pub struct CheckedProbe {
     /// The probe as displayed by `probe` and in messages, after wildcard expansion.
     pub name: String,
     pub attach: AttachPoint,
-    pub context: Context,
     pub predicate: Option<TExpr>,
     pub record: Option<CheckedRecord>,
     pub body: Vec<TStmt>,
@@ -171,6 +170,8 @@ pub struct CheckedProbe {
     pub span: Span,
     /// At a function's first instruction (see `ResolvedProbe::function_entry`).
     pub function_entry: bool,
+    /// Whether pointers in its context point into user memory.
+    pub user_memory: bool,
     /// Who wrote the probe: the built-in trackers see wprof itself too.
     pub origin: RecordOrigin,
 }
@@ -200,12 +201,8 @@ pub enum TStmtKind {
         func: AggFunc,
         arg: Option<TExpr>,
     },
-    Delete {
-        map: MapRef,
-        key: Option<TExpr>,
-    },
-    /// A message to user space: printf, print, clear, zero, time, exit.
-    Emit(Emit),
+    /// A built-in statement: `printf(...)`, `delete(@m[k])`, `exit()`...
+    Call(TCall),
     If {
         cond: TExpr,
         then: Vec<TStmt>,
@@ -226,15 +223,32 @@ pub enum TStmtKind {
     Return,
 }
 
+/// A use of a built-in that its own lowering turns into code: what the
+/// checker kept of it. Each built-in documents which parts it fills.
 #[derive(Clone, Debug)]
-pub enum Emit {
-    Printf { format: String, args: Vec<TExpr> },
-    PrintValue(TExpr),
-    PrintMap { map: MapRef, top: u64, div: u64 },
-    Clear(MapRef),
-    Zero(MapRef),
-    Time(String),
-    Exit,
+pub struct TCall {
+    pub builtin: BuiltinId,
+    /// Checked arguments, in the order its lowering takes them.
+    pub args: Vec<TExpr>,
+    /// The map it works on (`print(@m)`, `delete(@m[k])`).
+    pub map: Option<MapRef>,
+    /// A literal string it keeps (a format).
+    pub text: Option<String>,
+    /// Integer literals it keeps (`print`'s top and div, `strncmp`'s length).
+    pub consts: Vec<u64>,
+}
+
+impl TCall {
+    /// A use of `builtin` with these arguments and nothing else.
+    pub fn new(builtin: BuiltinId, args: Vec<TExpr>) -> TCall {
+        TCall {
+            builtin,
+            args,
+            map: None,
+            text: None,
+            consts: Vec::new(),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -248,7 +262,8 @@ pub struct TExpr {
 pub enum TExprKind {
     Int(u64),
     Str(String),
-    Builtin(Builtin),
+    /// A built-in value (`pid`, `str(p)`, `selected(task)`).
+    Call(TCall),
     /// A probe argument (`argN`, `retval`, a `tp_btf` argument), read as its
     /// provider says.
     Arg(ArgRead),
@@ -280,12 +295,6 @@ pub enum TExprKind {
     },
     /// Integer truncation/extension to `ty`.
     Cast(Box<TExpr>),
-    /// `strncmp(a, b, n)`: 0 when the strings agree in their first `n` bytes.
-    StrNcmp {
-        lhs: Box<TExpr>,
-        rhs: Box<TExpr>,
-        limit: u32,
-    },
     /// A member of a kernel struct at `offset` bytes from `ptr`.
     KernelRead {
         ptr: Box<TExpr>,
@@ -295,26 +304,6 @@ pub enum TExprKind {
         /// load into a fault-safe one); otherwise `bpf_probe_read_kernel`.
         direct: bool,
     },
-    /// `selected(task)`: whether the task passes `CheckedProgram::filter`.
-    Selected(Box<TaskFields>),
-    /// `str(ptr[, len])`: read a string from kernel or user memory.
-    ReadStr {
-        ptr: Box<TExpr>,
-        len: Option<Box<TExpr>>,
-        user: bool,
-    },
-}
-
-/// The members of one task that task filters look at.
-#[derive(Clone, Debug)]
-pub struct TaskFields {
-    /// `task->tgid` (the pid) and `task->pid` (the tid).
-    pub tgid: TExpr,
-    pub tid: TExpr,
-    pub flags: TExpr,
-    pub comm: TExpr,
-    /// `task->group_leader->comm`: the process name.
-    pub leader_comm: TExpr,
 }
 
 /// How a kernel struct member is read.
@@ -324,23 +313,4 @@ pub enum KernelLoad {
     Int { size: u8, signed: bool },
     /// `char[N]` into a string buffer of N bytes.
     CharArray(u32),
-}
-
-/// Values the probe reads from its surroundings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Builtin {
-    Pid,
-    Tid,
-    Uid,
-    Gid,
-    Comm,
-    Nsecs,
-    Elapsed,
-    Cpu,
-    Cpid,
-    /// The index of the probe in `CheckedProgram::probes`.
-    Probe,
-    Rand,
-    /// The current `struct task_struct *`.
-    CurTask,
 }

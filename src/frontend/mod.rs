@@ -4,7 +4,7 @@ pub mod ast;
 pub mod check;
 pub mod check_expr;
 mod check_kernel;
-mod check_record;
+pub(crate) mod check_record;
 pub mod checked;
 pub mod diag;
 #[cfg(test)]

@@ -1,18 +1,16 @@
-//! Output stage, live text: turns the messages probes send (`printf`,
-//! `print`, `time`, `exit`, `clear`, `zero`) into bpftrace's text, and prints
-//! the maps at exit. Input: a message's bytes and its layout in `Compiled`,
+//! Output stage, live text: turns the messages of built-in statements
+//! (`printf`, `print`, `time`, `exit`, `clear`, `zero`) into bpftrace's
+//! text through each built-in's print hook, and prints the maps at exit. Input: a message's bytes and its layout in `Compiled`,
 //! or raw map entries the session read; output: text on a writer. Map
 //! operations come back as [`MapOp`]s for the session, which owns the maps.
 
 use std::io::{self, Write};
 
+use crate::builtins;
 use crate::codegen::program::Compiled;
 use crate::output::agg;
 use crate::output::maps::{self, MapDump, PrintOptions};
-use crate::output::printf;
-use crate::output::time::format_time;
 use crate::output::value::{Resolve, Value, decode};
-use crate::vocab::printf_format::{Piece, parse_format};
 use crate::vocab::{MapId, Message, ValueType};
 
 /// One raw map entry as the kernel returns it: key, value per CPU.
@@ -37,8 +35,7 @@ pub enum MapOp {
     /// `print(@m, top, div)`: read the map and print it.
     Print {
         map: MapId,
-        top: u64,
-        div: u64,
+        options: PrintOptions,
     },
     Clear(MapId),
     Zero(MapId),
@@ -47,24 +44,13 @@ pub enum MapOp {
 /// Prints the messages and maps of one compiled program.
 pub struct Printer<'a> {
     compiled: &'a Compiled,
-    /// The parsed format of each `printf` message, by message index.
-    formats: Vec<Option<Vec<Piece>>>,
     kernel_symbol: KernelSymbolNamer<'a>,
 }
 
 impl<'a> Printer<'a> {
     pub fn new(compiled: &'a Compiled, kernel_symbol: KernelSymbolNamer<'a>) -> Self {
-        let formats = compiled
-            .messages
-            .iter()
-            .map(|m| match m {
-                Message::Printf { format, .. } => parse_format(format).ok(),
-                _ => None,
-            })
-            .collect();
         Printer {
             compiled,
-            formats,
             kernel_symbol,
         }
     }
@@ -75,35 +61,27 @@ impl<'a> Printer<'a> {
             return Err(io::Error::other(format!("no message #{index}")));
         };
         match message {
-            Message::Printf { args, .. } => {
-                let values = decode_fields(bytes, args)?;
-                let pieces = self.formats[index].as_deref().unwrap_or_default();
-                out.write_all(&printf::format(pieces, &values, self))?;
+            Message::Builtin(message) => {
+                builtins::statement_hooks(message.builtin).print(self, message, bytes, out)
             }
-            Message::PrintValue { value } => {
-                let values = decode_fields(bytes, std::slice::from_ref(value))?;
-                maps::print_value(&mut WriteAdapter(out), &values[0], self)?;
-            }
-            Message::Time { format } => {
-                let text =
-                    format_time(format, std::time::SystemTime::now()).map_err(io::Error::other)?;
-                out.write_all(&text)?;
-            }
-            Message::Exit => return Ok(Printed::Exit),
-            Message::PrintMap { map, top, div } => {
-                return Ok(Printed::Map(MapOp::Print {
-                    map: *map,
-                    top: *top,
-                    div: *div,
-                }));
-            }
-            Message::ClearMap { map } => return Ok(Printed::Map(MapOp::Clear(*map))),
-            Message::ZeroMap { map } => return Ok(Printed::Map(MapOp::Zero(*map))),
-            Message::Record { .. } => {
-                return Err(io::Error::other("capture records are not printed"));
-            }
+            Message::Record { .. } => Err(io::Error::other("capture records are not printed")),
         }
-        Ok(Printed::Done)
+    }
+
+    /// The values of a message's fields, decoded from its bytes.
+    pub fn decode(&self, bytes: &[u8], fields: &[(u32, ValueType)]) -> io::Result<Vec<Value>> {
+        fields
+            .iter()
+            .map(|(at, ty)| {
+                let field = bytes.get(*at as usize..).unwrap_or_default();
+                decode(field, ty).map_err(io::Error::other)
+            })
+            .collect()
+    }
+
+    /// `print(value)`.
+    pub fn print_value(&self, value: &Value, out: &mut dyn Write) -> io::Result<()> {
+        maps::print_value(&mut WriteAdapter(out), value, self)
     }
 
     /// `print(@m, top, div)` of a script map's raw entries.
@@ -159,16 +137,6 @@ impl<'a> Printer<'a> {
         }
         maps::print_exit_maps(&mut WriteAdapter(out), dumps, self)
     }
-}
-
-fn decode_fields(bytes: &[u8], fields: &[(u32, ValueType)]) -> io::Result<Vec<Value>> {
-    fields
-        .iter()
-        .map(|(at, ty)| {
-            let field = bytes.get(*at as usize..).unwrap_or_default();
-            decode(field, ty).map_err(io::Error::other)
-        })
-        .collect()
 }
 
 impl Resolve for Printer<'_> {

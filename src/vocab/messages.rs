@@ -3,39 +3,22 @@
 
 use super::layout::ValueType;
 use super::maps::MapId;
+use super::printf_format::Piece;
 
 /// Index into `Compiled::messages`; the first 8 bytes of every ring buffer record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MessageId(pub u32);
 
+/// Index into the table of built-in functions (`crate::builtins`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BuiltinId(pub u16);
+
 /// A ring buffer message: after the 8-byte `MessageId`, the fields at their offsets.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Message {
-    Printf {
-        format: String,
-        args: Vec<(u32, ValueType)>,
-    },
-    /// `print(value)`
-    PrintValue {
-        value: (u32, ValueType),
-    },
-    /// `print(@map[, top[, div]])`
-    PrintMap {
-        map: MapId,
-        top: u64,
-        div: u64,
-    },
-    ClearMap {
-        map: MapId,
-    },
-    ZeroMap {
-        map: MapId,
-    },
-    /// `time(fmt)`
-    Time {
-        format: String,
-    },
-    Exit,
+    /// Output of a built-in statement (`printf`, `print`, `time`, `exit`,
+    /// `clear`...), printed in user space by that built-in.
+    Builtin(BuiltinMessage),
     /// A capture event: the header at the offsets in [`record_header`], then the fields.
     /// A thread field (`FieldType::Thread` in the record's schema, from a
     /// `struct task_struct *` item) holds the task's tid (`task->pid`) as a
@@ -46,6 +29,23 @@ pub enum Message {
         record: u32,
         fields: Vec<(u32, ValueType)>,
     },
+}
+
+/// What a built-in statement sends and keeps for user space; each built-in
+/// uses the parts it needs and documents them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BuiltinMessage {
+    pub builtin: BuiltinId,
+    /// The values the probe sends, at their offsets after the message id.
+    pub args: Vec<(u32, ValueType)>,
+    /// A parsed `printf` format.
+    pub format: Vec<Piece>,
+    /// A literal string (`time`'s format).
+    pub text: Option<String>,
+    /// The map the message is about (`print(@m)`, `clear(@m)`).
+    pub map: Option<MapId>,
+    /// Integer literals (`print`'s top and div).
+    pub consts: Vec<u64>,
 }
 
 /// Offsets in a `Message::Record` (after the 8-byte message id).

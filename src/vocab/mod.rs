@@ -25,4 +25,7 @@ pub use globals::{GLOBAL_SLOTS, GlobalSlot, ProbeState};
 pub use layout::ValueType;
 pub use machine::{Environment, FunctionTarget, UsdtTarget};
 pub use maps::{MapId, MapKind, MapSpec, MapValue, ScriptMap};
-pub use messages::{BUILD_ID_FRAME_BYTES, MAX_STACK_DEPTH, Message, MessageId, record_header};
+pub use messages::{
+    BUILD_ID_FRAME_BYTES, BuiltinId, BuiltinMessage, MAX_STACK_DEPTH, Message, MessageId,
+    record_header,
+};

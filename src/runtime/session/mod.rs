@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use crate::capture::model::{CaptureInfo, CaptureStats, DropReason};
 use crate::codegen::program::Compiled;
-use crate::output::maps::PrintOptions;
 use crate::output::printer::{MapOp, Printed, Printer};
 use crate::runtime::bpf::counters;
 use crate::runtime::bpf::loader::{self, AttachOptions, Loaded};
@@ -482,9 +481,8 @@ impl<'a> Receiver<'a> {
     fn run_map_ops(&mut self, loaded: &Loaded, out: &mut dyn Write) -> Result<(), RunError> {
         for op in std::mem::take(&mut self.map_ops) {
             match op {
-                MapOp::Print { map, top, div } => {
+                MapOp::Print { map, options } => {
                     let raw = loaded.map_entries(map)?;
-                    let options = PrintOptions { top, div };
                     self.printer.print_map(map, &raw, options, out)?;
                 }
                 MapOp::Clear(map) => loaded.clear(map)?,
