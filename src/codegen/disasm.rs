@@ -29,6 +29,7 @@ const END: u8 = 0xd0;
 
 /// Disassembles a whole program, one line per instruction; the second slot of
 /// an `ld_imm64` gets no line of its own.
+#[cfg(test)]
 pub fn disassemble(insns: &[u64]) -> Vec<String> {
     let mut lines = Vec::new();
     let mut at = 0;

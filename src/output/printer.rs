@@ -140,9 +140,6 @@ impl<'a> Printer<'a> {
 }
 
 impl Resolve for Printer<'_> {
-    fn stack(&self, _kernel: bool, _map: MapId, id: u64) -> Vec<u8> {
-        format!("stack#{id}").into_bytes()
-    }
     fn symbol(&self, kernel: bool, addr: u64) -> Vec<u8> {
         if kernel {
             (self.kernel_symbol)(addr)

@@ -4,7 +4,7 @@
 //! `hist`: 0 holds negative values, 1 holds 0, and `k + 2` holds
 //! `[2^k, 2^(k+1))`, so 2 is `[1]`, 3 is `[2, 4)`, 12 is `[1K, 2K)`. bpftrace 0.17
 //! computes log2 with five shifts (16, 8, 4, 2, 1), so every value from 2^31 up
-//! lands in `[2G, 4G)`, index 33: [`hist_bucket`] reproduces that cap.
+//! lands in `[2G, 4G)`, index 33: codegen reproduces that cap.
 //!
 //! `lhist(v, min, max, step)`: with `n = (max - min) / step`, 0 holds `v < min`,
 //! `i` in `1..=n` holds `[min + (i-1)*step, min + i*step)`, and `n + 1` holds the

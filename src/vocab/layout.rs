@@ -1,8 +1,6 @@
 //! The byte layout of values in map keys, map values and messages, which
 //! BPF code writes and user space decodes.
 
-use super::maps::MapId;
-
 /// The byte layout of a value in a map key, map value or message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ValueType {
@@ -19,11 +17,6 @@ pub enum ValueType {
         fields: Vec<(u32, ValueType)>,
         size: u32,
     },
-    /// A stack id from a stack trace map.
-    Stack {
-        kernel: bool,
-        map: MapId,
-    },
     /// u64 address printed as a symbol.
     Symbol {
         kernel: bool,
@@ -38,7 +31,7 @@ impl ValueType {
             ValueType::Int { size, .. } => u32::from(*size),
             ValueType::Str { len } => *len,
             ValueType::Tuple { size, .. } => *size,
-            ValueType::Stack { .. } | ValueType::Symbol { .. } | ValueType::Probe => 8,
+            ValueType::Symbol { .. } | ValueType::Probe => 8,
         }
     }
 }

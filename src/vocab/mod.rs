@@ -17,8 +17,7 @@ pub mod printf_format;
 pub mod x86_64;
 
 pub use attach::{
-    AttachPoint, KernelFeature, PERF_TYPE_HARDWARE, PERF_TYPE_RAW, PERF_TYPE_SOFTWARE, PerfEvent,
-    PerfSample,
+    AttachPoint, KernelFeature, PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, PerfEvent, PerfSample,
 };
 pub use context::{ArgRead, BtfArg, Context, FieldKind, TracepointField, UsdtArgSpec};
 pub use globals::{GLOBAL_SLOTS, GlobalSlot, ProbeState};

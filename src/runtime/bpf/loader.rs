@@ -9,7 +9,6 @@
 //! the verifier log of a failing program becomes [`LoadError::Verifier`].
 
 use std::os::fd::{AsFd, AsRawFd};
-use std::time::{Duration, Instant};
 
 use libbpf_rs::{
     Link, MapCore, MapHandle, MapType, Object, ObjectBuilder, ProgramInput, ProgramMut,
@@ -94,19 +93,6 @@ pub struct AttachOptions {
     pub pid: Option<i32>,
 }
 
-/// Time spent in each loading step.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LoadTimings {
-    /// Creating every map.
-    pub maps: Duration,
-    /// Writing the in-memory ELF.
-    pub elf: Duration,
-    /// `bpf_object__open_mem`.
-    pub open: Duration,
-    /// `bpf_object__load` (feature probes and the verifier).
-    pub load: Duration,
-}
-
 /// What the loader keeps of each program.
 #[derive(Clone, Debug)]
 struct ProgramMeta {
@@ -127,15 +113,11 @@ pub struct Loaded {
     maps: Vec<MapHandle>,
     programs: Vec<ProgramMeta>,
     stopper: Stopper,
-    /// How long `load` took, step by step.
-    pub timings: LoadTimings,
 }
 
 /// Creates the maps, loads all programs and prepares the ring buffer reader.
 pub fn load(compiled: &Compiled) -> Result<Loaded, LoadError> {
     install_print_capture();
-    let mut timings = LoadTimings::default();
-    let t = Instant::now();
     let maps = compiled
         .maps
         .iter()
@@ -144,7 +126,6 @@ pub fn load(compiled: &Compiled) -> Result<Loaded, LoadError> {
     for (id, value) in &compiled.initial_values {
         write_initial_value(&compiled.maps, &maps, *id, value)?;
     }
-    timings.maps = t.elapsed();
     let insns = compiled
         .programs
         .iter()
@@ -161,7 +142,7 @@ pub fn load(compiled: &Compiled) -> Result<Loaded, LoadError> {
         })
         .collect();
     let object = loop {
-        match load_object(&programs, &insns, &mut timings) {
+        match load_object(&programs, &insns) {
             Ok(object) => break object,
             Err(failure) => defer_or_fail(&mut programs, failure)?,
         }
@@ -187,7 +168,6 @@ pub fn load(compiled: &Compiled) -> Result<Loaded, LoadError> {
         maps,
         programs,
         stopper,
-        timings,
     })
 }
 
@@ -227,17 +207,12 @@ fn defer_or_fail(programs: &mut [ProgramMeta], failure: LoadFailure) -> Result<(
     })
 }
 
-fn load_object(
-    programs: &[ProgramMeta],
-    insns: &[Vec<u64>],
-    timings: &mut LoadTimings,
-) -> Result<Object, LoadFailure> {
+fn load_object(programs: &[ProgramMeta], insns: &[Vec<u64>]) -> Result<Object, LoadFailure> {
     let object_failure = |reason: String| LoadFailure {
         program: None,
         reason,
         log: None,
     };
-    let t = Instant::now();
     let elf_programs: Vec<ElfProgram<'_>> = programs
         .iter()
         .zip(insns)
@@ -249,14 +224,9 @@ fn load_object(
         })
         .collect();
     let elf = write_elf(&elf_programs).map_err(|e| object_failure(format!("ELF writer: {e}")))?;
-    timings.elf = t.elapsed();
-    let t = Instant::now();
     let (open, printed) = with_captured_print(|| ObjectBuilder::default().open_memory(&elf));
     let open = open.map_err(|e| object_failure(format!("{e:#}\n{printed}")))?;
-    timings.open = t.elapsed();
-    let t = Instant::now();
     let (loaded, printed) = with_captured_print(|| open.load());
-    timings.load = t.elapsed();
     loaded.map_err(|e| {
         let program =
             failed_program(&printed).and_then(|name| programs.iter().position(|p| p.name == name));
@@ -483,6 +453,7 @@ impl Loaded {
     }
 
     /// Number of links currently attached.
+    #[cfg(test)]
     pub fn attached(&self) -> usize {
         self.links.len()
     }
@@ -524,6 +495,7 @@ mod tests {
     use crate::runtime::bpf::test_support::*;
     use crate::vocab::{MapId, PerfEvent, PerfSample};
     use std::ops::ControlFlow;
+    use std::time::{Duration, Instant};
 
     const RING: MapId = MapId(0);
     const COUNTS: MapId = MapId(1);
@@ -713,12 +685,7 @@ mod tests {
         loaded.run_once(2).expect("begin");
         let begin_time = t_begin.elapsed();
         println!(
-            "load {load_time:?} (maps {:?}, elf {:?}, open {:?}, load {:?}); attach {attach_time:?}; \
-             BEGIN {begin_time:?}; total {:?}",
-            loaded.timings.maps,
-            loaded.timings.elf,
-            loaded.timings.open,
-            loaded.timings.load,
+            "load {load_time:?}; attach {attach_time:?}; BEGIN {begin_time:?}; total {:?}",
             t0.elapsed()
         );
     }

@@ -1,9 +1,10 @@
 //! Runtime, kernel description: what this kernel and machine can trace. Input: the
 //! running system (sysfs, tracefs, a few cheap syscalls); output: [`KernelFeatures`],
-//! which the checker turns into diagnostics ("kprobes unavailable: ...") before any
-//! program is loaded, and the CPU lists per-CPU maps and perf events need.
+//! which the driver turns into diagnostics ("kprobes unavailable: ...") on the
+//! probes that need them (`providers::Provider::feature`) before any program is
+//! loaded, and the online CPUs perf events open on.
 //!
-//! Detection is cheap: file checks, one `perf_event_open` and one ring buffer map.
+//! Detection is cheap: file checks and one `perf_event_open`.
 //! The only program load, for fentry, runs lazily on first use of
 //! [`KernelFeatures::fentry`] (or [`probe_fentry`]).
 
@@ -25,6 +26,7 @@ pub enum Availability {
 
 impl Availability {
     /// Whether the feature works here.
+    #[cfg(test)]
     pub fn is_available(&self) -> bool {
         matches!(self, Availability::Available)
     }
@@ -64,14 +66,13 @@ pub struct KernelFeatures {
     pub btf: Availability,
     /// `hardware:` probes (cycles, instructions, ...): a usable PMU.
     pub hardware_pmu: Availability,
-    /// `BPF_MAP_TYPE_RINGBUF` (Linux 5.8).
-    pub ringbuf: Availability,
     /// Filled by the first call to [`KernelFeatures::fentry`].
     fentry: OnceLock<Availability>,
 }
 
 impl KernelFeatures {
     /// Everything available, for tests of code that consumes features.
+    #[cfg(test)]
     pub fn all_available() -> KernelFeatures {
         let fentry = OnceLock::new();
         let _ = fentry.set(Availability::Available);
@@ -81,7 +82,6 @@ impl KernelFeatures {
             uprobes: Availability::Available,
             btf: Availability::Available,
             hardware_pmu: Availability::Available,
-            ringbuf: Availability::Available,
             fentry,
         }
     }
@@ -104,6 +104,7 @@ impl KernelFeatures {
     }
 
     /// Replaces the fentry result, for tests (or a caller that already knows).
+    #[cfg(test)]
     pub fn set_fentry(&mut self, availability: Availability) {
         self.fentry = OnceLock::new();
         let _ = self.fentry.set(availability);
@@ -125,7 +126,6 @@ pub fn detect() -> KernelFeatures {
             )
         }),
         hardware_pmu: detect_hardware_pmu(),
-        ringbuf: detect_ringbuf(),
         fentry: OnceLock::new(),
     }
 }
@@ -171,19 +171,6 @@ fn detect_hardware_pmu() -> Availability {
         }
         Err(errno) => Availability::unavailable(format!(
             "hardware perf events cannot be opened here (perf_event_open of CPU cycles failed with {})",
-            errno_text(errno)
-        )),
-    }
-}
-
-fn detect_ringbuf() -> Availability {
-    match sys::ringbuf_supported() {
-        Ok(true) => Availability::Available,
-        Ok(false) => Availability::unavailable(
-            "this kernel has no BPF ring buffer (BPF_MAP_TYPE_RINGBUF needs Linux 5.8)",
-        ),
-        Err(errno) => Availability::unavailable(format!(
-            "cannot create a BPF ring buffer map: {}",
             errno_text(errno)
         )),
     }
@@ -257,15 +244,6 @@ pub fn online_cpus() -> Vec<u32> {
         })
 }
 
-/// How many CPU slots per-CPU maps have: the highest possible CPU plus one.
-pub fn possible_cpus() -> u32 {
-    fs::read_to_string("/sys/devices/system/cpu/possible")
-        .ok()
-        .and_then(|text| parse_cpu_list(&text))
-        .and_then(|cpus| cpus.last().map(|&last| last + 1))
-        .unwrap_or_else(|| online_cpus().last().map_or(1, |&last| last + 1))
-}
-
 /// Parses a kernel CPU list such as `0-3,8,10-11`; `None` if malformed.
 pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
     // Lists name at most a few thousand CPUs; a larger range means a corrupt file.
@@ -293,6 +271,8 @@ pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
 mod sys {
     use libbpf_rs::libbpf_sys;
 
+    use crate::codegen::asm::{Assembler, Reg};
+
     /// Opens a disabled `PERF_COUNT_HW_CPU_CYCLES` counter on this thread, then closes it.
     pub(super) fn open_cycles_counter() -> Result<(), i32> {
         let mut attr = libbpf_sys::perf_event_attr {
@@ -318,26 +298,12 @@ mod sys {
         close_or_errno(fd)
     }
 
-    /// Whether `BPF_MAP_TYPE_RINGBUF` maps can be created (libbpf creates and frees one).
-    pub(super) fn ringbuf_supported() -> Result<bool, i32> {
-        // SAFETY: a null options pointer is documented as "no options".
-        let ret = unsafe {
-            libbpf_sys::libbpf_probe_bpf_map_type(
-                libbpf_sys::BPF_MAP_TYPE_RINGBUF,
-                std::ptr::null(),
-            )
-        };
-        match ret {
-            1 => Ok(true),
-            0 => Ok(false),
-            err => Err(-err),
-        }
-    }
-
     /// Loads `r0 = 0; exit` as an fentry program on BTF function `btf_id`, then closes it.
     pub(super) fn load_fentry(btf_id: u32) -> Result<(), i32> {
-        // mov64 r0, 0 (opcode 0xb7); exit (opcode 0x95): little-endian bpf_insn words.
-        let insns: [u64; 2] = [0xb7, 0x95];
+        let mut asm = Assembler::new();
+        asm.mov64_imm(Reg::R0, 0);
+        asm.exit();
+        let insns = asm.finish().map_err(|_| libc::EINVAL)?.insns;
         let mut opts = libbpf_sys::bpf_prog_load_opts {
             sz: std::mem::size_of::<libbpf_sys::bpf_prog_load_opts>() as _,
             expected_attach_type: libbpf_sys::BPF_TRACE_FENTRY,
@@ -392,7 +358,7 @@ mod tests {
             "{reason}"
         );
         assert!(features.uprobes.is_available() && features.tracepoints.is_available());
-        assert!(features.btf.is_available() && features.ringbuf.is_available());
+        assert!(features.btf.is_available());
     }
 
     /// This VM has no hardware PMU; the reason says so and suggests software events.
@@ -436,6 +402,11 @@ mod tests {
             assert_eq!(parse_cpu_list(bad), None, "{bad}");
         }
         let online = online_cpus();
-        assert!(!online.is_empty() && online.iter().all(|&c| c < possible_cpus()));
+        assert!(
+            !online.is_empty()
+                && online
+                    .iter()
+                    .all(|&c| (c as usize) < libbpf_rs::num_possible_cpus().expect("cpus"))
+        );
     }
 }

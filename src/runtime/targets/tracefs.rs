@@ -90,11 +90,13 @@ pub struct TracepointFormat {
 
 impl TracepointFormat {
     /// The event field called `name` (not the common fields).
+    #[cfg(test)]
     pub fn field(&self, name: &str) -> Option<&Field> {
         self.fields.iter().find(|f| f.name == name)
     }
 
     /// Bytes up to the end of the last fixed field.
+    #[cfg(test)]
     pub fn record_size(&self) -> u32 {
         self.common_fields
             .iter()
@@ -158,6 +160,7 @@ fn read_text(path: &Path) -> Result<String, TracefsError> {
 }
 
 /// The tracepoint's id (`events/<category>/<name>/id`).
+#[cfg(test)]
 pub fn tracepoint_id(category: &str, name: &str) -> Result<u32, TracefsError> {
     let path = event_dir(category, name)?.join("id");
     let text = read_text(&path)?;
