@@ -225,11 +225,6 @@ impl Cli {
         self.data.as_deref().unwrap_or(Path::new("wprof.data"))
     }
 
-    /// Whether the command line asks for a capture (then the built-in trackers run).
-    pub fn wants_capture(&self) -> bool {
-        self.data.is_some() || self.trace.is_some() || self.json.is_some() || self.summary
-    }
-
     /// The process uprobes attach to and whose exit stops tracing: the only `-p`.
     pub fn target_pid(&self) -> Option<i32> {
         match self.pids[..] {

@@ -15,6 +15,7 @@
 //! line ([`cli`]) into the built-in trackers' sources and compile options;
 //! [`vocab`] holds the types the stages share.
 
+pub mod analysis;
 pub mod builtins;
 pub mod capture;
 pub mod cli;
@@ -25,6 +26,8 @@ pub mod output;
 pub mod providers;
 pub mod render;
 pub mod runtime;
+pub mod symbols;
 pub mod sys;
 pub mod tracking;
+pub mod unwind;
 pub mod vocab;

@@ -148,12 +148,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
     if let Some(stats) = &summary.capture {
         replay::warn_about_drops(stats);
         replay::render_outputs(&cli, Default::default())?;
-    } else if cli.trace.is_some() || cli.json.is_some() || cli.summary {
-        return Err(
-            "-T, -J and -I render captures: the script has no record block (`< ... >`) or span"
-                .to_string()
-                .into(),
-        );
+    } else if replay::any_output(&cli) {
+        return Err(replay::nothing_to_render().into());
     }
     Ok(())
 }
@@ -174,7 +170,7 @@ fn compile(
     if let Some(user) = sources.first() {
         let alone = std::slice::from_ref(user);
         let (checked, compiled) = driver::compile(alone, &params, env, options)?;
-        if !cli.wants_capture() && compiled.records.is_empty() {
+        if !replay::wants_capture(cli) && compiled.records.is_empty() {
             return Ok((sources, checked, compiled));
         }
     }

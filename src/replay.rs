@@ -1,8 +1,7 @@
 //! Rendering captures, after a capture or with `-R`: open `wprof.data`, apply
-//! the window and task filters, write the Perfetto trace, NDJSON and summary.
+//! the window and task filters, and run every renderer the command line asks
+//! for (`OUTPUTS`).
 
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
 use wprof::capture::model::{CaptureInfo, CaptureStats, DropReason};
@@ -10,18 +9,76 @@ use wprof::capture::reader::CaptureReader;
 use wprof::cli::{Cli, task_filter_from_args};
 use wprof::driver::Source;
 use wprof::render::filter::{Filter, TaskSelector};
-use wprof::render::{ndjson, perfetto, summary};
+use wprof::render::ndjson::Ndjson;
+use wprof::render::perfetto::Perfetto;
+use wprof::render::summary::Summary;
+use wprof::render::{Capture, Captures, Destination, Render, RenderError};
 
 use crate::Failure;
 
+/// An output the command line can ask for.
+struct OutputKind {
+    /// Its option, and an example of its value, for messages.
+    flag: &'static str,
+    example: &'static str,
+    /// Its destination (a path, `-` for standard output) when asked for.
+    asked: fn(&Cli) -> Option<&Path>,
+    /// Its renderer, with the options the command line gives.
+    renderer: fn(&Cli) -> Box<dyn Render>,
+}
+
+/// Every output, in the order they are written. A new output is one entry.
+const OUTPUTS: [OutputKind; 3] = [
+    OutputKind {
+        flag: "-T",
+        example: " trace.pb",
+        asked: |cli| cli.trace.as_deref(),
+        renderer: |_| Box::new(Perfetto::default()),
+    },
+    OutputKind {
+        flag: "-J",
+        example: " out.json (or -J -)",
+        asked: |cli| cli.json.as_deref(),
+        renderer: |_| Box::new(Ndjson::default()),
+    },
+    OutputKind {
+        flag: "-I",
+        example: "",
+        asked: |cli| cli.summary.then_some(Path::new("-")),
+        renderer: |_| Box::new(Summary::default()),
+    },
+];
+
+/// Whether the command line asks for any output.
+pub fn any_output(cli: &Cli) -> bool {
+    OUTPUTS.iter().any(|output| (output.asked)(cli).is_some())
+}
+
+/// Whether the command line asks for a capture (then the built-in trackers
+/// run): `-D`, or an output.
+pub fn wants_capture(cli: &Cli) -> bool {
+    cli.data.is_some() || any_output(cli)
+}
+
+/// The error of outputs asked for without a capture to render.
+pub fn nothing_to_render() -> String {
+    let flags: Vec<&str> = OUTPUTS.iter().map(|output| output.flag).collect();
+    let (last, others) = flags.split_last().expect("outputs");
+    format!(
+        "{} and {last} render captures: the script has no record block (`< ... >`) or span",
+        others.join(", ")
+    )
+}
+
 /// `-R`: render the capture in `-D` with the options given.
 pub fn replay(cli: &Cli) -> Result<(), Failure> {
-    if cli.trace.is_none() && cli.json.is_none() && !cli.summary {
-        return Err(
-            "-R needs an output: -T trace.pb, -J out.json (or -J -), or -I"
-                .to_string()
-                .into(),
-        );
+    if !any_output(cli) {
+        let options: Vec<String> = (OUTPUTS.iter())
+            .map(|output| format!("{}{}", output.flag, output.example))
+            .collect();
+        let (last, others) = options.split_last().expect("outputs");
+        let options = format!("{}, or {last}", others.join(", "));
+        return Err(format!("-R needs an output: {options}").into());
     }
     let window = Filter {
         start_ns: cli.replay_start.map(|d| d.as_nanos() as u64),
@@ -35,61 +92,47 @@ pub fn replay(cli: &Cli) -> Result<(), Failure> {
 /// Write every output asked for from the capture at `-D`, in `window`, for
 /// the tasks selected both by the capture's own filters and by the command line's.
 pub fn render_outputs(cli: &Cli, window: Filter) -> Result<(), Failure> {
-    let reader = CaptureReader::open(cli.data_path()).map_err(|e| e.to_string())?;
+    let path = cli.data_path();
+    let reader = CaptureReader::open(path).map_err(|e| RenderError::from(e).chain())?;
     if let Some(damage) = reader.damage() {
-        eprintln!("wprof: {}: {damage}", cli.data_path().display());
+        eprintln!("wprof: {}: {damage}", path.display());
     }
-    let recorded = task_filter_from_args(&reader.info().settings.filters)
-        .map_err(|e| format!("{}: bad saved filter: {e}", cli.data_path().display()))?;
-    let filter = Filter {
-        tasks: [recorded, cli.task_filter()]
-            .iter()
-            .filter(|f| !f.is_empty())
-            .map(TaskSelector::new)
-            .collect::<Result<_, _>>()?,
-        ..window
-    };
-    let filter = &filter;
-    if let Some(path) = &cli.trace {
-        let mut out = create(path)?;
-        perfetto::render(&reader, filter, &mut out).map_err(|e| match e {
-            perfetto::RenderError::Write(e) => format!("cannot write {}: {e}", path.display()),
-            other => format!("cannot read {}: {other}", cli.data_path().display()),
-        })?;
-        out.flush()
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    }
-    if let Some(path) = &cli.json {
-        let result = if path.as_os_str() == "-" {
-            let mut out = io::stdout().lock();
-            ndjson::render(&reader, filter, &mut out).and_then(|_| out.flush())
-        } else {
-            let mut out = create(path)?;
-            ndjson::render(&reader, filter, &mut out).and_then(|_| out.flush())
-        };
-        result.map_err(|e| output_error(e, path, cli.data_path()))?;
-    }
-    if cli.summary {
-        let mut out = io::stdout().lock();
-        summary::render_summary(&reader, filter, &mut out)
-            .map_err(|e| output_error(e, Path::new("-"), cli.data_path()))?;
+    let filter = capture_filter(cli, &reader, window).map_err(|e| e.chain())?;
+    let captures = Captures::one(Capture {
+        path,
+        source: &reader,
+        filter,
+    });
+    for output in &OUTPUTS {
+        if let Some(destination) = (output.asked)(cli) {
+            (output.renderer)(cli)
+                .render(&captures, &Destination::new(destination))
+                .map_err(|e| e.chain())?;
+        }
     }
     Ok(())
 }
 
-/// Renderers report a capture that cannot be read as `InvalidData`.
-fn output_error(error: io::Error, output: &Path, capture: &Path) -> String {
-    if error.kind() == io::ErrorKind::InvalidData {
-        format!("cannot read {}: {error}", capture.display())
-    } else {
-        format!("cannot write {}: {error}", output.display())
-    }
-}
-
-fn create(path: &Path) -> Result<BufWriter<File>, Failure> {
-    File::create(path)
-        .map(BufWriter::new)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()).into())
+/// `window` with the task filters saved in the capture and those given.
+fn capture_filter(
+    cli: &Cli,
+    reader: &CaptureReader,
+    window: Filter,
+) -> Result<Filter, RenderError> {
+    let path = cli.data_path();
+    let error = |message| RenderError::Filter {
+        path: path.to_path_buf(),
+        message,
+    };
+    let recorded = task_filter_from_args(&reader.info().settings.filters)
+        .map_err(|e| error(format!("bad saved filter: {e}")))?;
+    let tasks = [recorded, cli.task_filter()]
+        .iter()
+        .filter(|f| !f.is_empty())
+        .map(TaskSelector::new)
+        .collect::<Result<_, _>>()
+        .map_err(error)?;
+    Ok(Filter { tasks, ..window })
 }
 
 /// What a capture made now by this command line says about itself (start

@@ -231,6 +231,8 @@ fn ld_imm64(f: &Fields, next: u64) -> String {
         format!("r{} = map[{value}]", f.dst)
     } else if f.src == PSEUDO_MAP_VALUE {
         format!("r{} = &map[{}].value + {}", f.dst, f.imm as u32, next >> 32)
+    } else if f.src == PSEUDO_FUNC {
+        format!("r{} = &function(pc{:+})", f.dst, f.imm)
     } else {
         format!("r{} = {value:#x}", f.dst)
     }

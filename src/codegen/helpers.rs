@@ -37,3 +37,9 @@ pub const TASK_STORAGE_DELETE: u32 = 157;
 pub const GET_CURRENT_TASK_BTF: u32 = 158;
 /// `flags` for `bpf_task_storage_get`: create the value when absent.
 pub const LOCAL_STORAGE_GET_F_CREATE: i64 = 1;
+pub const GET_STACK: u32 = 67;
+/// `bpf_task_pt_regs(task)`: the user registers saved at the task's last
+/// entry into the kernel.
+pub const TASK_PT_REGS: u32 = 175;
+/// `bpf_loop(n, callback, ctx, flags)`
+pub const LOOP: u32 = 181;

@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 
 use crate::vocab::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType, close_names};
-use crate::vocab::{BtfArg, FieldKind, TracepointField, UsdtArgSpec};
-use crate::vocab::{Environment, FunctionTarget, UsdtTarget};
+use crate::vocab::{
+    BtfArg, Environment, FieldKind, FunctionTarget, TracepointField, UsdtArgSpec, UsdtTarget,
+};
 
 /// A machine with a few tracepoints (`syscalls:sys_enter_openat`,
 /// `syscalls:sys_enter_write`, `syscalls:sys_exit_read`, `sched:named`),

@@ -1,9 +1,9 @@
-//! What a renderer reads: the [`CaptureSource`] trait, implemented by the
-//! capture reader (and, in tests, by the in-memory [`FakeCapture`]). Every
-//! renderer (Perfetto, NDJSON, summary) takes a `&dyn CaptureSource`.
+//! A capture as renderers see it: the [`CaptureSource`] trait, implemented by
+//! the capture reader (and, in tests, by the in-memory `FakeCapture`).
 
 use std::ops::ControlFlow;
 
+use crate::capture::format::CaptureError;
 use crate::capture::model::{
     CaptureInfo, CaptureStats, Event, FrameAddr, FrameId, RecordSchema, Stack, StackId, StringId,
     Symbol, Thread, ThreadId,
@@ -30,8 +30,12 @@ pub trait CaptureSource {
     /// A sentence about what was lost (truncation, corruption), if anything.
     fn damage(&self) -> Option<String>;
     /// Calls `f` on each event in time order until it returns `Break`.
-    /// `Err` is a read failure part way through.
-    fn for_each_event(&self, f: &mut dyn FnMut(&Event) -> ControlFlow<()>) -> Result<(), String>;
+    /// `Err` is a read failure part way through. An output that needs
+    /// several passes calls it again: each call starts from the first event.
+    fn for_each_event(
+        &self,
+        f: &mut dyn FnMut(&Event) -> ControlFlow<()>,
+    ) -> Result<(), CaptureError>;
 }
 
 impl CaptureSource for CaptureReader {
@@ -68,8 +72,11 @@ impl CaptureSource for CaptureReader {
     fn damage(&self) -> Option<String> {
         CaptureReader::damage(self).map(|d| d.to_string())
     }
-    fn for_each_event(&self, f: &mut dyn FnMut(&Event) -> ControlFlow<()>) -> Result<(), String> {
-        CaptureReader::for_each_event(self, f).map_err(|e| e.to_string())
+    fn for_each_event(
+        &self,
+        f: &mut dyn FnMut(&Event) -> ControlFlow<()>,
+    ) -> Result<(), CaptureError> {
+        CaptureReader::for_each_event(self, f)
     }
 }
 
@@ -85,6 +92,7 @@ mod fake {
         DropReason, FieldSchema, FieldType, FieldValue, FieldValue as V, RecordId, RecordKind,
         RecordOrigin,
     };
+    use crate::tracking::compiled;
 
     /// Fills the reused event with the event at an index.
     pub type MakeEvent = fn(u64, &mut Event);
@@ -103,8 +111,9 @@ mod fake {
         pub events: Vec<Event>,
         pub stats: Option<CaptureStats>,
         pub damage: Option<String>,
-        /// Returned by `for_each_event` after the events, to imitate a read failure.
-        pub read_error: Option<String>,
+        /// `(offset, what)`: `for_each_event` reports the capture corrupt
+        /// there after the events, to imitate a read failure.
+        pub read_error: Option<(u64, String)>,
         /// After `events`, this many more made on the fly by the function (given
         /// the index and a reused event): for speed tests without the memory.
         pub generated: Option<(u64, MakeEvent)>,
@@ -261,89 +270,35 @@ mod fake {
             RecordId(self.schemas.len() as u32 - 1)
         }
 
-        /// Adds the built-in tracker record `name` laid out as in
-        /// docs/system-tracking.md, with the fields of the `pmu` counters
-        /// (and, for IRQ spans, their `pmu_end:` twins).
-        pub fn add_tracker_schema(&mut self, name: &str, pmu: &[&str]) -> RecordId {
-            use FieldType::{Int as I, Str as S, Thread as T, UInt as U};
-            let (kind, fields, has_stack, readings): (_, &[(&str, FieldType)], _, &[&str]) =
-                match name {
-                    "switch" => (
-                        RecordKind::Instant,
-                        &[
-                            ("next", T),
-                            ("prev_state", U),
-                            ("preempt", U),
-                            ("prev_prio", I),
-                            ("next_prio", I),
-                        ],
-                        true,
-                        &["pmu"],
-                    ),
-                    "waking" => (
-                        RecordKind::Instant,
-                        &[("wakee", T), ("target_cpu", U)],
-                        true,
-                        &[],
-                    ),
-                    "wakeup_new" => (
-                        RecordKind::Instant,
-                        &[("wakee", T), ("target_cpu", U)],
-                        false,
-                        &[],
-                    ),
-                    "fork" => (RecordKind::Instant, &[("child", T)], false, &[]),
-                    "exec" => (
-                        RecordKind::Instant,
-                        &[("filename", S), ("old_tid", U)],
-                        false,
-                        &[],
-                    ),
-                    "rename" => (
-                        RecordKind::Instant,
-                        &[("task", T), ("old_comm", S), ("new_comm", S)],
-                        false,
-                        &[],
-                    ),
-                    "exit" => (RecordKind::Instant, &[("exit_code", I)], false, &[]),
-                    "free" => (RecordKind::Instant, &[("task", T)], false, &[]),
-                    "hardirq" => (
-                        RecordKind::Span,
-                        &[("irq", U), ("action", S), ("ret", U)],
-                        false,
-                        &["pmu", "pmu_end"],
-                    ),
-                    "softirq" => (RecordKind::Span, &[("vec", U)], false, &["pmu", "pmu_end"]),
-                    "wq" => (RecordKind::Span, &[("func", S), ("work", U)], false, &[]),
-                    "timer" | "pmu_sample" => (RecordKind::Instant, &[], true, &[]),
-                    other => panic!("no tracker record {other}"),
-                };
-            let mut fields: Vec<FieldSchema> = fields
-                .iter()
-                .map(|&(name, ty)| FieldSchema {
-                    name: name.to_owned(),
-                    ty,
-                })
-                .collect();
-            for prefix in readings {
-                for counter in pmu {
-                    for suffix in ["", ":enabled", ":running"] {
-                        fields.push(FieldSchema {
-                            name: format!("{prefix}:{counter}{suffix}"),
-                            ty: FieldType::UInt,
-                        });
-                    }
-                }
-            }
-            self.schemas.push(RecordSchema {
-                probe: format!("tracker:{name}"),
-                name: name.to_owned(),
-                kind,
-                fields,
-                has_stack,
-                origin: RecordOrigin::Tracker,
-            });
+        /// Adds the schema of the built-in tracker record `name` as the real
+        /// `probes/*.wp` compile (see `tracking::compiled`: every stack kind,
+        /// one `--pmu` counter).
+        pub fn add_tracker_schema(&mut self, name: &str) -> RecordId {
+            self.schemas.push(compiled::schema(name).clone());
             RecordId(self.schemas.len() as u32 - 1)
+        }
+
+        /// The values of an event of `record` given by field name, in schema
+        /// order. Panics unless `named` gives every field of the schema and no
+        /// other, so fixtures follow the compiled layout.
+        #[track_caller]
+        pub fn values(&self, record: RecordId, named: &[(&str, FieldValue)]) -> Vec<FieldValue> {
+            let schema = &self.schemas[record.0 as usize];
+            for (name, _) in named {
+                assert!(
+                    schema.fields.iter().any(|f| f.name == *name),
+                    "{} records no field {name}",
+                    schema.name
+                );
+            }
+            (schema.fields.iter())
+                .map(|field| {
+                    let given = named.iter().find(|(name, _)| *name == field.name);
+                    let given = given
+                        .unwrap_or_else(|| panic!("no value for {}.{}", schema.name, field.name));
+                    given.1.clone()
+                })
+                .collect()
         }
 
         pub fn add_frame(&mut self, addr: FrameAddr, symbol: Option<Symbol>) -> FrameId {
@@ -445,7 +400,7 @@ mod fake {
         fn for_each_event(
             &self,
             f: &mut dyn FnMut(&Event) -> ControlFlow<()>,
-        ) -> Result<(), String> {
+        ) -> Result<(), CaptureError> {
             for event in &self.events {
                 if f(event).is_break() {
                     return Ok(());
@@ -461,7 +416,11 @@ mod fake {
                 }
             }
             match &self.read_error {
-                Some(error) => Err(error.clone()),
+                Some((offset, what)) => Err(CaptureError::Corrupt {
+                    path: "test.data".into(),
+                    offset: *offset,
+                    what: what.clone(),
+                }),
                 None => Ok(()),
             }
         }

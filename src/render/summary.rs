@@ -1,27 +1,46 @@
-//! Summary renderer (`-I`): a [`CaptureSource`] and a [`Filter`] → aligned
-//! text saying how the capture was made (command line and system-tracking
+//! Summary renderer (`-I`): a [`Capture`] → aligned text saying how the capture was made (command line and system-tracking
 //! settings), where, when and for how long, what it holds after the filter
 //! (events per record, script's and trackers', threads, processes, stacks),
 //! what was dropped, and whether the file is damaged.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::io::{self, Write};
 use std::ops::ControlFlow;
 
+use crate::capture::format::CaptureError;
 use crate::capture::model::{DropReason, Event, RecordKind, RecordOrigin};
 use crate::render::filter::{Filter, TaskSelector};
 use crate::render::source::CaptureSource;
+use crate::render::{Capture, Captures, Destination, Output, Render, RenderError};
 
-/// Writes the summary of `source` (events as `filter` keeps them), with the
-/// start in local time. A read failure part way through is reported in the
-/// text and then returned as `InvalidData`.
-pub fn render_summary(
-    source: &dyn CaptureSource,
-    filter: &Filter,
-    out: &mut dyn Write,
-) -> io::Result<()> {
-    write_summary(source, filter, out, local_utc_offset_s)
+/// How the summary is written.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The UTC offset in seconds at a Unix time, for the start's local
+    /// time: the machine's time zone by default.
+    pub utc_offset_s: fn(i64) -> i64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            utc_offset_s: local_utc_offset_s,
+        }
+    }
+}
+
+/// The summary renderer.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub options: Options,
+}
+
+impl Render for Summary {
+    fn render(&self, captures: &Captures<'_>, to: &Destination) -> Result<(), RenderError> {
+        let capture = captures.single("the summary (-I)")?;
+        let mut out = to.open()?;
+        write_summary(capture, &self.options, &mut out)
+    }
 }
 
 /// What the summary counts while reading events; its size does not depend on
@@ -65,7 +84,7 @@ fn mark(seen: &mut Vec<bool>, index: u32) {
     seen[index] = true;
 }
 
-fn count(source: &dyn CaptureSource, filter: &Filter) -> (Counts, Result<(), String>) {
+fn count(source: &dyn CaptureSource, filter: &Filter) -> (Counts, Result<(), CaptureError>) {
     let probes = source.schemas().len() + 1;
     let mut counts = Counts {
         per_probe: vec![0; probes],
@@ -84,23 +103,23 @@ fn count(source: &dyn CaptureSource, filter: &Filter) -> (Counts, Result<(), Str
     (counts, read)
 }
 
-/// `render_summary` with the time zone given as a function from Unix seconds
-/// to the UTC offset in seconds, so tests do not depend on the machine's.
+/// Writes the summary of `capture` (events as its filter keeps them). A
+/// read failure part way through is reported in the text and then returned.
 fn write_summary(
-    source: &dyn CaptureSource,
-    filter: &Filter,
-    out: &mut dyn Write,
-    utc_offset_s: fn(i64) -> i64,
-) -> io::Result<()> {
-    let (counts, read) = count(source, filter);
+    capture: &Capture<'_>,
+    options: &Options,
+    out: &mut Output<'_>,
+) -> Result<(), RenderError> {
+    let source = capture.source;
+    let (counts, read) = count(source, &capture.filter);
     let mut text = String::new();
-    write_description(&mut text, source, utc_offset_s);
-    write_damage(&mut text, source, &read);
-    write_contents(&mut text, source, filter, &counts);
+    write_description(&mut text, source, options.utc_offset_s);
+    write_damage(&mut text, source, read.as_ref().err());
+    write_contents(&mut text, source, &capture.filter, &counts);
     write_drops(&mut text, source);
     out.write_all(text.as_bytes())?;
     out.flush()?;
-    read.map_err(|message| io::Error::new(io::ErrorKind::InvalidData, message))
+    Ok(read?)
 }
 
 /// Width of the label column.
@@ -149,7 +168,7 @@ fn write_settings(text: &mut String, source: &dyn CaptureSource) {
     row(text, "activate", spec(&settings.activate));
 }
 
-fn write_damage(text: &mut String, source: &dyn CaptureSource, read: &Result<(), String>) {
+fn write_damage(text: &mut String, source: &dyn CaptureSource, read: Option<&CaptureError>) {
     let mut problems = Vec::new();
     if let Some(damage) = source.damage() {
         problems.push(damage);
@@ -157,8 +176,8 @@ fn write_damage(text: &mut String, source: &dyn CaptureSource, read: &Result<(),
     if source.stats().is_none() {
         problems.push("the capture was not finished: no end statistics".to_owned());
     }
-    if let Err(message) = read {
-        problems.push(format!("reading events stopped: {message}"));
+    if let Some(error) = read {
+        problems.push(format!("reading events stopped: {error}"));
     }
     if problems.is_empty() {
         row(text, "damage", "none");
@@ -352,10 +371,23 @@ mod tests {
     use crate::frontend::options::TaskFilter;
     use crate::render::source::FakeCapture;
 
+    /// The summary in a time zone `utc_offset_s` away from UTC, and how it ended.
+    fn summary_in(
+        source: &dyn CaptureSource,
+        filter: &Filter,
+        utc_offset_s: fn(i64) -> i64,
+    ) -> (String, Result<(), RenderError>) {
+        let mut bytes = Vec::new();
+        let capture = Capture::test(source, filter.clone());
+        let options = Options { utc_offset_s };
+        let result = write_summary(&capture, &options, &mut Output::new("memory", &mut bytes));
+        (String::from_utf8(bytes).expect("summary is UTF-8"), result)
+    }
+
     fn summary(source: &dyn CaptureSource, filter: &Filter) -> String {
-        let mut out = Vec::new();
-        write_summary(source, filter, &mut out, |_| 2 * 3600).expect("summary to memory");
-        String::from_utf8(out).expect("summary is UTF-8")
+        let (text, result) = summary_in(source, filter, |_| 2 * 3600);
+        result.expect("summary to memory");
+        text
     }
 
     /// The whole summary of a finished capture.
@@ -388,12 +420,10 @@ mod tests {
         let mut capture = FakeCapture::sample();
         capture.stats = None;
         capture.damage = Some("the file ends inside an event block at byte 8192".into());
-        capture.read_error = Some("bad block header at byte 8192".into());
-        let mut out = Vec::new();
-        let error = write_summary(&capture, &Filter::default(), &mut out, |_| -5 * 3600 - 1800)
-            .unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
-        insta::assert_snapshot!(String::from_utf8(out).unwrap());
+        capture.read_error = Some((8192, "bad block header".into()));
+        let (text, result) = summary_in(&capture, &Filter::default(), |_| -5 * 3600 - 1800);
+        assert!(matches!(result, Err(RenderError::Read(_))), "{result:?}");
+        insta::assert_snapshot!(text);
     }
 
     /// A capture of the built-in trackers: its settings and every kind counted.

@@ -14,6 +14,8 @@
 
 use crate::capture::model::{FieldValue as V, RecordId, StackId, ThreadId};
 use crate::render::source::FakeCapture;
+use crate::tracking::compiled::{self, COUNTER};
+use crate::tracking::records::{PMU_ENABLED, PMU_END_PREFIX, PMU_PREFIX, PMU_RUNNING};
 
 pub const MS: u64 = 1_000_000;
 pub const US: u64 = 1_000;
@@ -37,80 +39,98 @@ pub struct Threads {
 
 struct Builder {
     c: FakeCapture,
-    records: Vec<RecordId>,
     stack: StackId,
 }
 
-const KINDS: [&str; 13] = [
-    "switch",
-    "waking",
-    "wakeup_new",
-    "fork",
-    "exec",
-    "rename",
-    "exit",
-    "free",
-    "hardirq",
-    "softirq",
-    "wq",
-    "timer",
-    "pmu_sample",
-];
+/// A field's name and value.
+type Named = (String, V);
+
+fn named(name: &str, value: V) -> Named {
+    (name.to_owned(), value)
+}
 
 impl Builder {
     fn record(&self, name: &str) -> RecordId {
-        self.records[KINDS.iter().position(|&k| k == name).expect("a tracker")]
+        let found = self.c.schemas.iter().position(|s| s.name == name);
+        RecordId(found.expect("a tracker record") as u32)
     }
 
-    fn add(&mut self, ts_ns: u64, cpu: u32, thread: ThreadId, name: &str, values: Vec<V>) {
+    fn add(&mut self, ts_ns: u64, cpu: u32, thread: ThreadId, name: &str, values: &[Named]) {
         let record = self.record(name);
+        let values: Vec<(&str, V)> = values
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.clone()))
+            .collect();
+        let values = self.c.values(record, &values);
         self.c.add_event(ts_ns, thread, record, values).cpu = cpu;
     }
 
-    fn pmu(cpu: u32, ts_ns: u64) -> [V; 3] {
-        [V::UInt(cycles(cpu, ts_ns)), V::UInt(ts_ns), V::UInt(ts_ns)]
+    /// The `pmu` item's fields (`prefix` `pmu:` or `pmu_end:`) for a reading
+    /// on `cpu` at `ts_ns`, running `running_ns` of the time enabled.
+    fn pmu(prefix: &str, cpu: u32, ts_ns: u64, running_ns: u64) -> [Named; 3] {
+        [
+            named(&format!("{prefix}{COUNTER}"), V::UInt(cycles(cpu, ts_ns))),
+            named(&format!("{prefix}{COUNTER}{PMU_ENABLED}"), V::UInt(ts_ns)),
+            named(
+                &format!("{prefix}{COUNTER}{PMU_RUNNING}"),
+                V::UInt(running_ns),
+            ),
+        ]
     }
 
     fn switch(&mut self, ts_ns: u64, cpu: u32, (prev, next): (ThreadId, ThreadId), state: u64) {
         let preempt = u64::from(state == u64::MAX);
         let state = if preempt == 1 { 0 } else { state };
         let mut values = vec![
-            V::Thread(next),
-            V::UInt(state),
-            V::UInt(preempt),
-            V::Int(120),
-            V::Int(120),
+            named("next", V::Thread(next)),
+            named("prev_state", V::UInt(state)),
+            named("preempt", V::UInt(preempt)),
+            named("prev_prio", V::Int(120)),
+            named("next_prio", V::Int(120)),
         ];
-        values.extend(Self::pmu(cpu, ts_ns));
-        self.add(ts_ns, cpu, prev, "switch", values);
+        values.extend(Self::pmu(PMU_PREFIX, cpu, ts_ns, ts_ns));
+        self.add(ts_ns, cpu, prev, "switch", &values);
         self.c.events.last_mut().expect("added").stack = Some(self.stack);
     }
 
     fn waking(&mut self, ts_ns: u64, cpu: u32, waker: ThreadId, wakee: ThreadId) {
-        let values = vec![V::Thread(wakee), V::UInt(cpu.into())];
-        self.add(ts_ns, cpu, waker, "waking", values);
+        let values = [
+            named("wakee", V::Thread(wakee)),
+            named("target_cpu", V::UInt(cpu.into())),
+        ];
+        self.add(ts_ns, cpu, waker, "waking", &values);
     }
 
-    fn irq(&mut self, (ts_ns, end_ns): (u64, u64), thread: ThreadId, name: &str, head: Vec<V>) {
+    /// An IRQ span `(start, end)` on CPU 1, its counter running
+    /// `end_running_ns` of the time enabled at the end.
+    fn irq(
+        &mut self,
+        (ts_ns, end_ns): (u64, u64),
+        end_running_ns: u64,
+        thread: ThreadId,
+        name: &str,
+        head: Vec<Named>,
+    ) {
         let mut values = head;
-        values.extend(Self::pmu(1, ts_ns));
-        values.extend(Self::pmu(1, end_ns));
-        self.add(ts_ns, 1, thread, name, values);
+        values.extend(Self::pmu(PMU_PREFIX, 1, ts_ns, ts_ns));
+        values.extend(Self::pmu(PMU_END_PREFIX, 1, end_ns, end_running_ns));
+        self.add(ts_ns, 1, thread, name, &values);
         self.c.events.last_mut().expect("added").duration_ns = Some(end_ns - ts_ns);
     }
 }
 
-/// The capture described in the module docs, events in time order.
+/// The capture described in the module docs, events in time order, with
+/// the schemas of every compiled tracker record.
 pub fn system() -> (FakeCapture, Threads) {
     let mut c = FakeCapture::new();
     c.info.settings.features = ["sched", "wakeup", "task-life", "hardirq", "softirq", "wq"]
         .map(String::from)
         .to_vec();
     c.info.settings.stacks = vec!["timer=100hz".into(), "offcpu".into()];
-    c.info.settings.pmu = vec!["cpu-cycles".into()];
+    c.info.settings.pmu = vec![COUNTER.into()];
     c.info.settings.filters = vec!["--no-tid".into(), "1".into()];
     c.info.settings.activate = Some("+1s".into());
-    c.info.command_line = ["wprof", "-f", "wq", "-S", "--pmu", "cpu-cycles", "-d", "1s"]
+    c.info.command_line = ["wprof", "-f", "wq", "-S", "--pmu", COUNTER, "-d", "1s"]
         .map(String::from)
         .to_vec();
     let t = Threads {
@@ -125,13 +145,12 @@ pub fn system() -> (FakeCapture, Threads) {
     };
     c.threads[t.kworker.0 as usize].kthread = true;
     c.threads[t.child.0 as usize].ppid = 300;
-    let records = KINDS
-        .iter()
-        .map(|name| c.add_tracker_schema(name, &["cpu-cycles"]))
-        .collect();
+    for schema in compiled::schemas() {
+        c.add_tracker_schema(&schema.name);
+    }
     let frame = c.add_user_frame("/usr/bin/sleeper", 0x100, "main", 0x10, None);
     let stack = c.add_stack(&[frame]);
-    let mut b = Builder { c, records, stack };
+    let mut b = Builder { c, stack };
     cpu0(&mut b, &t);
     cpu1(&mut b, &t);
     let mut c = b.c;
@@ -149,18 +168,21 @@ fn cpu0(b: &mut Builder, t: &Threads) {
         }
         let state = if prev == t.spinner { u64::MAX } else { 0 };
         b.switch(start, 0, (prev, t.sleeper), state);
-        b.add(start + MS / 2, 0, t.sleeper, "timer", vec![]);
+        b.add(start + MS / 2, 0, t.sleeper, "timer", &[]);
         b.c.events.last_mut().expect("added").stack = Some(b.stack);
         b.switch(start + MS, 0, (t.sleeper, t.spinner), 1);
         prev = t.spinner;
     }
-    b.add(100 * MS, 0, t.spinner, "pmu_sample", vec![]);
+    b.add(100 * MS, 0, t.spinner, "pmu_sample", &[]);
     b.c.events.last_mut().expect("added").stack = Some(b.stack);
     b.switch(510 * MS, 0, (t.spinner, t.idle0), u64::MAX);
-    let child = vec![V::Thread(t.child)];
-    b.add(MS / 4, 0, t.sleeper, "fork", child);
-    let wakee = vec![V::Thread(t.child), V::UInt(1)];
-    b.add(MS / 4 + 1, 0, t.sleeper, "wakeup_new", wakee);
+    let child = [named("child", V::Thread(t.child))];
+    b.add(MS / 4, 0, t.sleeper, "fork", &child);
+    let wakee = [
+        named("wakee", V::Thread(t.child)),
+        named("target_cpu", V::UInt(1)),
+    ];
+    b.add(MS / 4 + 1, 0, t.sleeper, "wakeup_new", &wakee);
 }
 
 fn cpu1(b: &mut Builder, t: &Threads) {
@@ -176,24 +198,39 @@ fn cpu1(b: &mut Builder, t: &Threads) {
     }
     b.switch(1100 * US, 1, (prev, t.idle1), 1);
     let action = b.c.intern("virtio0-input");
-    let irq = vec![V::UInt(42), V::Str(action), V::UInt(1)];
-    b.irq((30 * US, 35 * US), t.ping, "hardirq", irq);
-    let end = b.c.events.last_mut().expect("added");
-    (end.values[7], end.values[8]) = (V::UInt(35 * US), V::UInt(35 * US / 2));
-    b.irq((40 * US, 50 * US), t.ping, "softirq", vec![V::UInt(1)]);
+    let irq = vec![
+        named("irq", V::Int(42)),
+        named("action", V::Str(action)),
+        named("ret", V::Int(1)),
+    ];
+    b.irq((30 * US, 35 * US), 35 * US / 2, t.ping, "hardirq", irq);
+    let softirq = vec![named("vec", V::UInt(1))];
+    b.irq((40 * US, 50 * US), 50 * US, t.ping, "softirq", softirq);
     b.switch(2 * MS, 1, (t.idle1, t.kworker), 0);
     let func = b.c.intern("vmstat_update");
-    let work = vec![V::Str(func), V::UInt(0xffff_8880_0000_1000)];
-    b.add(2 * MS + 10 * US, 1, t.kworker, "wq", work);
+    let work = [
+        named("func", V::Str(func)),
+        named("work", V::UInt(0xffff_8880_0000_1000)),
+    ];
+    b.add(2 * MS + 10 * US, 1, t.kworker, "wq", &work);
     b.c.events.last_mut().expect("added").duration_ns = Some(20 * US);
     b.switch(2 * MS + 100 * US, 1, (t.kworker, t.child), 0x402);
     let filename = b.c.intern("/bin/true");
-    let exec = vec![V::Str(filename), V::UInt(301)];
-    b.add(2 * MS + 150 * US, 1, t.child, "exec", exec);
+    let exec = [
+        named("filename", V::Str(filename)),
+        named("old_tid", V::Int(301)),
+    ];
+    b.add(2 * MS + 150 * US, 1, t.child, "exec", &exec);
     let (old, new) = (b.c.intern("child"), b.c.intern("true"));
-    let rename = vec![V::Thread(t.child), V::Str(old), V::Str(new)];
-    b.add(2 * MS + 160 * US, 1, t.child, "rename", rename);
-    b.add(2 * MS + 200 * US, 1, t.child, "exit", vec![V::Int(0)]);
+    let rename = [
+        named("task", V::Thread(t.child)),
+        named("old_comm", V::Str(old)),
+        named("new_comm", V::Str(new)),
+    ];
+    b.add(2 * MS + 160 * US, 1, t.child, "rename", &rename);
+    let exit = [named("exit_code", V::Int(0))];
+    b.add(2 * MS + 200 * US, 1, t.child, "exit", &exit);
     b.switch(2 * MS + 210 * US, 1, (t.child, t.idle1), 0x80);
-    b.add(3 * MS, 1, t.idle1, "free", vec![V::Thread(t.child)]);
+    let free = [named("task", V::Thread(t.child))];
+    b.add(3 * MS, 1, t.idle1, "free", &free);
 }

@@ -1,12 +1,9 @@
 //! Runtime: find what probes attach to on this machine ([`targets`]), load
-//! and attach compiled programs and read their maps ([`bpf`]), and run a
-//! tracing session that turns their messages into output and captures
-//! ([`session`]).
+//! and attach compiled programs and read their maps ([`bpf`]), run a tracing
+//! session that turns their messages into output ([`session`]), and record
+//! capture events ([`recording`]).
 
 pub mod bpf;
-pub mod kallsyms;
-mod ksym;
-pub mod recorder;
+pub mod recording;
 pub mod session;
 pub mod targets;
-pub mod threads;

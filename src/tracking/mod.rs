@@ -4,7 +4,10 @@
 //! (`--prepare` / `--activate`). Produces the tracker sources, the
 //! `CompileOptions` every script compiles with, and the capture's settings.
 
+#[cfg(test)]
+pub mod compiled;
 pub mod options;
+pub mod records;
 pub mod trackers;
 pub mod when;
 

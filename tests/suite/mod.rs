@@ -10,6 +10,7 @@ mod load;
 mod records;
 mod replay;
 mod system;
+mod unwind;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -5,14 +5,18 @@
 //! `prev_state_raw`), softirq vectors get a `vec_name`, and PMU readings are
 //! grouped by counter in `pmu` / `pmu_end`.
 
-use std::io;
-
 use super::{LineWriter, write_i64, write_key_str, write_seconds, write_str, write_u64};
 use crate::capture::model::{Event, FieldValue};
-use crate::render::tracker::{Field, Kind, PmuField, TrackerSchema, softirq_name, state_letter};
+use crate::render::RenderError;
+use crate::render::tracker::{softirq_name, state_letter};
+use crate::tracking::records::{Field, Kind, PmuField, TrackerSchema};
 
-impl LineWriter<'_> {
-    pub(super) fn tracker_event(&mut self, event: &Event, t: &TrackerSchema) -> io::Result<()> {
+impl LineWriter<'_, '_> {
+    pub(super) fn tracker_event(
+        &mut self,
+        event: &Event,
+        t: &TrackerSchema,
+    ) -> Result<(), RenderError> {
         if let Some(stack) = event.stack {
             self.stack_once(stack);
         }
@@ -118,14 +122,19 @@ impl LineWriter<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::collections::{BTreeMap, BTreeSet};
 
     use serde_json::Value;
 
+    use crate::capture::model::{FieldType, FieldValue as V, RecordKind};
     use crate::frontend::options::TaskFilter;
     use crate::render::filter::{Filter, TaskSelector};
-    use crate::render::ndjson::{json_schema, render, tests::conforms};
+    use crate::render::ndjson::json_schema;
+    use crate::render::ndjson::tests::{conforms, render};
+    use crate::render::source::FakeCapture;
     use crate::render::system_fixture::system;
+    use crate::tracking::compiled;
+    use crate::tracking::records::Kind;
 
     fn lines(filter: &Filter) -> Vec<String> {
         let (capture, _) = system();
@@ -202,7 +211,7 @@ mod tests {
         assert!(free.ends_with(&format!(r#""target":{child}}}"#)), "{free}");
         let sample = line_at(&lines, "pmu_sample", "0.100000000");
         assert!(
-            sample.contains(r#""event":"tracker:pmu_sample","stack":0"#),
+            sample.contains(r#""event":"software:cpu-clock:1000hz","stack":0"#),
             "{sample}"
         );
     }
@@ -277,5 +286,99 @@ mod tests {
                 "free"
             ]
         );
+    }
+
+    /// A capture with one full event (every field at the edge of its type,
+    /// a stack, a duration for spans) of each compiled tracker record that
+    /// is written as a line (all but `task`), and their names.
+    fn one_of_each() -> (FakeCapture, Vec<String>) {
+        let mut c = FakeCapture::new();
+        let thread = c.add_thread(7, 7, "t", "t");
+        let text = c.intern("text");
+        let frame = c.add_user_frame("/bin/x", 0x10, "f", 0, None);
+        let stack = c.add_stack(&[frame]);
+        let mut names = Vec::new();
+        for tracker in compiled::schemas() {
+            if tracker.name == Kind::Task.name() {
+                continue;
+            }
+            let record = c.add_tracker_schema(&tracker.name);
+            let values = (tracker.fields.iter())
+                .map(|field| match field.ty {
+                    FieldType::Int => V::Int(i64::MIN),
+                    FieldType::UInt => V::UInt(u64::MAX),
+                    FieldType::Str => V::Str(text),
+                    FieldType::Thread => V::Thread(thread),
+                })
+                .collect();
+            let event = c.add_event(1, thread, record, values);
+            event.stack = tracker.has_stack.then_some(stack);
+            event.duration_ns = (tracker.kind == RecordKind::Span).then_some(5);
+            names.push(tracker.name.clone());
+        }
+        (c, names)
+    }
+
+    /// docs/ndjson.schema.json is true to the compiled trackers: one
+    /// definition per record written as a line, whose properties are exactly
+    /// the keys of a full line, all required but the stack and counters, and
+    /// whose types admit every value of the compiled field types.
+    #[test]
+    fn schema_document_describes_the_compiled_trackers() {
+        let schema: Value = serde_json::from_str(json_schema()).unwrap();
+        let (capture, names) = one_of_each();
+        let mut out = Vec::new();
+        render(&capture, &Filter::default(), &mut out).expect("renders");
+        let text = String::from_utf8(out).unwrap();
+        let events = text.lines().filter(|l| l.contains(r#""t":"#));
+        let mut described = BTreeSet::new();
+        for line in events {
+            let value: Value = serde_json::from_str(line).expect("JSON");
+            if let Err(error) = conforms(&schema, &schema, &value) {
+                panic!("{line}\ndoes not conform: {error}");
+            }
+            let t = value["t"].as_str().expect("a tracker line");
+            let definition = &schema["$defs"][t];
+            let keys: BTreeSet<&str> = value
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(|k| k.as_str())
+                .collect();
+            let properties = definition["properties"].as_object();
+            let properties: BTreeSet<&str> = properties
+                .unwrap_or_else(|| panic!("no definition of {t}"))
+                .keys()
+                .map(|k| k.as_str())
+                .collect();
+            assert_eq!(properties, keys, "the properties of {t}");
+            let optional = ["stack", "pmu", "pmu_end"];
+            let required: BTreeSet<&str> = definition["required"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|k| k.as_str().unwrap())
+                .collect();
+            let expected: BTreeSet<&str> = keys
+                .iter()
+                .copied()
+                .filter(|k| !optional.contains(k))
+                .collect();
+            assert_eq!(required, expected, "the required keys of {t}");
+            described.insert(t.to_owned());
+        }
+        assert_eq!(described, names.iter().cloned().collect::<BTreeSet<_>>());
+        let lines: BTreeSet<String> = (schema["oneOf"].as_array().unwrap().iter())
+            .map(|option| {
+                option["$ref"]
+                    .as_str()
+                    .unwrap()
+                    .trim_start_matches("#/$defs/")
+                    .to_owned()
+            })
+            .collect();
+        let mut expected: BTreeSet<String> = ["header", "stack", "event"].map(String::from).into();
+        expected.extend(names);
+        assert_eq!(lines, expected, "the line types of the document");
     }
 }

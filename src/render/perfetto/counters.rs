@@ -12,7 +12,7 @@ use std::cmp::Reverse;
 use super::encode::EventPacket;
 use super::{RenderError, Renderer, proto};
 use crate::capture::model::Event;
-use crate::render::tracker::{PmuField, Reading, reading};
+use crate::tracking::records::{PmuField, Reading, reading};
 
 /// A count over an interval.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +52,7 @@ impl SwitchReadings {
     }
 }
 
-impl Renderer<'_> {
+impl Renderer<'_, '_> {
     /// Writes the counter values of `fields` in `event` at `ts_ns` on the
     /// event's CPU; values at a later time (an IRQ's exit) are queued.
     pub(super) fn write_counters(

@@ -1,14 +1,19 @@
 //! The renderer's test capture, built on the shared [`FakeCapture`], and a
 //! decoder for what the renderer writes.
 
+use std::io::Write;
+
 use prost::Message;
 
 use super::proto::TracePacket;
+use super::{RenderStats, write_trace};
 use crate::capture::model::{
     Event, FieldType, FieldValue, FrameAddr, RecordId, RecordKind, StackId, StringId, Symbol,
     ThreadId,
 };
-use crate::render::source::FakeCapture;
+use crate::render::filter::Filter;
+use crate::render::source::{CaptureSource, FakeCapture};
+use crate::render::{Capture, Output, RenderError};
 
 /// Monotonic clock at capture start: a day of uptime, so timestamps take
 /// their realistic varint size.
@@ -96,6 +101,16 @@ pub fn generate(i: u64, event: &mut Event) {
     event.thread = ThreadId((i % 3) as u32);
     event.values[0] = FieldValue::UInt(16 + (i % 512));
     event.stack = Some(StackId((i % 2) as u32));
+}
+
+/// Renders `source` with `filter` into `out`.
+pub fn render(
+    source: &dyn CaptureSource,
+    filter: &Filter,
+    out: &mut impl Write,
+) -> Result<RenderStats, RenderError> {
+    let capture = Capture::test(source, filter.clone());
+    write_trace(&capture, &mut Output::new("memory", out))
 }
 
 /// The packets of a trace written by the renderer.

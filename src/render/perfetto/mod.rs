@@ -1,5 +1,5 @@
-//! Perfetto renderer: a capture (seen through [`CaptureSource`]) and the
-//! replay [`Filter`] → a Perfetto protobuf trace, streamed packet by packet.
+//! Perfetto renderer (`-T`): a [`Capture`] → a Perfetto protobuf trace,
+//! streamed packet by packet.
 //!
 //! Layout of the output, one packet sequence (`SEQUENCE_ID`):
 //! - the first packet clears incremental state, declares the capture's
@@ -24,7 +24,7 @@
 //!
 //! Events must come in non-decreasing `ts_ns` order (the capture's order);
 //! an event earlier than one already written is skipped and counted in
-//! [`RenderStats::out_of_order`].
+//! `RenderStats::out_of_order`.
 
 mod counters;
 mod encode;
@@ -44,8 +44,8 @@ mod tracks;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::io::{self, Write};
 use std::ops::ControlFlow;
+use std::path::Path;
 
 use self::counters::{Delta, SwitchReadings};
 use self::encode::EventPacket;
@@ -59,7 +59,8 @@ use self::tracks::{Names, Tracks};
 use crate::capture::model::{Event, FieldValue, RecordKind, RecordSchema, Thread, ThreadId};
 use crate::render::filter::Filter;
 use crate::render::source::CaptureSource;
-use crate::render::tracker::{TrackerSchema, Trackers};
+use crate::render::{Capture, Captures, Destination, Output, Render, RenderError};
+use crate::tracking::records::{TrackerSchema, Trackers};
 
 /// The one `trusted_packet_sequence_id` of the trace.
 const SEQUENCE_ID: u32 = 1;
@@ -68,7 +69,7 @@ const FLUSH_BYTES: usize = 256 * 1024;
 
 /// Counts from one render.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RenderStats {
+pub(crate) struct RenderStats {
     /// Events read from the capture.
     pub events: u64,
     /// Events the filter dropped.
@@ -86,36 +87,44 @@ pub struct RenderStats {
     pub bytes: u64,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum RenderError {
-    #[error("cannot write the Perfetto trace")]
-    Write(#[source] io::Error),
-    #[error("cannot read the capture's events: {0}")]
-    Capture(String),
-    #[error("event of record {record}, but the capture has {schemas} record schemas")]
-    UnknownRecord { record: u32, schemas: usize },
+/// What the Perfetto trace is made with: nothing to choose yet, every
+/// trace has the layout described above.
+#[derive(Clone, Debug, Default)]
+pub struct Options {}
+
+/// The Perfetto renderer.
+#[derive(Clone, Debug, Default)]
+pub struct Perfetto {
+    pub options: Options,
 }
 
-/// Renders the events of `source` that `filter` keeps as a Perfetto trace
+impl Render for Perfetto {
+    fn render(&self, captures: &Captures<'_>, to: &Destination) -> Result<(), RenderError> {
+        let capture = captures.single("the Perfetto trace (-T)")?;
+        let mut out = to.open()?;
+        write_trace(capture, &mut out)?;
+        Ok(())
+    }
+}
+
+/// Writes the events of `capture` that its filter keeps as a Perfetto trace
 /// into `out` (a serialized `Trace` message, written packet by packet).
-pub fn render(
-    source: &dyn CaptureSource,
-    filter: &Filter,
-    out: &mut dyn Write,
+pub(crate) fn write_trace(
+    capture: &Capture<'_>,
+    out: &mut Output<'_>,
 ) -> Result<RenderStats, RenderError> {
+    let source = capture.source;
     let trackers = Trackers::new(source.schemas());
-    let mut renderer = Renderer::new(source, filter, &trackers, out);
+    let mut renderer = Renderer::new(capture, &trackers, out);
     renderer.start()?;
     let mut failed = None;
-    source
-        .for_each_event(&mut |event| match renderer.event(event) {
-            Ok(()) => ControlFlow::Continue(()),
-            Err(err) => {
-                failed = Some(err);
-                ControlFlow::Break(())
-            }
-        })
-        .map_err(RenderError::Capture)?;
+    source.for_each_event(&mut |event| match renderer.event(event) {
+        Ok(()) => ControlFlow::Continue(()),
+        Err(err) => {
+            failed = Some(err);
+            ControlFlow::Break(())
+        }
+    })?;
     if let Some(err) = failed {
         return Err(err);
     }
@@ -123,14 +132,14 @@ pub fn render(
 }
 
 /// Writes `Trace.packet` entries one by one through a buffer.
-struct PacketWriter<'w> {
-    out: &'w mut dyn Write,
+struct PacketWriter<'w, 'o> {
+    out: &'w mut Output<'o>,
     buf: Vec<u8>,
     packets: u64,
     bytes: u64,
 }
 
-impl PacketWriter<'_> {
+impl PacketWriter<'_, '_> {
     fn write(&mut self, packet: &TracePacket) -> Result<(), RenderError> {
         let before = self.buf.len();
         prost::encoding::message::encode(proto::TRACE_PACKET_FIELD, packet, &mut self.buf);
@@ -153,7 +162,7 @@ impl PacketWriter<'_> {
     }
 
     fn flush_buffer(&mut self) -> Result<(), RenderError> {
-        self.out.write_all(&self.buf).map_err(RenderError::Write)?;
+        self.out.write_all(&self.buf)?;
         self.buf.clear();
         Ok(())
     }
@@ -163,11 +172,13 @@ impl PacketWriter<'_> {
 /// queueing, track, counter value).
 type PendingEnd = Reverse<(u64, u64, u64, Option<i64>)>;
 
-struct Renderer<'a> {
+struct Renderer<'a, 'o> {
     source: &'a dyn CaptureSource,
+    /// The capture's path, for messages.
+    path: &'a Path,
     filter: &'a Filter,
     trackers: &'a Trackers,
-    writer: PacketWriter<'a>,
+    writer: PacketWriter<'a, 'o>,
     interner: Interner,
     tracks: Tracks,
     ends: BinaryHeap<PendingEnd>,
@@ -205,16 +216,13 @@ struct Emit {
     callstack_iid: Option<u64>,
 }
 
-impl<'a> Renderer<'a> {
-    fn new(
-        source: &'a dyn CaptureSource,
-        filter: &'a Filter,
-        trackers: &'a Trackers,
-        out: &'a mut dyn Write,
-    ) -> Self {
+impl<'a, 'o> Renderer<'a, 'o> {
+    fn new(capture: &'a Capture<'a>, trackers: &'a Trackers, out: &'a mut Output<'o>) -> Self {
+        let source = capture.source;
         Renderer {
             source,
-            filter,
+            path: capture.path,
+            filter: &capture.filter,
             trackers,
             writer: PacketWriter {
                 out,
@@ -304,12 +312,14 @@ impl<'a> Renderer<'a> {
             return Ok(());
         }
         let schemas = source.schemas();
-        let schema = schemas
-            .get(event.record.0 as usize)
-            .ok_or(RenderError::UnknownRecord {
-                record: event.record.0,
-                schemas: schemas.len(),
-            })?;
+        let schema =
+            schemas
+                .get(event.record.0 as usize)
+                .ok_or_else(|| RenderError::UnknownRecord {
+                    path: self.path.to_path_buf(),
+                    record: event.record.0,
+                    schemas: schemas.len(),
+                })?;
         self.last_ts_ns = event.ts_ns;
         self.end_slices_until(event.ts_ns)?;
         match tracker {
@@ -502,7 +512,7 @@ impl<'a> Renderer<'a> {
     fn finish(mut self) -> Result<RenderStats, RenderError> {
         self.finish_sched()?;
         self.writer.flush_buffer()?;
-        self.writer.out.flush().map_err(RenderError::Write)?;
+        self.writer.out.flush()?;
         self.stats.tracks = self.tracks.count() as u64;
         self.stats.packets = self.writer.packets;
         self.stats.bytes = self.writer.bytes;

@@ -25,9 +25,8 @@ use super::sched::{OnCpu, Wake};
 use super::tracks::Names;
 use super::{Emit, RenderError, Renderer};
 use crate::capture::model::{Event, RecordSchema, ThreadId};
-use crate::render::tracker::{
-    Field, Kind, TrackerSchema, reading, reported_state, softirq_name, state_letter,
-};
+use crate::render::tracker::{reported_state, softirq_name, state_letter};
+use crate::tracking::records::{Field, Kind, TrackerSchema, reading};
 
 /// `next_prio` when a switch lacks it: the default nice 0 priority.
 const DEFAULT_PRIO: i64 = 120;
@@ -59,7 +58,7 @@ impl Arg {
     }
 }
 
-impl Renderer<'_> {
+impl Renderer<'_, '_> {
     pub(super) fn tracker_event(
         &mut self,
         event: &Event,
@@ -77,7 +76,7 @@ impl Renderer<'_> {
                 }
                 self.task_instant(event, schema)
             }
-            Kind::Exec | Kind::Rename | Kind::Exit | Kind::Timer | Kind::PmuSample => {
+            Kind::Task | Kind::Exec | Kind::Rename | Kind::Exit | Kind::Timer | Kind::PmuSample => {
                 self.task_instant(event, schema)
             }
         }
@@ -287,13 +286,14 @@ impl Renderer<'_> {
             return Ok(());
         };
         let end_ns = event.ts_ns.saturating_add(self.span_duration(event));
-        let name = match (t.kind, t.string(event, Field::Action)) {
-            (Kind::HardIrq, Some(action)) => self.interner.event_name_of(self.source, action),
-            (Kind::HardIrq, None) => self.interner.event_name("hardirq"),
-            _ => {
-                let vec = softirq_name(t.uint(event, Field::Vec).unwrap_or(u64::MAX));
-                self.interner.event_name(&format!("softirq {vec}"))
+        let name = if t.kind == Kind::HardIrq {
+            match t.string(event, Field::Action) {
+                Some(action) => self.interner.event_name_of(self.source, action),
+                None => self.interner.event_name("hardirq"),
             }
+        } else {
+            let vec = softirq_name(t.uint(event, Field::Vec).unwrap_or(u64::MAX));
+            self.interner.event_name(&format!("softirq {vec}"))
         };
         self.field_annotations(event, schema, Some(t));
         let mut deltas = std::mem::take(&mut self.deltas);

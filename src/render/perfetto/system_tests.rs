@@ -7,9 +7,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use super::fake::decode;
+use super::fake::{decode, render};
 use super::proto::{self, AnnotationValue, CompactSched, TracePacket, TrackDescriptor};
-use super::render;
 use super::tracks::{IDLE_PID, KTHREADS_PID};
 use crate::capture::model::{Event, FieldValue as V, RecordId, ThreadId};
 use crate::render::filter::Filter;
@@ -516,7 +515,7 @@ fn switch_throughput() {
         1_000_000
     };
     let mut capture = FakeCapture::new();
-    capture.add_tracker_schema("switch", &["cpu-cycles"]);
+    capture.add_tracker_schema("switch");
     for tid in 0..4 {
         capture.add_thread(1000 + tid, 1000, &format!("worker-{tid}"), "server");
     }

@@ -5,9 +5,9 @@ use std::time::Instant;
 
 use prost::Message;
 
-use super::fake::{START_NS, capture, decode, generate, malloc, read};
+use super::RenderStats;
+use super::fake::{START_NS, capture, decode, generate, malloc, read, render};
 use super::proto::{self, TracePacket};
-use super::{RenderStats, render};
 use crate::frontend::options::TaskFilter;
 use crate::render::filter::{Filter, TaskSelector};
 use crate::render::source::FakeCapture;

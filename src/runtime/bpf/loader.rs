@@ -22,8 +22,7 @@ use crate::codegen::program::{BpfProgram, Compiled};
 use crate::providers;
 use crate::vocab::{AttachPoint, MapId, MapKind, MapSpec};
 
-// Public at its original path, `runtime::loader::failing_insn`.
-pub use super::libbpf_log::failing_insn;
+use super::libbpf_log::failing_insn;
 
 /// Why loading failed. Nothing stays loaded after an error.
 #[derive(Debug, thiserror::Error)]
@@ -468,7 +467,8 @@ impl Loaded {
         (self.ring.as_mut(), &self.stopper)
     }
 
-    pub(super) fn map(&self, map: crate::vocab::MapId) -> Result<&MapHandle, MapError> {
+    /// The kernel map made for `map`.
+    pub fn map(&self, map: crate::vocab::MapId) -> Result<&MapHandle, MapError> {
         self.maps
             .get(map.0 as usize)
             .ok_or(MapError::NoSuchMap { map: map.0 })

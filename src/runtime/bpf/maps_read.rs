@@ -260,7 +260,6 @@ impl Loaded {
     }
 
     /// Writes one entry (one value for all CPUs of a per-CPU map).
-    #[cfg(test)]
     pub fn update(&self, map: MapId, key: &[u8], value: &[u8]) -> Result<(), MapError> {
         let handle = self.map(map)?;
         if handle.map_type().is_percpu() {

@@ -4,6 +4,7 @@
 //! kernel object.
 
 pub mod counters;
+mod elf_functions;
 mod elf_object;
 mod libbpf_log;
 pub mod loader;

@@ -18,8 +18,8 @@ use crate::codegen::program::Compiled;
 use crate::output::printer::{MapOp, Printed, Printer};
 use crate::runtime::bpf::counters;
 use crate::runtime::bpf::loader::{self, AttachOptions, Loaded};
-use crate::runtime::ksym::KernelSymbols;
-use crate::runtime::recorder::{RecordError, Recorder};
+use crate::runtime::recording::{RecordError, Recorder};
+use crate::symbols::KernelSymbols;
 use crate::vocab::{AttachPoint, GlobalSlot, MapId, Message, ProbeState};
 use activation::{Interrupt, Phases};
 use child::TracedCommand;
@@ -415,7 +415,10 @@ impl<'a> Receiver<'a> {
         let kernel_symbols = KernelSymbols::default();
         Receiver {
             compiled,
-            printer: Printer::new(compiled, Box::new(move |addr| kernel_symbols.name(addr))),
+            printer: Printer::new(
+                compiled,
+                Box::new(move |addr| kernel_symbols.function(addr).into_bytes()),
+            ),
             map_ops: Vec::new(),
             paused: false,
             ending: Ending::Running,

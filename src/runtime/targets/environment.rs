@@ -8,8 +8,9 @@ use super::{elf, tracefs, usdt};
 use crate::runtime::targets::kernel_btf::KernelBtf;
 use crate::runtime::targets::usdt::{UsdtArg, UsdtArgLocation};
 use crate::vocab::kernel_types::{KTypeId, KernelType};
-use crate::vocab::{BtfArg, FieldKind, TracepointField, UsdtArgSpec};
-use crate::vocab::{Environment, FunctionTarget, UsdtTarget};
+use crate::vocab::{
+    BtfArg, Environment, FieldKind, FunctionTarget, TracepointField, UsdtArgSpec, UsdtTarget,
+};
 
 /// Answers the checker's questions from this machine.
 #[derive(Default)]

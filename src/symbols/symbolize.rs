@@ -7,12 +7,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use blazesym::MaybeDefault;
 use blazesym::helper::read_elf_build_id;
-use blazesym::symbolize::source::{Elf, Kernel, Source};
+use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized as BlazeSymbolized, Symbolizer};
 
-use super::{AddrKind, RawFrame, RawSymbol};
+use super::{AddrKind, KernelSymbols, RawFrame, RawSymbol};
 
 /// What to look up besides function names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,11 +72,16 @@ struct Pending {
 
 type UserKey<'a> = (&'a str, Option<&'a [u8]>);
 
-/// Symbolizes `frames` (each with its [`AddrKind`]), one symbol per frame.
+/// Symbolizes `frames` (each with its [`AddrKind`]), one symbol per frame,
+/// kernel frames through `kernel`.
 ///
 /// Never fails: anything that cannot be resolved gets `function: None` and is
 /// counted in [`SymbolizeStats`].
-pub fn symbolize(frames: &[(RawFrame, AddrKind)], options: &SymbolizeOptions) -> Symbolized {
+pub fn symbolize(
+    frames: &[(RawFrame, AddrKind)],
+    options: &SymbolizeOptions,
+    kernel_symbols: &KernelSymbols,
+) -> Symbolized {
     let mut out = Symbolized {
         symbols: vec![RawSymbol::default(); frames.len()],
         stats: SymbolizeStats::default(),
@@ -91,14 +95,7 @@ pub fn symbolize(frames: &[(RawFrame, AddrKind)], options: &SymbolizeOptions) ->
         .build();
 
     if !kernel.is_empty() {
-        // kallsyms only: searching for and parsing a vmlinux with DWARF costs
-        // seconds and gives line numbers few users have sources for.
-        let source = Source::Kernel(Kernel {
-            vmlinux: MaybeDefault::None,
-            debug_syms: false,
-            ..Kernel::default()
-        });
-        let filled = fill(&symbolizer, &source, &kernel, &mut out.symbols, abs_addr);
+        let filled = fill_kernel(kernel_symbols, &kernel, &mut out.symbols);
         out.stats.kernel_unavailable = !filled;
     }
     for ((path, build_id), pending) in &users {
@@ -118,7 +115,7 @@ pub fn symbolize(frames: &[(RawFrame, AddrKind)], options: &SymbolizeOptions) ->
         // Debian-style stripped libraries only have names in their
         // `/usr/lib/debug` files.
         let source = Source::Elf(Elf::new(*path));
-        if !fill(&symbolizer, &source, pending, &mut out.symbols, file_offset) {
+        if !fill(&symbolizer, &source, pending, &mut out.symbols) {
             // Readable but not an ELF file blazesym can use.
             out.stats.missing_files += 1;
         }
@@ -178,38 +175,67 @@ fn check_file(path: &str, build_id: Option<&[u8]>) -> FileCheck {
     }
 }
 
-/// Looks up the distinct addresses of one group in one call and writes each
-/// frame's symbol; `false` when the source could not be read at all.
+/// The distinct lookup addresses of a group, sorted.
+fn unique_lookups(pending: &[Pending]) -> Vec<u64> {
+    let mut unique: Vec<u64> = pending.iter().map(|p| p.lookup).collect();
+    unique.sort_unstable();
+    unique.dedup();
+    unique
+}
+
+/// Looks up the distinct addresses of one file in one call and writes each
+/// frame's symbol; `false` when the file could not be read at all.
 fn fill(
     symbolizer: &Symbolizer,
     source: &Source<'_>,
     pending: &[Pending],
     symbols: &mut [RawSymbol],
-    input: fn(&[u64]) -> Input<&[u64]>,
 ) -> bool {
-    let mut unique: Vec<u64> = pending.iter().map(|p| p.lookup).collect();
-    unique.sort_unstable();
-    unique.dedup();
-    let Ok(results) = symbolizer.symbolize(source, input(&unique)) else {
+    let unique = unique_lookups(pending);
+    let Ok(results) = symbolizer.symbolize(source, Input::FileOffset(&unique[..])) else {
         return false;
     };
+    place(pending, &unique, symbols, |at, bias| match &results[at] {
+        BlazeSymbolized::Sym(sym) => Some(convert(sym, bias)),
+        BlazeSymbolized::Unknown(_) => None,
+    });
+    true
+}
+
+/// [`fill`] for the kernel frames; `false` when the kernel's symbols could
+/// not be read.
+fn fill_kernel(kernel: &KernelSymbols, pending: &[Pending], symbols: &mut [RawSymbol]) -> bool {
+    let unique = unique_lookups(pending);
+    let Ok(results) = kernel.symbolize(&unique) else {
+        return false;
+    };
+    place(pending, &unique, symbols, |at, bias| {
+        let symbol = results[at].as_ref()?;
+        Some(RawSymbol {
+            function: Some(symbol.function.clone()),
+            offset: symbol.offset + bias,
+            ..RawSymbol::default()
+        })
+    });
+    true
+}
+
+/// Writes each pending frame's symbol: `symbol(at, bias)` makes it from the
+/// result of `unique[at]`, its lookup address.
+fn place(
+    pending: &[Pending],
+    unique: &[u64],
+    symbols: &mut [RawSymbol],
+    symbol: impl Fn(usize, u64) -> Option<RawSymbol>,
+) {
     for p in pending {
         let at = unique
             .binary_search(&p.lookup)
             .expect("every lookup address is in `unique`");
-        if let BlazeSymbolized::Sym(sym) = &results[at] {
-            symbols[p.index] = convert(sym, p.bias);
+        if let Some(found) = symbol(at, p.bias) {
+            symbols[p.index] = found;
         }
     }
-    true
-}
-
-fn abs_addr(addrs: &[u64]) -> Input<&[u64]> {
-    Input::AbsAddr(addrs)
-}
-
-fn file_offset(addrs: &[u64]) -> Input<&[u64]> {
-    Input::FileOffset(addrs)
 }
 
 fn convert(sym: &Sym<'_>, bias: u64) -> RawSymbol {

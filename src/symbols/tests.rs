@@ -186,7 +186,11 @@ fn symbols_survive_the_process() {
         (frames[1].clone(), AddrKind::Ip),
         (frames[2].clone(), AddrKind::Return),
     ];
-    let out = symbolize(&input, &SymbolizeOptions::default());
+    let out = symbolize(
+        &input,
+        &SymbolizeOptions::default(),
+        &KernelSymbols::default(),
+    );
     let names: Vec<_> = out.symbols.iter().map(|s| s.function.as_deref()).collect();
     assert_eq!(
         names,
@@ -225,7 +229,11 @@ fn return_address_at_function_end_resolves_to_caller() {
     target.kill();
     let frame = normalized_frame(normalized[0].clone());
     let input = [(frame.clone(), AddrKind::Return), (frame, AddrKind::Ip)];
-    let out = symbolize(&input, &SymbolizeOptions::default());
+    let out = symbolize(
+        &input,
+        &SymbolizeOptions::default(),
+        &KernelSymbols::default(),
+    );
     assert_eq!(out.symbols[0].function.as_deref(), Some("wprof_leaf"));
     assert_eq!(out.symbols[0].offset, target.middle - target.leaf);
     assert_eq!(out.symbols[1].function.as_deref(), Some("wprof_middle"));
@@ -312,7 +320,11 @@ fn kernel_address_resolves() {
         (RawFrame::Kernel { addr: addr + 5 }, AddrKind::Ip),
         (RawFrame::Kernel { addr: addr + 5 }, AddrKind::Return),
     ];
-    let out = symbolize(&frames, &SymbolizeOptions::default());
+    let out = symbolize(
+        &frames,
+        &SymbolizeOptions::default(),
+        &KernelSymbols::default(),
+    );
     for symbol in &out.symbols {
         assert_eq!(symbol.function.as_deref(), Some("do_sys_openat2"));
         assert_eq!(symbol.offset, 5);
@@ -343,7 +355,11 @@ fn missing_and_replaced_files_are_counted() {
         RawFrame::UnknownUser { addr: 0x1234 },
     ];
     let input: Vec<_> = frames.into_iter().map(|f| (f, AddrKind::Ip)).collect();
-    let out = symbolize(&input, &SymbolizeOptions::default());
+    let out = symbolize(
+        &input,
+        &SymbolizeOptions::default(),
+        &KernelSymbols::default(),
+    );
     assert!(out.symbols.iter().all(|s| s.function.is_none()));
     assert_eq!(out.stats.missing_files, 1);
     assert_eq!(out.stats.replaced_files, 1);
@@ -382,7 +398,7 @@ fn symbolizes_a_thousand_addresses() {
 
 fn report(name: &str, frames: &[(RawFrame, AddrKind)], options: &SymbolizeOptions) -> Symbolized {
     let start = Instant::now();
-    let out = symbolize(frames, options);
+    let out = symbolize(frames, options, &KernelSymbols::default());
     let elapsed = start.elapsed();
     let lines = out.symbols.iter().filter(|s| s.line.is_some()).count();
     let inlined = out.symbols.iter().filter(|s| !s.inlined.is_empty()).count();

@@ -1,7 +1,8 @@
-//! Stacks that outlive their processes: raw instruction pointers from BPF stack
-//! maps in, function names (with file:line and inlined calls) out.
+//! Symbols: code addresses from BPF stack maps and `ksym()` values in,
+//! function names (with file:line and inlined calls) out.
 //!
-//! Two steps, split in time:
+//! User stacks must outlive their processes, so they take two steps, split
+//! in time:
 //! 1. While a process lives, [`StackNormalizer::normalize_user`] turns its user
 //!    addresses into [`NormalizedAddr`]s: a file path, its build id and a file
 //!    offset. These no longer depend on the process' memory layout, so they
@@ -10,6 +11,9 @@
 //!    addresses and normalized user frames) to [`RawSymbol`]s, reading each
 //!    file once. The capture stores the symbols, so replay on another machine
 //!    shows names without the binaries.
+//!
+//! Kernel addresses have one symbolizer, [`KernelSymbols`] (`/proc/kallsyms`),
+//! used by [`symbolize`], the recorder and the session's `ksym()` printing.
 //!
 //! # Return addresses
 //! A stack from `bpf_get_stackid` holds the interrupted instruction for its
@@ -28,14 +32,16 @@
 //! innermost frame of a stack taken in a syscall or tracepoint is itself the
 //! instruction after a `syscall`/`call`.
 
+mod kernel;
 mod modules;
 mod normalize;
 mod symbolize;
 #[cfg(test)]
 mod tests;
 
+pub use kernel::{KernelSymbol, KernelSymbols};
 pub use modules::{ModuleIndex, PaddedBuildId};
-pub use normalize::{NormalizeStats, StackNormalizer};
+pub use normalize::StackNormalizer;
 pub use symbolize::{SymbolizeOptions, SymbolizeStats, Symbolized, symbolize};
 
 /// A user address after normalization.
@@ -124,6 +130,7 @@ pub enum RawFrame {
     },
 }
 
+#[cfg(test)]
 impl RawFrame {
     /// The frame for a normalized address, keeping the raw `addr` when it
     /// could not be normalized.

@@ -31,10 +31,12 @@ const MAX_KNOWN_UNMAPPED: usize = 1 << 16;
 #[derive(Debug)]
 pub struct StackNormalizer {
     procs: HashMap<u32, ProcMaps>,
+    #[cfg(test)]
     stats: NormalizeStats,
 }
 
-/// Counters for the capture summary.
+/// Counters that tests read to see the cache at work.
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NormalizeStats {
     /// Addresses normalized to a file offset.
@@ -64,6 +66,7 @@ impl StackNormalizer {
     pub fn new() -> Self {
         Self {
             procs: HashMap::new(),
+            #[cfg(test)]
             stats: NormalizeStats::default(),
         }
     }
@@ -75,6 +78,7 @@ impl StackNormalizer {
     /// used (the files outlive the process).
     pub fn normalize_user(&mut self, pid: u32, addrs: &[u64]) -> Vec<NormalizedAddr> {
         let normalized = self.normalize_cached(pid, addrs);
+        #[cfg(test)]
         for addr in &normalized {
             match addr {
                 NormalizedAddr::Normalized { .. } => self.stats.normalized += 1,
@@ -84,13 +88,15 @@ impl StackNormalizer {
         normalized
     }
 
-    /// Drops the cached mappings of `pid`: call it when the process execs or
-    /// exits, so a later process with the same pid is read afresh.
+    /// Drops the cached mappings of `pid`, so a later process with the same
+    /// pid is read afresh.
+    #[cfg(test)]
     pub fn forget(&mut self, pid: u32) {
         self.procs.remove(&pid);
     }
 
     /// Counters so far.
+    #[cfg(test)]
     pub fn stats(&self) -> NormalizeStats {
         self.stats
     }
@@ -117,7 +123,10 @@ impl StackNormalizer {
             from_cache = Some(converted);
         }
         let proc_maps = ProcMaps::new();
-        self.stats.maps_reads += 1;
+        #[cfg(test)]
+        {
+            self.stats.maps_reads += 1;
+        }
         let Ok(output) = proc_maps.normalizer.normalize_user_addrs(pid.into(), addrs) else {
             // The process is gone: an answer from the old cache beats none.
             return from_cache.unwrap_or_else(gone);

@@ -1,0 +1,21 @@
+//! Statistics for comparing captures.
+//!
+//! - [`LogHistogram`]: percentiles of a stream in memory bounded by the value
+//!   range, not the event count, with a proven relative error;
+//! - [`mann_whitney`]: the two-sided Mann-Whitney U test (exact distribution
+//!   for small samples, ties included; normal approximation for large ones),
+//!   also on two histograms ([`mann_whitney_binned`]);
+//! - [`bootstrap_difference`]: a percentile bootstrap confidence interval of a
+//!   difference of medians or means, reproducible from its seed;
+//! - [`Verdict`]: significant increase, decrease, or `~` (no significant
+//!   change), with the evidence.
+
+mod bootstrap;
+mod histogram;
+mod mann_whitney;
+mod verdict;
+
+pub use bootstrap::{BootstrapCi, Statistic, bootstrap_difference};
+pub use histogram::LogHistogram;
+pub use mann_whitney::{MannWhitney, Method, mann_whitney, mann_whitney_binned};
+pub use verdict::{Change, Evidence, Verdict};

@@ -1,0 +1,297 @@
+//! Recording: record messages from the ring buffer → capture events in
+//! `wprof.data`. Decodes the header and fields, keeps thread identities,
+//! reads stacks and normalizes their user frames while the processes still
+//! live, puts events from all CPUs in time order, and at the end symbolizes
+//! every frame and writes the statistics.
+
+mod decode;
+mod stacks;
+mod threads;
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use self::decode::{FieldDecoder, IdentityRecord, decoders, identity_record, malformed, u64_at};
+use self::stacks::{RawStack, probed_binaries};
+use self::threads::{Comm, ThreadTable};
+use crate::capture::model::{
+    CaptureInfo, CaptureStats, DropReason, Event, FieldValue, RecordId, RecordKind, StackId,
+};
+use crate::capture::writer::CaptureWriter;
+use crate::codegen::program::Compiled;
+use crate::runtime::bpf::loader::Loaded;
+use crate::symbols::{AddrKind, KernelSymbols, ModuleIndex, StackNormalizer};
+use crate::vocab::{MapId, MapKind, Message, record_header as header};
+
+/// How far back events may arrive out of order: a probe reads the clock
+/// before it sends, and may be preempted in between.
+const REORDER_WINDOW_NS: u64 = 100_000_000;
+/// How often what has been written is made a complete chunk on disk.
+const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error(transparent)]
+    Capture(#[from] crate::capture::format::CaptureError),
+    #[error("cannot read a stack: {0}")]
+    Stack(#[from] crate::runtime::bpf::maps_read::MapError),
+    #[error("malformed record message: {0}")]
+    Malformed(String),
+}
+
+/// An event whose stack ids still need the stack map.
+struct Pending {
+    event: Event,
+    stack: RawStack,
+}
+
+/// Most value vectors kept for reuse.
+const SPARE_VALUES: usize = 4096;
+
+/// Writes the events of one capture as their messages arrive.
+pub struct Recorder {
+    writer: CaptureWriter<BufWriter<File>>,
+    start_ns: u64,
+    /// Per message (index in `Compiled::messages`), how its fields decode.
+    fields: Vec<Vec<FieldDecoder>>,
+    /// Per record kind, whether it is a span.
+    spans: Vec<bool>,
+    /// The trackers' `task` record, which sets thread identities.
+    identity: Option<IdentityRecord>,
+    threads: ThreadTable,
+    /// Names `ksym()` fields and, at the end, kernel frames.
+    kernel_symbols: KernelSymbols,
+    kernel_stacks: Option<MapId>,
+    user_stacks: Option<MapId>,
+    /// User stacks hold build ids (else plain addresses).
+    user_build_ids: bool,
+    /// Which file each build id names.
+    modules: ModuleIndex,
+    /// Raw stacks already stored (pid 0 for kernel-only stacks).
+    stacks: HashMap<RawStack, Option<StackId>>,
+    /// How each frame was first seen (innermost or return address).
+    frame_kinds: Vec<AddrKind>,
+    normalizer: StackNormalizer,
+    pending: Vec<Pending>,
+    /// Events in time order until they leave the reorder window.
+    ordered: VecDeque<Event>,
+    /// Value vectors of written events, reused for new ones.
+    spare: Vec<Vec<FieldValue>>,
+    newest_ns: u64,
+    last_flush: Instant,
+}
+
+impl Recorder {
+    pub fn create(
+        path: &Path,
+        compiled: &Compiled,
+        info: &CaptureInfo,
+    ) -> Result<Recorder, RecordError> {
+        let writer = CaptureWriter::create(path, info, &compiled.records)?;
+        let fields: Vec<Vec<FieldDecoder>> = compiled
+            .messages
+            .iter()
+            .map(|m| match m {
+                Message::Record { record, fields } => decoders(&compiled.records, *record, fields),
+                _ => Vec::new(),
+            })
+            .collect();
+        Ok(Recorder {
+            writer,
+            start_ns: info.start_monotonic_ns,
+            fields,
+            spans: compiled
+                .records
+                .iter()
+                .map(|r| r.kind == RecordKind::Span)
+                .collect(),
+            identity: identity_record(&compiled.records),
+            threads: ThreadTable::default(),
+            kernel_symbols: KernelSymbols::default(),
+            kernel_stacks: compiled.kernel_stacks,
+            user_stacks: compiled.user_stacks,
+            user_build_ids: compiled.user_stacks.is_some_and(|map| {
+                compiled.maps[map.0 as usize].kind == MapKind::BuildIdStackTrace
+            }),
+            modules: probed_binaries(compiled),
+            stacks: HashMap::new(),
+            frame_kinds: Vec::new(),
+            normalizer: StackNormalizer::new(),
+            pending: Vec::new(),
+            ordered: VecDeque::new(),
+            spare: Vec::new(),
+            newest_ns: 0,
+            last_flush: Instant::now(),
+        })
+    }
+
+    /// Decode one record message (`message` is its index in `Compiled::messages`).
+    pub fn push(&mut self, message: usize, record: u32, bytes: &[u8]) -> Result<(), RecordError> {
+        let u64_at = |at: u32| u64_at(bytes, at);
+        let ts = u64_at(header::TS)?;
+        let task = u64_at(header::PID_TGID)?;
+        let (pid, tid) = ((task >> 32) as u32, task as u32);
+        let cpu = u64_at(header::CPU)? as u32;
+        let comm: Comm = bytes
+            .get(header::COMM as usize..header::DURATION as usize)
+            .and_then(|c| c.try_into().ok())
+            .ok_or_else(|| malformed(bytes))?;
+        let mut values = self.spare.pop().unwrap_or_default();
+        self.decode(message, bytes, &mut values)?;
+        if let Some(identity) = self.identity.filter(|i| i.record == record) {
+            self.set_identity(&identity, &values);
+            self.recycle(values);
+            return Ok(());
+        }
+        let thread = self.threads.of_header(&mut self.writer, tid, pid, &comm);
+        if self.user_stacks.is_some() {
+            // While the process lives: its files name the build ids of its frames.
+            self.modules.add_process(pid);
+        }
+        let event = Event {
+            ts_ns: ts.saturating_sub(self.start_ns),
+            cpu,
+            thread,
+            record: RecordId(record),
+            duration_ns: self
+                .spans
+                .get(record as usize)
+                .copied()
+                .unwrap_or(false)
+                .then_some(u64_at(header::DURATION)?),
+            values,
+            stack: None,
+        };
+        let stack = RawStack {
+            pid,
+            kernel: u64_at(header::KERNEL_STACK)? as i64,
+            user: u64_at(header::USER_STACK)? as i64,
+            entry_return: u64_at(header::ENTRY_RETURN)?,
+        };
+        self.pending.push(Pending { event, stack });
+        Ok(())
+    }
+
+    fn recycle(&mut self, mut values: Vec<FieldValue>) {
+        if self.spare.len() < SPARE_VALUES {
+            values.clear();
+            self.spare.push(values);
+        }
+    }
+
+    /// Resolve the stacks of pending events (while their processes live) and
+    /// write what has left the reorder window.
+    pub fn process(&mut self, loaded: &Loaded) -> Result<(), RecordError> {
+        let mut batch = Vec::with_capacity(self.pending.len());
+        for mut pending in std::mem::take(&mut self.pending) {
+            pending.event.stack = self.stack(loaded, pending.stack)?;
+            batch.push(pending.event);
+        }
+        // The ring buffer delivers in reservation order, which is nearly
+        // time order: a stable sort of the batch is cheap, and merging it
+        // into the window is mostly an append.
+        batch.sort_by_key(|e| e.ts_ns);
+        if let Some(last) = batch.last() {
+            self.newest_ns = self.newest_ns.max(last.ts_ns);
+        }
+        merge_sorted(&mut self.ordered, batch);
+        self.write_older_than(self.newest_ns.saturating_sub(REORDER_WINDOW_NS))?;
+        // Complete chunks on disk: a capture killed now still replays to here.
+        if self.last_flush.elapsed() >= FLUSH_INTERVAL {
+            self.writer.flush()?;
+            self.last_flush = Instant::now();
+        }
+        Ok(())
+    }
+
+    fn write_older_than(&mut self, limit_ns: u64) -> Result<(), RecordError> {
+        while self.ordered.front().is_some_and(|e| e.ts_ns < limit_ns) {
+            let event = self.ordered.pop_front().expect("checked");
+            self.writer.event(&event)?;
+            self.recycle(event.values);
+        }
+        Ok(())
+    }
+
+    /// A binary whose frames may outlive every process seen running it
+    /// (the traced command).
+    pub fn add_binary(&mut self, path: &Path) {
+        self.modules.add_path(&path.to_string_lossy());
+    }
+
+    pub fn events(&self) -> u64 {
+        self.writer.events_written() + self.ordered.len() as u64
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.writer.bytes_written()
+    }
+
+    /// Write the remaining events, the symbols of every frame and the statistics.
+    pub fn finish(
+        mut self,
+        drops: Vec<(DropReason, u64)>,
+        duration_ns: u64,
+    ) -> Result<CaptureStats, RecordError> {
+        self.write_older_than(u64::MAX)?;
+        let symbols = self.symbols();
+        let stats = CaptureStats {
+            events: self.writer.events_written(),
+            drops,
+            duration_ns,
+        };
+        self.writer.finish(&symbols, &stats)?;
+        Ok(stats)
+    }
+}
+
+/// Merge sorted `batch` into sorted `ordered`; equal times keep `ordered` first.
+fn merge_sorted(ordered: &mut VecDeque<Event>, batch: Vec<Event>) {
+    let Some(first) = batch.first() else {
+        return;
+    };
+    if ordered.back().is_none_or(|last| last.ts_ns <= first.ts_ns) {
+        ordered.extend(batch);
+        return;
+    }
+    let mut merged = VecDeque::with_capacity(ordered.len() + batch.len());
+    let mut batch = batch.into_iter().peekable();
+    while let Some(old) = ordered.pop_front() {
+        while let Some(new) = batch.next_if(|new| new.ts_ns < old.ts_ns) {
+            merged.push_back(new);
+        }
+        merged.push_back(old);
+    }
+    merged.extend(batch);
+    *ordered = merged;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(ts_ns: u64, cpu: u32) -> Event {
+        Event {
+            ts_ns,
+            cpu,
+            ..Event::default()
+        }
+    }
+
+    /// Batches merge into time order; equal times keep earlier arrivals first.
+    #[test]
+    fn merges_batches_in_time_order() {
+        let mut ordered = VecDeque::new();
+        merge_sorted(&mut ordered, vec![at(1, 0), at(5, 0)]);
+        merge_sorted(&mut ordered, vec![at(6, 1), at(7, 1)]);
+        merge_sorted(&mut ordered, vec![at(0, 1), at(5, 1), at(9, 1)]);
+        let order: Vec<(u64, u32)> = ordered.iter().map(|e| (e.ts_ns, e.cpu)).collect();
+        assert_eq!(
+            order,
+            [(0, 1), (1, 0), (5, 0), (5, 1), (6, 1), (7, 1), (9, 1)]
+        );
+    }
+}

@@ -1,0 +1,521 @@
+//! The BPF user-stack unwinder: BPF functions any program can call, emitted
+//! through the assembler. Input: an unwind [`state`] holding the user `ip`,
+//! `sp`, `bp` and tgid. Output: the return addresses in the state's stack
+//! (the frame count in r0), with [`flags`] saying how it went.
+//!
+//! Each step records `ip`, finds the mapping of the pc (binary search in the
+//! process's sorted mappings), the last table row at or below it (binary
+//! search in the table's rows), computes the CFA from `rsp` or `rbp`, reads
+//! the return address at `CFA-8` and the saved `rbp`, and moves one frame
+//! up. Without a mapping, table or usable row it follows frame pointers.
+//! Algorithm and costs: `docs/unwinding.md`.
+
+use crate::codegen::asm::{AluOp, AsmError, Assembler, Cond, Label, Reg, Size};
+use crate::codegen::helpers;
+use crate::vocab::MapId;
+
+use super::maps::{
+    MAPPING_SEARCH_STEPS, MAX_FRAMES, MAX_MAPPINGS, NO_TABLE, ROW_SEARCH_STEPS, UnwindMaps, flags,
+    process_mappings as pm, state, table_slot,
+};
+use super::rules::{kind, layout as row};
+
+use Reg::{R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10};
+
+/// How the frames are iterated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoopKind {
+    /// `bpf_loop` with the step as callback: verified once.
+    BpfLoop,
+    /// A counted loop of at most `frames` steps (up to `MAX_FRAMES`), which
+    /// the verifier walks step by step. Linux 6.18 refuses 127 steps ("the
+    /// sequence of 8193 jumps is too complex"): only short stacks fit.
+    Bounded { frames: u32 },
+}
+
+/// Stack slots of the unwinder's functions (offsets from r10).
+mod slot {
+    /// u32 map key.
+    pub const KEY: i16 = -8;
+    /// 16 bytes read from the user stack.
+    pub const READ: i16 = -24;
+    /// The pc being looked up, then its ELF address.
+    pub const PC: i16 = -32;
+    /// The first row of the table.
+    pub const FIRST_ROW: i16 = -40;
+    /// Binary-search step counter, then the return address.
+    pub const COUNTER: i16 = -48;
+    pub const RA: i16 = -48;
+    /// The caller's rbp.
+    pub const NEW_BP: i16 = -56;
+    pub const CFA: i16 = -64;
+    /// Frame counter of the bounded loop.
+    pub const FRAME_COUNTER: i16 = -72;
+    /// `bpf_loop` context: the state and process pointers.
+    pub const LOOP_CTX: i16 = -16;
+}
+
+/// The unwinder's functions in one program: call [`UserUnwinder::call`]
+/// anywhere, then [`UserUnwinder::emit_functions`] once after the program's
+/// last instruction.
+pub struct UserUnwinder {
+    maps: UnwindMaps,
+    kind: LoopKind,
+    entry: Label,
+    callback: Label,
+}
+
+impl UserUnwinder {
+    pub fn new(asm: &mut Assembler, maps: UnwindMaps, kind: LoopKind) -> Self {
+        UserUnwinder {
+            maps,
+            kind,
+            entry: asm.new_label(),
+            callback: asm.new_label(),
+        }
+    }
+
+    /// `r0 = unwind(state)`: walks the user stack described by the state
+    /// `state` points to (a value of `UnwindMaps::state`); r1-r5 clobbered.
+    pub fn call(&self, asm: &mut Assembler, state: Reg) {
+        asm.mov64_reg(R1, state);
+        asm.call_local(self.entry);
+    }
+
+    /// Emits the unwinder's functions.
+    pub fn emit_functions(&self, asm: &mut Assembler) -> Result<(), AsmError> {
+        asm.bind(self.entry)?;
+        asm.comment("unwind(state): walk the user stack");
+        asm.mov64_reg(R6, R1);
+        asm.store_imm(Size::U32, R6, state::FRAMES, 0);
+        asm.store_imm(Size::U32, R6, state::FLAGS, 0);
+        asm.load(Size::U32, R1, R6, state::TGID);
+        lookup(asm, self.maps.processes, R1);
+        asm.mov64_reg(R7, R0);
+        let known = asm.new_label();
+        asm.jmp_imm(Cond::Ne, R7, 0, known);
+        set_flag(asm, flags::NO_PROCESS);
+        asm.bind(known)?;
+        match self.kind {
+            LoopKind::BpfLoop => self.emit_bpf_loop(asm),
+            LoopKind::Bounded { frames } => self.emit_bounded(asm, frames.min(MAX_FRAMES)),
+        }
+    }
+
+    fn emit_bpf_loop(&self, asm: &mut Assembler) -> Result<(), AsmError> {
+        asm.store_reg(Size::U64, R10, slot::LOOP_CTX, R6);
+        asm.store_reg(Size::U64, R10, slot::LOOP_CTX + 8, R7);
+        asm.mov64_imm(R1, MAX_FRAMES as i32 + 1);
+        asm.ld_func(R2, self.callback);
+        asm.mov64_reg(R3, R10);
+        asm.alu64_imm(AluOp::Add, R3, i32::from(slot::LOOP_CTX));
+        asm.mov64_imm(R4, 0);
+        asm.call_helper(helpers::LOOP);
+        return_frame_count(asm);
+        asm.bind(self.callback)?;
+        asm.comment("step(index, ctx): one frame; 0 goes on, 1 stops");
+        asm.load(Size::U64, R6, R2, 0);
+        asm.load(Size::U64, R7, R2, 8);
+        let (next, stop) = (asm.new_label(), asm.new_label());
+        emit_step(asm, &self.maps, next, stop)?;
+        asm.bind(next)?;
+        asm.mov64_imm(R0, 0);
+        asm.exit();
+        asm.bind(stop)?;
+        asm.mov64_imm(R0, 1);
+        asm.exit();
+        Ok(())
+    }
+
+    /// `frames + 1` steps: the last one only notices truncation.
+    fn emit_bounded(&self, asm: &mut Assembler, frames: u32) -> Result<(), AsmError> {
+        let (next, stop) = (asm.new_label(), asm.new_label());
+        asm.store_imm(Size::U64, R10, slot::FRAME_COUNTER, 0);
+        asm.bind(next)?;
+        asm.load(Size::U64, R1, R10, slot::FRAME_COUNTER);
+        asm.jmp_imm(Cond::Gt, R1, frames as i32, stop);
+        asm.alu64_imm(AluOp::Add, R1, 1);
+        asm.store_reg(Size::U64, R10, slot::FRAME_COUNTER, R1);
+        emit_step(asm, &self.maps, next, stop)?;
+        asm.bind(stop)?;
+        return_frame_count(asm);
+        Ok(())
+    }
+}
+
+fn return_frame_count(asm: &mut Assembler) {
+    asm.load(Size::U32, R0, R6, state::FRAMES);
+    asm.exit();
+}
+
+/// Where each way out of a step goes.
+struct StepExits {
+    next: Label,
+    stop: Label,
+    /// Unwind this frame with frame pointers.
+    frame_pointer: Label,
+    /// CFA, return address and caller rbp are in their slots: move up.
+    advance: Label,
+    read_failed: Label,
+}
+
+/// One frame, with r6 = state, r7 = process mappings or NULL. Jumps to
+/// `next` after moving one frame up, to `stop` when the stack ends.
+fn emit_step(
+    asm: &mut Assembler,
+    maps: &UnwindMaps,
+    next: Label,
+    stop: Label,
+) -> Result<(), AsmError> {
+    let exits = StepExits {
+        next,
+        stop,
+        frame_pointer: asm.new_label(),
+        advance: asm.new_label(),
+        read_failed: asm.new_label(),
+    };
+    emit_record_frame(asm, &exits)?;
+    emit_find_mapping(asm, &exits)?;
+    emit_find_row(asm, maps, &exits)?;
+    emit_apply_row(asm, &exits)?;
+    asm.bind(exits.frame_pointer)?;
+    emit_frame_pointer_step(asm, &exits);
+    asm.bind(exits.advance)?;
+    emit_advance(asm, &exits)?;
+    asm.bind(exits.read_failed)?;
+    set_flag(asm, flags::READ_FAILED);
+    asm.jmp(stop);
+    Ok(())
+}
+
+/// Appends `ip` to the stack (stops when full or when `ip` is 0) and puts
+/// the pc to look up in `slot::PC`: `ip`, or `ip - 1` above the first frame
+/// (a return address may be the first byte of the next function).
+fn emit_record_frame(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmError> {
+    asm.comment("record ip in the stack");
+    let (room, first) = (asm.new_label(), asm.new_label());
+    asm.load(Size::U32, R1, R6, state::FRAMES);
+    asm.load(Size::U64, R2, R6, state::IP);
+    asm.jmp_imm(Cond::Eq, R2, 0, exits.stop);
+    asm.jmp_imm(Cond::Lt, R1, MAX_FRAMES as i32, room);
+    set_flag(asm, flags::TRUNCATED);
+    asm.jmp(exits.stop);
+    asm.bind(room)?;
+    asm.mov64_reg(R3, R1);
+    asm.alu64_imm(AluOp::Lsh, R3, 3);
+    asm.alu64_reg(AluOp::Add, R3, R6);
+    asm.store_reg(Size::U64, R3, state::STACK, R2);
+    asm.alu64_imm(AluOp::Add, R1, 1);
+    asm.store_reg(Size::U32, R6, state::FRAMES, R1);
+    asm.jmp_imm(Cond::Eq, R1, 1, first);
+    asm.alu64_imm(AluOp::Sub, R2, 1);
+    asm.bind(first)?;
+    asm.store_reg(Size::U64, R10, slot::PC, R2);
+    Ok(())
+}
+
+/// Binary search for the last mapping starting at or below the pc; leaves
+/// the pc's ELF address in `slot::PC` and the table id in r3.
+fn emit_find_mapping(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmError> {
+    asm.comment("find the mapping of the pc");
+    let (top, done, upper) = (asm.new_label(), asm.new_label(), asm.new_label());
+    asm.jmp_imm(Cond::Eq, R7, 0, exits.frame_pointer);
+    asm.mov64_imm(R8, 0);
+    asm.load(Size::U32, R9, R7, pm::COUNT);
+    asm.mov64_imm(R5, 0);
+    asm.bind(top)?;
+    asm.jmp_reg(Cond::Ge, R8, R9, done);
+    asm.alu64_imm(AluOp::Add, R5, 1);
+    asm.jmp_imm(Cond::Gt, R5, MAPPING_SEARCH_STEPS as i32, done);
+    midpoint(asm, R1);
+    mapping_entry(asm, R2, R1);
+    asm.load(Size::U64, R3, R2, pm::ENTRIES + pm::START);
+    asm.load(Size::U64, R4, R10, slot::PC);
+    asm.jmp_reg(Cond::Lt, R4, R3, upper);
+    narrow(asm, R1, top, upper)?;
+    asm.bind(done)?;
+    asm.jmp_imm(Cond::Eq, R8, 0, exits.frame_pointer);
+    asm.alu64_imm(AluOp::Sub, R8, 1);
+    mapping_entry(asm, R8, R8);
+    asm.load(Size::U64, R4, R10, slot::PC);
+    asm.load(Size::U64, R3, R8, pm::ENTRIES + pm::END);
+    asm.jmp_reg(Cond::Ge, R4, R3, exits.frame_pointer);
+    asm.load(Size::U32, R3, R8, pm::ENTRIES + pm::TABLE);
+    asm.jmp32_imm(Cond::Eq, R3, NO_TABLE as i32, exits.frame_pointer);
+    asm.load(Size::U64, R5, R8, pm::ENTRIES + pm::BIAS);
+    asm.alu64_reg(AluOp::Sub, R4, R5);
+    asm.mov64_reg(R5, R4);
+    asm.alu64_imm(AluOp::Rsh, R5, 32);
+    asm.jmp_imm(Cond::Ne, R5, 0, exits.frame_pointer);
+    asm.store_reg(Size::U64, R10, slot::PC, R4);
+    Ok(())
+}
+
+/// `dst = (r8 + r9) / 2`: the middle of the search range `[r8, r9)`.
+fn midpoint(asm: &mut Assembler, dst: Reg) {
+    asm.mov64_reg(dst, R8);
+    asm.alu64_reg(AluOp::Add, dst, R9);
+    asm.alu64_imm(AluOp::Rsh, dst, 1);
+}
+
+/// Keeps the upper half (`r8 = mid + 1`) on fall-through, the lower half
+/// (`r9 = mid`) at `upper`, and loops to `top`.
+fn narrow(asm: &mut Assembler, mid: Reg, top: Label, upper: Label) -> Result<(), AsmError> {
+    asm.mov64_reg(R8, mid);
+    asm.alu64_imm(AluOp::Add, R8, 1);
+    asm.jmp(top);
+    asm.bind(upper)?;
+    asm.mov64_reg(R9, mid);
+    asm.jmp(top);
+    Ok(())
+}
+
+/// `dst = r7 + 32 * (index % MAX_MAPPINGS)`: the mask keeps the verifier
+/// sure the entry is inside the value.
+fn mapping_entry(asm: &mut Assembler, dst: Reg, index: Reg) {
+    if dst != index {
+        asm.mov64_reg(dst, index);
+    }
+    asm.alu64_imm(AluOp::And, dst, MAX_MAPPINGS as i32 - 1);
+    asm.alu64_imm(AluOp::Lsh, dst, pm::ENTRY_BYTES.trailing_zeros() as i32);
+    asm.alu64_reg(AluOp::Add, dst, R7);
+}
+
+/// Table r3's rows: binary search for the last row at or below the ELF
+/// address; leaves a pointer to it in r8.
+fn emit_find_row(
+    asm: &mut Assembler,
+    maps: &UnwindMaps,
+    exits: &StepExits,
+) -> Result<(), AsmError> {
+    asm.comment("find the row of the pc");
+    let (top, done, upper) = (asm.new_label(), asm.new_label(), asm.new_label());
+    lookup(asm, maps.tables, R3);
+    asm.jmp_imm(Cond::Eq, R0, 0, exits.frame_pointer);
+    asm.load(Size::U32, R8, R0, table_slot::FIRST_ROW);
+    asm.load(Size::U32, R9, R0, table_slot::ROWS);
+    asm.alu64_reg(AluOp::Add, R9, R8);
+    asm.store_reg(Size::U64, R10, slot::FIRST_ROW, R8);
+    asm.store_imm(Size::U64, R10, slot::COUNTER, 0);
+    asm.bind(top)?;
+    asm.jmp_reg(Cond::Ge, R8, R9, done);
+    asm.load(Size::U64, R1, R10, slot::COUNTER);
+    asm.alu64_imm(AluOp::Add, R1, 1);
+    asm.store_reg(Size::U64, R10, slot::COUNTER, R1);
+    asm.jmp_imm(Cond::Gt, R1, ROW_SEARCH_STEPS as i32, done);
+    midpoint(asm, R1);
+    lookup(asm, maps.rows, R1);
+    asm.jmp_imm(Cond::Eq, R0, 0, exits.frame_pointer);
+    asm.load(Size::U32, R1, R0, row::PC);
+    asm.load(Size::U64, R2, R10, slot::PC);
+    midpoint(asm, R3);
+    asm.jmp_reg(Cond::Gt, R1, R2, upper);
+    narrow(asm, R3, top, upper)?;
+    asm.bind(done)?;
+    asm.load(Size::U64, R1, R10, slot::FIRST_ROW);
+    asm.jmp_reg(Cond::Le, R8, R1, exits.frame_pointer);
+    asm.alu64_imm(AluOp::Sub, R8, 1);
+    lookup(asm, maps.rows, R8);
+    asm.jmp_imm(Cond::Eq, R0, 0, exits.frame_pointer);
+    asm.mov64_reg(R8, R0);
+    Ok(())
+}
+
+/// Evaluates row r8: CFA, return address at CFA-8, the caller's rbp.
+fn emit_apply_row(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmError> {
+    asm.comment("apply the row: CFA, return address, rbp");
+    let [rsp, rbp, plt, have_cfa, outermost, rbp_kept, rbp_lost] =
+        [(); 7].map(|()| asm.new_label());
+    asm.load(Size::U8, R1, R8, row::KIND);
+    asm.alu64_imm(AluOp::And, R1, i32::from(kind::CFA_MASK));
+    asm.load(Size::U16, R3, R8, row::CFA_OFFSET);
+    asm.jmp_imm(Cond::Eq, R1, i32::from(kind::CFA_RSP), rsp);
+    asm.jmp_imm(Cond::Eq, R1, i32::from(kind::CFA_RBP), rbp);
+    asm.jmp_imm(Cond::Eq, R1, i32::from(kind::CFA_PLT), plt);
+    asm.jmp_imm(Cond::Eq, R1, i32::from(kind::OUTERMOST), outermost);
+    asm.jmp(exits.frame_pointer);
+    asm.bind(outermost)?;
+    set_flag(asm, flags::OUTERMOST);
+    asm.jmp(exits.stop);
+    asm.bind(rsp)?;
+    asm.load(Size::U64, R4, R6, state::SP);
+    asm.jmp(have_cfa);
+    asm.bind(rbp)?;
+    asm.load(Size::U64, R4, R6, state::BP);
+    asm.jmp(have_cfa);
+    asm.bind(plt)?;
+    // rsp + 8, and 8 more from the entry's threshold on (rules.rs); r3
+    // held the threshold, not an offset to add.
+    asm.load(Size::U64, R4, R6, state::SP);
+    asm.alu64_imm(AluOp::Add, R4, 8);
+    asm.load(Size::U64, R5, R6, state::IP);
+    asm.alu64_imm(AluOp::And, R5, 15);
+    asm.mov64_reg(R1, R3);
+    asm.mov64_imm(R3, 0);
+    asm.jmp_reg(Cond::Lt, R5, R1, have_cfa);
+    asm.alu64_imm(AluOp::Add, R4, 8);
+    asm.bind(have_cfa)?;
+    asm.alu64_reg(AluOp::Add, R4, R3);
+    asm.store_reg(Size::U64, R10, slot::CFA, R4);
+    asm.alu64_imm(AluOp::Sub, R4, 8);
+    read_user(asm, R4, 8, exits.read_failed);
+    asm.load(Size::U64, R1, R10, slot::READ);
+    asm.store_reg(Size::U64, R10, slot::RA, R1);
+    set_flag(asm, flags::TABLE);
+    asm.load(Size::U64, R1, R6, state::BP);
+    asm.store_reg(Size::U64, R10, slot::NEW_BP, R1);
+    asm.load(Size::U8, R1, R8, row::KIND);
+    asm.jmp_imm(Cond::Set, R1, i32::from(kind::RBP_SAVED), rbp_kept);
+    asm.jmp_imm(Cond::Set, R1, i32::from(kind::RBP_LOST), rbp_lost);
+    asm.jmp(exits.advance);
+    asm.bind(rbp_lost)?;
+    asm.store_imm(Size::U64, R10, slot::NEW_BP, 0);
+    asm.jmp(exits.advance);
+    asm.bind(rbp_kept)?;
+    // CFA + 8 * (i8)rbp_offset: sign-extend the byte with two shifts.
+    asm.load(Size::U8, R3, R8, row::RBP_OFFSET);
+    asm.alu64_imm(AluOp::Lsh, R3, 56);
+    asm.alu64_imm(AluOp::Arsh, R3, 53);
+    asm.load(Size::U64, R1, R10, slot::CFA);
+    asm.alu64_reg(AluOp::Add, R3, R1);
+    read_user(asm, R3, 8, exits.read_failed);
+    asm.load(Size::U64, R1, R10, slot::READ);
+    asm.store_reg(Size::U64, R10, slot::NEW_BP, R1);
+    asm.jmp(exits.advance);
+    Ok(())
+}
+
+/// The classic frame: saved rbp at `[rbp]`, return address at `[rbp+8]`,
+/// CFA `rbp+16`. Stops when rbp is 0.
+fn emit_frame_pointer_step(asm: &mut Assembler, exits: &StepExits) {
+    asm.comment("frame pointer step");
+    asm.load(Size::U64, R3, R6, state::BP);
+    asm.jmp_imm(Cond::Eq, R3, 0, exits.stop);
+    asm.mov64_reg(R1, R3);
+    asm.alu64_imm(AluOp::Add, R1, 16);
+    asm.store_reg(Size::U64, R10, slot::CFA, R1);
+    read_user(asm, R3, 16, exits.read_failed);
+    asm.load(Size::U64, R1, R10, slot::READ);
+    asm.store_reg(Size::U64, R10, slot::NEW_BP, R1);
+    asm.load(Size::U64, R1, R10, slot::READ + 8);
+    asm.store_reg(Size::U64, R10, slot::RA, R1);
+    set_flag(asm, flags::FRAME_POINTER);
+}
+
+/// Moves to the caller: the CFA must be above the current sp (stacks grow
+/// down), and a return address of 0 ends the stack.
+fn emit_advance(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmError> {
+    let progress = asm.new_label();
+    asm.load(Size::U64, R1, R10, slot::CFA);
+    asm.load(Size::U64, R2, R6, state::SP);
+    asm.jmp_reg(Cond::Gt, R1, R2, progress);
+    set_flag(asm, flags::NO_PROGRESS);
+    asm.jmp(exits.stop);
+    asm.bind(progress)?;
+    asm.load(Size::U64, R2, R10, slot::RA);
+    asm.jmp_imm(Cond::Eq, R2, 0, exits.stop);
+    asm.store_reg(Size::U64, R6, state::SP, R1);
+    asm.store_reg(Size::U64, R6, state::IP, R2);
+    asm.load(Size::U64, R1, R10, slot::NEW_BP);
+    asm.store_reg(Size::U64, R6, state::BP, R1);
+    asm.jmp(exits.next);
+    Ok(())
+}
+
+/// `r0 = bpf_map_lookup_elem(map, &(u32)key)`; r1-r5 clobbered.
+fn lookup(asm: &mut Assembler, map: MapId, key: Reg) {
+    asm.store_reg(Size::U32, R10, slot::KEY, key);
+    asm.ld_map_fd(R1, map);
+    asm.mov64_reg(R2, R10);
+    asm.alu64_imm(AluOp::Add, R2, i32::from(slot::KEY));
+    asm.call_helper(helpers::MAP_LOOKUP_ELEM);
+}
+
+/// Reads `len` user bytes at `addr` into `slot::READ`; jumps to `failed`
+/// when the read faults.
+fn read_user(asm: &mut Assembler, addr: Reg, len: i32, failed: Label) {
+    asm.mov64_reg(R3, addr);
+    asm.mov64_reg(R1, R10);
+    asm.alu64_imm(AluOp::Add, R1, i32::from(slot::READ));
+    asm.mov64_imm(R2, len);
+    asm.call_helper(helpers::PROBE_READ_USER);
+    asm.jmp_imm(Cond::Ne, R0, 0, failed);
+}
+
+/// `state.flags |= bit` (r1 clobbered).
+fn set_flag(asm: &mut Assembler, bit: u32) {
+    asm.load(Size::U32, R1, R6, state::FLAGS);
+    asm.alu64_imm(AluOp::Or, R1, bit as i32);
+    asm.store_reg(Size::U32, R6, state::FLAGS, R1);
+}
+
+/// Fills the state's `ip`, `sp`, `bp` and `tgid` from the current task's
+/// user registers (`bpf_task_pt_regs`: right in any context, also when the
+/// program interrupted the kernel); r1-r5 clobbered.
+pub fn emit_load_user_regs(asm: &mut Assembler, state_ptr: Reg) {
+    // struct pt_regs offsets on x86-64.
+    const RBP: i16 = 32;
+    const RIP: i16 = 128;
+    const RSP: i16 = 152;
+    asm.comment("the task's user registers");
+    asm.call_helper(helpers::GET_CURRENT_PID_TGID);
+    asm.alu64_imm(AluOp::Rsh, R0, 32);
+    asm.store_reg(Size::U32, state_ptr, state::TGID, R0);
+    asm.call_helper(helpers::GET_CURRENT_TASK_BTF);
+    asm.mov64_reg(R1, R0);
+    asm.call_helper(helpers::TASK_PT_REGS);
+    for (from, to) in [(RIP, state::IP), (RSP, state::SP), (RBP, state::BP)] {
+        asm.load(Size::U64, R1, R0, from);
+        asm.store_reg(Size::U64, state_ptr, to, R1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::asm::opcode;
+    use crate::vocab::MapId;
+
+    fn maps() -> UnwindMaps {
+        UnwindMaps {
+            rows: MapId(1),
+            tables: MapId(2),
+            processes: MapId(3),
+            state: MapId(4),
+        }
+    }
+
+    /// Assembles a caller and the unwinder; counts its calls and callback addresses.
+    fn assemble(kind: LoopKind) -> (usize, usize, usize) {
+        let mut asm = Assembler::new();
+        let unwinder = UserUnwinder::new(&mut asm, maps(), kind);
+        unwinder.call(&mut asm, R6);
+        asm.exit();
+        unwinder.emit_functions(&mut asm).expect("labels bind");
+        let insns = asm.finish().expect("assembles").insns;
+        let count = |code: u8, src: u8| {
+            let matches = |i: &&u64| (**i as u8, (**i >> 12) as u8 & 0xf) == (code, src);
+            insns.iter().filter(matches).count()
+        };
+        let calls = count(opcode::CALL, opcode::PSEUDO_CALL);
+        (
+            calls,
+            count(opcode::LD_IMM64, opcode::PSEUDO_FUNC),
+            insns.len(),
+        )
+    }
+
+    /// With `bpf_loop` the step is a callback; with a bounded loop it is
+    /// inline. Either way the caller makes one bpf-to-bpf call.
+    #[test]
+    fn loop_kinds_assemble() {
+        let (calls, callbacks, bpf_loop_len) = assemble(LoopKind::BpfLoop);
+        assert_eq!((calls, callbacks), (1, 1));
+        let (calls, callbacks, bounded_len) = assemble(LoopKind::Bounded { frames: 8 });
+        assert_eq!((calls, callbacks), (1, 0));
+        assert!(
+            bpf_loop_len < 400 && bounded_len < 400,
+            "{bpf_loop_len} {bounded_len}"
+        );
+    }
+}

@@ -1,0 +1,17 @@
+//! User-stack unwinding without frame pointers, from the binaries' own call
+//! frame information (`docs/unwinding.md`).
+//!
+//! Stages: an ELF file → [`cfi`] (gimli reads `.eh_frame`/`.debug_frame`) →
+//! [`table`] (sorted, merged [`rules::Row`]s) → [`manager`] (one table per
+//! build id, placed in the BPF maps of [`maps`], process mappings from
+//! [`proc_maps`]) → [`bpf`], the BPF functions that walk a stack with them.
+
+mod alloc;
+pub mod bpf;
+pub mod cfi;
+pub mod manager;
+pub mod maps;
+pub mod proc_maps;
+pub mod rules;
+pub mod sampler;
+pub mod table;

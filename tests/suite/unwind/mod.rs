@@ -1,0 +1,9 @@
+//! User-stack unwinding from `.eh_frame`: tables against readelf, and the
+//! BPF unwinder on the real kernel against `perf --call-graph dwarf`.
+
+mod cost;
+mod kernel;
+mod proof;
+mod readelf;
+mod tables;
+mod workloads;

@@ -1,0 +1,115 @@
+//! The unwinding workloads, built for the tests: C without frame pointers,
+//! a shared library for `dlopen`, and a Rust release binary.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+use crate::common::scratch_dir;
+
+/// C flags of every unwinding workload: optimised, no frame pointers.
+pub const NO_FP_CFLAGS: &[&str] = &["-O2", "-fomit-frame-pointer", "-g"];
+
+static BUILD_LOCK: Mutex<()> = Mutex::new(());
+
+fn source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/unwind")
+        .join(name)
+}
+
+/// Builds `tests/data/unwind/<src>` into `<out>` with `compiler flags... -o
+/// OUT SRC tail...`, unless the output is newer than the source and
+/// `spin.h`; returns the output path.
+#[track_caller]
+fn build(src: &str, out: &str, compiler: &str, flags: &[&str], tail: &[&str]) -> PathBuf {
+    let src = source(src);
+    let out = scratch_dir("unwind").join(out);
+    let _guard = BUILD_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let newest_input = modified(&src).max(modified(&source("spin.h")));
+    if matches!((modified(&out), newest_input), (Some(o), Some(s)) if o >= s) {
+        return out;
+    }
+    // Build to a private name and rename, so no test sees a partial file.
+    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
+    let result = Command::new(compiler)
+        .args(flags)
+        .arg("-o")
+        .arg(&tmp)
+        .arg(&src)
+        .args(tail)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
+    assert!(
+        result.status.success(),
+        "building {} failed:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&result.stderr)
+    );
+    std::fs::rename(&tmp, &out).unwrap_or_else(|e| panic!("rename {}: {e}", tmp.display()));
+    out
+}
+
+/// `chain.c`: main → a → b → c, spinning in c, built without frame pointers.
+#[track_caller]
+pub fn c_chain() -> PathBuf {
+    build("chain.c", "chain", "cc", NO_FP_CFLAGS, &[])
+}
+
+/// `chain.c` built with frame pointers, where both unwinders find every frame.
+#[track_caller]
+pub fn c_chain_with_frame_pointers() -> PathBuf {
+    build(
+        "chain.c",
+        "chain_fp",
+        "cc",
+        &["-O2", "-fno-omit-frame-pointer"],
+        &[],
+    )
+}
+
+/// `chain.rs` built with `rustc -C opt-level=2`.
+#[track_caller]
+pub fn rust_chain() -> PathBuf {
+    build("chain.rs", "chain_rs", "rustc", &["-C", "opt-level=2"], &[])
+}
+
+/// `spin_lib.c` as a shared library without frame pointers.
+#[track_caller]
+pub fn spin_lib() -> PathBuf {
+    let flags = [NO_FP_CFLAGS, &["-shared", "-fPIC"]].concat();
+    build("spin_lib.c", "libspin.so", "cc", &flags, &[])
+}
+
+/// `dlopen_main.c`: loads [`spin_lib`] when told to, then spins in it.
+#[track_caller]
+pub fn dlopen_main() -> PathBuf {
+    build(
+        "dlopen_main.c",
+        "dlopen_main",
+        "cc",
+        NO_FP_CFLAGS,
+        &["-ldl"],
+    )
+}
+
+/// The C library the workloads run with.
+pub fn libc_path() -> PathBuf {
+    PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6")
+}
+
+/// The largest shared library of the Rust toolchain (rustc's driver,
+/// ~150 MB), or `None` when the toolchain has none.
+pub fn large_binary() -> Option<PathBuf> {
+    let out = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()?;
+    let lib = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim()).join("lib");
+    std::fs::read_dir(lib)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().contains("librustc_driver"))
+        .max_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+}
