@@ -6,7 +6,8 @@
 use super::{Aggregation, Entry, Kind, Site, Written};
 use crate::frontend::ast::{Expr, ExprKind};
 use crate::frontend::check::Checker;
-use crate::frontend::checked::{AggFunc, TExpr};
+use crate::frontend::checked::TExpr;
+use crate::vocab::AggFunc;
 
 /// An aggregation of one integer argument (`count` takes none).
 pub struct Aggregate(pub AggFunc);

@@ -27,9 +27,10 @@ use crate::codegen::lower::{Lowerer, Value};
 use crate::frontend::ast::{Expr, Span};
 use crate::frontend::check::Checker;
 use crate::frontend::check_record::RecordItems;
-use crate::frontend::checked::{AggFunc, TCall, TExpr, TExprKind};
+use crate::frontend::checked::{TCall, TExpr, TExprKind};
 use crate::frontend::types::Type;
 use crate::output::printer::{Printed, Printer};
+use crate::vocab::AggFunc;
 use crate::vocab::BuiltinMessage;
 
 pub(crate) use crate::vocab::BuiltinId;

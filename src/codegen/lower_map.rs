@@ -4,9 +4,11 @@
 use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
-use crate::frontend::checked::{AggFunc, MapRef, TExpr};
+use crate::frontend::checked::{MapRef, TExpr};
 use crate::frontend::types::Type;
-use crate::vocab::{BuiltinId, BuiltinMessage, MapId, Message, MessageId, hist::HIST_MAX_LOG2};
+use crate::vocab::{
+    AggFunc, BuiltinId, BuiltinMessage, MapId, Message, MessageId, hist::HIST_MAX_LOG2,
+};
 
 impl Lowerer<'_> {
     /// Build the key of `map` in a frame buffer, with a histogram bucket after it.

@@ -1,7 +1,7 @@
 //! Map layouts: how each script map and the internal maps are stored.
 
 use crate::codegen::glob_nfa::{GlobSet, LANE_TABLE_BYTES};
-use crate::frontend::checked::{AggFunc, CheckedProgram, MapDecl, MapValueKind, StackKind};
+use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind, StackKind};
 use crate::frontend::options::UserStacks;
 use crate::frontend::types::{KernelPtr, Type};
 use crate::vocab::{
@@ -194,24 +194,9 @@ fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
     let key_bytes = decl.key.as_ref().map_or(0, |k| k.size());
     let (value, value_size, bucketed) = match &decl.value {
         MapValueKind::Plain(ty) => (MapValue::Plain(ty.layout()), ty.size(), false),
-        MapValueKind::Aggregate(agg) => match agg {
-            AggFunc::Count => (MapValue::Count, 8, false),
-            AggFunc::Sum => (MapValue::Sum, 8, false),
-            AggFunc::Min => (MapValue::Min, 16, false),
-            AggFunc::Max => (MapValue::Max, 16, false),
-            AggFunc::Avg => (MapValue::Avg, 16, false),
-            AggFunc::Stats => (MapValue::Stats, 16, false),
-            AggFunc::Hist => (MapValue::Hist, 8, true),
-            AggFunc::Lhist { min, max, step } => (
-                MapValue::Lhist {
-                    min: *min,
-                    max: *max,
-                    step: *step,
-                },
-                8,
-                true,
-            ),
-        },
+        MapValueKind::Aggregate(agg) => {
+            (MapValue::Aggregate(*agg), agg.value_size(), agg.bucketed())
+        }
     };
     let per_cpu = matches!(decl.value, MapValueKind::Aggregate(_)) && !decl.read_in_kernel;
     // A map without keys still needs a key: a single zero u64.

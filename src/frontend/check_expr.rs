@@ -8,7 +8,7 @@ use crate::frontend::check_kernel::is_args;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
 use crate::frontend::types::{STRING_LEN, Type};
-use crate::vocab::{Context, FieldKind};
+use crate::vocab::{AggFunc, Context, FieldKind};
 
 impl Checker<'_> {
     /// An expression used as a truth value.

@@ -8,7 +8,7 @@ use crate::frontend::ast::{BinOp, Span, UnOp};
 use crate::frontend::options::TaskFilter;
 use crate::frontend::options::{PmuCounter, UserStacks};
 use crate::frontend::types::Type;
-use crate::vocab::{ArgRead, AttachPoint, BuiltinId, TracepointField};
+use crate::vocab::{AggFunc, ArgRead, AttachPoint, BuiltinId, TracepointField};
 
 /// Only the checker builds this (fields are public for reading).
 #[derive(Clone, Debug)]
@@ -129,33 +129,6 @@ pub struct MapDecl {
 pub enum MapValueKind {
     Plain(Type),
     Aggregate(AggFunc),
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AggFunc {
-    Count,
-    Sum,
-    Min,
-    Max,
-    Avg,
-    Stats,
-    Hist,
-    Lhist { min: i64, max: i64, step: i64 },
-}
-
-impl AggFunc {
-    pub fn name(self) -> &'static str {
-        match self {
-            AggFunc::Count => "count",
-            AggFunc::Sum => "sum",
-            AggFunc::Min => "min",
-            AggFunc::Max => "max",
-            AggFunc::Avg => "avg",
-            AggFunc::Stats => "stats",
-            AggFunc::Hist => "hist",
-            AggFunc::Lhist { .. } => "lhist",
-        }
-    }
 }
 
 #[derive(Clone, Debug)]

@@ -46,26 +46,64 @@ pub struct ScriptMap {
     pub value: MapValue,
 }
 
-/// What a map's values mean. Aggregations are stored per CPU and combined in
-/// user space.
+/// What a map's values mean.
 #[derive(Clone, Debug, PartialEq)]
 pub enum MapValue {
+    /// Values as assigned.
     Plain(ValueType),
-    /// u64 per CPU, summed.
+    /// Aggregated values, stored per CPU (unless a probe reads them) and
+    /// combined in user space.
+    Aggregate(AggFunc),
+}
+
+/// An aggregation (`@m[k] = count()`), which fixes the layout of the map's
+/// values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggFunc {
+    /// u64, summed over CPUs.
     Count,
-    /// i64 per CPU, summed.
+    /// i64, summed over CPUs.
     Sum,
-    /// {value i64, set u64} per CPU.
+    /// {value i64, set u64}.
     Min,
     Max,
-    /// {count u64, total i64} per CPU.
+    /// {count u64, total i64}.
     Avg,
     Stats,
-    /// The key gains a trailing u64 bucket index; the value is a per-CPU u64 count.
+    /// The key gains a trailing u64 bucket index; the value is a u64 count.
     Hist,
     Lhist {
         min: i64,
         max: i64,
         step: i64,
     },
+}
+
+impl AggFunc {
+    /// The function's name in scripts.
+    pub fn name(self) -> &'static str {
+        match self {
+            AggFunc::Count => "count",
+            AggFunc::Sum => "sum",
+            AggFunc::Min => "min",
+            AggFunc::Max => "max",
+            AggFunc::Avg => "avg",
+            AggFunc::Stats => "stats",
+            AggFunc::Hist => "hist",
+            AggFunc::Lhist { .. } => "lhist",
+        }
+    }
+
+    /// Bytes of one value (of one CPU's, in a per-CPU map).
+    pub fn value_size(self) -> u32 {
+        match self {
+            AggFunc::Count | AggFunc::Sum | AggFunc::Hist | AggFunc::Lhist { .. } => 8,
+            AggFunc::Min | AggFunc::Max | AggFunc::Avg | AggFunc::Stats => 16,
+        }
+    }
+
+    /// Whether keys gain a bucket index (histograms).
+    pub fn bucketed(self) -> bool {
+        matches!(self, AggFunc::Hist | AggFunc::Lhist { .. })
+    }
 }

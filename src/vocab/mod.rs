@@ -23,7 +23,7 @@ pub use context::{ArgRead, BtfArg, Context, FieldKind, TracepointField, UsdtArgS
 pub use globals::{GLOBAL_SLOTS, GlobalSlot, ProbeState};
 pub use layout::ValueType;
 pub use machine::{Environment, FunctionTarget, UsdtTarget};
-pub use maps::{MapId, MapKind, MapSpec, MapValue, ScriptMap};
+pub use maps::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
 pub use messages::{
     BUILD_ID_FRAME_BYTES, BuiltinId, BuiltinMessage, MAX_STACK_DEPTH, Message, MessageId,
     record_header,
