@@ -102,7 +102,7 @@ impl Site<'_> {
     /// The checked use: a [`TCall`] of this built-in with `args`, of type `ty`.
     pub(crate) fn value(&self, args: Vec<TExpr>, ty: Type) -> TExpr {
         TExpr {
-            kind: TExprKind::Call(TCall::new(self.id, args)),
+            kind: TExprKind::Call(Box::new(TCall::new(self.id, args))),
             ty,
             span: self.span,
         }

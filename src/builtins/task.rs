@@ -6,7 +6,7 @@ use crate::codegen::helpers::{GET_CURRENT_COMM, GET_CURRENT_PID_TGID, GET_CURREN
 use crate::codegen::ir::{AluOp, Arg, Inst};
 use crate::codegen::lower::{Lowerer, Value};
 use crate::frontend::check::Checker;
-use crate::frontend::checked::{TCall, TExpr, TExprKind};
+use crate::frontend::checked::{TCall, TExpr};
 use crate::frontend::types::{COMM_LEN, Type};
 use crate::vocab::GlobalSlot;
 
@@ -80,11 +80,7 @@ pub struct Curtask;
 impl Expression for Curtask {
     fn check(&self, cx: &mut Checker, site: &Site) -> Option<TExpr> {
         let ty = cx.current_task_type(site.span)?;
-        Some(TExpr {
-            kind: TExprKind::Call(TCall::new(site.id, Vec::new())),
-            ty,
-            span: site.span,
-        })
+        Some(site.value(Vec::new(), ty))
     }
 
     fn lower(&self, cx: &mut Lowerer, _call: &TCall, _ty: &Type) -> Value {

@@ -116,7 +116,7 @@ impl Expression for Strncmp {
         let mut call = TCall::new(site.id, vec![lhs, rhs]);
         call.consts = vec![(*limit).min(u64::from(u32::MAX))];
         Some(TExpr {
-            kind: TExprKind::Call(call),
+            kind: TExprKind::Call(Box::new(call)),
             ty: Type::I64,
             span: site.span,
         })

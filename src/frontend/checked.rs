@@ -236,7 +236,7 @@ pub enum TExprKind {
     Int(u64),
     Str(String),
     /// A built-in value (`pid`, `str(p)`, `selected(task)`).
-    Call(TCall),
+    Call(Box<TCall>),
     /// A probe argument (`argN`, `retval`, a `tp_btf` argument), read as its
     /// provider says.
     Arg(ArgRead),
