@@ -27,6 +27,11 @@ Captures (record blocks `< ... >` and spans write wprof.data):
   wprof -R -I -D wprof.data                # what a capture holds
   wprof -R -J - -n 'my-prog*'              # NDJSON of one program's events
 
+Profiles (flame graphs, pprof, a per-thread wall-clock report):
+  wprof -S -d 5s --flamegraph wall.svg --report -      # on- and off-CPU time of every thread
+  wprof -R --pprof cpu.pb.gz --profile cpu -p 1234     # from an existing capture
+  wprof profile -F 99 -p 1234 -d 10s -o profile.svg    # bcc profile-like front door
+
 System tracking (built-in trackers; no script needed):
   wprof -d1000 -T trace.pb                 # 1 s of scheduling, wakeups, task life, IRQs
   wprof -S -f wq -N 'kworker*' -d 5s -T trace.pb
@@ -152,6 +157,10 @@ pub struct Cli {
     /// Replay up to this time after the capture's start.
     #[arg(long = "replay-end", value_name = "DURATION", value_parser = parse_duration)]
     pub replay_end: Option<Duration>,
+
+    /// Profiles, the wall-clock report and metrics.
+    #[command(flatten)]
+    pub profile: crate::cli_profile::ProfileArgs,
 
     /// Print the JSON Schema of the NDJSON output, and exit.
     #[arg(long = "json-schema")]

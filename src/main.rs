@@ -4,7 +4,6 @@ use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use wprof::capture::model::RecordOrigin;
 use wprof::cli::Cli;
 use wprof::codegen::listing::render_listing;
@@ -25,7 +24,7 @@ use wprof::runtime::targets::{features, tracefs};
 const DEFAULT_CAPTURE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = wprof::front_door::parse_command_line();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Script(errors)) => {

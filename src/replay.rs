@@ -8,9 +8,15 @@ use wprof::capture::model::{CaptureInfo, CaptureStats, DropReason};
 use wprof::capture::reader::CaptureReader;
 use wprof::cli::{Cli, task_filter_from_args};
 use wprof::driver::Source;
-use wprof::render::filter::{Filter, TaskSelector};
+use wprof::frontend::options::TaskFilter;
+use wprof::render::filter::{Filter, TaskSelector, descendants};
+use wprof::render::flamegraph::FlameGraph;
+use wprof::render::folded::FoldedStacks;
+use wprof::render::metrics::Metrics;
 use wprof::render::ndjson::Ndjson;
 use wprof::render::perfetto::Perfetto;
+use wprof::render::pprof::Pprof;
+use wprof::render::report::{Report, ReportJson};
 use wprof::render::summary::Summary;
 use wprof::render::{Capture, Captures, Destination, Render, RenderError};
 
@@ -28,7 +34,7 @@ struct OutputKind {
 }
 
 /// Every output, in the order they are written. A new output is one entry.
-const OUTPUTS: [OutputKind; 3] = [
+const OUTPUTS: [OutputKind; 9] = [
     OutputKind {
         flag: "-T",
         example: " trace.pb",
@@ -46,6 +52,66 @@ const OUTPUTS: [OutputKind; 3] = [
         example: "",
         asked: |cli| cli.summary.then_some(Path::new("-")),
         renderer: |_| Box::new(Summary::default()),
+    },
+    OutputKind {
+        flag: "--folded",
+        example: " out.folded",
+        asked: |cli| cli.profile.outputs.folded.as_deref(),
+        renderer: |cli| {
+            Box::new(FoldedStacks {
+                options: cli.profile.profile_options(),
+            })
+        },
+    },
+    OutputKind {
+        flag: "--flamegraph",
+        example: " out.svg",
+        asked: |cli| cli.profile.flamegraph.as_deref(),
+        renderer: |cli| {
+            Box::new(FlameGraph {
+                options: cli.profile.profile_options(),
+            })
+        },
+    },
+    OutputKind {
+        flag: "--pprof",
+        example: " out.pb.gz",
+        asked: |cli| cli.profile.outputs.pprof.as_deref(),
+        renderer: |cli| {
+            Box::new(Pprof {
+                options: cli.profile.profile_options(),
+            })
+        },
+    },
+    OutputKind {
+        flag: "--report",
+        example: " -",
+        asked: |cli| cli.profile.outputs.report.as_deref(),
+        renderer: |cli| {
+            Box::new(Report {
+                options: cli.profile.report_options(),
+            })
+        },
+    },
+    OutputKind {
+        flag: "--report-json",
+        example: " report.json",
+        asked: |cli| cli.profile.outputs.report_json.as_deref(),
+        renderer: |cli| {
+            Box::new(ReportJson {
+                options: cli.profile.report_options(),
+            })
+        },
+    },
+    OutputKind {
+        flag: "--metrics",
+        example: " metrics.json",
+        asked: |cli| cli.profile.metrics.as_deref(),
+        renderer: |cli| {
+            Box::new(Metrics {
+                options: cli.profile.metrics_options(),
+            })
+        },
     },
 ];
 
@@ -126,13 +192,40 @@ fn capture_filter(
     };
     let recorded = task_filter_from_args(&reader.info().settings.filters)
         .map_err(|e| error(format!("bad saved filter: {e}")))?;
-    let tasks = [recorded, cli.task_filter()]
+    let mut filters = vec![recorded, cli.task_filter()];
+    if cli.profile.only_command {
+        filters.push(command_tree(cli, reader).map_err(error)?);
+    }
+    let tasks = filters
         .iter()
         .filter(|f| !f.is_empty())
         .map(TaskSelector::new)
         .collect::<Result<_, _>>()
         .map_err(error)?;
     Ok(Filter { tasks, ..window })
+}
+
+/// `--only-command`: the processes of the command this wprof ran, found by
+/// their parent pid (this process) and their descendants'.
+fn command_tree(cli: &Cli, reader: &CaptureReader) -> Result<TaskFilter, String> {
+    if cli.replay {
+        return Err(
+            "--only-command applies to the command a capture runs; at replay select \
+                    its processes with -p or -n"
+                .into(),
+        );
+    }
+    if cli.command.is_none() && cli.command_args.is_empty() {
+        return Err("--only-command needs a command to run (-c or after --)".into());
+    }
+    let pids = descendants(reader.threads(), std::process::id());
+    if pids.is_empty() {
+        return Err("the command's processes do not appear in the capture".into());
+    }
+    Ok(TaskFilter {
+        pids,
+        ..TaskFilter::default()
+    })
 }
 
 /// What a capture made now by this command line says about itself (start

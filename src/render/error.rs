@@ -6,6 +6,7 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::capture::format::CaptureError;
+use crate::render::profile::ProfileError;
 
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
 pub enum RenderError {
@@ -40,6 +41,9 @@ pub enum RenderError {
         #[source]
         source: io::Error,
     },
+    /// The profile asked for cannot be made from the capture.
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
     /// The output cannot be made from the captures given.
     #[error("{output} {problem}")]
     Captures {

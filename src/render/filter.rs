@@ -119,6 +119,25 @@ impl TaskSelector {
     }
 }
 
+/// The processes descended from process `ancestor` (children first seen
+/// with it as their parent, their children, …), by the parent pids of the
+/// capture's threads; `ancestor` itself is not one.
+pub fn descendants(threads: &[Thread], ancestor: u32) -> Vec<u32> {
+    let mut found: Vec<u32> = Vec::new();
+    let mut frontier = vec![ancestor];
+    while let Some(parent) = frontier.pop() {
+        for thread in threads {
+            let child = thread.pid;
+            if thread.ppid == parent && child != ancestor && !found.contains(&child) {
+                found.push(child);
+                frontier.push(child);
+            }
+        }
+    }
+    found.sort_unstable();
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,6 +236,25 @@ mod tests {
             ..Filter::default()
         };
         assert!(!none.keeps(&event(15), &capture));
+    }
+
+    /// Descendants follow parent pids down the generations, and only them.
+    #[test]
+    fn finds_descendants() {
+        let mut capture = FakeCapture::new();
+        for (tid, pid, ppid) in [
+            (10, 10, 1),
+            (11, 11, 10),
+            (12, 11, 10),
+            (13, 13, 11),
+            (20, 20, 1),
+        ] {
+            let id = capture.add_thread(tid, pid, "t", "p");
+            capture.threads[id.0 as usize].ppid = ppid;
+        }
+        assert_eq!(descendants(&capture.threads, 10), [11, 13]);
+        assert_eq!(descendants(&capture.threads, 1), [10, 11, 13, 20]);
+        assert!(descendants(&capture.threads, 99).is_empty());
     }
 
     /// An event naming another thread is kept when either thread is selected.

@@ -12,9 +12,19 @@
 pub mod captures;
 pub mod error;
 pub mod filter;
+pub mod flamegraph;
+pub mod folded;
+pub mod format;
+pub mod frames;
+pub mod metrics;
 pub mod ndjson;
 pub mod output;
 pub mod perfetto;
+pub mod pprof;
+pub mod profile;
+pub mod recorded;
+pub mod report;
+pub mod sched;
 pub mod source;
 pub mod summary;
 #[cfg(test)]

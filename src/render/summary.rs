@@ -1,15 +1,17 @@
 //! Summary renderer (`-I`): a [`Capture`] → aligned text saying how the capture was made (command line and system-tracking
-//! settings), where, when and for how long, what it holds after the filter
-//! (events per record, script's and trackers', threads, processes, stacks),
-//! what was dropped, and whether the file is damaged.
+//! settings, the off-CPU stack threshold), where, when and for how long, what
+//! it holds after the filter (events per record, script's and trackers',
+//! threads, processes, stacks: counted by `render::metrics`, as every other
+//! output counts them), what was dropped, and whether the file is damaged.
 
-use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::ops::ControlFlow;
 
 use crate::capture::format::CaptureError;
-use crate::capture::model::{DropReason, Event, RecordKind, RecordOrigin};
-use crate::render::filter::{Filter, TaskSelector};
+use crate::capture::model::{DropReason, RecordKind, RecordOrigin};
+use crate::render::filter::Filter;
+use crate::render::format::{describe_filter, seconds};
+use crate::render::metrics::{Measurement, measure};
+use crate::render::recorded::RecordedStacks;
 use crate::render::source::CaptureSource;
 use crate::render::{Capture, Captures, Destination, Output, Render, RenderError};
 
@@ -43,66 +45,6 @@ impl Render for Summary {
     }
 }
 
-/// What the summary counts while reading events; its size does not depend on
-/// the number of events.
-#[derive(Default)]
-struct Counts {
-    /// Kept events by `RecordId`; the extra last slot is for unknown records.
-    per_probe: Vec<u64>,
-    /// Summed span durations by `RecordId`.
-    span_ns: Vec<u64>,
-    kept: u64,
-    read: u64,
-    threads: Vec<bool>,
-    pids: BTreeSet<u32>,
-    stacks: Vec<bool>,
-    first_ns: Option<u64>,
-    last_ns: u64,
-}
-
-impl Counts {
-    fn add(&mut self, event: &Event, pid: u32) {
-        let probe = (event.record.0 as usize).min(self.per_probe.len() - 1);
-        self.per_probe[probe] += 1;
-        self.span_ns[probe] += event.duration_ns.unwrap_or(0);
-        self.kept += 1;
-        mark(&mut self.threads, event.thread.0);
-        if let Some(stack) = event.stack {
-            mark(&mut self.stacks, stack.0);
-        }
-        self.pids.insert(pid);
-        self.first_ns.get_or_insert(event.ts_ns);
-        self.last_ns = event.ts_ns;
-    }
-}
-
-fn mark(seen: &mut Vec<bool>, index: u32) {
-    let index = index as usize;
-    if index >= seen.len() {
-        seen.resize(index + 1, false);
-    }
-    seen[index] = true;
-}
-
-fn count(source: &dyn CaptureSource, filter: &Filter) -> (Counts, Result<(), CaptureError>) {
-    let probes = source.schemas().len() + 1;
-    let mut counts = Counts {
-        per_probe: vec![0; probes],
-        span_ns: vec![0; probes],
-        threads: vec![false; source.threads().len()],
-        stacks: vec![false; source.stacks_len()],
-        ..Counts::default()
-    };
-    let read = source.for_each_event(&mut |event| {
-        counts.read += 1;
-        if filter.keeps(event, source) {
-            counts.add(event, source.thread(event.thread).pid);
-        }
-        ControlFlow::Continue(())
-    });
-    (counts, read)
-}
-
 /// Writes the summary of `capture` (events as its filter keeps them). A
 /// read failure part way through is reported in the text and then returned.
 fn write_summary(
@@ -111,11 +53,11 @@ fn write_summary(
     out: &mut Output<'_>,
 ) -> Result<(), RenderError> {
     let source = capture.source;
-    let (counts, read) = count(source, &capture.filter);
+    let (measurement, read) = measure(capture);
     let mut text = String::new();
     write_description(&mut text, source, options.utc_offset_s);
     write_damage(&mut text, source, read.as_ref().err());
-    write_contents(&mut text, source, &capture.filter, &counts);
+    write_contents(&mut text, source, &capture.filter, &measurement);
     write_drops(&mut text, source);
     out.write_all(text.as_bytes())?;
     out.flush()?;
@@ -161,6 +103,14 @@ fn write_settings(text: &mut String, source: &dyn CaptureSource) {
     };
     row(text, "features", list(&settings.features));
     row(text, "stacks", list(&settings.stacks));
+    let recorded = RecordedStacks::of(settings);
+    if recorded.offcpu.is_some() {
+        row(
+            text,
+            "off-CPU",
+            format!("stacks of {}", recorded.describe_offcpu()),
+        );
+    }
     row(text, "pmu", list(&settings.pmu));
     row(text, "filters", list(&settings.filters));
     let spec = |spec: &Option<String>| spec.clone().unwrap_or_else(|| "none".to_owned());
@@ -193,11 +143,12 @@ fn write_damage(text: &mut String, source: &dyn CaptureSource, read: Option<&Cap
     }
 }
 
-fn write_contents(text: &mut String, source: &dyn CaptureSource, filter: &Filter, c: &Counts) {
+fn write_contents(text: &mut String, source: &dyn CaptureSource, filter: &Filter, m: &Measurement) {
     text.push('\n');
     if let Some(description) = describe_filter(filter) {
         row(text, "filter", description);
     }
+    let c = &m.contents;
     let recorded = source.stats().map(|stats| stats.events);
     let events = match recorded {
         Some(recorded) => format!("{} kept of {recorded} recorded", c.kept),
@@ -212,32 +163,34 @@ fn write_contents(text: &mut String, source: &dyn CaptureSource, filter: &Filter
         );
         row(text, "", span);
     }
-    write_probes(text, source, c);
-    let threads = c.threads.iter().filter(|&&seen| seen).count();
+    write_probes(text, source, m);
     let processes = plural(c.pids.len(), "process", "processes");
-    row(text, "threads", format!("{threads} in {processes}"));
-    let stacks = c.stacks.iter().filter(|&&seen| seen).count();
+    row(text, "threads", format!("{} in {processes}", c.threads));
     row(
         text,
         "stacks",
-        format!("{stacks} used of {} in the capture", source.stacks_len()),
+        format!(
+            "{} used of {} in the capture",
+            c.stacks_used,
+            source.stacks_len()
+        ),
     );
 }
 
-fn write_probes(text: &mut String, source: &dyn CaptureSource, c: &Counts) {
+fn write_probes(text: &mut String, source: &dyn CaptureSource, m: &Measurement) {
     let schemas = source.schemas();
     let header = ["id", "name", "kind", "events", "span time", "from", "probe"];
     let mut rows: Vec<[String; 7]> = vec![header.map(String::from)];
-    for (id, schema) in schemas.iter().enumerate() {
+    for ((id, schema), stats) in schemas.iter().enumerate().zip(&m.records) {
         let (kind, time) = match schema.kind {
             RecordKind::Instant => ("instant", String::new()),
-            RecordKind::Span => ("span", seconds(c.span_ns[id])),
+            RecordKind::Span => ("span", seconds(stats.span_ns)),
         };
         let from = match schema.origin {
             RecordOrigin::Script => "script",
             RecordOrigin::Tracker => "tracker",
         };
-        let (name, events) = (schema.name.clone(), c.per_probe[id].to_string());
+        let (name, events) = (schema.name.clone(), stats.count.to_string());
         let probe = schema.probe.clone();
         let row = [
             id.to_string(),
@@ -250,7 +203,7 @@ fn write_probes(text: &mut String, source: &dyn CaptureSource, c: &Counts) {
         ];
         rows.push(row);
     }
-    let unknown = c.per_probe[schemas.len()];
+    let unknown = m.contents.unknown_records;
     if unknown > 0 {
         let mut unknown_row = ["?", "(unknown)", "", "", "", "", ""].map(String::from);
         unknown_row[3] = unknown.to_string();
@@ -292,28 +245,9 @@ fn write_drops(text: &mut String, source: &dyn CaptureSource) {
     }
 }
 
-fn describe_filter(filter: &Filter) -> Option<String> {
-    let mut parts = Vec::new();
-    match (filter.start_ns, filter.end_ns) {
-        (None, None) => {}
-        (start, end) => parts.push(format!(
-            "from {} to {}",
-            seconds(start.unwrap_or(0)),
-            end.map_or("the end".to_owned(), seconds)
-        )),
-    }
-    parts.extend(filter.tasks.iter().filter_map(TaskSelector::describe));
-    (!parts.is_empty()).then(|| parts.join("; "))
-}
-
 /// `1 process`, `2 processes`.
 fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
-}
-
-/// `1.234567 s`: microseconds are enough for people.
-fn seconds(ns: u64) -> String {
-    format!("{}.{:06} s", ns / 1_000_000_000, ns % 1_000_000_000 / 1_000)
 }
 
 /// `2026-06-10 14:30:00.123 +02:00`.
@@ -369,6 +303,7 @@ fn local_utc_offset_s(unix_s: i64) -> i64 {
 mod tests {
     use super::*;
     use crate::frontend::options::TaskFilter;
+    use crate::render::filter::TaskSelector;
     use crate::render::source::FakeCapture;
 
     /// The summary in a time zone `utc_offset_s` away from UTC, and how it ended.
@@ -431,6 +366,18 @@ mod tests {
     fn summary_of_system_capture() {
         let (capture, _) = crate::render::system_fixture::system();
         insta::assert_snapshot!(summary(&capture, &Filter::default()));
+    }
+
+    /// The off-CPU stack threshold of `-S offcpu=DUR` is shown with the stacks.
+    #[test]
+    fn summary_shows_the_offcpu_threshold() {
+        let mut capture = FakeCapture::sample();
+        capture.info.settings.stacks = vec!["timer=99hz".into(), "offcpu=1ms".into()];
+        let text = summary(&capture, &Filter::default());
+        assert!(
+            text.contains("\noff-CPU     stacks of blocks of at least 1ms\n"),
+            "{text}"
+        );
     }
 
     /// Dates around epochs, leap days and centuries.

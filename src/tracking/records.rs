@@ -229,6 +229,44 @@ pub fn reading(event: &Event, field: &PmuField) -> Option<Reading> {
     })
 }
 
+/// A count over an interval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delta {
+    pub count: u64,
+    /// Either end was multiplexed, so the count is an estimate.
+    pub multiplexed: bool,
+}
+
+pub fn delta(start: Reading, end: Reading) -> Delta {
+    Delta {
+        count: end.scaled.saturating_sub(start.scaled),
+        multiplexed: start.multiplexed || end.multiplexed,
+    }
+}
+
+/// The readings at the last switch on each CPU, by counter.
+#[derive(Debug, Default)]
+pub struct SwitchReadings {
+    cpus: Vec<Vec<Option<Reading>>>,
+}
+
+impl SwitchReadings {
+    /// Stores `now` for `cpu` and `counter`, returning the count since the
+    /// previous switch there.
+    pub fn exchange(&mut self, cpu: u32, counter: usize, now: Reading) -> Option<Delta> {
+        let cpu = cpu as usize;
+        if self.cpus.len() <= cpu {
+            self.cpus.resize_with(cpu + 1, Vec::new);
+        }
+        let readings = &mut self.cpus[cpu];
+        if readings.len() <= counter {
+            readings.resize(counter + 1, None);
+        }
+        let before = readings[counter].replace(now)?;
+        Some(delta(before, now))
+    }
+}
+
 /// A tracker record's layout.
 #[derive(Clone, Debug)]
 pub struct TrackerSchema {
@@ -568,5 +606,22 @@ mod tests {
         };
         let reading = reading(&event, &field).expect("integers");
         assert_eq!((reading.scaled, reading.multiplexed), (400, true));
+    }
+
+    /// Deltas are between consecutive switches on one CPU, flagged when
+    /// either reading was multiplexed.
+    #[test]
+    fn deltas_between_switches() {
+        let mut readings = SwitchReadings::default();
+        let at = |scaled, multiplexed| Reading {
+            scaled,
+            multiplexed,
+        };
+        assert_eq!(readings.exchange(1, 0, at(100, false)), None);
+        let d = readings
+            .exchange(1, 0, at(150, true))
+            .expect("a previous one");
+        assert_eq!((d.count, d.multiplexed), (50, true));
+        assert_eq!(readings.exchange(0, 0, at(7, false)), None);
     }
 }

@@ -7,6 +7,7 @@ mod capture;
 mod dump;
 mod errors;
 mod load;
+mod profiles;
 mod records;
 mod replay;
 mod system;

@@ -47,7 +47,6 @@ use std::collections::BinaryHeap;
 use std::ops::ControlFlow;
 use std::path::Path;
 
-use self::counters::{Delta, SwitchReadings};
 use self::encode::EventPacket;
 use self::ftrace::CompactSchedWriter;
 use self::interning::Interner;
@@ -60,6 +59,7 @@ use crate::capture::model::{Event, FieldValue, RecordKind, RecordSchema, Thread,
 use crate::render::filter::Filter;
 use crate::render::source::CaptureSource;
 use crate::render::{Capture, Captures, Destination, Output, Render, RenderError};
+use crate::tracking::records::{Delta, SwitchReadings};
 use crate::tracking::records::{TrackerSchema, Trackers};
 
 /// The one `trusted_packet_sequence_id` of the trace.

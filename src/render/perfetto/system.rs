@@ -18,7 +18,6 @@
 
 use std::cmp::Reverse;
 
-use super::counters::delta;
 use super::ftrace::{Switch, Waking};
 use super::proto::{self, AnnotationValue};
 use super::sched::{OnCpu, Wake};
@@ -26,6 +25,7 @@ use super::tracks::Names;
 use super::{Emit, RenderError, Renderer};
 use crate::capture::model::{Event, RecordSchema, ThreadId};
 use crate::render::tracker::{reported_state, softirq_name, state_letter};
+use crate::tracking::records::delta;
 use crate::tracking::records::{Field, Kind, TrackerSchema, reading};
 
 /// `next_prio` when a switch lacks it: the default nice 0 priority.

@@ -1,0 +1,284 @@
+//! `wprof profile`: the front door for users of bcc `profile` and of the
+//! wall-clock profiler — profile a command or a process for a while and
+//! write its flame graph, with the options they know.
+//!
+//! Input: the command line. A first argument `profile` makes the rest a
+//! [`ProfileCommand`], rewritten into the equivalent main command line
+//! ([`ProfileCommand::main_args`]: `-S timer=…hz -S offcpu`, filters, the
+//! outputs, `--only-command -- CMD`), which `--explain` prints; anything
+//! else is the main command line. Output: the [`Cli`] wprof runs.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::cli::Cli;
+use crate::cli_profile::ProfileOutputs;
+use crate::render::format::whole_duration;
+use crate::tracking::when::parse_duration;
+
+/// The subcommand word.
+pub const PROFILE: &str = "profile";
+
+/// Profile a command or a process: on- and off-CPU stacks, then a flame graph.
+#[derive(Debug, Parser)]
+#[command(
+    name = "wprof profile",
+    bin_name = "wprof profile",
+    after_help = "Examples:
+  wprof profile -- ./my-program arg        # wall-clock flame graph of a command: profile.svg
+  wprof profile -p 1234 -d 10s -F 99 -o p.svg --report -
+  wprof profile -d 5s -U --profile cpu     # bcc `profile -U -F 49 5`: whole system, user stacks
+  wprof profile --explain -p 1234          # the equivalent wprof command line"
+)]
+pub struct ProfileCommand {
+    /// On-CPU sampling frequency (bcc -F, wall-clock profiler -f).
+    #[arg(
+        short = 'F',
+        long = "frequency",
+        value_name = "HZ",
+        default_value_t = 49
+    )]
+    pub frequency: u64,
+
+    /// Profile this process (repeatable); with one, the profile ends when it exits.
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+
+    /// Profile this thread (repeatable; bcc -L).
+    #[arg(short = 'L', long = "tid", value_name = "TID")]
+    pub tids: Vec<u32>,
+
+    /// Profile threads or processes whose name matches this glob (repeatable).
+    #[arg(short = 'n', long = "name", value_name = "GLOB")]
+    pub names: Vec<String>,
+
+    /// How long: 500ms, 10s, 2m (a unit is required: bare numbers are seconds to
+    /// bcc and milliseconds to wprof).
+    #[arg(short = 'd', long = "duration", value_name = "DURATION", value_parser = parse_unit_duration)]
+    pub duration: Option<Duration>,
+
+    /// The flame graph SVG.
+    #[arg(
+        short = 'o',
+        long = "output",
+        value_name = "PATH",
+        default_value = "profile.svg"
+    )]
+    pub output: PathBuf,
+
+    #[command(flatten)]
+    pub outputs: ProfileOutputs,
+
+    /// User stacks only (bcc -U).
+    #[arg(short = 'U', long = "user-only", conflicts_with = "kernel_only")]
+    pub user_only: bool,
+
+    /// Kernel stacks only (bcc -K).
+    #[arg(short = 'K', long = "kernel-only")]
+    pub kernel_only: bool,
+
+    /// Off-CPU blocks shorter than this show without their stack (wall-clock
+    /// profiler --min-block-us, with a unit: 1000us, 1ms; their time still counts).
+    #[arg(short = 'm', long = "min-block", value_name = "DURATION", default_value = "1ms",
+          value_parser = parse_unit_duration)]
+    pub min_block: Duration,
+
+    /// One flame graph (and folded file) per thread, named by tid and name.
+    #[arg(long = "per-thread")]
+    pub per_thread: bool,
+
+    /// wall (on- and off-CPU, the default), cpu (on-CPU only, no off-CPU
+    /// stacks are recorded), offcpu or wakeup.
+    #[arg(long = "profile", value_name = "KIND", default_value = "wall",
+          value_parser = ["wall", "cpu", "offcpu", "wakeup"])]
+    pub profile: String,
+
+    /// Include the idle CPUs' samples in a system-wide profile (bcc -I).
+    #[arg(short = 'I', long = "idle")]
+    pub idle: bool,
+
+    /// The capture file written on the way.
+    #[arg(short = 'D', value_name = "PATH", default_value = "wprof.data")]
+    pub data: PathBuf,
+
+    /// Print the equivalent wprof command line, and exit.
+    #[arg(long = "explain")]
+    pub explain: bool,
+
+    /// The command to profile (with its descendants), after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+fn parse_unit_duration(text: &str) -> Result<Duration, String> {
+    if text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("give `{text}` a unit: {text}s, {text}ms"));
+    }
+    parse_duration(text)
+}
+
+impl ProfileCommand {
+    /// The main command line that does what this one asks.
+    pub fn main_args(&self) -> Vec<String> {
+        let mut args: Vec<String> = vec!["wprof".into()];
+        let mut push = |items: &[&str]| args.extend(items.iter().map(|s| s.to_string()));
+        push(&["-S", &format!("timer={}hz", self.frequency)]);
+        if self.profile != "cpu" {
+            push(&["-S", "offcpu"]);
+        }
+        // IRQ spans are not part of a profile.
+        push(&["-f", "no-hardirq", "-f", "no-softirq"]);
+        self.push_selection(&mut args);
+        self.push_outputs(&mut args);
+        if !self.command.is_empty() {
+            args.extend(["--only-command".into(), "--".into()]);
+            args.extend(self.command.iter().cloned());
+        }
+        args
+    }
+
+    /// The tasks and the time profiled.
+    fn push_selection(&self, args: &mut Vec<String>) {
+        let mut push = |flag: &str, value: String| args.extend([flag.to_owned(), value]);
+        self.pids.iter().for_each(|pid| push("-p", pid.to_string()));
+        self.tids
+            .iter()
+            .for_each(|tid| push("--tid", tid.to_string()));
+        self.names.iter().for_each(|name| push("-n", name.clone()));
+        let system_wide = self.pids.is_empty()
+            && self.tids.is_empty()
+            && self.names.is_empty()
+            && self.command.is_empty();
+        if system_wide && !self.idle {
+            args.push("--no-idle".into());
+        }
+        if let Some(duration) = self.duration {
+            let duration = whole_duration(duration.as_nanos() as u64);
+            args.extend(["-d".into(), duration]);
+        }
+    }
+
+    /// The capture, the profile and its options, and every output asked for.
+    fn push_outputs(&self, args: &mut Vec<String>) {
+        let path = |p: &PathBuf| p.display().to_string();
+        args.extend(["-D".into(), path(&self.data)]);
+        args.extend(["--profile".into(), self.profile.clone()]);
+        args.extend(["--flamegraph".into(), path(&self.output)]);
+        for (flag, value) in self.outputs.asked() {
+            args.extend([flag.to_owned(), path(value)]);
+        }
+        let min_block = whole_duration(self.min_block.as_nanos() as u64);
+        args.extend(["--min-block".into(), min_block]);
+        for (on, flag) in [
+            (self.user_only, "--user-only"),
+            (self.kernel_only, "--kernel-only"),
+            (self.per_thread, "--per-thread"),
+        ] {
+            if on {
+                args.push(flag.into());
+            }
+        }
+    }
+}
+
+/// The command line wprof runs: `wprof profile …` rewritten, or the main
+/// one. Usage errors, `--help` and `--explain` print and exit, as clap does.
+pub fn parse_command_line() -> Cli {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).is_none_or(|first| first != PROFILE) {
+        return Cli::parse_from(args);
+    }
+    let command = ProfileCommand::parse_from(&args[1..]);
+    let main = command.main_args();
+    if command.explain {
+        println!("{}", shell_words(&main));
+        std::process::exit(0);
+    }
+    Cli::parse_from(main)
+}
+
+/// `args` as a shell would need them typed: plain words as they are.
+fn shell_words(args: &[String]) -> String {
+    let plain = |arg: &str| {
+        !arg.is_empty()
+            && (arg.chars()).all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+    };
+    let words: Vec<String> = (args.iter())
+        .map(|arg| match plain(arg) {
+            true => arg.clone(),
+            false => shlex::try_quote(arg).map_or_else(|_| arg.clone(), |q| q.into_owned()),
+        })
+        .collect();
+    words.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn main_args(args: &[&str]) -> String {
+        let command =
+            ProfileCommand::try_parse_from(std::iter::once("profile").chain(args.iter().copied()))
+                .expect("parses");
+        command.main_args().join(" ")
+    }
+
+    /// bcc `profile` and wall-clock profiler options map onto the main
+    /// command, which parses.
+    #[test]
+    fn maps_onto_the_main_command() {
+        assert_eq!(
+            main_args(&[
+                "-F",
+                "99",
+                "-p",
+                "42",
+                "-d",
+                "10s",
+                "-U",
+                "-m",
+                "5ms",
+                "--per-thread"
+            ]),
+            "wprof -S timer=99hz -S offcpu -f no-hardirq -f no-softirq -p 42 -d 10s \
+             -D wprof.data --profile wall --flamegraph profile.svg --min-block 5ms \
+             --user-only --per-thread"
+        );
+        assert_eq!(
+            main_args(&["--profile", "cpu", "-d", "1s", "--folded", "-"]),
+            "wprof -S timer=49hz -f no-hardirq -f no-softirq --no-idle -d 1s -D wprof.data \
+             --profile cpu --flamegraph profile.svg --folded - --min-block 1ms"
+        );
+        let command = main_args(&["-o", "x.svg", "--", "./prog", "--flag"]);
+        assert!(
+            command.ends_with("--flamegraph x.svg --min-block 1ms --only-command -- ./prog --flag"),
+            "{command}"
+        );
+        let argv: Vec<String> = command.split(' ').map(String::from).collect();
+        let cli = Cli::try_parse_from(argv).expect("the main command parses");
+        assert!(cli.profile.only_command);
+        assert_eq!(cli.command_args, ["./prog", "--flag"]);
+    }
+
+    /// Words are quoted only when a shell needs it.
+    #[test]
+    fn quotes_for_the_shell() {
+        let args = ["-S", "timer=99hz", "-n", "my prog*", ""].map(String::from);
+        assert_eq!(shell_words(&args), "-S timer=99hz -n 'my prog*' ''");
+    }
+
+    /// A bare number of seconds is refused rather than read as milliseconds.
+    #[test]
+    fn durations_need_units() {
+        let error = ProfileCommand::try_parse_from(["profile", "-d", "30"]).expect_err("no unit");
+        assert!(
+            error.to_string().contains("give `30` a unit: 30s, 30ms"),
+            "{error}"
+        );
+        let error = ProfileCommand::try_parse_from(["profile", "-m", "1000"]).expect_err("no unit");
+        assert!(error.to_string().contains("give `1000` a unit"), "{error}");
+    }
+}

@@ -1,0 +1,302 @@
+//! The one pass over a capture's events that every metric comes from (the
+//! rules are in the parent module's docs).
+
+use std::collections::BTreeMap;
+
+use ahash::{AHashMap, AHashSet};
+
+use super::{Contents, FieldSum, FunctionTimes, Measurement, RecordStats, System, ThreadRow};
+use crate::analysis::wallclock::{SchedEvent, WallClock, Window};
+use crate::capture::model::{Event, FieldValue, RecordOrigin, StackId};
+use crate::render::Capture;
+use crate::render::frames::{Frames, StackParts};
+use crate::render::recorded::RecordedStacks;
+use crate::render::sched::{OffCpuTag, SchedFeed, latest_identities};
+use crate::tracking::records::{Kind, SwitchReadings, reading};
+
+/// What the pass accumulates; its size depends on the capture's records,
+/// threads, CPUs and distinct stacks, not on its number of events.
+pub(super) struct Scanner<'c> {
+    capture: &'c Capture<'c>,
+    feed: SchedFeed<'c>,
+    window: Window,
+    wallclock: WallClock<OffCpuTag>,
+    records: Vec<RecordStats>,
+    contents: Contents,
+    threads_seen: Vec<bool>,
+    stacks_seen: Vec<bool>,
+    /// Timer samples of selected threads, by stack.
+    timer_stacks: AHashMap<StackId, u64>,
+    timer_samples: u64,
+    switch_readings: SwitchReadings,
+    /// Counter totals by tid.
+    pmu: AHashMap<u32, Vec<u64>>,
+    context_switches: u64,
+    idle: IdleCpus,
+}
+
+impl<'c> Scanner<'c> {
+    pub fn new(capture: &'c Capture<'c>, window: Window) -> Self {
+        let source = capture.source;
+        let records = (source.schemas().iter())
+            .map(|schema| RecordStats {
+                fields: vec![FieldSum::default(); schema.fields.len()],
+                ..RecordStats::default()
+            })
+            .collect();
+        Scanner {
+            capture,
+            feed: SchedFeed::new(source),
+            window,
+            wallclock: WallClock::new(window),
+            records,
+            contents: Contents::default(),
+            threads_seen: vec![false; source.threads().len()],
+            stacks_seen: vec![false; source.stacks_len()],
+            timer_stacks: AHashMap::new(),
+            timer_samples: 0,
+            switch_readings: SwitchReadings::default(),
+            pmu: AHashMap::new(),
+            context_switches: 0,
+            idle: IdleCpus::default(),
+        }
+    }
+
+    pub fn event(&mut self, event: &Event) {
+        self.contents.read += 1;
+        let sched = self.feed.translate(event);
+        if let Some(sched) = &sched {
+            self.wallclock.feed(sched);
+        }
+        if let Some(SchedEvent::Switch { prev, next, .. }) = sched {
+            self.switch(event, prev, next);
+        }
+        if self.capture.filter.keeps(event, self.capture.source) {
+            self.kept(event);
+        }
+    }
+
+    fn switch(&mut self, event: &Event, prev: u32, next: u32) {
+        let in_window = self.window.contains(event.ts_ns);
+        self.context_switches += u64::from(in_window);
+        self.idle.switch(&self.window, event, prev, next);
+        let Some(layout) = self.feed.trackers().get(event) else {
+            return;
+        };
+        let counters = self.feed.trackers().counters.len();
+        for field in &layout.pmu {
+            let Some(now) = reading(event, field) else {
+                continue;
+            };
+            let delta = self.switch_readings.exchange(event.cpu, field.counter, now);
+            if let Some(delta) = delta.filter(|_| in_window && prev != 0) {
+                let totals = self.pmu.entry(prev).or_insert_with(|| vec![0; counters]);
+                totals[field.counter] += delta.count;
+            }
+        }
+    }
+
+    fn kept(&mut self, event: &Event) {
+        let source = self.capture.source;
+        let contents = &mut self.contents;
+        contents.kept += 1;
+        contents.first_ns.get_or_insert(event.ts_ns);
+        contents.last_ns = event.ts_ns;
+        mark(&mut self.threads_seen, event.thread.0);
+        if let Some(stack) = event.stack {
+            mark(&mut self.stacks_seen, stack.0);
+        }
+        contents.pids.insert(source.thread(event.thread).pid);
+        let Some(stats) = self.records.get_mut(event.record.0 as usize) else {
+            contents.unknown_records += 1;
+            return;
+        };
+        stats.count += 1;
+        if let Some(duration) = event.duration_ns {
+            stats.span_ns += duration;
+            stats.durations.record(duration);
+        }
+        let schema = &source.schemas()[event.record.0 as usize];
+        if schema.origin == RecordOrigin::Script {
+            for (sum, value) in stats.fields.iter_mut().zip(&event.values) {
+                sum.add(value);
+            }
+        }
+        if self.feed.kind(event) == Some(Kind::Timer) {
+            self.timer_samples += 1;
+            if let Some(stack) = event.stack {
+                *self.timer_stacks.entry(stack).or_insert(0) += 1;
+            }
+        }
+    }
+
+    pub fn finish(self) -> Measurement {
+        let source = self.capture.source;
+        let recorded = RecordedStacks::of(&source.info().settings);
+        let report = self.wallclock.finish();
+        // Without the capture's own filters every switch was recorded, so
+        // the CPUs' idle and busy times are known.
+        let complete = source.info().settings.filters.is_empty();
+        let system = System {
+            context_switches: self.context_switches,
+            idle_ns: complete.then(|| self.idle.finish(&self.window)),
+            oncpu_ns: complete.then(|| report.threads.values().map(|t| t.on_cpu_ns).sum()),
+        };
+        let latest = latest_identities(source);
+        let counters = self.feed.trackers().counters.clone();
+        let mut pmu = self.pmu;
+        let threads = (report.threads.into_iter())
+            .filter_map(|(tid, times)| {
+                let thread = *latest.get(&tid)?;
+                let selected = self
+                    .capture
+                    .filter
+                    .selects_thread(source.thread(thread), source);
+                let pmu = pmu.remove(&tid).unwrap_or_else(|| vec![0; counters.len()]);
+                selected.then_some((tid, ThreadRow { thread, times, pmu }))
+            })
+            .collect();
+        let mut contents = self.contents;
+        contents.threads = self.threads_seen.iter().filter(|&&seen| seen).count();
+        contents.stacks_used = self.stacks_seen.iter().filter(|&&seen| seen).count();
+        let period_ns = recorded.timer_period_ns();
+        Measurement {
+            window: self.window,
+            recorded,
+            records: self.records,
+            contents,
+            threads,
+            counters,
+            functions: functions(self.capture, &self.timer_stacks),
+            timer_samples: self.timer_samples,
+            period_ns,
+            system,
+        }
+    }
+}
+
+fn mark(seen: &mut Vec<bool>, index: u32) {
+    let index = index as usize;
+    if index >= seen.len() {
+        seen.resize(index + 1, false);
+    }
+    seen[index] = true;
+}
+
+/// On-CPU samples per function: self (the innermost function of the leaf
+/// frame) and total (every function on the stack, once per sample).
+fn functions(capture: &Capture<'_>, stacks: &AHashMap<StackId, u64>) -> Vec<FunctionTimes> {
+    let frames = Frames::new(capture.source, StackParts::Both);
+    let mut by_name: BTreeMap<String, FunctionTimes> = BTreeMap::new();
+    let mut names = Vec::new();
+    let mut on_stack: AHashSet<String> = AHashSet::new();
+    for (&stack, &samples) in stacks {
+        let mut leaf_first = frames.leaf_first(stack);
+        if let Some(leaf) = leaf_first.next() {
+            let name = frames.innermost_function(leaf);
+            by_name
+                .entry(name.clone())
+                .or_insert_with(|| FunctionTimes::named(name))
+                .self_samples += samples;
+        }
+        on_stack.clear();
+        for frame in frames.leaf_first(stack) {
+            names.clear();
+            frames.functions(frame, &mut names);
+            on_stack.extend(names.drain(..));
+        }
+        for name in on_stack.drain() {
+            by_name
+                .entry(name.clone())
+                .or_insert_with(|| FunctionTimes::named(name))
+                .total_samples += samples;
+        }
+    }
+    by_name.into_values().collect()
+}
+
+/// Each CPU's idle time, from switches to and from its idle task (tid 0).
+#[derive(Debug, Default)]
+struct IdleCpus {
+    /// By CPU: `None` before its first switch; then since when it is idle, if it is.
+    cpus: Vec<Option<Option<u64>>>,
+    idle_ns: u64,
+}
+
+impl IdleCpus {
+    fn switch(&mut self, window: &Window, event: &Event, prev: u32, next: u32) {
+        let cpu = event.cpu as usize;
+        if self.cpus.len() <= cpu {
+            self.cpus.resize(cpu + 1, None);
+        }
+        let state = &mut self.cpus[cpu];
+        // A CPU first seen leaving its idle task was idle since the start.
+        let since = match *state {
+            None if prev == 0 => Some(window.start_ns.min(event.ts_ns)),
+            None => None,
+            Some(since) => since,
+        };
+        if prev == 0
+            && let Some(since) = since
+        {
+            self.idle_ns += window.clip(since, event.ts_ns);
+        }
+        *state = Some((next == 0).then_some(event.ts_ns));
+    }
+
+    fn finish(self, window: &Window) -> u64 {
+        let open = self.cpus.iter().filter_map(|state| (*state)?);
+        self.idle_ns
+            + open
+                .map(|since| window.clip(since, window.end_ns))
+                .sum::<u64>()
+    }
+}
+
+impl FieldSum {
+    fn add(&mut self, value: &FieldValue) {
+        match *value {
+            FieldValue::Int(v) => self.sum += i128::from(v),
+            FieldValue::UInt(v) => self.sum += i128::from(v),
+            FieldValue::Str(_) | FieldValue::Thread(_) => return,
+        }
+        self.count += 1;
+    }
+}
+
+impl FunctionTimes {
+    fn named(name: String) -> Self {
+        FunctionTimes {
+            name,
+            ..FunctionTimes::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Idle time runs from a switch to the idle task to the next switch
+    /// away from it, per CPU; a CPU first seen leaving idle was idle since
+    /// the window's start, one still idle stays so to its end.
+    #[test]
+    fn idle_time_per_cpu() {
+        let window = Window {
+            start_ns: 0,
+            end_ns: 100,
+        };
+        let mut idle = IdleCpus::default();
+        let on = |cpu, ts_ns| Event {
+            cpu,
+            ts_ns,
+            ..Event::default()
+        };
+        idle.switch(&window, &on(0, 10), 0, 5);
+        idle.switch(&window, &on(0, 30), 5, 0);
+        idle.switch(&window, &on(0, 40), 0, 6);
+        idle.switch(&window, &on(1, 20), 7, 8);
+        idle.switch(&window, &on(1, 90), 8, 0);
+        assert_eq!(idle.finish(&window), 10 + 10 + 10);
+    }
+}

@@ -1,0 +1,392 @@
+//! Profiles from a capture, shared by `--folded`, `--flamegraph` and
+//! `--pprof` so that they always agree: a capture's events → weighted
+//! samples keyed by thread, stack and on/off-CPU state ([`Profile`]).
+//!
+//! Input: a [`Capture`] (its window and task filters) and the profile asked
+//! for ([`ProfileOptions`], resolved by [`ProfileSpec`]). Output: one value
+//! per column per distinct [`SampleKey`], in memory bounded by the number of
+//! distinct keys (threads × stacks), never by the number of events.
+//!
+//! Samples:
+//! - `cpu`: each `timer` event of a selected thread in the window, `[1,
+//!   period]`;
+//! - `offcpu`: each off-CPU interval of a selected thread (switch-out to
+//!   switch-in, clipped to the window, from `analysis::wallclock`),
+//!   `[1, duration]`, under the stack recorded at the switch-out;
+//! - `wakeup`: the same intervals that waited for a CPU, `[1, runnable]`;
+//! - `wall`: both, on-CPU samples `[1, period, 0, period]` tagged
+//!   [`CpuState::OnCpu`], intervals `[0, 0, duration, duration]` tagged
+//!   [`CpuState::OffCpu`];
+//! - a record: each of its events, `[1]` or `[1, field]`.
+//!
+//! An interval without a stack (shorter than `-S offcpu=DUR`, or than
+//! `--min-block` at render time) keeps its exact duration under the
+//! `[no stack]` frame.
+
+mod spec;
+
+use std::ops::ControlFlow;
+
+use ahash::AHashMap;
+
+pub use spec::{Column, PROFILE_KINDS, ProfileError, ProfileKind, ProfileSpec, RecordWeight};
+
+use crate::analysis::folded::{CpuState, FoldOptions, Folded, Folder};
+use crate::analysis::wallclock::{OffCpuInterval, WallClock, Window};
+use crate::capture::model::{Event, FieldValue, StackId, ThreadId};
+use crate::render::frames::{Frames, StackParts};
+use crate::render::sched::{self, OffCpuTag, SchedFeed, latest_identities};
+use crate::render::source::CaptureSource;
+use crate::render::{Capture, Destination, RenderError};
+use crate::tracking::records::Kind;
+
+/// What the command line asks of profiles.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProfileOptions {
+    /// `--profile`: a profile kind or a record name; `None` for the default.
+    pub profile: Option<String>,
+    /// `--weight`.
+    pub weight: Option<String>,
+    pub parts: StackParts,
+    /// Thread frame, delimiter, annotations.
+    pub fold: FoldOptions,
+    /// `--min-block`: off-CPU intervals shorter than this show no stack.
+    pub min_block_ns: u64,
+    /// `--per-thread`: one output file per thread.
+    pub per_thread: bool,
+}
+
+/// What a sample is attributed to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SampleKey {
+    pub thread: ThreadId,
+    /// `None`: no stack (drawn as `[no stack]`).
+    pub stack: Option<StackId>,
+    /// Wall-clock profiles only.
+    pub state: Option<CpuState>,
+}
+
+/// The most columns a profile has (`wall`).
+pub const MAX_COLUMNS: usize = 4;
+
+/// One value per column.
+pub type Values = [u64; MAX_COLUMNS];
+
+/// A capture's samples, summed per key.
+#[derive(Debug)]
+pub struct Profile {
+    pub spec: ProfileSpec,
+    pub window: Window,
+    pub samples: AHashMap<SampleKey, Values>,
+}
+
+impl Profile {
+    /// Reads `capture` once into the profile `options` ask for.
+    pub fn build(capture: &Capture<'_>, options: &ProfileOptions) -> Result<Profile, RenderError> {
+        let source = capture.source;
+        let spec = ProfileSpec::resolve(
+            source,
+            options.profile.as_deref(),
+            options.weight.as_deref(),
+        )?;
+        let window = sched::window(capture)?;
+        let mut collector = Collector::new(capture, &spec, window, options.min_block_ns);
+        // Events come in time order: nothing after the window changes it.
+        source.for_each_event(&mut |event| {
+            if event.ts_ns >= window.end_ns {
+                return ControlFlow::Break(());
+            }
+            collector.event(event);
+            ControlFlow::Continue(())
+        })?;
+        let samples = collector.finish();
+        if samples.is_empty() {
+            let profile = spec.name().to_owned();
+            return Err(ProfileError::Empty { profile }.into());
+        }
+        Ok(Profile {
+            spec,
+            window,
+            samples,
+        })
+    }
+
+    /// The sum of column `column` over all samples.
+    pub fn total(&self, column: usize) -> u64 {
+        (self.samples.values()).fold(0, |sum, values| sum.saturating_add(values[column]))
+    }
+
+    /// The samples in key order.
+    pub fn sorted(&self) -> Vec<(&SampleKey, &Values)> {
+        let mut samples: Vec<_> = self.samples.iter().collect();
+        samples.sort_unstable_by_key(|(key, _)| **key);
+        samples
+    }
+
+    /// The folded stacks of the samples `keep` selects, weighed by the
+    /// profile's weight column.
+    pub fn fold(
+        &self,
+        source: &dyn CaptureSource,
+        options: &ProfileOptions,
+        keep: impl Fn(&SampleKey) -> bool,
+    ) -> Folded {
+        let mut folder = Folder::new();
+        for (key, values) in &self.samples {
+            if keep(key) && values[self.spec.weight] > 0 {
+                folder.add(*key, values[self.spec.weight]);
+            }
+        }
+        let frames = Frames::new(source, options.parts);
+        folder.fold(options.fold, |key, builder| {
+            if let Some(state) = key.state {
+                builder.state(state);
+            }
+            builder.thread(&thread_frame(source, key.thread));
+            frames.describe(key.stack, builder);
+        })
+    }
+
+    /// The threads with samples, by tid, each with its latest identity.
+    pub fn threads(&self, source: &dyn CaptureSource) -> Vec<(u32, ThreadId)> {
+        let mut threads: Vec<(u32, ThreadId)> = (self.samples.keys())
+            .map(|key| (source.thread(key.thread).tid, key.thread))
+            .collect();
+        threads.sort_unstable();
+        threads.dedup_by_key(|(tid, _)| *tid);
+        threads
+    }
+}
+
+/// What one output file shows: the whole profile, or one thread's stacks.
+pub struct FoldedFile {
+    /// The thread, with `--per-thread`.
+    pub thread: Option<ThreadId>,
+    pub folded: Folded,
+    pub to: Destination,
+}
+
+impl Profile {
+    /// The folded stacks of each file an output writes: all of them at `to`,
+    /// or with `--per-thread` one file per thread, named `PATH`'s stem, then
+    /// `-TID-NAME`, then its extension (`out.svg` → `out-42-worker.svg`).
+    pub fn files(
+        &self,
+        source: &dyn CaptureSource,
+        options: &ProfileOptions,
+        to: &Destination,
+        output: &'static str,
+    ) -> Result<Vec<FoldedFile>, RenderError> {
+        if !options.per_thread {
+            let folded = self.fold(source, options, |_| true);
+            let to = to.clone();
+            return Ok(vec![FoldedFile {
+                thread: None,
+                folded,
+                to,
+            }]);
+        }
+        let Destination::File(path) = to else {
+            return Err(RenderError::Captures {
+                output,
+                problem: "with --per-thread writes one file per thread: give a path, not -".into(),
+            });
+        };
+        let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+        let extension = path
+            .extension()
+            .map(|e| format!(".{}", e.to_string_lossy()));
+        let safe = |c: char| {
+            if c.is_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        };
+        let files = (self.threads(source).into_iter())
+            .map(|(tid, id)| {
+                let name: String = source
+                    .string(source.thread(id).name)
+                    .chars()
+                    .map(safe)
+                    .collect();
+                let file = format!("{stem}-{tid}-{name}{}", extension.as_deref().unwrap_or(""));
+                FoldedFile {
+                    thread: Some(id),
+                    folded: self.fold(source, options, |key| source.thread(key.thread).tid == tid),
+                    to: Destination::File(path.with_file_name(file)),
+                }
+            })
+            .collect();
+        Ok(files)
+    }
+}
+
+/// The first frame of a thread's stacks: `name-pid/tid`, as
+/// `stackcollapse-perf.pl --tid` writes it.
+pub fn thread_frame(source: &dyn CaptureSource, id: ThreadId) -> String {
+    let thread = source.thread(id);
+    format!(
+        "{}-{}/{}",
+        source.string(thread.name),
+        thread.pid,
+        thread.tid
+    )
+}
+
+/// Turns events into samples.
+struct Collector<'c> {
+    capture: &'c Capture<'c>,
+    spec: &'c ProfileSpec,
+    feed: SchedFeed<'c>,
+    /// For the profiles made of off-CPU intervals.
+    wallclock: Option<WallClock<OffCpuTag>>,
+    min_block_ns: u64,
+    samples: AHashMap<SampleKey, Values>,
+}
+
+impl<'c> Collector<'c> {
+    fn new(
+        capture: &'c Capture<'c>,
+        spec: &'c ProfileSpec,
+        window: Window,
+        min_block_ns: u64,
+    ) -> Self {
+        let off_cpu = matches!(
+            spec.kind,
+            ProfileKind::OffCpu | ProfileKind::Wall | ProfileKind::Wakeup
+        );
+        Collector {
+            capture,
+            spec,
+            feed: SchedFeed::new(capture.source),
+            wallclock: off_cpu.then(|| WallClock::new(window)),
+            min_block_ns,
+            samples: AHashMap::new(),
+        }
+    }
+
+    fn event(&mut self, event: &Event) {
+        if let Some(wallclock) = &mut self.wallclock
+            && let Some(sched) = self.feed.translate(event)
+            && let Some(interval) = wallclock.feed(&sched)
+        {
+            self.off_cpu(&interval);
+        }
+        match &self.spec.kind {
+            ProfileKind::Cpu | ProfileKind::Wall => {
+                if self.feed.kind(event) == Some(Kind::Timer) && self.keeps(event) {
+                    self.on_cpu(event);
+                }
+            }
+            ProfileKind::Record {
+                records, weight, ..
+            } => {
+                if let Some(index) = records.iter().position(|&r| r == event.record)
+                    && self.keeps(event)
+                {
+                    let value = record_value(event, weight, index);
+                    self.add(event.thread, event.stack, None, [1, value, 0, 0]);
+                }
+            }
+            ProfileKind::OffCpu | ProfileKind::Wakeup => {}
+        }
+    }
+
+    fn keeps(&self, event: &Event) -> bool {
+        self.capture.filter.keeps(event, self.capture.source)
+    }
+
+    fn on_cpu(&mut self, event: &Event) {
+        let period = self.spec.period_ns;
+        match self.spec.kind {
+            ProfileKind::Wall => {
+                let values = [1, period, 0, period];
+                self.add(event.thread, event.stack, Some(CpuState::OnCpu), values);
+            }
+            _ => self.add(event.thread, event.stack, None, [1, period, 0, 0]),
+        }
+    }
+
+    fn off_cpu(&mut self, interval: &OffCpuInterval<OffCpuTag>) {
+        let source = self.capture.source;
+        let tag = interval.tag;
+        if !self
+            .capture
+            .filter
+            .selects_thread(source.thread(tag.thread), source)
+        {
+            return;
+        }
+        let duration = interval.duration_ns();
+        let stack = tag.stack.filter(|_| duration >= self.min_block_ns);
+        match self.spec.kind {
+            ProfileKind::OffCpu => self.add(tag.thread, stack, None, [1, duration, 0, 0]),
+            ProfileKind::Wall => {
+                let values = [0, 0, duration, duration];
+                self.add(tag.thread, stack, Some(CpuState::OffCpu), values);
+            }
+            ProfileKind::Wakeup if interval.runnable_ns > 0 => {
+                self.add(tag.thread, stack, None, [1, interval.runnable_ns, 0, 0]);
+            }
+            _ => {}
+        }
+    }
+
+    fn add(
+        &mut self,
+        thread: ThreadId,
+        stack: Option<StackId>,
+        state: Option<CpuState>,
+        values: Values,
+    ) {
+        let key = SampleKey {
+            thread,
+            stack,
+            state,
+        };
+        let sums = self.samples.entry(key).or_insert([0; MAX_COLUMNS]);
+        for (sum, value) in sums.iter_mut().zip(values) {
+            *sum = sum.saturating_add(value);
+        }
+    }
+
+    /// The samples, with the off-CPU intervals still open at the window's
+    /// end, each thread under its latest identity (one root per thread in
+    /// flame graphs, as in the report, even across a rename or an exec).
+    fn finish(mut self) -> AHashMap<SampleKey, Values> {
+        if let Some(wallclock) = self.wallclock.take() {
+            for interval in wallclock.finish().open_intervals {
+                self.off_cpu(&interval);
+            }
+        }
+        let source = self.capture.source;
+        let latest = latest_identities(source);
+        let mut samples = AHashMap::with_capacity(self.samples.len());
+        for (mut key, values) in self.samples {
+            let tid = source.thread(key.thread).tid;
+            key.thread = latest.get(&tid).copied().unwrap_or(key.thread);
+            let sums: &mut Values = samples.entry(key).or_insert([0; MAX_COLUMNS]);
+            for (sum, value) in sums.iter_mut().zip(values) {
+                *sum = sum.saturating_add(value);
+            }
+        }
+        samples
+    }
+}
+
+/// What one event of a record profile weighs (negative fields weigh 0).
+fn record_value(event: &Event, weight: &RecordWeight, record: usize) -> u64 {
+    match weight {
+        RecordWeight::Count => 0,
+        RecordWeight::Duration => event.duration_ns.unwrap_or(0),
+        RecordWeight::Field { indexes, .. } => match event.values.get(indexes[record]) {
+            Some(FieldValue::UInt(v)) => *v,
+            Some(FieldValue::Int(v)) => u64::try_from(*v).unwrap_or(0),
+            _ => 0,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

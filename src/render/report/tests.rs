@@ -1,0 +1,85 @@
+use super::*;
+use crate::render::filter::Filter;
+use crate::render::system_fixture::{MS, system};
+
+fn report(options: ReportOptions) -> ReportData {
+    let (capture, _) = system();
+    ReportData::of(&Capture::test(&capture, Filter::default()), &options).expect("a report")
+}
+
+/// The text report of the fixture: header, processes, threads, functions.
+#[test]
+fn text_report() {
+    insta::assert_snapshot!(text::render(&report(ReportOptions::default())));
+}
+
+/// Rows sort by the key asked for and are cut to the top N; processes sum
+/// their threads.
+#[test]
+fn sorts_and_cuts() {
+    let by_offcpu = report(ReportOptions {
+        sort: SortKey::OffCpu,
+        top: 2,
+    });
+    let tids: Vec<Option<u32>> = by_offcpu.threads.iter().map(|r| r.tid).collect();
+    assert_eq!(
+        tids,
+        [Some(500), Some(501)],
+        "ping and pong, runnable to the end"
+    );
+    assert_eq!(by_offcpu.thread_count, 6);
+    let by_name = report(ReportOptions {
+        sort: SortKey::Name,
+        top: 0,
+    });
+    let names: Vec<&str> = (by_name.threads.iter())
+        .filter_map(|r| r.thread.as_deref())
+        .collect();
+    assert_eq!(
+        names,
+        ["child", "kworker/1:0", "ping", "pong", "sleeper", "spinner"]
+    );
+    let pingpong = by_name
+        .processes
+        .iter()
+        .find(|p| p.pid == 500)
+        .expect("pingpong");
+    let ping_pong: Vec<&Row> = (by_name.threads.iter()).filter(|r| r.pid == 500).collect();
+    assert_eq!(pingpong.threads, 2);
+    assert_eq!(
+        pingpong.oncpu_ns,
+        ping_pong[0].oncpu_ns + ping_pong[1].oncpu_ns
+    );
+    assert_eq!(
+        pingpong.wakeups,
+        ping_pong[0].wakeups + ping_pong[1].wakeups
+    );
+}
+
+/// The JSON form carries the same numbers, PMU totals by counter.
+#[test]
+fn json_rows() {
+    let data = report(ReportOptions::default());
+    let json = serde_json::to_value(&data).expect("serializes");
+    let sleeper = (json["threads"].as_array().expect("threads").iter())
+        .find(|t| t["tid"] == 300)
+        .expect("the sleeper");
+    assert_eq!(sleeper["oncpu_ns"], 10 * MS);
+    assert_eq!(sleeper["samples"], 10);
+    assert_eq!(sleeper["coverage"], 1.0);
+    assert_eq!(sleeper["pmu"]["cpu-cycles"], 20 * MS);
+    assert_eq!(json["functions"][0]["function"], "main");
+    assert_eq!(json["functions"][0]["self_ns"], 100 * MS);
+    assert_eq!(json["offcpu_stacks"], "every block");
+}
+
+/// Sort keys parse by name, and an unknown one lists them.
+#[test]
+fn sort_keys() {
+    assert_eq!(SortKey::parse("wakeup"), Ok(SortKey::Wakeup));
+    let error = SortKey::parse("cpu").expect_err("not a key");
+    assert!(
+        error.starts_with("unknown sort key `cpu` (keys: oncpu, offcpu,"),
+        "{error}"
+    );
+}

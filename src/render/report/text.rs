@@ -1,0 +1,214 @@
+//! The wall-clock report as aligned text: a header (capture, window,
+//! filters, sampling, off-CPU stacks, order), then the processes, threads
+//! and top functions tables.
+
+use std::fmt::Write as _;
+
+use super::{FunctionRow, ReportData, Row};
+use crate::render::format::{seconds, short_duration};
+
+/// A table column: its header, and whether it is left-aligned (text).
+struct Column {
+    header: String,
+    left: bool,
+}
+
+/// Rows of cells under aligned columns, two spaces apart.
+struct Table {
+    columns: Vec<Column>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(headers: &[(&str, bool)]) -> Self {
+        let columns = (headers.iter())
+            .map(|&(header, left)| Column {
+                header: header.to_owned(),
+                left,
+            })
+            .collect();
+        Table {
+            columns,
+            rows: Vec::new(),
+        }
+    }
+
+    fn write(&self, out: &mut String) {
+        let widths: Vec<usize> = (self.columns.iter().enumerate())
+            .map(|(i, column)| {
+                let cells = self.rows.iter().map(|row| row[i].chars().count());
+                cells
+                    .chain([column.header.chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let header: Vec<String> = self.columns.iter().map(|c| c.header.clone()).collect();
+        for row in std::iter::once(&header).chain(&self.rows) {
+            let mut line = String::from(" ");
+            for ((cell, column), &width) in row.iter().zip(&self.columns).zip(&widths) {
+                if column.left {
+                    write!(line, " {cell:<width$} ").expect("writing to a String");
+                } else {
+                    write!(line, " {cell:>width$} ").expect("writing to a String");
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+    }
+}
+
+/// The whole report.
+pub fn render(data: &ReportData) -> String {
+    let mut out = String::new();
+    header(data, &mut out);
+    let cut = |shown: usize, all: usize| match shown < all {
+        true => format!(" (top {shown} of {all})"),
+        false => String::new(),
+    };
+    writeln!(
+        out,
+        "\nProcesses{}",
+        cut(data.processes.len(), data.process_count)
+    )
+    .expect("String");
+    rows(data, &data.processes, false).write(&mut out);
+    writeln!(
+        out,
+        "\nThreads{}",
+        cut(data.threads.len(), data.thread_count)
+    )
+    .expect("String");
+    rows(data, &data.threads, true).write(&mut out);
+    functions(data, &mut out);
+    out
+}
+
+fn header(data: &ReportData, out: &mut String) {
+    let window = data.window_ns;
+    let field = |out: &mut String, label: &str, value: &str| {
+        writeln!(out, "{label:<12}{value}").expect("writing to a String");
+    };
+    writeln!(out, "Wall-clock report of {}", data.capture).expect("String");
+    let length = short_duration(window.end - window.start);
+    let span = format!(
+        "{} to {} ({length})",
+        seconds(window.start),
+        seconds(window.end)
+    );
+    field(out, "window", &span);
+    if let Some(filters) = &data.filters {
+        field(out, "filters", filters);
+    }
+    let timer = match data.timer_hz {
+        Some(hz) => format!(
+            "{hz} Hz, {} samples of the selected threads",
+            data.timer_samples
+        ),
+        None => "none (record with -S timer)".to_owned(),
+    };
+    field(out, "timer", &timer);
+    field(out, "off-CPU", &format!("stacks of {}", data.offcpu_stacks));
+    let top = match data.top {
+        0 => "all rows".to_owned(),
+        n => format!("top {n}"),
+    };
+    field(out, "sorted by", &format!("{}, {top}", data.sort));
+}
+
+/// The time columns every row has, after its names.
+const TIMES: [&str; 11] = [
+    "ON-CPU", "OFF-CPU", "SLEEP S", "BLOCK D", "RUNNABLE", "WAKE P50", "WAKE P99", "VOL", "INVOL",
+    "SAMPLES", "COVERAGE",
+];
+
+fn rows(data: &ReportData, rows: &[Row], threads: bool) -> Table {
+    let mut headers: Vec<(&str, bool)> = match threads {
+        true => vec![
+            ("TID", false),
+            ("PID", false),
+            ("THREAD", true),
+            ("PROCESS", true),
+        ],
+        false => vec![("PID", false), ("PROCESS", true), ("THREADS", false)],
+    };
+    headers.extend(TIMES.iter().map(|&header| (header, false)));
+    headers.extend(data.counters.iter().map(|c| (c.as_str(), false)));
+    let mut table = Table::new(&headers);
+    for row in rows {
+        let mut cells = match threads {
+            true => vec![
+                row.tid.unwrap_or(0).to_string(),
+                row.pid.to_string(),
+                row.thread.clone().unwrap_or_default(),
+                row.process.clone(),
+            ],
+            false => vec![
+                row.pid.to_string(),
+                row.process.clone(),
+                row.threads.to_string(),
+            ],
+        };
+        cells.extend(times(row));
+        let counter = |c: &String| row.pmu.get(c).copied().unwrap_or(0).to_string();
+        cells.extend(data.counters.iter().map(counter));
+        table.rows.push(cells);
+    }
+    table
+}
+
+/// The cells of [`TIMES`].
+fn times(row: &Row) -> [String; 11] {
+    let latency = |ns: Option<u64>| ns.map_or("-".to_owned(), short_duration);
+    [
+        short_duration(row.oncpu_ns),
+        short_duration(row.offcpu_ns),
+        short_duration(row.sleeping_ns),
+        short_duration(row.uninterruptible_ns),
+        short_duration(row.runnable_ns),
+        latency(row.wakeup_p50_ns),
+        latency(row.wakeup_p99_ns),
+        row.voluntary_switches.to_string(),
+        row.involuntary_switches.to_string(),
+        row.samples.to_string(),
+        format!("{:.1}%", row.coverage * 100.0),
+    ]
+}
+
+fn functions(data: &ReportData, out: &mut String) {
+    writeln!(out, "\nTop functions (on-CPU, from timer samples)").expect("String");
+    if data.functions.is_empty() {
+        out.push_str("  none: no timer samples with stacks\n");
+        return;
+    }
+    let share = |samples: u64| match data.timer_samples {
+        0 => "-".to_owned(),
+        all => format!("{:.1}%", samples as f64 * 100.0 / all as f64),
+    };
+    let time = |ns: Option<u64>, samples: u64| ns.map_or(samples.to_string(), short_duration);
+    let mut table = Table::new(&[
+        ("SELF", false),
+        ("SELF%", false),
+        ("TOTAL", false),
+        ("TOTAL%", false),
+        ("FUNCTION", true),
+    ]);
+    for f in &data.functions {
+        let FunctionRow {
+            function,
+            self_samples,
+            total_samples,
+            self_ns,
+            total_ns,
+        } = f;
+        table.rows.push(vec![
+            time(*self_ns, *self_samples),
+            share(*self_samples),
+            time(*total_ns, *total_samples),
+            share(*total_samples),
+            function.clone(),
+        ]);
+    }
+    table.write(out);
+}
