@@ -10,7 +10,7 @@ use crate::tracking::Tracking;
 use crate::tracking::options::{
     FeatureSwitch, StackKind, features, parse_feature_switch, parse_stack_arg, stack_kinds,
 };
-use crate::tracking::when::{When, parse_when};
+use crate::tracking::when::{When, parse_duration, parse_when};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -166,6 +166,10 @@ pub struct Cli {
     #[arg(long = "json-schema")]
     pub json_schema: bool,
 
+    /// List the built-in variables and functions of the language, and exit.
+    #[arg(long = "builtins")]
+    pub builtins: bool,
+
     /// The command to trace, after `--` (like -c, without quoting).
     #[arg(last = true, value_name = "COMMAND")]
     pub command_args: Vec<String>,
@@ -249,28 +253,6 @@ pub fn task_filter_from_args(args: &[String]) -> Result<TaskFilter, String> {
     Cli::try_parse_from(std::iter::once("wprof").chain(argv))
         .map(|cli| cli.task_filter())
         .map_err(|e| e.kind().to_string())
-}
-
-/// `1500` (milliseconds), `500ms`, `5s`, `2m`, `250us`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-    let unit = &text[digits.len()..];
-    let value: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration (examples: 1500, 500ms, 5s, 2m)"))?;
-    let duration = match unit {
-        "" | "ms" => Duration::from_millis(value),
-        "us" => Duration::from_micros(value),
-        "s" => Duration::from_secs(value),
-        "m" => Duration::from_secs(value * 60),
-        "h" => Duration::from_secs(value * 3600),
-        _ => {
-            return Err(format!(
-                "unknown duration unit `{unit}` in `{text}` (use ms, s, m or h)"
-            ));
-        }
-    };
-    Ok(duration)
 }
 
 #[cfg(test)]
@@ -387,15 +369,5 @@ mod tests {
                 .unwrap_err()
                 .contains("at most 16")
         );
-    }
-
-    /// Bare numbers are milliseconds; units are honoured; junk is rejected.
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("1500"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert!(parse_duration("5x").is_err());
-        assert!(parse_duration("s").is_err());
     }
 }

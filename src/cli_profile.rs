@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::analysis::folded::FoldOptions;
-use crate::cli::parse_duration;
 use crate::render::frames::StackParts;
 use crate::render::metrics::MetricsOptions;
 use crate::render::profile::ProfileOptions;
 use crate::render::report::{ReportOptions, SortKey};
+use crate::tracking::when::parse_duration;
 
 /// The outputs of a profile besides its flame graph, on the main command
 /// line and on `wprof profile`.

@@ -4,15 +4,16 @@
 
 use crate::capture::model::RecordOrigin;
 use crate::codegen::listing::instruction_span;
-use crate::codegen::program::{AttachPoint, Compiled};
+use crate::codegen::program::Compiled;
 use crate::frontend::ast::Script;
 use crate::frontend::checked::CheckedProgram;
 use crate::frontend::diag::{ScriptError, ScriptErrors, SourceMap};
 use crate::frontend::options::CompileOptions;
-use crate::frontend::probes::Environment;
-use crate::frontend::{check, parse, pmu, positional, shift};
-use crate::runtime::features::KernelFeatures;
-use crate::runtime::loader::LoadError;
+use crate::frontend::{check, parse, positional, shift};
+use crate::providers;
+use crate::runtime::bpf::loader::LoadError;
+use crate::runtime::targets::features::KernelFeatures;
+use crate::vocab::Environment;
 
 /// A script, the name diagnostics show for it, and who wrote it.
 #[derive(Clone, Debug)]
@@ -71,21 +72,8 @@ pub fn check_kernel_support(
 ) -> Result<(), ScriptErrors> {
     let mut errors = Vec::new();
     for probe in &checked.probes {
-        let missing = match &probe.attach {
-            AttachPoint::Kprobe { .. } => features.kprobes.reason().map(str::to_owned),
-            AttachPoint::Fentry { .. } => features.fentry().reason().map(str::to_owned),
-            AttachPoint::PerfEvent { event, .. }
-                if event.type_ == 0 || event.type_ == pmu::PERF_TYPE_RAW =>
-            {
-                features.hardware_pmu.reason().map(str::to_owned)
-            }
-            AttachPoint::Uprobe { .. } | AttachPoint::Usdt { .. } => {
-                features.uprobes.reason().map(str::to_owned)
-            }
-            AttachPoint::Tracepoint { .. } => features.tracepoints.reason().map(str::to_owned),
-            _ => None,
-        };
-        if let Some(reason) = missing {
+        let needs = providers::of(&probe.attach).feature(&probe.attach);
+        if let Some(reason) = needs.and_then(|feature| features.get(feature).reason()) {
             errors.push(ScriptError::new(
                 probe.span,
                 format!("cannot run `{}`: {reason}", probe.name),

@@ -14,9 +14,10 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::cli::{Cli, parse_duration};
+use crate::cli::Cli;
 use crate::cli_profile::ProfileOutputs;
 use crate::render::format::whole_duration;
+use crate::tracking::when::parse_duration;
 
 /// The subcommand word.
 pub const PROFILE: &str = "profile";

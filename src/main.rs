@@ -13,13 +13,13 @@ use wprof::frontend::checked::CheckedProgram;
 use wprof::frontend::diag::{INLINE_SCRIPT_NAME, ScriptErrors};
 use wprof::frontend::limits;
 use wprof::frontend::options::CompileOptions;
-use wprof::runtime::activation::Phases;
-use wprof::runtime::environment::SystemEnvironment;
+use wprof::runtime::session::activation::Phases;
 use wprof::runtime::session::{self, CaptureTarget, RunError, RunOptions};
+use wprof::runtime::targets::environment::SystemEnvironment;
 use wprof::tracking::{Tracking, trackers, when};
 
 mod replay;
-use wprof::runtime::{features, tracefs};
+use wprof::runtime::targets::{features, tracefs};
 
 /// How long a capture without a script and without -d lasts.
 const DEFAULT_CAPTURE: Duration = Duration::from_secs(1);
@@ -62,6 +62,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
         print!("{}", wprof::render::ndjson::json_schema());
         return Ok(());
     }
+    if cli.builtins {
+        print!("{}", wprof::builtins::reference());
+        return Ok(());
+    }
     if cli.replay {
         return replay::replay(&cli);
     }
@@ -85,7 +89,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     if cli.dump_bpf {
         let mut out = io::stdout().lock();
         for program in &compiled.programs {
-            let section = program.attach.section();
+            let section = wprof::providers::of(&program.attach).section(&program.attach);
             let text = format!(
                 "; {} ({section}, {} instructions)\n{}\n",
                 program.probe,

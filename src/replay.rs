@@ -251,7 +251,7 @@ pub fn capture_info(source: Option<&Source>) -> CaptureInfo {
         script_name: source.map(|s| s.name.clone()).unwrap_or_default(),
         hostname: field(&uname.nodename),
         kernel_release: field(&uname.release),
-        cpus: wprof::runtime::features::online_cpus().len() as u32,
+        cpus: wprof::runtime::targets::features::online_cpus().len() as u32,
         start_monotonic_ns: 0,
         start_realtime_ns: 0,
         wprof_version: env!("CARGO_PKG_VERSION").to_string(),

@@ -1,6 +1,9 @@
-//! Small audited wrappers around the raw syscalls the runtime needs and that
-//! neither `libc`'s safe surface nor libbpf-rs offer: `perf_event_open`,
-//! `eventfd`, `poll`, `BPF_BTF_LOAD`. Every `unsafe` block of the crate's runtime lives here.
+//! Small audited wrappers around raw syscalls that several parts of the
+//! runtime need and that neither `libc`'s safe surface nor libbpf-rs offer:
+//! `perf_event_open`, `eventfd`, `poll`, `BPF_BTF_LOAD`. An unsafe call with
+//! a single user stays next to that user with its `SAFETY` comment (process
+//! control in `runtime::session`, feature probes, mounting tracefs, the clock,
+//! `strftime`).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};

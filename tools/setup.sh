@@ -1,6 +1,19 @@
 #!/usr/bin/env bash
 # Installs what wprof needs to build and test on Debian 12 (run as root).
 set -euo pipefail
+# wprof is written in Rust edition 2024, which needs Rust 1.85 or newer;
+# Debian 12's own rustc (1.63) is too old. Stop before installing anything.
+min_rust=1.85
+toolchain_help="install a current Rust toolchain with rustup (https://rustup.rs), then run this again"
+if ! command -v cargo >/dev/null; then
+  echo "setup.sh: cargo is missing: wprof needs Rust >= $min_rust (edition 2024); $toolchain_help" >&2
+  exit 1
+fi
+rust_version=$(cargo --version | awk '{print $2}')
+if [ "$(printf '%s\n%s\n' "$min_rust" "$rust_version" | sort -V | head -n 1)" != "$min_rust" ]; then
+  echo "setup.sh: cargo $rust_version is too old: wprof needs Rust >= $min_rust (edition 2024; Debian 12's rustc is 1.63); $toolchain_help" >&2
+  exit 1
+fi
 packages=(libelf-dev zlib1g-dev pkg-config gcc make bpftrace systemtap-sdt-dev golang-go)
 missing=()
 for p in "${packages[@]}"; do

@@ -1,24 +1,28 @@
-//! Assembler: the one place BPF instructions are encoded.
+//! Assembler: the one place BPF instructions are encoded (the loader only
+//! patches map fds into `ld_imm64` slots).
 //!
 //! Codegen emits instructions through an [`Assembler`], naming jump targets
 //! with [`Label`]s and tagging instructions with the script [`Span`] they came
 //! from and an optional comment. [`Assembler::finish`] resolves the jumps last
 //! and returns an [`Assembled`] whose slot arrays drop straight into a
-//! [`BpfProgram`].
+//! [`BpfProgram`]. The runtime's fentry probe and kernel tests use it too.
 //!
 //! ALU, memory, 64-bit jump, call, exit and `ld_imm64` encodings come from the
 //! `bpf-ins` crate. It cannot build JMP32 jumps, atomics, bpf-to-bpf calls or
 //! function addresses (its instruction fields are private and it has no
 //! constructors for them), so those are packed
 //! here by [`raw`] from the field layout of the kernel's instruction-set
-//! document. Its decoder does not sign-extend `imm`, which is why the
-//! disassembler decodes fields itself.
+//! document. Encodings codegen does not emit yet (32-bit ALU, JMP32, fetching
+//! atomics) are compiled for tests only. Its decoder does not sign-extend
+//! `imm`, which is why the disassembler decodes fields itself.
 
 use bpf_ins::{ArithmeticOperation, Instruction, JumpOperation, MemoryOpLoadType, MemoryOpSize};
 use thiserror::Error;
 
-use crate::codegen::program::{AttachPoint, BpfProgram, Insn, MapId, MapReloc};
+use crate::codegen::program::{BpfProgram, Insn, MapReloc};
+
 use crate::frontend::ast::Span;
+use crate::vocab::{AttachPoint, MapId};
 
 /// A BPF register, `R0` to `R10` (`R10` is the read-only frame pointer).
 pub use bpf_ins::Register as Reg;
@@ -63,6 +67,7 @@ pub enum Size {
 
 impl Size {
     /// Width in bytes.
+    #[cfg(test)]
     pub fn bytes(self) -> u32 {
         match self {
             Size::U8 => 1,
@@ -292,13 +297,8 @@ impl Assembler {
     }
 
     /// Number of 8-byte slots emitted so far (an `ld_imm64` counts 2).
-    pub fn len(&self) -> usize {
+    fn len(&self) -> usize {
         self.out.insns.len()
-    }
-
-    /// Whether nothing has been emitted yet.
-    pub fn is_empty(&self) -> bool {
-        self.out.insns.is_empty()
     }
 
     /// A fresh, unbound label.
@@ -352,11 +352,13 @@ impl Assembler {
     }
 
     /// 32-bit ALU; the result is zero-extended into the 64-bit register.
+    #[cfg(test)]
     pub fn alu32_imm(&mut self, op: AluOp, dst: Reg, imm: i32) {
         self.emit(Instruction::alu32(dst, imm, op.to_bpf_ins()));
     }
 
     /// `dst op= src` on the low 32 bits, zero-extending the result.
+    #[cfg(test)]
     pub fn alu32_reg(&mut self, op: AluOp, dst: Reg, src: Reg) {
         self.emit(Instruction::alux32(dst, src, op.to_bpf_ins()));
     }
@@ -367,6 +369,7 @@ impl Assembler {
     }
 
     /// `dst = -dst` on the low 32 bits, zero-extending the result.
+    #[cfg(test)]
     pub fn neg32(&mut self, dst: Reg) {
         self.emit(Instruction::alu32(dst, 0, ArithmeticOperation::Neg));
     }
@@ -382,11 +385,13 @@ impl Assembler {
     }
 
     /// `dst = imm` as u32, zero-extended.
+    #[cfg(test)]
     pub fn mov32_imm(&mut self, dst: Reg, imm: i32) {
         self.alu32_imm(AluOp::Mov, dst, imm);
     }
 
     /// `dst = src` as u32, zero-extended.
+    #[cfg(test)]
     pub fn mov32_reg(&mut self, dst: Reg, src: Reg) {
         self.alu32_reg(AluOp::Mov, dst, src);
     }
@@ -437,16 +442,19 @@ impl Assembler {
     }
 
     /// Like [`Assembler::atomic`], and `src` receives the old value.
+    #[cfg(test)]
     pub fn atomic_fetch(&mut self, size: AtomicSize, op: AtomicOp, base: Reg, off: i16, src: Reg) {
         self.emit_atomic(size, base, off, src, op.imm() | opcode::FETCH);
     }
 
     /// Swaps `src` with `*(size *)(base + off)`.
+    #[cfg(test)]
     pub fn atomic_xchg(&mut self, size: AtomicSize, base: Reg, off: i16, src: Reg) {
         self.emit_atomic(size, base, off, src, opcode::XCHG);
     }
 
     /// If `*(size *)(base + off) == r0`, stores `src`; `r0` receives the old value.
+    #[cfg(test)]
     pub fn atomic_cmpxchg(&mut self, size: AtomicSize, base: Reg, off: i16, src: Reg) {
         self.emit_atomic(size, base, off, src, opcode::CMPXCHG);
     }
@@ -475,6 +483,7 @@ impl Assembler {
     }
 
     /// Like [`Assembler::jmp_reg`], comparing only the low 32 bits.
+    #[cfg(test)]
     pub fn jmp32_reg(&mut self, cond: Cond, a: Reg, b: Reg, target: Label) {
         let insn = raw(opcode::JMP32 | opcode::SRC_X | cond.code(), a, b, 0, 0);
         self.emit_jump(insn, target);

@@ -29,6 +29,7 @@ const END: u8 = 0xd0;
 
 /// Disassembles a whole program, one line per instruction; the second slot of
 /// an `ld_imm64` gets no line of its own.
+#[cfg(test)]
 pub fn disassemble(insns: &[u64]) -> Vec<String> {
     let mut lines = Vec::new();
     let mut at = 0;
@@ -291,7 +292,7 @@ const HELPER_NAMES: &str = "\
 mod tests {
     use super::*;
     use crate::codegen::asm::{AluOp, Assembler, AtomicOp, AtomicSize, Cond, Reg, Size};
-    use crate::codegen::program::MapId;
+    use crate::vocab::MapId;
 
     fn lines(build: impl FnOnce(&mut Assembler)) -> Vec<String> {
         let mut asm = Assembler::new();

@@ -139,13 +139,6 @@ impl Emitter<'_> {
                 self.asm.ld_map_value(reg, *map, *offset);
                 self.write_back(*dst, reg);
             }
-            Inst::FrameAddr { dst, offset } => {
-                let reg = self.target(*dst, Reg::R0);
-                self.asm.mov64_reg(reg, Reg::R10);
-                self.asm
-                    .alu64_imm(crate::codegen::asm::AluOp::Add, reg, i32::from(*offset));
-                self.write_back(*dst, reg);
-            }
             Inst::Load {
                 dst,
                 base,

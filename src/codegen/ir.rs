@@ -3,8 +3,8 @@
 //! `regalloc` assigns registers, `emit` turns it into machine code.
 
 pub use crate::codegen::asm::{AluOp, Cond, Size};
-use crate::codegen::program::MapId;
 use crate::frontend::ast::Span;
+use crate::vocab::MapId;
 
 /// A virtual register: one 64-bit value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -66,11 +66,6 @@ pub enum Inst {
         map: MapId,
         offset: u32,
     },
-    /// dst = r10 + offset
-    FrameAddr {
-        dst: VReg,
-        offset: i16,
-    },
     Load {
         dst: VReg,
         base: Base,
@@ -119,10 +114,7 @@ impl Inst {
             Base::Frame => None,
         };
         match self {
-            Inst::Ctx { .. }
-            | Inst::Imm64 { .. }
-            | Inst::FrameAddr { .. }
-            | Inst::MapValueAddr { .. } => vec![],
+            Inst::Ctx { .. } | Inst::Imm64 { .. } | Inst::MapValueAddr { .. } => vec![],
             Inst::Mov { src: s, .. } => src(s).into_iter().collect(),
             Inst::Alu { dst, src: s, .. } => std::iter::once(*dst).chain(src(s)).collect(),
             Inst::Neg { dst } => vec![*dst],
@@ -151,16 +143,11 @@ impl Inst {
             | Inst::Imm64 { dst, .. }
             | Inst::Alu { dst, .. }
             | Inst::Neg { dst }
-            | Inst::FrameAddr { dst, .. }
             | Inst::MapValueAddr { dst, .. }
             | Inst::Load { dst, .. } => Some(*dst),
             Inst::Call { ret, .. } => *ret,
             _ => None,
         }
-    }
-
-    pub fn is_call(&self) -> bool {
-        matches!(self, Inst::Call { .. })
     }
 }
 

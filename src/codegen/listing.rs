@@ -70,7 +70,7 @@ pub fn source_line(source: &str, offset: usize) -> Option<(usize, &str)> {
 mod tests {
     use super::*;
     use crate::codegen::asm::{Assembler, Cond, Reg};
-    use crate::codegen::program::{AttachPoint, MapId};
+    use crate::vocab::{AttachPoint, MapId};
 
     const SCRIPT: &str = "BEGIN {\n    @x = 1;\n    exit();\n}\n";
 

@@ -2,18 +2,20 @@
 //! the frame (stack buffer) allocator and statements; expressions, maps and
 //! messages live in the sibling `lower_*` files.
 
+use crate::builtins;
 use crate::capture::model::RecordOrigin;
 use crate::codegen::helpers::GET_CURRENT_PID_TGID;
 use crate::codegen::ir::{AluOp, Annotated, Base, Cond, Function, Inst, Label, Size, Src, VReg};
 use crate::codegen::maps::MapLayouts;
-use crate::codegen::program::{AttachPoint, GlobalSlot, Message, ProbeState};
 use crate::frontend::ast::Span;
 use crate::frontend::checked::{CheckedProbe, CheckedProgram, MapDecl, TStmt, TStmtKind};
 use crate::frontend::types::Type;
+use crate::providers;
+use crate::vocab::{GlobalSlot, Message, ProbeState};
 
 /// Where a value produced by an expression lives.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) enum Value {
+pub(crate) enum Value {
     /// An integer (or probe index) in a register.
     Int(VReg),
     /// A string or tuple in a frame buffer at r10 + offset.
@@ -27,9 +29,9 @@ enum VarSlot {
     Mem(i16),
 }
 
-pub(super) struct Lowerer<'a> {
-    pub(super) probe: &'a CheckedProbe,
-    pub(super) probe_index: usize,
+pub(crate) struct Lowerer<'a> {
+    pub(crate) probe: &'a CheckedProbe,
+    pub(crate) probe_index: usize,
     pub(super) program: &'a CheckedProgram,
     pub(super) maps: &'a MapLayouts,
     pub(super) messages: &'a mut Vec<Message>,
@@ -73,7 +75,7 @@ impl<'a> Lowerer<'a> {
         lowerer.ctx = lowerer.vreg();
         lowerer.exit_label = lowerer.label();
         lowerer.prologue();
-        if !matches!(probe.attach, AttachPoint::Begin | AttachPoint::End) {
+        if !providers::of(&probe.attach).runs_once() {
             lowerer.gate();
         }
         if let Some(predicate) = &probe.predicate {
@@ -146,17 +148,17 @@ impl<'a> Lowerer<'a> {
         self.exit_label
     }
 
-    pub(super) fn vreg(&mut self) -> VReg {
+    pub(crate) fn vreg(&mut self) -> VReg {
         self.function.vregs += 1;
         VReg(self.function.vregs - 1)
     }
 
-    pub(super) fn label(&mut self) -> Label {
+    pub(crate) fn label(&mut self) -> Label {
         self.function.labels += 1;
         Label(self.function.labels - 1)
     }
 
-    pub(super) fn emit(&mut self, inst: Inst) {
+    pub(crate) fn emit(&mut self, inst: Inst) {
         self.function.insts.push(Annotated {
             inst,
             span: self.span,
@@ -164,25 +166,25 @@ impl<'a> Lowerer<'a> {
         });
     }
 
-    pub(super) fn mov_imm(&mut self, dst: VReg, imm: i32) {
+    pub(crate) fn mov_imm(&mut self, dst: VReg, imm: i32) {
         self.emit(Inst::Mov {
             dst,
             src: Src::Imm(imm),
         });
     }
 
-    pub(super) fn mov(&mut self, dst: VReg, src: VReg) {
+    pub(crate) fn mov(&mut self, dst: VReg, src: VReg) {
         self.emit(Inst::Mov {
             dst,
             src: Src::Reg(src),
         });
     }
 
-    pub(super) fn alu(&mut self, op: AluOp, dst: VReg, src: Src) {
+    pub(crate) fn alu(&mut self, op: AluOp, dst: VReg, src: Src) {
         self.emit(Inst::Alu { op, dst, src });
     }
 
-    pub(super) fn branch(&mut self, cond: Cond, lhs: VReg, rhs: Src, target: Label) {
+    pub(crate) fn branch(&mut self, cond: Cond, lhs: VReg, rhs: Src, target: Label) {
         self.emit(Inst::Branch {
             cond,
             lhs,
@@ -191,7 +193,7 @@ impl<'a> Lowerer<'a> {
         });
     }
 
-    pub(super) fn comment(&mut self, text: impl Into<String>) {
+    pub(crate) fn comment(&mut self, text: impl Into<String>) {
         self.pending_comment = Some(text.into());
     }
 
@@ -203,7 +205,7 @@ impl<'a> Lowerer<'a> {
     }
 
     /// A frame buffer of `bytes` (rounded up to 8), valid until the statement ends.
-    pub(super) fn alloc(&mut self, bytes: u32) -> i16 {
+    pub(crate) fn alloc(&mut self, bytes: u32) -> i16 {
         self.frame_top += bytes.next_multiple_of(8).max(8);
         if self.frame_top > self.frame_peak.0 {
             self.frame_peak = (self.frame_top, self.span);
@@ -214,7 +216,7 @@ impl<'a> Lowerer<'a> {
     }
 
     /// Zero `bytes` (a multiple of 8) at `base + offset`.
-    pub(super) fn zero(&mut self, base: Base, offset: i16, bytes: u32) {
+    pub(crate) fn zero(&mut self, base: Base, offset: i16, bytes: u32) {
         for at in (0..bytes).step_by(8) {
             self.emit(Inst::Store {
                 base,
@@ -318,8 +320,7 @@ impl<'a> Lowerer<'a> {
                 func,
                 arg,
             } => self.aggregate(*map, key.as_ref(), *func, arg.as_ref()),
-            TStmtKind::Delete { map, key } => self.delete(*map, key.as_ref()),
-            TStmtKind::Emit(emit) => self.message(emit),
+            TStmtKind::Call(call) => builtins::statement_hooks(call.builtin).lower(self, call),
             TStmtKind::If {
                 cond,
                 then,

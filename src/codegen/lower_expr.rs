@@ -1,19 +1,14 @@
 //! Lowering expressions: builtins, probe arguments, operators, strings.
 
+use crate::builtins;
 use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
 use crate::codegen::lower_kernel::size_code;
-use crate::codegen::program::GlobalSlot;
 use crate::frontend::ast::{BinOp, UnOp};
-use crate::frontend::check_expr::pt_regs_arg_offset;
-use crate::frontend::checked::{
-    Builtin, Context, FieldKind, TExpr, TExprKind, TracepointField, UsdtArgSpec,
-};
-use crate::frontend::types::{COMM_LEN, Type};
-
-/// `struct pt_regs` offset of the return value register (rax).
-const PT_REGS_RAX: i16 = 80;
+use crate::frontend::checked::{TExpr, TExprKind};
+use crate::frontend::types::Type;
+use crate::vocab::{ArgRead, FieldKind, GlobalSlot, TracepointField, UsdtArgSpec};
 
 impl Lowerer<'_> {
     pub(super) fn expr(&mut self, expr: &TExpr) -> Value {
@@ -21,7 +16,7 @@ impl Lowerer<'_> {
     }
 
     /// An expression that the checker typed as an integer.
-    pub(super) fn int_expr(&mut self, expr: &TExpr) -> VReg {
+    pub(crate) fn int_expr(&mut self, expr: &TExpr) -> VReg {
         match self.expr(expr) {
             Value::Int(reg) => reg,
             Value::Mem(_) => unreachable!("the checker typed {:?} as an integer", expr.ty),
@@ -32,8 +27,10 @@ impl Lowerer<'_> {
         match &expr.kind {
             TExprKind::Int(n) => Value::Int(self.constant(*n)),
             TExprKind::Str(text) => Value::Mem(self.string_literal(text, &expr.ty)),
-            TExprKind::Builtin(builtin) => self.builtin(*builtin),
-            TExprKind::Arg(n) => Value::Int(self.arg(*n)),
+            TExprKind::Call(call) => {
+                builtins::expression_hooks(call.builtin).lower(self, call, &expr.ty)
+            }
+            TExprKind::Arg(read) => Value::Int(self.arg(read)),
             TExprKind::Field(field) => self.tracepoint_field(field),
             TExprKind::Var(var) => self.var(var.0),
             TExprKind::MapRead { map, key } => self.map_read(*map, key.as_deref(), &expr.ty),
@@ -64,25 +61,16 @@ impl Lowerer<'_> {
                 let value = self.int_expr(inner);
                 Value::Int(self.convert(value, &expr.ty))
             }
-            TExprKind::ReadStr { ptr, len, user } => {
-                self.read_str(ptr, len.as_deref(), *user, &expr.ty)
-            }
             TExprKind::KernelRead {
                 ptr,
                 offset,
                 load,
                 direct,
             } => self.kernel_read(ptr, *offset, *load, *direct),
-            TExprKind::Selected(task) => Value::Int(self.selected(task)),
-            TExprKind::StrNcmp { lhs, rhs, limit } => {
-                let equal = self.strings_equal(lhs, rhs, *limit);
-                self.alu(AluOp::Xor, equal, Src::Imm(1));
-                Value::Int(equal)
-            }
         }
     }
 
-    pub(super) fn constant(&mut self, n: u64) -> VReg {
+    pub(crate) fn constant(&mut self, n: u64) -> VReg {
         let reg = self.vreg();
         match i32::try_from(n as i64) {
             Ok(imm) => self.mov_imm(reg, imm),
@@ -109,7 +97,7 @@ impl Lowerer<'_> {
     }
 
     /// Call a helper that takes no arguments and return its result.
-    fn call0(&mut self, helper: u32) -> VReg {
+    pub(crate) fn call0(&mut self, helper: u32) -> VReg {
         let reg = self.vreg();
         self.emit(Inst::Call {
             helper,
@@ -119,75 +107,18 @@ impl Lowerer<'_> {
         reg
     }
 
-    fn shift(&mut self, reg: VReg, op: AluOp, bits: i32) {
+    pub(crate) fn shift(&mut self, reg: VReg, op: AluOp, bits: i32) {
         self.alu(op, reg, Src::Imm(bits));
     }
 
     /// The low 32 bits of `reg`, in place.
-    fn low32(&mut self, reg: VReg) {
+    pub(crate) fn low32(&mut self, reg: VReg) {
         self.shift(reg, AluOp::Lsh, 32);
         self.shift(reg, AluOp::Rsh, 32);
     }
 
-    fn builtin(&mut self, builtin: Builtin) -> Value {
-        let reg = match builtin {
-            Builtin::Pid | Builtin::Tid => {
-                let reg = self.call0(GET_CURRENT_PID_TGID);
-                if builtin == Builtin::Pid {
-                    self.shift(reg, AluOp::Rsh, 32);
-                } else {
-                    self.low32(reg);
-                }
-                reg
-            }
-            Builtin::Uid | Builtin::Gid => {
-                let reg = self.call0(GET_CURRENT_UID_GID);
-                if builtin == Builtin::Gid {
-                    self.shift(reg, AluOp::Rsh, 32);
-                } else {
-                    self.low32(reg);
-                }
-                reg
-            }
-            Builtin::Comm => {
-                let offset = self.alloc(COMM_LEN);
-                let args = vec![Arg::Frame(offset), Arg::Imm(i64::from(COMM_LEN))];
-                self.emit(Inst::Call {
-                    helper: GET_CURRENT_COMM,
-                    args,
-                    ret: None,
-                });
-                return Value::Mem(offset);
-            }
-            Builtin::Nsecs => self.call0(KTIME_GET_NS),
-            Builtin::Elapsed => {
-                let now = self.call0(KTIME_GET_NS);
-                let start = self.global(GlobalSlot::StartNs);
-                self.alu(AluOp::Sub, now, Src::Reg(start));
-                now
-            }
-            Builtin::Cpu => self.call0(GET_SMP_PROCESSOR_ID),
-            Builtin::Cpid => self.global(GlobalSlot::ChildPid),
-            Builtin::Rand => self.call0(GET_PRANDOM_U32),
-            Builtin::Retval => {
-                let reg = self.vreg();
-                let ctx = self.ctx;
-                self.emit(Inst::Load {
-                    dst: reg,
-                    base: Base::Reg(ctx),
-                    offset: PT_REGS_RAX,
-                    size: Size::U64,
-                });
-                reg
-            }
-            Builtin::Probe => self.constant(self.probe_index as u64),
-            Builtin::CurTask => self.curtask(),
-        };
-        Value::Int(reg)
-    }
-
     /// One u64 slot of the globals map, read through a direct value pointer.
-    pub(super) fn global(&mut self, slot: GlobalSlot) -> VReg {
+    pub(crate) fn global(&mut self, slot: GlobalSlot) -> VReg {
         let pointer = self.vreg();
         let map = self.maps.globals;
         self.emit(Inst::MapValueAddr {
@@ -205,7 +136,8 @@ impl Lowerer<'_> {
         value
     }
 
-    fn arg(&mut self, n: u32) -> VReg {
+    /// A probe argument, read from the context as its provider decided.
+    fn arg(&mut self, read: &ArgRead) -> VReg {
         let ctx = self.ctx;
         let reg = self.vreg();
         let load = |offset: i16| Inst::Load {
@@ -214,56 +146,65 @@ impl Lowerer<'_> {
             offset,
             size: Size::U64,
         };
-        match &self.probe.context {
-            Context::PtRegs => self.emit(load(pt_regs_arg_offset(n) as i16)),
-            Context::U64Array | Context::Btf(_) => self.emit(load(8 * n as i16)),
-            Context::Usdt(args) => match args[n as usize].clone() {
-                UsdtArgSpec::Constant(value) => return self.constant(value as u64),
-                UsdtArgSpec::Register {
-                    pt_regs_offset,
-                    size,
-                    signed,
-                } => {
-                    self.emit(load(pt_regs_offset as i16));
-                    return self.extend(reg, size, signed);
-                }
-                UsdtArgSpec::Memory {
-                    base_offset,
-                    displacement,
-                    size,
-                    signed,
-                } => {
-                    self.emit(load(base_offset as i16));
-                    let displacement = self.constant(displacement as u64);
-                    self.alu(AluOp::Add, reg, Src::Reg(displacement));
-                    let buffer = self.alloc(8);
-                    self.emit(Inst::Store {
-                        base: Base::Frame,
-                        offset: buffer,
-                        src: Src::Imm(0),
-                        size: Size::U64,
-                    });
-                    let args = vec![Arg::Frame(buffer), Arg::Imm(i64::from(size)), Arg::Reg(reg)];
-                    self.emit(Inst::Call {
-                        helper: PROBE_READ_USER,
-                        args,
-                        ret: None,
-                    });
-                    let value = self.vreg();
-                    self.emit(Inst::Load {
-                        dst: value,
-                        base: Base::Frame,
-                        offset: buffer,
-                        size: Size::U64,
-                    });
-                    return self.extend(value, size, signed);
-                }
-            },
-            Context::Plain | Context::Tracepoint(_) => {
-                unreachable!("the checker rejects argN here")
+        match read {
+            ArgRead::Slot(offset) => self.emit(load(*offset as i16)),
+            ArgRead::Usdt(UsdtArgSpec::Constant(value)) => return self.constant(*value as u64),
+            ArgRead::Usdt(UsdtArgSpec::Register {
+                pt_regs_offset,
+                size,
+                signed,
+            }) => {
+                self.emit(load(*pt_regs_offset as i16));
+                return self.extend(reg, *size, *signed);
+            }
+            ArgRead::Usdt(UsdtArgSpec::Memory {
+                base_offset,
+                displacement,
+                size,
+                signed,
+            }) => {
+                self.emit(load(*base_offset as i16));
+                return self.user_memory_arg(reg, *displacement, *size, *signed);
             }
         }
         reg
+    }
+
+    /// A USDT argument in user memory at `address + displacement`.
+    fn user_memory_arg(
+        &mut self,
+        address: VReg,
+        displacement: i64,
+        size: u8,
+        signed: bool,
+    ) -> VReg {
+        let displacement = self.constant(displacement as u64);
+        self.alu(AluOp::Add, address, Src::Reg(displacement));
+        let buffer = self.alloc(8);
+        self.emit(Inst::Store {
+            base: Base::Frame,
+            offset: buffer,
+            src: Src::Imm(0),
+            size: Size::U64,
+        });
+        let args = vec![
+            Arg::Frame(buffer),
+            Arg::Imm(i64::from(size)),
+            Arg::Reg(address),
+        ];
+        self.emit(Inst::Call {
+            helper: PROBE_READ_USER,
+            args,
+            ret: None,
+        });
+        let value = self.vreg();
+        self.emit(Inst::Load {
+            dst: value,
+            base: Base::Frame,
+            offset: buffer,
+            size: Size::U64,
+        });
+        self.extend(value, size, signed)
     }
 
     /// Truncate `reg` to `size` bytes, sign- or zero-extending back to 64 bits.
@@ -356,40 +297,6 @@ impl Lowerer<'_> {
                 Value::Mem(buffer)
             }
         }
-    }
-
-    fn read_str(&mut self, ptr: &TExpr, len: Option<&TExpr>, user: bool, ty: &Type) -> Value {
-        let pointer = self.int_expr(ptr);
-        let buffer_len = ty.size();
-        let size = match len {
-            None => Arg::Imm(i64::from(buffer_len)),
-            Some(len) => {
-                // A NUL fits after `len` characters, and the verifier needs a bounded size.
-                let requested = self.int_expr(len);
-                let size = self.vreg();
-                self.mov(size, requested);
-                self.alu(AluOp::Add, size, Src::Imm(1));
-                let within = self.label();
-                self.branch(Cond::Le, size, Src::Imm(buffer_len as i32), within);
-                self.mov_imm(size, buffer_len as i32);
-                self.emit(Inst::Bind(within));
-                Arg::Reg(size)
-            }
-        };
-        let buffer = self.alloc(buffer_len);
-        self.zero(Base::Frame, buffer, buffer_len);
-        let helper = if user {
-            PROBE_READ_USER_STR
-        } else {
-            PROBE_READ_KERNEL_STR
-        };
-        let args = vec![Arg::Frame(buffer), size, Arg::Reg(pointer)];
-        self.emit(Inst::Call {
-            helper,
-            args,
-            ret: None,
-        });
-        Value::Mem(buffer)
     }
 
     fn unary(&mut self, op: UnOp, inner: &TExpr) -> VReg {
@@ -519,7 +426,7 @@ impl Lowerer<'_> {
 
     /// 1 when two strings are equal up to their terminating NUL (or in their
     /// first `limit` bytes), else 0.
-    fn strings_equal(&mut self, lhs: &TExpr, rhs: &TExpr, limit: u32) -> VReg {
+    pub(crate) fn strings_equal(&mut self, lhs: &TExpr, rhs: &TExpr, limit: u32) -> VReg {
         let (Value::Mem(a), Value::Mem(b)) = (self.expr(lhs), self.expr(rhs)) else {
             unreachable!("strings live in memory")
         };

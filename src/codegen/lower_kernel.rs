@@ -5,8 +5,8 @@
 use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Inst, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
-use crate::codegen::program::AttachPoint;
 use crate::frontend::checked::{KernelLoad, TExpr};
+use crate::providers;
 
 impl Lowerer<'_> {
     /// The member at `offset` bytes from the pointer `ptr` evaluates to.
@@ -114,9 +114,10 @@ impl Lowerer<'_> {
         }
     }
 
-    /// `curtask`: a BTF pointer in tracing programs, a plain address elsewhere.
-    pub(super) fn curtask(&mut self) -> VReg {
-        let helper = if matches!(self.probe.attach, AttachPoint::TpBtf { .. }) {
+    /// `curtask`: a BTF pointer where the probe's pointers are BTF-typed, a
+    /// plain address elsewhere.
+    pub(crate) fn curtask(&mut self) -> VReg {
+        let helper = if providers::of(&self.probe.attach).btf_pointers() {
             GET_CURRENT_TASK_BTF
         } else {
             GET_CURRENT_TASK

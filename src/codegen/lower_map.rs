@@ -1,13 +1,14 @@
-//! Lowering map operations (reads, stores, aggregations, delete) and messages
-//! to user space (printf, print, clear, zero, time, exit).
+//! Lowering map operations (reads, stores, aggregations, delete) and
+//! sending the messages of built-in statements to user space.
 
 use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
-use crate::codegen::program::{MapId, Message, MessageId};
-use crate::frontend::checked::{AggFunc, Emit, MapRef, TExpr};
+use crate::frontend::checked::{MapRef, TExpr};
 use crate::frontend::types::Type;
-use crate::output::hist::HIST_MAX_LOG2;
+use crate::vocab::{
+    AggFunc, BuiltinId, BuiltinMessage, MapId, Message, MessageId, hist::HIST_MAX_LOG2,
+};
 
 impl Lowerer<'_> {
     /// Build the key of `map` in a frame buffer, with a histogram bucket after it.
@@ -134,7 +135,7 @@ impl Lowerer<'_> {
         self.update(map, key, buffer);
     }
 
-    pub(super) fn delete(&mut self, map: MapRef, key: Option<&TExpr>) {
+    pub(crate) fn delete(&mut self, map: MapRef, key: Option<&TExpr>) {
         if let Some(task) = key
             && self.maps.script[map.0].task_storage
         {
@@ -334,65 +335,31 @@ impl Lowerer<'_> {
         bucket
     }
 
-    /// Send a message: its id, then the arguments at 8-byte aligned offsets.
-    pub(super) fn message(&mut self, emit: &Emit) {
-        let (message, args): (Message, Vec<&TExpr>) = match emit {
-            Emit::Printf { format, args } => {
-                let layout = message_layout(args.iter().map(|a| &a.ty));
-                let message = Message::Printf {
-                    format: format.clone(),
-                    args: layout,
-                };
-                (message, args.iter().collect())
-            }
-            Emit::PrintValue(value) => {
-                let layout = message_layout([&value.ty]);
-                (
-                    Message::PrintValue {
-                        value: layout[0].clone(),
-                    },
-                    vec![value],
-                )
-            }
-            Emit::PrintMap { map, top, div } => {
-                let map = self.maps.script[map.0].id;
-                (
-                    Message::PrintMap {
-                        map,
-                        top: *top,
-                        div: *div,
-                    },
-                    vec![],
-                )
-            }
-            Emit::Clear(map) => (
-                Message::ClearMap {
-                    map: self.maps.script[map.0].id,
-                },
-                vec![],
-            ),
-            Emit::Zero(map) => (
-                Message::ZeroMap {
-                    map: self.maps.script[map.0].id,
-                },
-                vec![],
-            ),
-            Emit::Time(format) => (
-                Message::Time {
-                    format: format.clone(),
-                },
-                vec![],
-            ),
-            Emit::Exit => (Message::Exit, vec![]),
-        };
-        let offsets: Vec<u32> = match &message {
-            Message::Printf { args, .. } => args.iter().map(|(at, _)| *at).collect(),
-            Message::PrintValue { value } => vec![value.0],
-            _ => vec![],
-        };
+    /// A message of `builtin` with nothing in it yet.
+    pub(crate) fn message(&self, builtin: BuiltinId) -> BuiltinMessage {
+        BuiltinMessage {
+            builtin,
+            args: Vec::new(),
+            format: Vec::new(),
+            text: None,
+            map: None,
+            consts: Vec::new(),
+        }
+    }
+
+    /// The map a checked map reference became.
+    pub(crate) fn map_id(&self, map: MapRef) -> MapId {
+        self.maps.script[map.0].id
+    }
+
+    /// Send a message to user space: its id, then the values of `args` at
+    /// 8-byte aligned offsets (their layout becomes the message's args).
+    pub(crate) fn send_message(&mut self, mut message: BuiltinMessage, args: &[TExpr]) {
+        message.args = message_layout(args.iter().map(|a| &a.ty));
+        let offsets: Vec<u32> = message.args.iter().map(|(at, _)| *at).collect();
         let size = 8 + args.iter().map(|a| a.ty.size()).sum::<u32>();
         let id = MessageId(self.messages.len() as u32);
-        self.messages.push(message);
+        self.messages.push(Message::Builtin(message));
         let values: Vec<Value> = args.iter().map(|a| self.expr(a)).collect();
         let buffer = self.alloc(size);
         self.comment(format!("message {}", id.0));
@@ -402,7 +369,7 @@ impl Lowerer<'_> {
             src: Src::Imm(id.0 as i32),
             size: Size::U64,
         });
-        for ((value, arg), at) in values.into_iter().zip(&args).zip(offsets) {
+        for ((value, arg), at) in values.into_iter().zip(args).zip(offsets) {
             self.store_value(value, &arg.ty, Base::Frame, buffer + at as i16, &arg.ty);
         }
         let args = vec![
@@ -416,17 +383,19 @@ impl Lowerer<'_> {
             args,
             ret: None,
         });
-        if matches!(emit, Emit::Exit) {
-            let exit = self.exit_label();
-            self.emit(Inst::Jump(exit));
-        }
+    }
+
+    /// Return from the probe at once (`exit()`).
+    pub(crate) fn return_from_probe(&mut self) {
+        let exit = self.exit_label();
+        self.emit(Inst::Jump(exit));
     }
 }
 
 /// Offsets and layouts of message fields after the 8-byte message id.
 fn message_layout<'t>(
     types: impl IntoIterator<Item = &'t Type>,
-) -> Vec<(u32, crate::codegen::program::ValueType)> {
+) -> Vec<(u32, crate::vocab::ValueType)> {
     let mut offset = 8;
     types
         .into_iter()

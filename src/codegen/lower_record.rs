@@ -8,14 +8,11 @@ use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
 use crate::codegen::lower::Lowerer;
 use crate::codegen::maps::SPAN_VALUE_HEADER;
-use crate::codegen::program::{Message, MessageId, record_header as header};
 use crate::frontend::checked::{
     CheckedRecord, RecordRef, RecordRole, RecordValue, SpanRef, StackKind, TExpr,
 };
 use crate::frontend::types::{COMM_LEN, Type};
-
-/// `struct pt_regs` offset of the stack pointer (x86-64).
-const PT_REGS_SP: i16 = 152;
+use crate::vocab::{Message, MessageId, record_header as header, x86_64};
 
 /// `-EEXIST` from `bpf_get_stackid`: the stack's bucket holds another stack.
 const STACK_COLLISION: i32 = -17;
@@ -193,7 +190,7 @@ impl Lowerer<'_> {
     /// address into its caller.
     fn entry_return_address(&mut self, at: i16) {
         let ctx = self.ctx;
-        let sp = self.load(Base::Reg(ctx), PT_REGS_SP);
+        let sp = self.load(Base::Reg(ctx), x86_64::STACK_POINTER as i16);
         let args = vec![Arg::Frame(at), Arg::Imm(8), Arg::Reg(sp)];
         self.emit(Inst::Call {
             helper: PROBE_READ_USER,
@@ -335,12 +332,13 @@ impl Lowerer<'_> {
 mod tests {
     use crate::capture::model::RecordOrigin;
     use crate::codegen::listing::render_listing;
-    use crate::codegen::program::{Compiled, MapKind};
+    use crate::codegen::program::Compiled;
     use crate::driver::{Source, compile};
     use crate::frontend::diag::SourceMap;
     use crate::frontend::fake_machine::FakeMachine;
     use crate::frontend::options::CompileOptions;
     use crate::frontend::pmu::parse_counters;
+    use crate::vocab::MapKind;
 
     fn compiled(text: &str, options: &CompileOptions) -> Compiled {
         let source = Source {

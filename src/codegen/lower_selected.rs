@@ -5,7 +5,7 @@
 use crate::codegen::glob_nfa::{COMM_CHARS, Lane};
 use crate::codegen::ir::{AluOp, Base, Cond, Inst, Label, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
-use crate::frontend::checked::{TExpr, TaskFields};
+use crate::frontend::checked::TExpr;
 
 /// `PF_KTHREAD` in `task->flags`.
 const PF_KTHREAD: i32 = 0x0020_0000;
@@ -21,14 +21,18 @@ struct Task {
 
 impl Lowerer<'_> {
     /// 1 when the task passes every exclude filter and (if any is given)
-    /// some include filter, else 0.
-    pub(super) fn selected(&mut self, fields: &TaskFields) -> VReg {
+    /// some include filter, else 0. `fields` are the task's tgid, pid (the
+    /// tid), flags, comm and its group leader's comm.
+    pub(crate) fn selected(&mut self, fields: &[TExpr]) -> VReg {
+        let [tgid, tid, flags, comm, leader_comm] = fields else {
+            unreachable!("selected() reads five task members");
+        };
         let filter = self.program.filter.clone();
         let task = Task {
-            tgid: self.int_expr(&fields.tgid),
-            tid: self.int_expr(&fields.tid),
-            flags: self.int_expr(&fields.flags),
-            comms: [self.buffer(&fields.comm), self.buffer(&fields.leader_comm)],
+            tgid: self.int_expr(tgid),
+            tid: self.int_expr(tid),
+            flags: self.int_expr(flags),
+            comms: [self.buffer(comm), self.buffer(leader_comm)],
         };
         let (yes, no, done) = (self.label(), self.label(), self.label());
         self.comment("selected(): exclude filters");

@@ -1,11 +1,12 @@
 //! Map layouts: how each script map and the internal maps are stored.
 
 use crate::codegen::glob_nfa::{GlobSet, LANE_TABLE_BYTES};
-use crate::codegen::program::{BUILD_ID_FRAME_BYTES, MAX_STACK_DEPTH};
-use crate::codegen::program::{MapId, MapKind, MapSpec, MapValue, ScriptMap};
-use crate::frontend::checked::{AggFunc, CheckedProgram, MapDecl, MapValueKind, StackKind};
+use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind, StackKind};
 use crate::frontend::options::UserStacks;
 use crate::frontend::types::{KernelPtr, Type};
+use crate::vocab::{
+    BUILD_ID_FRAME_BYTES, MAX_STACK_DEPTH, MapId, MapKind, MapSpec, MapValue, ScriptMap,
+};
 
 /// Entries per script map, as bpftrace's default `max_map_keys`.
 pub const MAX_MAP_KEYS: u32 = 4096;
@@ -76,7 +77,7 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         name: "wprof_globals".into(),
         kind: MapKind::Array,
         key_size: 4,
-        value_size: 8 * crate::codegen::program::GLOBAL_SLOTS,
+        value_size: 8 * crate::vocab::GLOBAL_SLOTS,
         max_entries: 1,
         script_map: None,
     });
@@ -193,24 +194,9 @@ fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
     let key_bytes = decl.key.as_ref().map_or(0, |k| k.size());
     let (value, value_size, bucketed) = match &decl.value {
         MapValueKind::Plain(ty) => (MapValue::Plain(ty.layout()), ty.size(), false),
-        MapValueKind::Aggregate(agg) => match agg {
-            AggFunc::Count => (MapValue::Count, 8, false),
-            AggFunc::Sum => (MapValue::Sum, 8, false),
-            AggFunc::Min => (MapValue::Min, 16, false),
-            AggFunc::Max => (MapValue::Max, 16, false),
-            AggFunc::Avg => (MapValue::Avg, 16, false),
-            AggFunc::Stats => (MapValue::Stats, 16, false),
-            AggFunc::Hist => (MapValue::Hist, 8, true),
-            AggFunc::Lhist { min, max, step } => (
-                MapValue::Lhist {
-                    min: *min,
-                    max: *max,
-                    step: *step,
-                },
-                8,
-                true,
-            ),
-        },
+        MapValueKind::Aggregate(agg) => {
+            (MapValue::Aggregate(*agg), agg.value_size(), agg.bucketed())
+        }
     };
     let per_cpu = matches!(decl.value, MapValueKind::Aggregate(_)) && !decl.read_in_kernel;
     // A map without keys still needs a key: a single zero u64.

@@ -10,7 +10,7 @@ mod glob_nfa;
 pub(crate) mod helpers;
 pub mod ir;
 pub mod listing;
-mod lower;
+pub(crate) mod lower;
 mod lower_expr;
 mod lower_kernel;
 mod lower_map;

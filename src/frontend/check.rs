@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use crate::builtins;
 use crate::capture::model::RecordOrigin;
 use crate::frontend::ast::{
     BinOp, Block, Expr, ExprKind, ProbeSpec, Record, Script, Span, Stmt, StmtKind,
@@ -13,8 +14,9 @@ use crate::frontend::ast::{
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
 use crate::frontend::options::CompileOptions;
-use crate::frontend::probes::{Environment, ResolvedProbe, resolve};
 use crate::frontend::types::Type;
+use crate::providers::{self, ResolvedProbe};
+use crate::vocab::Environment;
 
 /// Check a parsed script against the machine described by `env`, with the
 /// command line's `options` (stack kinds, counters, task filters).
@@ -92,6 +94,22 @@ pub fn check(
     }
 }
 
+/// Expands one spec into its attach points through its provider.
+fn resolve(spec: &ProbeSpec, env: &dyn Environment) -> Result<Vec<ResolvedProbe>, ScriptError> {
+    let parts = spec.parts.iter().map(String::as_str).collect();
+    let text = providers::Spec {
+        word: &spec.provider,
+        parts,
+    };
+    providers::resolve(&text, env).map_err(|error| {
+        let diagnostic = ScriptError::new(spec.span, error.message);
+        match error.help {
+            Some(help) => diagnostic.with_help(help),
+            None => diagnostic,
+        }
+    })
+}
+
 /// A probe block or one end of a span, with its attach points.
 pub(super) struct Source<'a> {
     predicate: Option<&'a Expr>,
@@ -110,10 +128,10 @@ pub(super) enum SourceRole<'a> {
     SpanEnd(SpanRef, Option<&'a Expr>),
 }
 
-pub(super) struct Checker<'e> {
+pub(crate) struct Checker<'e> {
     /// The machine: kernel types come from here on demand.
     pub(super) env: &'e dyn Environment,
-    pub(super) options: &'e CompileOptions,
+    pub(crate) options: &'e CompileOptions,
     pub(super) errors: Vec<ScriptError>,
     /// In the first pass errors are dropped and unknown types are assumed.
     pub(super) final_pass: bool,
@@ -124,7 +142,7 @@ pub(super) struct Checker<'e> {
     pub(super) named_records: HashMap<String, RecordRef>,
     pub(super) spans: Vec<SpanDecl>,
     /// Some record has a `pmu` item.
-    pub(super) reads_counters: bool,
+    pub(crate) reads_counters: bool,
     /// Variable types per (probe block, name), collected over both passes.
     var_types: HashMap<(usize, String), Type>,
     pub(super) probe: ProbeState,
@@ -195,13 +213,13 @@ impl<'e> Checker<'e> {
                 probes.push(CheckedProbe {
                     name: probe.name.clone(),
                     attach: probe.attach.clone(),
-                    context: probe.context.clone(),
                     predicate,
                     record,
                     body,
                     variables: std::mem::take(&mut self.probe.var_list),
                     span: source.span,
                     function_entry: probe.function_entry,
+                    user_memory: probe.user_memory,
                     origin: source.origin,
                 });
             }
@@ -210,13 +228,13 @@ impl<'e> Checker<'e> {
         probes
     }
 
-    pub(super) fn error(&mut self, error: ScriptError) {
+    pub(crate) fn error(&mut self, error: ScriptError) {
         if self.final_pass {
             self.errors.push(error);
         }
     }
 
-    pub(super) fn resolved(&self) -> &ResolvedProbe {
+    pub(crate) fn resolved(&self) -> &ResolvedProbe {
         self.probe
             .resolved
             .as_ref()
@@ -359,9 +377,9 @@ impl<'e> Checker<'e> {
             }
             ExprKind::Map { name, keys } => {
                 if let ExprKind::Call { name: func, args } = &value.kind
-                    && let Some(agg) = self.aggregate(func, args, value.span)
+                    && let Some(found) = builtins::aggregation(func)
                 {
-                    let (agg, arg) = agg?;
+                    let (agg, arg) = found.hooks.check(self, &found.site(args, value.span))?;
                     let key = self.map_key(keys, target.span)?;
                     let map = self.declare_map(
                         name,
@@ -404,7 +422,7 @@ impl<'e> Checker<'e> {
     }
 
     /// The key of a map access: none, one expression, or a tuple of several.
-    pub(super) fn map_key(&mut self, keys: &[Expr], span: Span) -> Option<Option<TExpr>> {
+    pub(crate) fn map_key(&mut self, keys: &[Expr], span: Span) -> Option<Option<TExpr>> {
         let mut checked = Vec::new();
         for key in keys {
             let key = self.expr(key)?;
@@ -546,7 +564,7 @@ impl<'e> Checker<'e> {
         Some(map)
     }
 
-    pub(super) fn lookup_map(&mut self, name: &str, span: Span) -> Option<MapRef> {
+    pub(crate) fn lookup_map(&mut self, name: &str, span: Span) -> Option<MapRef> {
         match self.map_index.get(name) {
             Some(&map) => Some(map),
             None => {

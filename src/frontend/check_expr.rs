@@ -1,16 +1,14 @@
-//! Checking expressions: names to builtins, operator typing, and the
-//! functions the language offers.
+//! Checking expressions: variables, maps, operators, fields, casts; names
+//! and calls go to their built-ins (`crate::builtins`).
 
+use crate::builtins;
 use crate::frontend::ast::{BinOp, Expr, ExprKind, Span, TypeName, UnOp};
 use crate::frontend::check::Checker;
 use crate::frontend::check_kernel::is_args;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
-use crate::frontend::types::{COMM_LEN, STRING_LEN, Type};
-use crate::output::printf;
-
-/// Registers holding the first six arguments in `struct pt_regs` (x86-64).
-const PT_REGS_ARGS: [u16; 6] = [112, 104, 96, 88, 72, 64];
+use crate::frontend::types::{STRING_LEN, Type};
+use crate::vocab::{AggFunc, Context, FieldKind};
 
 impl Checker<'_> {
     /// An expression used as a truth value.
@@ -28,7 +26,7 @@ impl Checker<'_> {
         }
     }
 
-    pub(super) fn expr(&mut self, expr: &Expr) -> Option<TExpr> {
+    pub(crate) fn expr(&mut self, expr: &Expr) -> Option<TExpr> {
         let span = expr.span;
         let (kind, ty) = match &expr.kind {
             ExprKind::Int(n) => (TExprKind::Int(*n), Type::I64),
@@ -120,92 +118,17 @@ impl Checker<'_> {
         Some(TExpr { kind, ty, span })
     }
 
-    pub(super) fn fail<T>(&mut self, span: Span, message: &str) -> Option<T> {
+    pub(crate) fn fail<T>(&mut self, span: Span, message: &str) -> Option<T> {
         self.error(ScriptError::new(span, message.to_string()));
         None
     }
 
+    /// A bare word: a built-in variable.
     fn ident(&mut self, name: &str, span: Span) -> Option<TExpr> {
-        let builtin = |b: Builtin, ty: Type| {
-            Some(TExpr {
-                kind: TExprKind::Builtin(b),
-                ty,
-                span,
-            })
-        };
-        match name {
-            "pid" => builtin(Builtin::Pid, Type::U64),
-            "tid" => builtin(Builtin::Tid, Type::U64),
-            "uid" => builtin(Builtin::Uid, Type::U64),
-            "gid" => builtin(Builtin::Gid, Type::U64),
-            "comm" => builtin(Builtin::Comm, Type::Str { len: COMM_LEN }),
-            "nsecs" => builtin(Builtin::Nsecs, Type::U64),
-            "elapsed" => builtin(Builtin::Elapsed, Type::U64),
-            "cpu" => builtin(Builtin::Cpu, Type::U64),
-            "cpid" => builtin(Builtin::Cpid, Type::U64),
-            "rand" => builtin(Builtin::Rand, Type::U64),
-            "probe" => builtin(Builtin::Probe, Type::Probe),
-            "curtask" => self.curtask(span),
-            "retval" => {
-                let probe = self.resolved();
-                if !(probe.is_return
-                    && matches!(probe.context, Context::PtRegs | Context::U64Array))
-                {
-                    return self.fail(
-                        span,
-                        "`retval` is only available in uretprobe, kretprobe and fexit probes",
-                    );
-                }
-                builtin(Builtin::Retval, Type::U64)
-            }
-            "func" => match self.resolved().func.clone() {
-                Some(func) => Some(TExpr {
-                    ty: Type::Str {
-                        len: func.len() as u32 + 1,
-                    },
-                    kind: TExprKind::Str(func),
-                    span,
-                }),
-                None => self.fail(
-                    span,
-                    "`func` is only available in uprobe, usdt, kprobe and fentry probes",
-                ),
-            },
-            "args" => self.fail(span, "`args` needs a field: `args.NAME`"),
-            _ => match name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok()) {
-                Some(n) => self.arg(n, span),
-                None => self.fail(span, &format!("unknown identifier `{name}`")),
-            },
+        match builtins::expression(name, false) {
+            Some(found) => found.hooks.check(self, &found.site(&[], span)),
+            None => self.fail(span, &format!("unknown identifier `{name}`")),
         }
-    }
-
-    fn arg(&mut self, n: u32, span: Span) -> Option<TExpr> {
-        let probe = self.resolved();
-        let ok = match &probe.context {
-            Context::PtRegs => !probe.is_return && (n as usize) < PT_REGS_ARGS.len(),
-            Context::U64Array => n < 12,
-            Context::Usdt(args) => (n as usize) < args.len(),
-            Context::Plain | Context::Tracepoint(_) | Context::Btf(_) => false,
-        };
-        if !ok {
-            let why = match &probe.context {
-                Context::Tracepoint(_) | Context::Btf(_) => {
-                    "tracepoints have `args.FIELD` instead".to_string()
-                }
-                Context::Usdt(args) => format!("this USDT probe has {} arguments", args.len()),
-                Context::PtRegs if probe.is_return => {
-                    "return probes have `retval` instead".to_string()
-                }
-                Context::PtRegs => "only arg0..arg5 are passed in registers".to_string(),
-                _ => format!("`{}` probes have no arguments", probe.name),
-            };
-            return self.fail(span, &format!("`arg{n}` is not available here: {why}"));
-        }
-        Some(TExpr {
-            kind: TExprKind::Arg(n),
-            ty: Type::U64,
-            span,
-        })
     }
 
     /// `$name`, whose type is what every assignment in the probe settles on.
@@ -373,160 +296,19 @@ impl Checker<'_> {
         })
     }
 
-    /// Calls that return a value.
+    /// A call with a value: a built-in function.
     fn call_expr(&mut self, name: &str, args: &[Expr], span: Span) -> Option<TExpr> {
-        match name {
-            "str" => self.str_call(args, span),
-            "strncmp" => self.strncmp(args, span),
-            "ksym" => self.ksym(args, span),
-            "selected" => self.selected(args, span),
-            "count" | "sum" | "min" | "max" | "avg" | "stats" | "hist" | "lhist" => self.fail(
-                span,
-                &format!("{name}() must be assigned to a map: `@x = {name}(...)`"),
-            ),
-            _ if is_statement_call(name) => self.fail(span, &format!("{name}() has no value")),
-            _ => self.fail(span, &format!("unknown function `{name}`")),
+        if let Some(found) = builtins::expression(name, true) {
+            return found.hooks.check(self, &found.site(args, span));
+        }
+        match builtins::misplaced_call(name) {
+            Some(why) => self.fail(span, &why),
+            None => self.fail(span, &format!("unknown function `{name}`")),
         }
     }
 
-    fn strncmp(&mut self, args: &[Expr], span: Span) -> Option<TExpr> {
-        let [
-            lhs,
-            rhs,
-            Expr {
-                kind: ExprKind::Int(limit),
-                ..
-            },
-        ] = args
-        else {
-            return self.fail(
-                span,
-                "strncmp() takes two strings and an integer literal length",
-            );
-        };
-        let (lhs, rhs) = (self.expr(lhs)?, self.expr(rhs)?);
-        for side in [&lhs, &rhs] {
-            if !matches!(side.ty, Type::Str { .. }) {
-                return self.fail(
-                    side.span,
-                    &format!("strncmp() compares strings, not {}", side.ty),
-                );
-            }
-        }
-        let kind = TExprKind::StrNcmp {
-            lhs: Box::new(lhs),
-            rhs: Box::new(rhs),
-            limit: (*limit).min(u64::from(u32::MAX)) as u32,
-        };
-        Some(TExpr {
-            kind,
-            ty: Type::I64,
-            span,
-        })
-    }
-
-    fn str_call(&mut self, args: &[Expr], span: Span) -> Option<TExpr> {
-        let (ptr, len) = match args {
-            [ptr] => (ptr, None),
-            [ptr, len] => (ptr, Some(len)),
-            _ => return self.fail(span, "str() takes a pointer and an optional length"),
-        };
-        let ptr = self.expr(ptr)?;
-        if matches!(ptr.ty, Type::Str { .. }) {
-            return Some(ptr);
-        }
-        if !ptr.ty.is_int() {
-            return self.fail(ptr.span, &format!("str() needs a pointer, not {}", ptr.ty));
-        }
-        let (len, buffer) = match len {
-            None => (None, STRING_LEN),
-            Some(len) => {
-                let len = self.expr(len)?;
-                let buffer = match len.kind {
-                    TExprKind::Int(n) => (n as u32).clamp(1, STRING_LEN),
-                    _ => STRING_LEN,
-                };
-                (Some(Box::new(len)), buffer)
-            }
-        };
-        let user = self.resolved().user_memory;
-        Some(TExpr {
-            kind: TExprKind::ReadStr {
-                ptr: Box::new(ptr),
-                len,
-                user,
-            },
-            ty: Type::Str { len: buffer },
-            span,
-        })
-    }
-
-    /// `count()`, `sum(x)` ... on the right of a map assignment.
-    /// `None` when `name` is not an aggregation; `Some(None)` on error.
-    pub(super) fn aggregate(
-        &mut self,
-        name: &str,
-        args: &[Expr],
-        span: Span,
-    ) -> Option<Option<(AggFunc, Option<TExpr>)>> {
-        let func = match name {
-            "count" => AggFunc::Count,
-            "sum" => AggFunc::Sum,
-            "min" => AggFunc::Min,
-            "max" => AggFunc::Max,
-            "avg" => AggFunc::Avg,
-            "stats" => AggFunc::Stats,
-            "hist" => AggFunc::Hist,
-            "lhist" => return Some(self.lhist(args, span)),
-            _ => return None,
-        };
-        let expected = usize::from(func != AggFunc::Count);
-        if args.len() != expected {
-            let what = if expected == 0 {
-                "no arguments"
-            } else {
-                "one integer argument"
-            };
-            self.error(ScriptError::new(span, format!("{name}() takes {what}")));
-            return Some(None);
-        }
-        let arg = match args.first() {
-            None => None,
-            Some(arg) => match self.int_arg(arg, name) {
-                Some(arg) => Some(arg),
-                None => return Some(None),
-            },
-        };
-        Some(Some((func, arg)))
-    }
-
-    fn lhist(&mut self, args: &[Expr], span: Span) -> Option<(AggFunc, Option<TExpr>)> {
-        let [value, min, max, step] = args else {
-            return self.fail(span, "lhist() takes a value, min, max and step");
-        };
-        let value = self.int_arg(value, "lhist")?;
-        let mut constant = |e: &Expr, what: &str| match e.kind {
-            ExprKind::Int(n) => Some(n as i64),
-            _ => self.fail(
-                e.span,
-                &format!("lhist() {what} must be an integer literal"),
-            ),
-        };
-        let (min, max, step) = (
-            constant(min, "min")?,
-            constant(max, "max")?,
-            constant(step, "step")?,
-        );
-        if step <= 0 || max <= min {
-            return self.fail(span, "lhist() needs min < max and a positive step");
-        }
-        if (max - min) / step > 1000 {
-            return self.fail(span, "lhist() would have more than 1000 buckets");
-        }
-        Some((AggFunc::Lhist { min, max, step }, Some(value)))
-    }
-
-    fn int_arg(&mut self, arg: &Expr, func: &str) -> Option<TExpr> {
+    /// The argument of an aggregation, which must be an integer.
+    pub(crate) fn int_arg(&mut self, arg: &Expr, func: &str) -> Option<TExpr> {
         let arg = self.expr(arg)?;
         if !arg.ty.is_int() {
             return self.fail(
@@ -537,52 +319,18 @@ impl Checker<'_> {
         Some(arg)
     }
 
-    /// Calls used as statements.
+    /// A call as a statement: a built-in statement, or a value discarded.
     pub(super) fn call_stmt(&mut self, name: &str, args: &[Expr], span: Span) -> Option<TStmtKind> {
-        let emit = match name {
-            "printf" => self.printf(args, span)?,
-            "print" => self.print(args, span)?,
-            "exit" => {
-                self.no_args(name, args, span)?;
-                Emit::Exit
-            }
-            "time" => match args {
-                [] => Emit::Time("%H:%M:%S\n".into()),
-                [
-                    Expr {
-                        kind: ExprKind::Str(format),
-                        ..
-                    },
-                ] => Emit::Time(format.clone()),
-                _ => return self.fail(span, "time() takes an optional format string literal"),
-            },
-            "clear" | "zero" => {
-                let map = self.whole_map(name, args, span)?;
-                if name == "clear" {
-                    Emit::Clear(map)
-                } else {
-                    Emit::Zero(map)
-                }
-            }
-            "delete" => return self.delete(args, span),
-            _ => {
-                let value = self.call_expr(name, args, span)?;
-                return Some(TStmtKind::Expr(value));
-            }
-        };
-        Some(TStmtKind::Emit(emit))
-    }
-
-    fn no_args(&mut self, name: &str, args: &[Expr], span: Span) -> Option<()> {
-        if args.is_empty() {
-            Some(())
-        } else {
-            self.fail(span, &format!("{name}() takes no arguments"))
+        if let Some(found) = builtins::statement(name) {
+            let call = found.hooks.check(self, &found.site(args, span))?;
+            return Some(TStmtKind::Call(call));
         }
+        let value = self.call_expr(name, args, span)?;
+        Some(TStmtKind::Expr(value))
     }
 
     /// `clear(@m)`, `zero(@m)`, `print(@m)`: a map named without a key.
-    fn whole_map(&mut self, func: &str, args: &[Expr], span: Span) -> Option<MapRef> {
+    pub(crate) fn whole_map(&mut self, func: &str, args: &[Expr], span: Span) -> Option<MapRef> {
         match args.first() {
             Some(Expr {
                 kind: ExprKind::Map { name, keys },
@@ -591,111 +339,6 @@ impl Checker<'_> {
             _ => self.fail(span, &format!("{func}() takes a map such as `@name`")),
         }
     }
-
-    fn delete(&mut self, args: &[Expr], span: Span) -> Option<TStmtKind> {
-        let (name, keys, map_span) = match args {
-            [
-                Expr {
-                    kind: ExprKind::Map { name, keys },
-                    span: s,
-                },
-            ] => (name, keys.clone(), *s),
-            [
-                Expr {
-                    kind: ExprKind::Map { name, keys },
-                    span: s,
-                },
-                key,
-            ] if keys.is_empty() => (name, vec![key.clone()], *s),
-            _ => {
-                return self.fail(
-                    span,
-                    "delete() takes a map element: `delete(@m[key])` or `delete(@m, key)`",
-                );
-            }
-        };
-        let map = self.lookup_map(name, map_span)?;
-        let key = self.map_key(&keys, map_span)?;
-        Some(TStmtKind::Delete { map, key })
-    }
-
-    fn print(&mut self, args: &[Expr], span: Span) -> Option<Emit> {
-        if let Some(Expr {
-            kind: ExprKind::Map { keys, .. },
-            ..
-        }) = args.first()
-            && keys.is_empty()
-        {
-            let map = self.whole_map("print", args, span)?;
-            let mut constant = |e: Option<&Expr>| match e.map(|e| &e.kind) {
-                None => Some(0),
-                Some(ExprKind::Int(n)) => Some(*n),
-                Some(_) => self.fail(span, "print()'s top and div must be integer literals"),
-            };
-            let (top, div) = (constant(args.get(1))?, constant(args.get(2))?);
-            if args.len() > 3 {
-                return self.fail(span, "print() takes a map and optional top and div");
-            }
-            return Some(Emit::PrintMap { map, top, div });
-        }
-        let [value] = args else {
-            return self.fail(span, "print() takes a map or one value");
-        };
-        let value = self.expr(value)?;
-        Some(Emit::PrintValue(value))
-    }
-
-    fn printf(&mut self, args: &[Expr], span: Span) -> Option<Emit> {
-        let Some((
-            Expr {
-                kind: ExprKind::Str(format),
-                span: format_span,
-            },
-            rest,
-        )) = args.split_first()
-        else {
-            return self.fail(span, "printf() needs a format string literal first");
-        };
-        let specs = match printf::parse_format(format) {
-            Ok(specs) => specs,
-            Err(error) => return self.fail(*format_span, &format!("bad printf format: {error}")),
-        };
-        let wanted: Vec<bool> = printf::specs(&specs)
-            .map(|s| s.arg_kind() == printf::ArgKind::Text)
-            .collect();
-        if wanted.len() != rest.len() {
-            let message = format!(
-                "the format has {} conversions but {} arguments follow",
-                wanted.len(),
-                rest.len()
-            );
-            return self.fail(span, &message);
-        }
-        let mut checked = Vec::new();
-        for (arg, wants_string) in rest.iter().zip(wanted) {
-            let arg = self.expr(arg)?;
-            let ok = match &arg.ty {
-                Type::Str { .. } => wants_string,
-                Type::Tuple(_) | Type::Void => false,
-                _ => true,
-            };
-            if !ok {
-                return self.fail(arg.span, &format!("printf cannot format {} here", arg.ty));
-            }
-            checked.push(arg);
-        }
-        Some(Emit::Printf {
-            format: format.clone(),
-            args: checked,
-        })
-    }
-}
-
-fn is_statement_call(name: &str) -> bool {
-    matches!(
-        name,
-        "printf" | "print" | "exit" | "time" | "clear" | "zero" | "delete"
-    )
 }
 
 fn int(n: u64, span: Span) -> TExpr {
@@ -722,9 +365,4 @@ fn int_type(name: &str) -> Option<Type> {
         size: bits / 8,
         signed,
     })
-}
-
-/// The pt_regs offset of argument `n` (x86-64 calling convention).
-pub fn pt_regs_arg_offset(n: u32) -> u16 {
-    PT_REGS_ARGS[n as usize]
 }

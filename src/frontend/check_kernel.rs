@@ -1,17 +1,18 @@
 //! Checking expressions over kernel (BTF) types: `tp_btf` arguments, member
 //! access through kernel pointers (`p->field`, `s.field`), pointer casts,
-//! `curtask`, `ksym()` and `selected()`.
+//! the type of `curtask` and task members for built-ins.
 
-use crate::codegen::program::AttachPoint;
 use crate::frontend::ast::{Expr, ExprKind, Span, TypeName};
 use crate::frontend::check::Checker;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
-use crate::frontend::kernel_types::{
+use crate::frontend::types::{KernelPtr, Type};
+use crate::providers;
+use crate::vocab::kernel_types::{
     FoundMember, KTypeId, KernelKind, KernelMember, KernelType, close_names, find_member,
     member_names,
 };
-use crate::frontend::types::{KernelPtr, Type};
+use crate::vocab::{ArgRead, BtfArg};
 
 /// A kernel object in memory: `offset_bits` into what `ptr` points to.
 struct Place {
@@ -22,10 +23,10 @@ struct Place {
 }
 
 impl Checker<'_> {
-    /// Whether this probe runs as `BPF_PROG_TYPE_TRACING`, where BTF
-    /// pointers can be read directly.
+    /// Whether this probe's pointers are BTF-typed for the verifier, so they
+    /// can be read directly.
     fn tracing_program(&self) -> bool {
-        matches!(self.resolved().attach, AttachPoint::TpBtf { .. })
+        providers::of(&self.resolved().attach).btf_pointers()
     }
 
     fn kernel_type(&mut self, id: KTypeId, span: Span) -> Option<KernelType> {
@@ -46,7 +47,7 @@ impl Checker<'_> {
             return None;
         };
         let slot = TExpr {
-            kind: TExprKind::Arg(index as u32),
+            kind: TExprKind::Arg(ArgRead::Slot(8 * index as u16)),
             ty: Type::U64,
             span,
         };
@@ -218,19 +219,15 @@ impl Checker<'_> {
         })
     }
 
-    /// `curtask`: trusted (BTF) in `tp_btf` probes, a plain address elsewhere.
-    pub(super) fn curtask(&mut self, span: Span) -> Option<TExpr> {
+    /// The type of `curtask`: a task pointer, BTF-typed where the probe's
+    /// pointers are, a plain address elsewhere.
+    pub(crate) fn current_task_type(&mut self, span: Span) -> Option<Type> {
         let target = self.task_type(span)?;
-        let ty = Type::KernelPtr(KernelPtr {
+        Some(Type::KernelPtr(KernelPtr {
             target,
             name: "struct task_struct".into(),
             btf: self.tracing_program(),
-        });
-        Some(TExpr {
-            kind: TExprKind::Builtin(Builtin::CurTask),
-            ty,
-            span,
-        })
+        }))
     }
 
     fn task_type(&mut self, span: Span) -> Option<KTypeId> {
@@ -268,54 +265,8 @@ impl Checker<'_> {
         })
     }
 
-    /// `ksym(addr)`: an address printed as its kernel symbol.
-    pub(super) fn ksym(&mut self, args: &[Expr], span: Span) -> Option<TExpr> {
-        let [addr] = args else {
-            return self.fail(span, "ksym() takes one kernel address");
-        };
-        let addr = self.expr(addr)?;
-        if !addr.ty.is_int() {
-            return self.fail(
-                addr.span,
-                &format!("ksym() needs an address, not {}", addr.ty),
-            );
-        }
-        Some(TExpr {
-            kind: TExprKind::Cast(Box::new(addr)),
-            ty: Type::KernelSymbol,
-            span,
-        })
-    }
-
-    /// `selected(task)`: whether the task passes the command line's task filters.
-    pub(super) fn selected(&mut self, args: &[Expr], span: Span) -> Option<TExpr> {
-        let [task] = args else {
-            return self.fail(span, "selected() takes one `struct task_struct *`");
-        };
-        let task = self.task_arg(task, "selected()")?;
-        if self.options.filter.is_empty() {
-            return Some(TExpr {
-                kind: TExprKind::Int(1),
-                ty: Type::I64,
-                span,
-            });
-        }
-        let leader = self.task_member(task.clone(), "group_leader")?;
-        let fields = TaskFields {
-            tgid: self.task_member(task.clone(), "tgid")?,
-            tid: self.task_member(task.clone(), "pid")?,
-            flags: self.task_member(task.clone(), "flags")?,
-            comm: self.task_member(task, "comm")?,
-            leader_comm: self.task_member(leader, "comm")?,
-        };
-        Some(TExpr {
-            kind: TExprKind::Selected(Box::new(fields)),
-            ty: Type::I64,
-            span,
-        })
-    }
-
-    fn task_arg(&mut self, task: &Expr, func: &str) -> Option<TExpr> {
+    /// A task pointer argument of `func`.
+    pub(crate) fn task_arg(&mut self, task: &Expr, func: &str) -> Option<TExpr> {
         let task = self.expr(task)?;
         if !task.ty.kernel_ptr().is_some_and(KernelPtr::is_task) {
             return self.fail(
@@ -327,7 +278,7 @@ impl Checker<'_> {
     }
 
     /// `task->NAME` for a task pointer checked elsewhere (selected, thread fields).
-    pub(super) fn task_member(&mut self, task: TExpr, name: &str) -> Option<TExpr> {
+    pub(crate) fn task_member(&mut self, task: TExpr, name: &str) -> Option<TExpr> {
         let span = task.span;
         let container = Place {
             ty: task.ty.kernel_ptr()?.target,

@@ -2,12 +2,12 @@
 //! item names and types, stack and counter items, span keys, and the record
 //! kinds the capture will hold.
 
+use crate::builtins;
 use crate::capture::model::RecordOrigin;
-use crate::frontend::ast::{BinOp, Expr, ExprKind, Record, RecordItem, Span, SpanBlock};
+use crate::frontend::ast::{Expr, ExprKind, Record, RecordItem, Span, SpanBlock};
 use crate::frontend::check::{Checker, Source, SourceRole};
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
-use crate::frontend::options::STACK_KINDS;
 use crate::frontend::types::Type;
 
 impl Checker<'_> {
@@ -126,50 +126,44 @@ impl Checker<'_> {
 
     /// Fields, values and stack of `< items >`; counter fields are named
     /// `PREFIX:COUNTER...`.
-    fn record_items(&mut self, record: &Record, counter_prefix: &str) -> Option<RecordItems> {
-        let mut items = RecordItems::default();
+    fn record_items(
+        &mut self,
+        record: &Record,
+        counter_prefix: &'static str,
+    ) -> Option<RecordItems> {
+        let mut items = RecordItems {
+            counter_prefix,
+            ..RecordItems::default()
+        };
         for item in &record.items {
-            if let Some(kind) = self.stack_item(&item.value) {
-                if std::mem::replace(&mut items.has_stack_item, true) {
-                    self.error(ScriptError::new(
-                        item.span,
-                        "a record holds one stack: use `stack` for user and kernel frames together",
-                    ));
+            let (name, args, call) = match &item.value.kind {
+                ExprKind::Ident(name) => (name, &[][..], false),
+                ExprKind::Call { name, args } => (name, &args[..], true),
+                _ => {
+                    self.add_item(&mut items, item)?;
+                    continue;
                 }
-                items.stack = kind;
-                continue;
-            }
-            if matches!(&item.value.kind, ExprKind::Ident(word) if word == "pmu") {
-                self.reads_counters = true;
-                for (index, counter) in self.options.pmu.clone().iter().enumerate() {
-                    for suffix in ["", ":enabled", ":running"] {
-                        let name = format!("{counter_prefix}:{}{suffix}", counter.name);
-                        self.add_field(&mut items.fields, name, Type::U64, item.span)?;
-                    }
-                    items.values.push(RecordValue::Counter(index));
-                }
-                continue;
-            }
-            let expanded;
-            let parts = match identity_of(&item.value) {
-                Some(task) => {
-                    expanded = identity_items(task, item.span);
-                    &expanded[..]
-                }
-                None => std::slice::from_ref(item),
             };
-            for part in parts {
-                let (name, value) = self.record_item(part)?;
-                self.add_field(&mut items.fields, name, value.ty.clone(), part.span)?;
-                items
-                    .values
-                    .push(RecordValue::Expr(self.record_value(value)?));
+            match builtins::record_item(name, call) {
+                Some(found) => found
+                    .hooks
+                    .check(self, &found.site(args, item.span), &mut items)?,
+                None => self.add_item(&mut items, item)?,
             }
         }
         Some(items)
     }
 
-    fn add_field(
+    /// One `name = expr` or bare expression item: a field and its value.
+    pub(crate) fn add_item(&mut self, items: &mut RecordItems, item: &RecordItem) -> Option<()> {
+        let (name, value) = self.record_item(item)?;
+        self.add_field(&mut items.fields, name, value.ty.clone(), item.span)?;
+        let value = self.record_value(value)?;
+        items.values.push(RecordValue::Expr(value));
+        Some(())
+    }
+
+    pub(crate) fn add_field(
         &mut self,
         fields: &mut Vec<(String, Type)>,
         name: String,
@@ -182,36 +176,6 @@ impl Checker<'_> {
         }
         fields.push((name, ty));
         Some(())
-    }
-
-    /// `stack`, `ustack`, `kstack` or `stack(KIND)`: `Some` with the stack
-    /// it captures (none for a kind that is off); `None` for other items.
-    fn stack_item(&mut self, expr: &Expr) -> Option<Option<StackKind>> {
-        let ExprKind::Call { name, args } = &expr.kind else {
-            return stack_keyword(expr).map(Some);
-        };
-        if name != "stack" {
-            return None;
-        }
-        let kind = match args.as_slice() {
-            [
-                Expr {
-                    kind: ExprKind::Ident(kind),
-                    ..
-                },
-            ] if STACK_KINDS.contains(&kind.as_str()) => kind,
-            _ => {
-                let message = format!("`stack(KIND)` takes one of {}", STACK_KINDS.join(", "));
-                self.error(ScriptError::new(expr.span, message).with_label("unknown stack kind"));
-                return Some(None);
-            }
-        };
-        Some(
-            self.options
-                .stacks
-                .contains(kind)
-                .then_some(StackKind::Both),
-        )
     }
 
     /// With `-S probe`, records of the user's script without a stack item
@@ -284,14 +248,11 @@ impl Checker<'_> {
 
     /// The span's key at this end: `by EXPR`, or the thread.
     fn span_key(&mut self, span: SpanRef, key: Option<&Expr>, source: &Source) -> Option<TExpr> {
-        let key = match key {
-            Some(expr) => self.expr(expr)?,
-            None => TExpr {
-                kind: TExprKind::Builtin(Builtin::Tid),
-                ty: Type::U64,
-                span: source.span,
-            },
+        let thread = Expr {
+            kind: ExprKind::Ident("tid".into()),
+            span: source.span,
         };
+        let key = self.expr(key.unwrap_or(&thread))?;
         if matches!(key.ty, Type::Tuple(_) | Type::Void) {
             return self.fail(
                 key.span,
@@ -350,12 +311,15 @@ impl Checker<'_> {
 
 /// What a record's items add up to.
 #[derive(Default)]
-struct RecordItems {
-    fields: Vec<(String, Type)>,
-    values: Vec<RecordValue>,
-    stack: Option<StackKind>,
+pub(crate) struct RecordItems {
+    pub(crate) fields: Vec<(String, Type)>,
+    pub(crate) values: Vec<RecordValue>,
+    pub(crate) stack: Option<StackKind>,
     /// Some item is a stack, even one whose kind is off.
-    has_stack_item: bool,
+    pub(crate) has_stack_item: bool,
+    /// Counter fields are named `PREFIX:COUNTER`: `pmu`, or `pmu_end` at a
+    /// span's end.
+    pub(crate) counter_prefix: &'static str,
 }
 
 /// The fields both lists agree on (same names, types that unify), with the
@@ -376,18 +340,6 @@ fn unify_fields(known: &[(String, Type)], new: &[(String, Type)]) -> Option<Vec<
         .collect()
 }
 
-fn stack_keyword(expr: &Expr) -> Option<StackKind> {
-    match &expr.kind {
-        ExprKind::Ident(word) => match word.as_str() {
-            "stack" => Some(StackKind::Both),
-            "ustack" => Some(StackKind::User),
-            "kstack" => Some(StackKind::Kernel),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
 /// The name a bare item takes: `pid` → pid, `args.filename` → filename, `$x` → x,
 /// `str(args.filename)` → filename.
 fn implied_name(expr: &Expr) -> Option<String> {
@@ -395,7 +347,12 @@ fn implied_name(expr: &Expr) -> Option<String> {
         ExprKind::Ident(name) | ExprKind::Var(name) => Some(name.clone()),
         ExprKind::Field { field, .. } => Some(field.clone()),
         ExprKind::Map { name, keys } if keys.is_empty() && !name.is_empty() => Some(name.clone()),
-        ExprKind::Call { name, args } if name == "str" => args.first().and_then(implied_name),
+        ExprKind::Call { name, args }
+            if builtins::expression(name, true)
+                .is_some_and(|f| f.hooks.names_items_after_arg()) =>
+        {
+            args.first().and_then(implied_name)
+        }
         ExprKind::Cast { expr, .. } => implied_name(expr),
         _ => None,
     }
@@ -404,60 +361,3 @@ fn implied_name(expr: &Expr) -> Option<String> {
 #[cfg(test)]
 #[path = "check/record_tests.rs"]
 mod record_tests;
-
-/// The task of an `identity(TASK)` record item.
-fn identity_of(expr: &Expr) -> Option<&Expr> {
-    match &expr.kind {
-        ExprKind::Call { name, args } if name == "identity" && args.len() == 1 => Some(&args[0]),
-        _ => None,
-    }
-}
-
-/// `identity(TASK)` as the items it stands for: the task's `tid`, `pid`,
-/// `ppid`, `comm`, `pcomm` (its process's name) and `kthread` (0 or 1), the
-/// fields of the trackers' `task` record (docs/system-tracking.md).
-fn identity_items(task: &Expr, span: Span) -> Vec<RecordItem> {
-    let node = |kind| Expr { kind, span };
-    let member = |base: Expr, field: &str| {
-        node(ExprKind::Field {
-            expr: Box::new(base),
-            field: field.into(),
-            arrow: true,
-        })
-    };
-    let binary = |op, lhs, rhs| {
-        node(ExprKind::Binary {
-            op,
-            lhs: Box::new(lhs),
-            rhs: Box::new(rhs),
-        })
-    };
-    const PF_KTHREAD_BIT: u64 = 21;
-    let kthread = binary(
-        BinOp::BitAnd,
-        binary(
-            BinOp::Shr,
-            member(task.clone(), "flags"),
-            node(ExprKind::Int(PF_KTHREAD_BIT)),
-        ),
-        node(ExprKind::Int(1)),
-    );
-    [
-        ("tid", member(task.clone(), "pid")),
-        ("pid", member(task.clone(), "tgid")),
-        ("ppid", member(member(task.clone(), "real_parent"), "tgid")),
-        ("comm", member(task.clone(), "comm")),
-        (
-            "pcomm",
-            member(member(task.clone(), "group_leader"), "comm"),
-        ),
-        ("kthread", kthread),
-    ]
-    .into_iter()
-    .map(|(name, value)| RecordItem {
-        name: Some(name.into()),
-        value,
-        span,
-    })
-    .collect()
-}

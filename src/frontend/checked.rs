@@ -4,12 +4,11 @@
 //! `CheckedProbe` per attach point.
 
 use crate::capture::model::RecordOrigin;
-use crate::codegen::program::AttachPoint;
 use crate::frontend::ast::{BinOp, Span, UnOp};
-use crate::frontend::kernel_types::KTypeId;
 use crate::frontend::options::TaskFilter;
 use crate::frontend::options::{PmuCounter, UserStacks};
 use crate::frontend::types::Type;
+use crate::vocab::{AggFunc, ArgRead, AttachPoint, BuiltinId, TracepointField};
 
 /// Only the checker builds this (fields are public for reading).
 #[derive(Clone, Debug)]
@@ -132,39 +131,11 @@ pub enum MapValueKind {
     Aggregate(AggFunc),
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AggFunc {
-    Count,
-    Sum,
-    Min,
-    Max,
-    Avg,
-    Stats,
-    Hist,
-    Lhist { min: i64, max: i64, step: i64 },
-}
-
-impl AggFunc {
-    pub fn name(self) -> &'static str {
-        match self {
-            AggFunc::Count => "count",
-            AggFunc::Sum => "sum",
-            AggFunc::Min => "min",
-            AggFunc::Max => "max",
-            AggFunc::Avg => "avg",
-            AggFunc::Stats => "stats",
-            AggFunc::Hist => "hist",
-            AggFunc::Lhist { .. } => "lhist",
-        }
-    }
-}
-
 #[derive(Clone, Debug)]
 pub struct CheckedProbe {
     /// The probe as displayed by `probe` and in messages, after wildcard expansion.
     pub name: String,
     pub attach: AttachPoint,
-    pub context: Context,
     pub predicate: Option<TExpr>,
     pub record: Option<CheckedRecord>,
     pub body: Vec<TStmt>,
@@ -172,72 +143,10 @@ pub struct CheckedProbe {
     pub span: Span,
     /// At a function's first instruction (see `ResolvedProbe::function_entry`).
     pub function_entry: bool,
+    /// Whether pointers in its context point into user memory.
+    pub user_memory: bool,
     /// Who wrote the probe: the built-in trackers see wprof itself too.
     pub origin: RecordOrigin,
-}
-
-/// How the probe's context argument is read.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Context {
-    /// BEGIN, END, profile, interval, software: no arguments.
-    Plain,
-    /// uprobe/kprobe: `struct pt_regs`.
-    PtRegs,
-    /// USDT: arguments decoded from the note's argument specs.
-    Usdt(Vec<UsdtArgSpec>),
-    /// Classic tracepoint: fields at fixed offsets in the record.
-    Tracepoint(Vec<TracepointField>),
-    /// Raw tracepoint and fentry: an array of u64 arguments.
-    U64Array,
-    /// `tp_btf`: u64 argument slots typed from kernel BTF.
-    Btf(Vec<BtfArg>),
-}
-
-/// One argument of a BTF tracepoint; the Nth argument is the Nth u64 of the context.
-#[derive(Clone, Debug, PartialEq)]
-pub struct BtfArg {
-    pub name: String,
-    pub ty: KTypeId,
-}
-
-/// Where a USDT argument lives when the probe fires.
-#[derive(Clone, Debug, PartialEq)]
-pub enum UsdtArgSpec {
-    Register {
-        pt_regs_offset: u16,
-        size: u8,
-        signed: bool,
-    },
-    Constant(i64),
-    Memory {
-        base_offset: u16,
-        displacement: i64,
-        size: u8,
-        signed: bool,
-    },
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct TracepointField {
-    pub name: String,
-    pub offset: u32,
-    pub kind: FieldKind,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum FieldKind {
-    Int {
-        size: u8,
-        signed: bool,
-    },
-    /// `char name[N]`
-    CharArray(u32),
-    /// `__data_loc char[] name`
-    DataLocString,
-    /// A pointer; `user` when it points into user memory (syscall arguments).
-    Pointer {
-        user: bool,
-    },
 }
 
 #[derive(Clone, Debug)]
@@ -265,12 +174,8 @@ pub enum TStmtKind {
         func: AggFunc,
         arg: Option<TExpr>,
     },
-    Delete {
-        map: MapRef,
-        key: Option<TExpr>,
-    },
-    /// A message to user space: printf, print, clear, zero, time, exit.
-    Emit(Emit),
+    /// A built-in statement: `printf(...)`, `delete(@m[k])`, `exit()`...
+    Call(TCall),
     If {
         cond: TExpr,
         then: Vec<TStmt>,
@@ -291,15 +196,32 @@ pub enum TStmtKind {
     Return,
 }
 
+/// A use of a built-in that its own lowering turns into code: what the
+/// checker kept of it. Each built-in documents which parts it fills.
 #[derive(Clone, Debug)]
-pub enum Emit {
-    Printf { format: String, args: Vec<TExpr> },
-    PrintValue(TExpr),
-    PrintMap { map: MapRef, top: u64, div: u64 },
-    Clear(MapRef),
-    Zero(MapRef),
-    Time(String),
-    Exit,
+pub struct TCall {
+    pub builtin: BuiltinId,
+    /// Checked arguments, in the order its lowering takes them.
+    pub args: Vec<TExpr>,
+    /// The map it works on (`print(@m)`, `delete(@m[k])`).
+    pub map: Option<MapRef>,
+    /// A literal string it keeps (a format).
+    pub text: Option<String>,
+    /// Integer literals it keeps (`print`'s top and div, `strncmp`'s length).
+    pub consts: Vec<u64>,
+}
+
+impl TCall {
+    /// A use of `builtin` with these arguments and nothing else.
+    pub fn new(builtin: BuiltinId, args: Vec<TExpr>) -> TCall {
+        TCall {
+            builtin,
+            args,
+            map: None,
+            text: None,
+            consts: Vec::new(),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -313,9 +235,11 @@ pub struct TExpr {
 pub enum TExprKind {
     Int(u64),
     Str(String),
-    Builtin(Builtin),
-    /// `argN`
-    Arg(u32),
+    /// A built-in value (`pid`, `str(p)`, `selected(task)`).
+    Call(Box<TCall>),
+    /// A probe argument (`argN`, `retval`, a `tp_btf` argument), read as its
+    /// provider says.
+    Arg(ArgRead),
     /// `args.field` of a tracepoint.
     Field(TracepointField),
     Var(VarId),
@@ -344,12 +268,6 @@ pub enum TExprKind {
     },
     /// Integer truncation/extension to `ty`.
     Cast(Box<TExpr>),
-    /// `strncmp(a, b, n)`: 0 when the strings agree in their first `n` bytes.
-    StrNcmp {
-        lhs: Box<TExpr>,
-        rhs: Box<TExpr>,
-        limit: u32,
-    },
     /// A member of a kernel struct at `offset` bytes from `ptr`.
     KernelRead {
         ptr: Box<TExpr>,
@@ -359,26 +277,6 @@ pub enum TExprKind {
         /// load into a fault-safe one); otherwise `bpf_probe_read_kernel`.
         direct: bool,
     },
-    /// `selected(task)`: whether the task passes `CheckedProgram::filter`.
-    Selected(Box<TaskFields>),
-    /// `str(ptr[, len])`: read a string from kernel or user memory.
-    ReadStr {
-        ptr: Box<TExpr>,
-        len: Option<Box<TExpr>>,
-        user: bool,
-    },
-}
-
-/// The members of one task that task filters look at.
-#[derive(Clone, Debug)]
-pub struct TaskFields {
-    /// `task->tgid` (the pid) and `task->pid` (the tid).
-    pub tgid: TExpr,
-    pub tid: TExpr,
-    pub flags: TExpr,
-    pub comm: TExpr,
-    /// `task->group_leader->comm`: the process name.
-    pub leader_comm: TExpr,
 }
 
 /// How a kernel struct member is read.
@@ -388,24 +286,4 @@ pub enum KernelLoad {
     Int { size: u8, signed: bool },
     /// `char[N]` into a string buffer of N bytes.
     CharArray(u32),
-}
-
-/// Values the probe reads from its surroundings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Builtin {
-    Pid,
-    Tid,
-    Uid,
-    Gid,
-    Comm,
-    Nsecs,
-    Elapsed,
-    Cpu,
-    Cpid,
-    Retval,
-    /// The index of the probe in `CheckedProgram::probes`.
-    Probe,
-    Rand,
-    /// The current `struct task_struct *`.
-    CurTask,
 }

@@ -3,20 +3,21 @@
 
 use std::path::PathBuf;
 
-use crate::frontend::checked::{BtfArg, FieldKind, TracepointField, UsdtArgSpec};
-use crate::frontend::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType, close_names};
-use crate::frontend::probes::{Environment, FunctionTarget, UsdtTarget};
+use crate::vocab::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType, close_names};
+use crate::vocab::{
+    BtfArg, Environment, FieldKind, FunctionTarget, TracepointField, UsdtArgSpec, UsdtTarget,
+};
 
 /// A machine with a few tracepoints (`syscalls:sys_enter_openat`,
 /// `syscalls:sys_enter_write`, `syscalls:sys_exit_read`, `sched:named`),
-/// every function in every binary, at file offset 0x1000, and a little
+/// every function in every binary, 64 bytes at file offset 0x1000, and a little
 /// kernel BTF: `struct task_struct` (see [`kernel_type`]) and the BTF
 /// tracepoints `sched_switch` and `sched_wakeup`.
 pub struct FakeMachine;
 
 /// Type ids of the fake kernel BTF.
 pub mod ids {
-    use crate::frontend::kernel_types::KTypeId;
+    use crate::vocab::kernel_types::KTypeId;
     pub const INT: KTypeId = KTypeId(1);
     pub const UINT: KTypeId = KTypeId(2);
     pub const CHAR: KTypeId = KTypeId(3);
@@ -143,6 +144,7 @@ impl Environment for FakeMachine {
         let target = FunctionTarget {
             name: pattern.into(),
             file_offset: 0x1000,
+            size: 64,
         };
         Ok((PathBuf::from(binary), vec![target]))
     }

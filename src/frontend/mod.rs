@@ -4,18 +4,16 @@ pub mod ast;
 pub mod check;
 pub mod check_expr;
 mod check_kernel;
-mod check_record;
+pub(crate) mod check_record;
 pub mod checked;
 pub mod diag;
 // Fuzz targets (`fuzz/`, built with `--cfg fuzzing`) compile on it too.
 #[cfg(any(test, fuzzing))]
 pub mod fake_machine;
-pub mod kernel_types;
 pub mod limits;
 pub mod options;
 pub mod parse;
 pub mod pmu;
 pub mod positional;
-pub mod probes;
 pub mod shift;
 pub mod types;

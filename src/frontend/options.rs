@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::codegen::program::PerfEvent;
+use crate::vocab::PerfEvent;
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CompileOptions {

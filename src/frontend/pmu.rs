@@ -2,15 +2,10 @@
 //! software events with an `sw:` prefix, raw events as `rHEX`.
 
 use super::options::PmuCounter;
-use crate::codegen::program::PerfEvent;
+use crate::vocab::{PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, PerfEvent};
 
 /// At most this many `--pmu` counters.
 pub const MAX_COUNTERS: usize = 16;
-
-/// `PERF_TYPE_*` of `perf_event_attr.type`.
-const PERF_TYPE_HARDWARE: u32 = 0;
-const PERF_TYPE_SOFTWARE: u32 = 1;
-pub const PERF_TYPE_RAW: u32 = 4;
 
 /// `PERF_COUNT_HW_*`, with perf's aliases.
 const HARDWARE: &[(&str, u64)] = &[
@@ -64,7 +59,7 @@ pub fn parse_counter(name: &str) -> Result<PmuCounter, String> {
     let event = match name.strip_prefix("sw:") {
         Some(software) => lookup(SOFTWARE, software, PERF_TYPE_SOFTWARE)
             .ok_or_else(|| unknown(name, "software event", SOFTWARE, "sw:"))?,
-        None => match raw(name) {
+        None => match PerfEvent::raw(name) {
             Some(event) => event,
             None => lookup(HARDWARE, name, PERF_TYPE_HARDWARE)
                 .ok_or_else(|| unknown(name, "event", HARDWARE, ""))?,
@@ -81,16 +76,6 @@ fn lookup(table: &[(&str, u64)], name: &str, type_: u32) -> Option<PerfEvent> {
     Some(PerfEvent {
         type_,
         config: *config,
-    })
-}
-
-/// `rHEX`: a raw, CPU-specific event code.
-fn raw(name: &str) -> Option<PerfEvent> {
-    let hex = name.strip_prefix('r').filter(|h| !h.is_empty())?;
-    let config = u64::from_str_radix(hex, 16).ok()?;
-    Some(PerfEvent {
-        type_: PERF_TYPE_RAW,
-        config,
     })
 }
 

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use crate::codegen::program::ValueType;
-use crate::frontend::kernel_types::KTypeId;
+use crate::vocab::ValueType;
+use crate::vocab::kernel_types::KTypeId;
 
 /// Length of a string produced by `str()` and of string literals' buffers, as in bpftrace.
 pub const STRING_LEN: u32 = 64;
@@ -77,20 +77,6 @@ impl Type {
 
     pub fn is_signed(&self) -> bool {
         matches!(self, Type::Int { signed: true, .. })
-    }
-
-    /// Whether a value of type `other` can be stored where `self` is expected:
-    /// integers of any width mix; strings fit into buffers at least as long.
-    pub fn accepts(&self, other: &Type) -> bool {
-        match (self, other) {
-            (Type::KernelPtr(a), Type::KernelPtr(b)) => a.target == b.target && (b.btf || !a.btf),
-            (Type::Int { .. }, b) => b.is_int(),
-            (Type::Str { len: a }, Type::Str { len: b }) => a >= b,
-            (Type::Tuple(a), Type::Tuple(b)) => {
-                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.accepts(y))
-            }
-            (a, b) => a == b,
-        }
     }
 
     /// The smallest type holding values of both (for maps and variables

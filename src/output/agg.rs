@@ -1,9 +1,9 @@
 //! Output stage: raw map entries (key bytes plus one value buffer per CPU, in
-//! the layouts [`MapValue`] documents) → [`Entry`]s for [`super::maps`].
+//! the layouts [`AggFunc`] documents) → [`Entry`]s for [`super::maps`].
 
 use std::collections::BTreeMap;
 
-use crate::codegen::program::{MapValue, ScriptMap};
+use crate::vocab::{AggFunc, MapValue, ScriptMap};
 
 use super::maps::{AggValue, Entry};
 use super::value::{DecodeError, Value, decode};
@@ -17,28 +17,33 @@ pub fn combine(kind: &MapValue, per_cpu: &[&[u8]]) -> Result<Option<AggValue>, D
             .iter()
             .map(|b| Ok::<_, DecodeError>((word(b, 0)?, word(b, 8)?)))
     };
-    Ok(Some(match kind {
-        MapValue::Plain(ty) => match per_cpu.first() {
-            Some(bytes) => AggValue::Plain(decode(bytes, ty)?),
-            None => return Ok(None),
-        },
-        MapValue::Count | MapValue::Hist | MapValue::Lhist { .. } => {
+    let func = match kind {
+        MapValue::Plain(ty) => {
+            return match per_cpu.first() {
+                Some(bytes) => Ok(Some(AggValue::Plain(decode(bytes, ty)?))),
+                None => Ok(None),
+            };
+        }
+        MapValue::Aggregate(func) => *func,
+    };
+    Ok(Some(match func {
+        AggFunc::Count | AggFunc::Hist | AggFunc::Lhist { .. } => {
             AggValue::Count(sum_words(per_cpu)?)
         }
-        MapValue::Sum => AggValue::Sum(Value::Int(sum_words(per_cpu)? as i64)),
-        MapValue::Min | MapValue::Max => match min_max(*kind == MapValue::Min, per_cpu)? {
-            Some(v) if *kind == MapValue::Min => AggValue::Min(Value::Int(v)),
+        AggFunc::Sum => AggValue::Sum(Value::Int(sum_words(per_cpu)? as i64)),
+        AggFunc::Min | AggFunc::Max => match min_max(func == AggFunc::Min, per_cpu)? {
+            Some(v) if func == AggFunc::Min => AggValue::Min(Value::Int(v)),
             Some(v) => AggValue::Max(Value::Int(v)),
             None => return Ok(None),
         },
-        MapValue::Avg | MapValue::Stats => {
+        AggFunc::Avg | AggFunc::Stats => {
             let (mut count, mut total) = (0u64, 0i64);
             for pair in pairs() {
                 let (c, t) = pair?;
                 count = count.wrapping_add(c);
                 total = total.wrapping_add(t as i64);
             }
-            if *kind == MapValue::Avg {
+            if func == AggFunc::Avg {
                 AggValue::Avg { count, total }
             } else {
                 AggValue::Stats { count, total }
@@ -67,7 +72,10 @@ pub fn collect_entries(
     spec: &ScriptMap,
     raw: &[(Vec<u8>, Vec<Vec<u8>>)],
 ) -> Result<Vec<Entry>, DecodeError> {
-    let is_hist = matches!(spec.value, MapValue::Hist | MapValue::Lhist { .. });
+    let is_hist = matches!(
+        spec.value,
+        MapValue::Aggregate(AggFunc::Hist | AggFunc::Lhist { .. })
+    );
     let mut plain = Vec::new();
     let mut hists: BTreeMap<Vec<u8>, Vec<(u64, u64)>> = BTreeMap::new();
     for (key, values) in raw {
@@ -94,7 +102,7 @@ pub fn collect_entries(
     }
     for (prefix, buckets) in hists {
         let value = match spec.value {
-            MapValue::Hist => AggValue::Hist(buckets),
+            MapValue::Aggregate(AggFunc::Hist) => AggValue::Hist(buckets),
             _ => AggValue::Lhist(buckets),
         };
         plain.push((decode_key(spec, &prefix)?, value));
@@ -131,7 +139,7 @@ fn sum_words(per_cpu: &[&[u8]]) -> Result<u64, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::program::ValueType;
+    use crate::vocab::ValueType;
 
     fn pair(a: i64, b: i64) -> Vec<u8> {
         [a.to_le_bytes(), b.to_le_bytes()].concat()
@@ -143,12 +151,12 @@ mod tests {
         let cpus = [1u64.to_le_bytes(), 2u64.to_le_bytes()];
         let per_cpu: Vec<&[u8]> = cpus.iter().map(|b| b.as_slice()).collect();
         assert_eq!(
-            combine(&MapValue::Count, &per_cpu),
+            combine(&MapValue::Aggregate(AggFunc::Count), &per_cpu),
             Ok(Some(AggValue::Count(3)))
         );
         let neg = (-5i64).to_le_bytes();
         assert_eq!(
-            combine(&MapValue::Sum, &[&neg, &cpus[0]]),
+            combine(&MapValue::Aggregate(AggFunc::Sum), &[&neg, &cpus[0]]),
             Ok(Some(AggValue::Sum(Value::Int(-4))))
         );
     }
@@ -158,14 +166,17 @@ mod tests {
     fn min_max_respect_set_flag() {
         let (a, b, unset) = (pair(-5, 1), pair(3, 1), pair(-100, 0));
         assert_eq!(
-            combine(&MapValue::Min, &[&a, &b, &unset]),
+            combine(&MapValue::Aggregate(AggFunc::Min), &[&a, &b, &unset]),
             Ok(Some(AggValue::Min(Value::Int(-5))))
         );
         assert_eq!(
-            combine(&MapValue::Max, &[&a, &b, &unset]),
+            combine(&MapValue::Aggregate(AggFunc::Max), &[&a, &b, &unset]),
             Ok(Some(AggValue::Max(Value::Int(3))))
         );
-        assert_eq!(combine(&MapValue::Max, &[&unset]), Ok(None));
+        assert_eq!(
+            combine(&MapValue::Aggregate(AggFunc::Max), &[&unset]),
+            Ok(None)
+        );
     }
 
     /// Avg/stats add counts and totals; short buffers are errors.
@@ -173,13 +184,13 @@ mod tests {
     fn averages_and_short_input() {
         let (a, b) = (pair(2, -10), pair(1, 4));
         assert_eq!(
-            combine(&MapValue::Avg, &[&a, &b]),
+            combine(&MapValue::Aggregate(AggFunc::Avg), &[&a, &b]),
             Ok(Some(AggValue::Avg {
                 count: 3,
                 total: -6
             }))
         );
-        assert!(combine(&MapValue::Stats, &[&[0u8; 9]]).is_err());
+        assert!(combine(&MapValue::Aggregate(AggFunc::Stats), &[&[0u8; 9]]).is_err());
     }
 
     /// Hist keys end in the bucket index; entries of one key merge into one histogram.
@@ -190,7 +201,7 @@ mod tests {
                 size: 8,
                 signed: true,
             }),
-            value: MapValue::Hist,
+            value: MapValue::Aggregate(AggFunc::Hist),
         };
         let key = |k: i64, b: u64| [k.to_le_bytes(), b.to_le_bytes()].concat();
         let one = |n: u64| vec![n.to_le_bytes().to_vec()];

@@ -19,12 +19,13 @@
 use std::cmp::Ordering;
 use std::io::{self, Write};
 
-use crate::codegen::program::{MapValue, ScriptMap};
+use crate::vocab::{AggFunc, MapValue, ScriptMap};
 
-use super::hist::{HistLayout, hist_label, hist_total, lhist_label, lhist_len, write_hist};
+use super::hist::{HistLayout, hist_label, hist_total, lhist_label, write_hist};
 use super::value::{
     Resolve, Value, div_signed, key_order, numeric_order, write_fields, write_value,
 };
+use crate::vocab::hist::lhist_len;
 
 /// One map entry's value, combined across CPUs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,7 +142,10 @@ pub fn render_map(
         out.extend_from_slice(b": ");
         write_agg(&mut out, value, &spec.value, opts.div, resolver);
     }
-    if matches!(spec.value, MapValue::Avg | MapValue::Stats) {
+    if matches!(
+        spec.value,
+        MapValue::Aggregate(AggFunc::Avg | AggFunc::Stats)
+    ) {
         out.push(b'\n');
     }
     out
@@ -150,8 +154,8 @@ pub fn render_map(
 /// bpftrace 0.17 ignores top and div for stats maps, and div for lhist maps.
 fn effective_options(kind: &MapValue, opts: PrintOptions) -> PrintOptions {
     match kind {
-        MapValue::Stats => PrintOptions::default(),
-        MapValue::Lhist { .. } => PrintOptions {
+        MapValue::Aggregate(AggFunc::Stats) => PrintOptions::default(),
+        MapValue::Aggregate(AggFunc::Lhist { .. }) => PrintOptions {
             top: opts.top,
             div: 1,
         },
@@ -255,7 +259,7 @@ fn write_agg(
 fn write_hist_block(out: &mut Vec<u8>, buckets: &[(u64, u64)], kind: &MapValue, div: u64) {
     out.push(b'\n');
     match *kind {
-        MapValue::Lhist { min, max, step } => {
+        MapValue::Aggregate(AggFunc::Lhist { min, max, step }) => {
             let label = move |i| lhist_label(i, min, max, step);
             let layout = HistLayout {
                 label: &label,
@@ -283,8 +287,8 @@ fn write_hist_block(out: &mut Vec<u8>, buckets: &[(u64, u64)], kind: &MapValue, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::program::ValueType;
     use crate::output::value::RawIds;
+    use crate::vocab::ValueType;
 
     const I64: ValueType = ValueType::Int {
         size: 8,
@@ -364,27 +368,27 @@ mod tests {
         let out = exit(vec![
             (
                 "@a",
-                MapValue::Sum,
+                MapValue::Aggregate(AggFunc::Sum),
                 vec![(None, AggValue::Sum(Value::Int(1)))],
             ),
             (
                 "@b",
-                MapValue::Max,
+                MapValue::Aggregate(AggFunc::Max),
                 vec![(None, AggValue::Max(Value::Int(2)))],
             ),
             (
                 "@c",
-                MapValue::Stats,
+                MapValue::Aggregate(AggFunc::Stats),
                 vec![(None, AggValue::Stats { count: 1, total: 3 })],
             ),
             (
                 "@d",
-                MapValue::Min,
+                MapValue::Aggregate(AggFunc::Min),
                 vec![(None, AggValue::Min(Value::Int(3)))],
             ),
             (
                 "@e",
-                MapValue::Avg,
+                MapValue::Aggregate(AggFunc::Avg),
                 vec![(None, AggValue::Avg { count: 1, total: 2 })],
             ),
         ]);
@@ -404,8 +408,8 @@ mod tests {
                 MapValue::Plain(I64),
                 vec![(None, AggValue::Plain(Value::Int(2)))],
             ),
-            ("@h", MapValue::Hist, vec![]),
-            ("@s", MapValue::Avg, vec![]),
+            ("@h", MapValue::Aggregate(AggFunc::Hist), vec![]),
+            ("@s", MapValue::Aggregate(AggFunc::Avg), vec![]),
         ]);
         assert_eq!(out, "\n\n\n@b: 2\n\n\n");
     }
@@ -421,7 +425,7 @@ mod tests {
                 )
             })
             .to_vec();
-        let out = render("@a", MapValue::Count, entries, 0, 1);
+        let out = render("@a", MapValue::Aggregate(AggFunc::Count), entries, 0, 1);
         assert_eq!(
             out,
             "@a[1]: 1\n@a[3]: 1\n@a[5]: 1\n@a[9]: 1\n@a[-2]: 1\n@a[7]: 2\n"
@@ -491,7 +495,10 @@ mod tests {
             4
         );
         let c = vec![(None, AggValue::Count(1))];
-        assert_eq!(render("@c", MapValue::Count, c, 0, 0), "@c: 1\n");
+        assert_eq!(
+            render("@c", MapValue::Aggregate(AggFunc::Count), c, 0, 0),
+            "@c: 1\n"
+        );
     }
 
     /// Avg divides; stats ignores top and div (`print(@s, 1, 10)` prints both entries, undivided).
@@ -513,7 +520,10 @@ mod tests {
                 },
             ),
         ];
-        assert_eq!(render("@a", MapValue::Avg, a, 1, 10), "@a[2]: 2\n\n");
+        assert_eq!(
+            render("@a", MapValue::Aggregate(AggFunc::Avg), a, 1, 10),
+            "@a[2]: 2\n\n"
+        );
         let st = vec![
             (
                 Some(Value::Int(1)),
@@ -531,7 +541,10 @@ mod tests {
             ),
         ];
         let want = "@s[1]: count 1, average 10, total 10\n@s[2]: count 2, average 25, total 51\n\n";
-        assert_eq!(render("@s", MapValue::Stats, st, 1, 10), want);
+        assert_eq!(
+            render("@s", MapValue::Aggregate(AggFunc::Stats), st, 1, 10),
+            want
+        );
     }
 
     /// Averages truncate toward zero (`avg(-10), avg(0), avg(0)` → -3) and stats sort by average.
@@ -561,7 +574,10 @@ mod tests {
             ),
         ];
         let want = "@s[3]: count 3, average -3, total -10\n@s[2]: count 6, average 10, total 60\n@s[1]: count 1, average 50, total 50\n\n";
-        assert_eq!(render("@s", MapValue::Stats, st, 0, 1), want);
+        assert_eq!(
+            render("@s", MapValue::Aggregate(AggFunc::Stats), st, 0, 1),
+            want
+        );
     }
 
     /// Unsigned sums print unsigned: `@s = sum((uint64)-1)` → 18446744073709551615.
@@ -569,7 +585,7 @@ mod tests {
     fn unsigned_sum() {
         let e = vec![(None, AggValue::Sum(Value::UInt(u64::MAX)))];
         assert_eq!(
-            render("@s", MapValue::Sum, e, 0, 1),
+            render("@s", MapValue::Aggregate(AggFunc::Sum), e, 0, 1),
             "@s: 18446744073709551615\n"
         );
     }
@@ -582,7 +598,7 @@ mod tests {
             (Some(s("c")), AggValue::Hist(vec![(2, 2)])),
             (Some(s("b")), AggValue::Hist(vec![(2, 1)])),
         ];
-        let out = render("@h", MapValue::Hist, entries, 0, 1);
+        let out = render("@h", MapValue::Aggregate(AggFunc::Hist), entries, 0, 1);
         let block = |k: &str, n| format!("@h[{k}]: \n[1]{:>21} {}\n\n", n, bar(52));
         assert_eq!(
             out,
@@ -593,11 +609,11 @@ mod tests {
     /// `@l = lhist(...)`; `print(@l, 0, 2)` leaves lhist counts undivided (bpftrace 0.17).
     #[test]
     fn lhist_ignores_div() {
-        let kind = MapValue::Lhist {
+        let kind = MapValue::Aggregate(AggFunc::Lhist {
             min: 0,
             max: 100,
             step: 10,
-        };
+        });
         let out = render(
             "@l",
             kind,

@@ -3,6 +3,7 @@
 pub mod agg;
 pub mod hist;
 pub mod maps;
+pub mod printer;
 pub mod printf;
 pub mod time;
 pub mod value;

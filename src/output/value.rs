@@ -2,14 +2,14 @@
 //! message field) plus their [`ValueType`] → a [`Value`]; and a [`Value`] → the
 //! text bpftrace 0.17 prints for it in map keys, map values and `print(value)`.
 //!
-//! Stacks, symbols and probe names stay unresolved ids here; whoever prints them
+//! Symbols and probe names stay unresolved ids here; whoever prints them
 //! supplies a [`Resolve`] implementation that turns the ids into text.
 
 use std::cmp::Ordering;
 
 use thiserror::Error;
 
-use crate::codegen::program::{MapId, ValueType};
+use crate::vocab::ValueType;
 
 /// A decoded value. Integers keep their signedness so that printing and
 /// `printf` conversions can sign- or zero-extend them the way C does.
@@ -23,12 +23,6 @@ pub enum Value {
     /// UTF-8, and bpftrace prints them byte for byte.
     Str(Vec<u8>),
     Tuple(Vec<Value>),
-    /// A stack id in the stack trace map `map`.
-    Stack {
-        kernel: bool,
-        map: MapId,
-        id: u64,
-    },
     /// A code address printed as a symbol.
     Symbol {
         kernel: bool,
@@ -46,7 +40,6 @@ impl Value {
             Value::UInt(v) => Some(*v),
             Value::Symbol { addr, .. } => Some(*addr),
             Value::Probe(i) => Some(*i),
-            Value::Stack { id, .. } => Some(*id),
             Value::Str(_) | Value::Tuple(_) => None,
         }
     }
@@ -105,11 +98,6 @@ fn decode_at(bytes: &[u8], offset: usize, ty: &ValueType) -> Result<Value, Decod
             .map(|(off, fty)| decode_at(bytes, offset + *off as usize, fty))
             .collect::<Result<_, _>>()
             .map(Value::Tuple),
-        ValueType::Stack { kernel, map } => Ok(Value::Stack {
-            kernel: *kernel,
-            map: *map,
-            id: read_u64(field),
-        }),
         ValueType::Symbol { kernel } => Ok(Value::Symbol {
             kernel: *kernel,
             addr: read_u64(field),
@@ -152,23 +140,19 @@ fn decode_int(field: &[u8], size: u8, signed: bool) -> Result<Value, DecodeError
 
 /// Turns the ids that only the runtime can interpret into text.
 pub trait Resolve {
-    /// The text bpftrace prints for a stack, including its line breaks and
-    /// indentation (e.g. `"\n    f+1\n    g+2\n"`; `""` for an empty stack).
-    fn stack(&self, kernel: bool, map: MapId, id: u64) -> Vec<u8>;
     /// A symbolized address (`func+off`, or the number when unknown).
     fn symbol(&self, kernel: bool, addr: u64) -> Vec<u8>;
     /// The name of the probe at this index of `Compiled::programs`.
     fn probe(&self, index: u64) -> Vec<u8>;
 }
 
-/// A [`Resolve`] that prints raw numbers: for tests and replays without symbols.
+/// A [`Resolve`] that prints raw numbers, for tests.
 #[derive(Clone, Copy, Debug, Default)]
+#[cfg(test)]
 pub struct RawIds;
 
+#[cfg(test)]
 impl Resolve for RawIds {
-    fn stack(&self, _kernel: bool, _map: MapId, id: u64) -> Vec<u8> {
-        format!("stack#{id}").into_bytes()
-    }
     fn symbol(&self, _kernel: bool, addr: u64) -> Vec<u8> {
         addr.to_string().into_bytes()
     }
@@ -189,7 +173,6 @@ pub fn write_value(out: &mut Vec<u8>, value: &Value, resolver: &dyn Resolve) {
             write_fields(out, fields, resolver);
             out.push(b')');
         }
-        Value::Stack { kernel, map, id } => out.extend(resolver.stack(*kernel, *map, *id)),
         Value::Symbol { kernel, addr } => out.extend(resolver.symbol(*kernel, *addr)),
         Value::Probe(index) => out.extend(resolver.probe(*index)),
     }
@@ -317,21 +300,15 @@ mod tests {
         assert_eq!(decode(&[0; 3], &int(3, true)), Err(DecodeError::IntSize(3)));
     }
 
-    /// Stacks, symbols and probes decode to their raw ids.
+    /// Symbols and probes decode to their raw ids.
     #[test]
     fn decodes_ids() {
-        let ty = ValueType::Stack {
-            kernel: true,
-            map: MapId(3),
-        };
-        let v = decode(&7u64.to_le_bytes(), &ty).unwrap();
         assert_eq!(
-            v,
-            Value::Stack {
+            decode(&7u64.to_le_bytes(), &ValueType::Symbol { kernel: true }),
+            Ok(Value::Symbol {
                 kernel: true,
-                map: MapId(3),
-                id: 7
-            }
+                addr: 7
+            })
         );
         assert_eq!(
             decode(&2u64.to_le_bytes(), &ValueType::Probe),

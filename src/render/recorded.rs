@@ -7,9 +7,9 @@
 //! [`RecordedStacks`].
 
 use crate::capture::model::CaptureSettings;
-use crate::cli::parse_duration;
 use crate::render::format::whole_duration;
 use crate::tracking::options::DEFAULT_TIMER_HZ;
+use crate::tracking::when::parse_duration;
 
 /// The stacks a capture asked for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

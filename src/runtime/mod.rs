@@ -1,24 +1,9 @@
-//! Runtime: find attach targets, load and attach compiled programs, collect messages.
+//! Runtime: find what probes attach to on this machine ([`targets`]), load
+//! and attach compiled programs and read their maps ([`bpf`]), run a tracing
+//! session that turns their messages into output ([`session`]), and record
+//! capture events ([`recording`]).
 
-pub mod activation;
-mod attach;
-pub mod child;
-pub mod counters;
-pub mod elf;
-mod elf_functions;
-mod elf_object;
-pub mod environment;
-pub mod features;
-mod kernel_btf;
-mod libbpf_log;
-pub mod loader;
-mod map_btf;
-pub mod maps_read;
-mod perf_event;
+pub mod bpf;
 pub mod recording;
 pub mod session;
-mod teardown;
-#[cfg(test)]
-mod test_support;
-pub mod tracefs;
-pub mod usdt;
+pub mod targets;

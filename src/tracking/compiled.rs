@@ -11,13 +11,12 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use crate::capture::model::RecordSchema;
-use crate::frontend::checked::{BtfArg, TracepointField};
 use crate::frontend::fake_machine::{FakeMachine, ids};
-use crate::frontend::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType};
-use crate::frontend::probes::{Environment, FunctionTarget, UsdtTarget};
 use crate::tracking::Tracking;
 use crate::tracking::options::{Feature, parse_stack_arg};
 use crate::tracking::trackers;
+use crate::vocab::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType};
+use crate::vocab::{BtfArg, Environment, FunctionTarget, TracepointField, UsdtTarget};
 
 /// The `--pmu` counter the compiled trackers read.
 pub const COUNTER: &str = "cpu-cycles";
@@ -56,7 +55,7 @@ pub struct TrackerMachine;
 
 /// Type ids beyond [`FakeMachine`]'s.
 mod more_ids {
-    use crate::frontend::kernel_types::KTypeId;
+    use crate::vocab::kernel_types::KTypeId;
     pub const THREAD_INFO: KTypeId = KTypeId(100);
     pub const CHAR_PTR: KTypeId = KTypeId(101);
     pub const BINPRM: KTypeId = KTypeId(102);

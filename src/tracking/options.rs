@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-use crate::codegen::program::PerfSample;
 use crate::frontend::options::TaskFilter;
+use crate::vocab::PerfSample;
 
 /// A built-in tracker, turned on and off with `-f NAME` / `-f no-NAME`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

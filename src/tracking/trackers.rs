@@ -4,10 +4,10 @@
 //! their rate and event come from the command line.
 
 use crate::capture::model::RecordOrigin;
-use crate::codegen::program::PerfSample;
 use crate::driver::Source;
 use crate::tracking::Tracking;
 use crate::tracking::options::{Feature, StackKind};
+use crate::vocab::PerfSample;
 
 /// The script of a feature's tracker.
 fn script(feature: Feature) -> (&'static str, &'static str) {
@@ -71,8 +71,8 @@ fn pmu_sampler(event: &str, rate: PerfSample) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::program::{AttachPoint, PerfEvent};
     use crate::tracking::options::parse_stack_arg;
+    use crate::vocab::{AttachPoint, PerfEvent};
 
     fn tracking(features: &[Feature], stacks: &[&str]) -> Tracking {
         Tracking {
@@ -150,7 +150,7 @@ mod tests {
     /// compiles on this machine's kernel.
     #[test]
     fn every_tracker_combination_compiles() {
-        let env = crate::runtime::environment::SystemEnvironment::default();
+        let env = crate::runtime::targets::environment::SystemEnvironment::default();
         for mask in 1u32..(1 << Feature::ALL.len()) {
             let features: Vec<Feature> = Feature::ALL
                 .into_iter()

@@ -1,13 +1,33 @@
-//! `--prepare WHEN` / `--activate WHEN`: parsing the specs, and turning them
-//! into delays from launch against a given wall clock and time zone (tests
-//! inject both; wprof passes `chrono::Local::now()`).
+//! Durations (`-d`, `+DUR`) and `--prepare WHEN` / `--activate WHEN`: parsing
+//! the specs, and turning them into delays from launch against a given wall
+//! clock and time zone (tests inject both; wprof passes `chrono::Local::now()`).
 
 use std::fmt;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, NaiveTime, TimeZone};
 
-use crate::cli::parse_duration;
+/// `1500` (milliseconds), `500ms`, `5s`, `2m`, `250us`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &text[digits.len()..];
+    let value: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration (examples: 1500, 500ms, 5s, 2m)"))?;
+    let duration = match unit {
+        "" | "ms" => Duration::from_millis(value),
+        "us" => Duration::from_micros(value),
+        "s" => Duration::from_secs(value),
+        "m" => Duration::from_secs(value * 60),
+        "h" => Duration::from_secs(value * 3600),
+        _ => {
+            return Err(format!(
+                "unknown duration unit `{unit}` in `{text}` (use ms, s, m or h)"
+            ));
+        }
+    };
+    Ok(duration)
+}
 
 /// A point in time as the user wrote it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -249,5 +269,15 @@ mod tests {
         let error = plan(Some("+5s"), Some("+2s")).unwrap_err();
         assert!(error.contains("inverted"), "{error}");
         assert!(plan(Some("@14:00"), Some("+2s")).is_err());
+    }
+
+    /// Bare numbers are milliseconds; units are honoured; junk is rejected.
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1500"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert!(parse_duration("5x").is_err());
+        assert!(parse_duration("s").is_err());
     }
 }

@@ -12,7 +12,7 @@
 
 use crate::codegen::asm::{AluOp, AsmError, Assembler, Cond, Label, Reg, Size};
 use crate::codegen::helpers;
-use crate::codegen::program::MapId;
+use crate::vocab::MapId;
 
 use super::maps::{
     MAPPING_SEARCH_STEPS, MAX_FRAMES, MAX_MAPPINGS, NO_TABLE, ROW_SEARCH_STEPS, UnwindMaps, flags,
@@ -474,7 +474,7 @@ pub fn emit_load_user_regs(asm: &mut Assembler, state_ptr: Reg) {
 mod tests {
     use super::*;
     use crate::codegen::asm::opcode;
-    use crate::codegen::program::MapId;
+    use crate::vocab::MapId;
 
     fn maps() -> UnwindMaps {
         UnwindMaps {

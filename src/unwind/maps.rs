@@ -9,7 +9,7 @@
 //! - state: a one-element per-CPU array holding the [`state`] of the
 //!   unwind in progress: registers, flags and the frames found.
 
-use crate::codegen::program::{MapId, MapKind, MapSpec};
+use crate::vocab::{MapId, MapKind, MapSpec};
 
 use super::rules::ROW_BYTES;
 

@@ -9,10 +9,9 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use crate::codegen::asm::{AluOp, AsmError, Assembler, Cond, Reg, Size};
 use crate::codegen::helpers;
-use crate::codegen::program::{
-    AttachPoint, BpfProgram, Compiled, MapId, MapKind, MapSpec, PerfEvent, PerfSample,
-};
-use crate::runtime::loader::Loaded;
+use crate::codegen::program::{BpfProgram, Compiled};
+use crate::runtime::bpf::loader::Loaded;
+use crate::vocab::{AttachPoint, MapId, MapKind, MapSpec, PerfEvent, PerfSample};
 
 use super::bpf::{LoopKind, UserUnwinder, emit_load_user_regs};
 use super::manager::TableStore;

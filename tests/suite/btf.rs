@@ -7,11 +7,11 @@ use std::ops::ControlFlow;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use wprof::codegen::program::ProbeState;
 use wprof::frontend::options::{CompileOptions, TaskFilter};
 use wprof::frontend::{check, parse};
-use wprof::runtime::environment::SystemEnvironment;
-use wprof::runtime::loader::{AttachOptions, load};
+use wprof::runtime::bpf::loader::{AttachOptions, load};
+use wprof::runtime::targets::environment::SystemEnvironment;
+use wprof::vocab::ProbeState;
 
 use super::{map_lines, workload, wprof_ok};
 use crate::require_bpf;

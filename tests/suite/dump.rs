@@ -1,6 +1,7 @@
 //! Code generation: the `--dump-bpf` listing of every `tests/codegen/*.bt`
 //! script is an insta snapshot (reviewed as a diff), and each script also
-//! passes the kernel verifier for real.
+//! passes the kernel verifier for real; `--builtins` prints the reference of
+//! the built-ins.
 
 use std::path::{Path, PathBuf};
 
@@ -74,5 +75,19 @@ fn codegen_scripts_pass_the_verifier() {
                 out.stdout
             );
         }
+    }
+}
+
+/// `--builtins` prints the reference of the language's built-ins, by kind,
+/// and needs no root.
+#[test]
+fn builtins_reference() {
+    let out = wprof_ok(&["--builtins"]);
+    for line in [
+        "Values (expressions):",
+        "  printf(fmt, args...)",
+        "  lhist(x, min, max, step)",
+    ] {
+        assert!(out.stdout.contains(line), "{line}:\n{}", out.stdout);
     }
 }

@@ -7,8 +7,8 @@ use wprof::capture::model::RecordOrigin;
 use wprof::driver::{self, Source};
 use wprof::frontend::ast::Span;
 use wprof::frontend::options::CompileOptions;
-use wprof::runtime::environment::SystemEnvironment;
-use wprof::runtime::loader::LoadError;
+use wprof::runtime::bpf::loader::LoadError;
+use wprof::runtime::targets::environment::SystemEnvironment;
 
 use super::{one_error, workload, wprof, wprof_fails, wprof_ok};
 use crate::require_bpf;

@@ -10,8 +10,8 @@ use wprof::capture::reader::CaptureReader;
 use wprof::driver::{self, Source};
 use wprof::frontend::options::CompileOptions;
 use wprof::frontend::pmu::parse_counters;
-use wprof::runtime::environment::SystemEnvironment;
 use wprof::runtime::session::{self, CaptureTarget, RunError, RunOptions};
+use wprof::runtime::targets::environment::SystemEnvironment;
 
 use super::capture::{Ndjson, fresh_dir};
 use super::{path_str, workload, wprof_ok};

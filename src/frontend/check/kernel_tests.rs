@@ -68,7 +68,7 @@ fn types_tp_btf_arguments() {
         }
     );
     assert!(
-        matches!(preempt.kind, TExprKind::Cast(ref slot) if matches!(slot.kind, TExprKind::Arg(0)))
+        matches!(preempt.kind, TExprKind::Cast(ref slot) if matches!(slot.kind, TExprKind::Arg(crate::vocab::ArgRead::Slot(0))))
     );
 }
 
@@ -248,11 +248,13 @@ fn selected_needs_filters() {
     let TStmtKind::AssignVar { value, .. } = &program.probes[0].body[0].kind else {
         panic!("an assignment");
     };
-    let TExprKind::Selected(fields) = &value.kind else {
+    let TExprKind::Call(call) = &value.kind else {
         panic!("selected: {value:?}");
     };
+    // tgid, pid, flags, comm, then the group leader's comm.
+    assert_eq!(call.args.len(), 5);
     assert!(matches!(
-        fields.leader_comm.kind,
+        call.args[4].kind,
         TExprKind::KernelRead { offset: 200, .. }
     ));
     let (message, ..) = error("tp_btf:sched_switch { $x = selected(1); }");

@@ -1,11 +1,12 @@
 //! Checker tests against a fake machine: type inference for maps and
 //! variables, and the user mistakes the checker reports.
 
-use crate::frontend::checked::{AggFunc, CheckedProgram, MapDecl, MapValueKind};
+use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::fake_machine::FakeMachine;
 use crate::frontend::parse;
 use crate::frontend::types::Type;
+use crate::vocab::AggFunc;
 
 /// Parses and checks `source` against [`FakeMachine`].
 #[track_caller]

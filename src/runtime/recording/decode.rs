@@ -4,9 +4,9 @@
 
 use super::{RecordError, Recorder};
 use crate::capture::model::{FieldType, FieldValue, RecordSchema, ThreadInfo};
-use crate::codegen::program::ValueType;
 use crate::output::value::{Value, decode};
 use crate::tracking::records::{IDENTITY, Kind, Trackers};
+use crate::vocab::ValueType;
 
 /// How one field of a record message decodes.
 #[derive(Clone, Debug)]

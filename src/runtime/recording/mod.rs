@@ -21,9 +21,10 @@ use crate::capture::model::{
     CaptureInfo, CaptureStats, DropReason, Event, FieldValue, RecordId, RecordKind, StackId,
 };
 use crate::capture::writer::CaptureWriter;
-use crate::codegen::program::{Compiled, MapId, MapKind, Message, record_header as header};
-use crate::runtime::loader::Loaded;
+use crate::codegen::program::Compiled;
+use crate::runtime::bpf::loader::Loaded;
 use crate::symbols::{AddrKind, KernelSymbols, ModuleIndex, StackNormalizer};
+use crate::vocab::{MapId, MapKind, Message, record_header as header};
 
 /// How far back events may arrive out of order: a probe reads the clock
 /// before it sends, and may be preempted in between.
@@ -36,7 +37,7 @@ pub enum RecordError {
     #[error(transparent)]
     Capture(#[from] crate::capture::format::CaptureError),
     #[error("cannot read a stack: {0}")]
-    Stack(#[from] crate::runtime::maps_read::MapError),
+    Stack(#[from] crate::runtime::bpf::maps_read::MapError),
     #[error("malformed record message: {0}")]
     Malformed(String),
 }

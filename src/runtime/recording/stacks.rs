@@ -8,12 +8,13 @@ use std::io::BufWriter;
 use super::{RecordError, Recorder};
 use crate::capture::model::{FrameAddr, FrameId, StackId, Symbol};
 use crate::capture::writer::CaptureWriter;
-use crate::codegen::program::{AttachPoint, Compiled};
-use crate::runtime::loader::Loaded;
-use crate::runtime::maps_read::BuildIdFrame;
+use crate::codegen::program::Compiled;
+use crate::runtime::bpf::loader::Loaded;
+use crate::runtime::bpf::maps_read::BuildIdFrame;
 use crate::symbols::{
     AddrKind, ModuleIndex, NormalizedAddr, RawFrame, SymbolizeOptions, symbolize,
 };
+use crate::vocab::AttachPoint;
 
 /// A stack as the probe left it: ids in the stack map, and the return
 /// address a function-entry uprobe adds after the innermost user frame.

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use libbpf_rs::query::ProgInfoIter;
-use wprof::runtime::loader::load;
+use wprof::runtime::bpf::loader::load;
 use wprof::unwind::bpf::LoopKind;
 use wprof::unwind::maps::{MAX_FRAMES, UnwindLimits};
 use wprof::unwind::sampler::{StackSource, cpu_clock, sampler};

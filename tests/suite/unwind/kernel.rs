@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 use blazesym::Pid;
 use blazesym::symbolize::source::{Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
-use wprof::codegen::program::AttachPoint;
-use wprof::runtime::loader::{AttachOptions, Loaded, load};
+use wprof::runtime::bpf::loader::{AttachOptions, Loaded, load};
 use wprof::unwind::bpf::LoopKind;
 use wprof::unwind::manager::TableManager;
 use wprof::unwind::maps::{UnwindLimits, UnwindMaps, flags};
 use wprof::unwind::sampler::{MapStore, SampledStack, StackSource, cpu_clock, sampler};
+use wprof::vocab::AttachPoint;
 
 /// Every stack source, in the sampler's order.
 pub const SOURCES: [StackSource; 2] = [
@@ -278,9 +278,9 @@ pub fn clean_end(stack: &SampledStack) -> bool {
 }
 
 /// A load error without the whole verifier log (the last lines say why).
-pub fn short(e: &wprof::runtime::loader::LoadError) -> String {
+pub fn short(e: &wprof::runtime::bpf::loader::LoadError) -> String {
     match e {
-        wprof::runtime::loader::LoadError::Verifier { log, .. } => {
+        wprof::runtime::bpf::loader::LoadError::Verifier { log, .. } => {
             let tail: Vec<&str> = log.lines().rev().take(12).collect();
             format!(
                 "{e}:\n{}",

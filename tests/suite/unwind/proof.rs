@@ -7,10 +7,10 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use wprof::codegen::program::AttachPoint;
 use wprof::unwind::bpf::LoopKind;
 use wprof::unwind::maps::flags;
 use wprof::unwind::sampler::StackSource;
+use wprof::vocab::AttachPoint;
 
 use super::kernel::{
     SOURCES, Sampling, clean_end, mean_depth, modal, perf_dwarf_stacks, poke, reach_share, spawn,

@@ -1,0 +1,204 @@
+//! Built-ins that print: `printf(fmt, ...)`, `print(@m[, top[, div]])`,
+//! `print(value)` and `exit()`. Each sends a message that user space prints
+//! as bpftrace does.
+
+use std::io::{self, Write};
+
+use super::{Entry, Kind, Site, Statement, Written};
+use crate::codegen::lower::Lowerer;
+use crate::frontend::ast::{Expr, ExprKind};
+use crate::frontend::check::Checker;
+use crate::frontend::checked::TCall;
+use crate::frontend::types::Type;
+use crate::output::maps::PrintOptions;
+use crate::output::printer::{MapOp, Printed, Printer};
+use crate::output::printf;
+use crate::vocab::BuiltinMessage;
+use crate::vocab::printf_format::{ArgKind, parse_format, specs};
+
+/// `printf(fmt, args...)`: the call keeps the format as its text and the
+/// arguments as its args; the message carries the parsed format.
+pub struct Printf;
+
+impl Statement for Printf {
+    fn check(&self, cx: &mut Checker, site: &Site) -> Option<TCall> {
+        let Some((
+            Expr {
+                kind: ExprKind::Str(format),
+                span: format_span,
+            },
+            rest,
+        )) = site.args.split_first()
+        else {
+            return cx.fail(site.span, "printf() needs a format string literal first");
+        };
+        let pieces = match parse_format(format) {
+            Ok(pieces) => pieces,
+            Err(error) => return cx.fail(*format_span, &format!("bad printf format: {error}")),
+        };
+        let wanted: Vec<bool> = specs(&pieces)
+            .map(|s| s.arg_kind() == ArgKind::Text)
+            .collect();
+        if wanted.len() != rest.len() {
+            let message = format!(
+                "the format has {} conversions but {} arguments follow",
+                wanted.len(),
+                rest.len()
+            );
+            return cx.fail(site.span, &message);
+        }
+        let mut args = Vec::new();
+        for (arg, wants_string) in rest.iter().zip(wanted) {
+            let arg = cx.expr(arg)?;
+            let ok = match &arg.ty {
+                Type::Str { .. } => wants_string,
+                Type::Tuple(_) | Type::Void => false,
+                _ => true,
+            };
+            if !ok {
+                return cx.fail(arg.span, &format!("printf cannot format {} here", arg.ty));
+            }
+            args.push(arg);
+        }
+        let mut call = TCall::new(site.id, args);
+        call.text = Some(format.clone());
+        Some(call)
+    }
+
+    fn lower(&self, cx: &mut Lowerer, call: &TCall) {
+        let mut message = cx.message(call.builtin);
+        let format = call.text.as_deref().unwrap_or_default();
+        message.format = parse_format(format).expect("the checker parsed the format");
+        cx.send_message(message, &call.args);
+    }
+
+    fn print(
+        &self,
+        cx: &Printer,
+        message: &BuiltinMessage,
+        bytes: &[u8],
+        out: &mut dyn Write,
+    ) -> io::Result<Printed> {
+        let values = cx.decode(bytes, &message.args)?;
+        out.write_all(&printf::format(&message.format, &values, cx))?;
+        Ok(Printed::Done)
+    }
+}
+
+/// `print(@m[, top[, div]])` (the call's map, with top and div as its
+/// consts) or `print(value)` (its one arg).
+pub struct Print;
+
+impl Statement for Print {
+    fn check(&self, cx: &mut Checker, site: &Site) -> Option<TCall> {
+        let args = site.args;
+        if let Some(Expr {
+            kind: ExprKind::Map { keys, .. },
+            ..
+        }) = args.first()
+            && keys.is_empty()
+        {
+            let map = cx.whole_map("print", args, site.span)?;
+            let mut constant = |e: Option<&Expr>| match e.map(|e| &e.kind) {
+                None => Some(0),
+                Some(ExprKind::Int(n)) => Some(*n),
+                Some(_) => cx.fail(site.span, "print()'s top and div must be integer literals"),
+            };
+            let (top, div) = (constant(args.get(1))?, constant(args.get(2))?);
+            if args.len() > 3 {
+                return cx.fail(site.span, "print() takes a map and optional top and div");
+            }
+            let mut call = TCall::new(site.id, Vec::new());
+            call.map = Some(map);
+            call.consts = vec![top, div];
+            return Some(call);
+        }
+        let [value] = args else {
+            return cx.fail(site.span, "print() takes a map or one value");
+        };
+        let value = cx.expr(value)?;
+        Some(TCall::new(site.id, vec![value]))
+    }
+
+    fn lower(&self, cx: &mut Lowerer, call: &TCall) {
+        let mut message = cx.message(call.builtin);
+        message.map = call.map.map(|map| cx.map_id(map));
+        message.consts = call.consts.clone();
+        cx.send_message(message, &call.args);
+    }
+
+    fn print(
+        &self,
+        cx: &Printer,
+        message: &BuiltinMessage,
+        bytes: &[u8],
+        out: &mut dyn Write,
+    ) -> io::Result<Printed> {
+        if let (Some(map), &[top, div]) = (message.map, &message.consts[..]) {
+            let options = PrintOptions { top, div };
+            return Ok(Printed::Map(MapOp::Print { map, options }));
+        }
+        let values = cx.decode(bytes, &message.args)?;
+        cx.print_value(&values[0], out)?;
+        Ok(Printed::Done)
+    }
+}
+
+/// `exit()`: ends tracing once user space reads the message; the probe
+/// returns at once.
+pub struct Exit;
+
+impl Statement for Exit {
+    fn check(&self, cx: &mut Checker, site: &Site) -> Option<TCall> {
+        if !site.args.is_empty() {
+            return cx.fail(site.span, "exit() takes no arguments");
+        }
+        Some(TCall::new(site.id, Vec::new()))
+    }
+
+    fn lower(&self, cx: &mut Lowerer, call: &TCall) {
+        let message = cx.message(call.builtin);
+        cx.send_message(message, &[]);
+        cx.return_from_probe();
+    }
+
+    fn print(
+        &self,
+        _cx: &Printer,
+        _message: &BuiltinMessage,
+        _bytes: &[u8],
+        _out: &mut dyn Write,
+    ) -> io::Result<Printed> {
+        Ok(Printed::Exit)
+    }
+}
+
+pub(super) const TABLE: &[Entry] = &[
+    Entry {
+        name: "printf",
+        written: Written::Call,
+        indexed: false,
+        signature: "printf(fmt, args...)",
+        doc: "Prints the arguments with a C format (`%d %u %x %s %c %p`, flags, width, precision).",
+        example: "tracepoint:syscalls:sys_enter_write { printf(\"%-6d %s\\n\", pid, comm); }",
+        kind: Kind::Statement(&Printf),
+    },
+    Entry {
+        name: "print",
+        written: Written::Call,
+        indexed: false,
+        signature: "print(@m[, top[, div]]), print(value)",
+        doc: "Prints a map now (its `top` largest entries, values divided by `div`), or one value.",
+        example: "profile:hz:99 { @[comm] = count(); } interval:s:1 { print(@, 10); print(1); }",
+        kind: Kind::Statement(&Print),
+    },
+    Entry {
+        name: "exit",
+        written: Written::Call,
+        indexed: false,
+        signature: "exit()",
+        doc: "Ends tracing: maps print and END runs, as after Ctrl-C.",
+        example: "interval:s:5 { exit(); }",
+        kind: Kind::Statement(&Exit),
+    },
+];

@@ -1,0 +1,404 @@
+//! Probes on perf events: `profile:UNIT:N` (`p`; every CPU) and
+//! `interval:UNIT:N` (`i`; one CPU) on the cpu-clock timer, with UNIT `hz`,
+//! `s`, `ms` or `us`; `software:EVENT[:COUNT|:Nhz]` (`s`) and
+//! `hardware:EVENT[:COUNT|:Nhz]` (`h`, also raw `rHEX` codes). The program
+//! runs on each sample, with no arguments. Hardware events need a PMU.
+
+use std::os::fd::{AsRawFd, IntoRawFd};
+use std::time::Duration;
+
+use libbpf_rs::{Link, ProgramMut};
+
+use super::{ProbeType, Provider, ResolvedProbe, Spec, explain, parse_number};
+use crate::runtime::bpf::perf_event::open_per_cpu;
+use crate::runtime::targets::features::online_cpus;
+use crate::vocab::{
+    AttachPoint, Context, Environment, KernelFeature, PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE,
+    PerfEvent, PerfSample,
+};
+
+pub struct Perf;
+
+impl Provider for Perf {
+    fn types(&self) -> &'static [ProbeType] {
+        &[
+            ProbeType {
+                name: "profile",
+                aliases: &["p"],
+            },
+            ProbeType {
+                name: "interval",
+                aliases: &["i"],
+            },
+            ProbeType {
+                name: "software",
+                aliases: &["s"],
+            },
+            ProbeType {
+                name: "hardware",
+                aliases: &["h"],
+            },
+        ]
+    }
+
+    fn resolve(
+        &self,
+        ty: &str,
+        spec: &Spec,
+        _env: &dyn Environment,
+    ) -> Result<Vec<ResolvedProbe>, String> {
+        let probe = match ty {
+            "profile" => timer(spec, ty, true)?,
+            "interval" => timer(spec, ty, false)?,
+            "software" => counter(&spec.parts, PERF_TYPE_SOFTWARE, SOFTWARE_EVENTS)?,
+            _ => counter(&spec.parts, PERF_TYPE_HARDWARE, HARDWARE_EVENTS)?,
+        };
+        Ok(vec![probe])
+    }
+
+    fn owns(&self, point: &AttachPoint) -> bool {
+        matches!(point, AttachPoint::PerfEvent { .. })
+    }
+
+    fn section(&self, _point: &AttachPoint) -> String {
+        "perf_event".into()
+    }
+
+    fn feature(&self, point: &AttachPoint) -> Option<KernelFeature> {
+        match point {
+            AttachPoint::PerfEvent { event, .. } if event.needs_pmu() => {
+                Some(KernelFeature::HardwarePmu)
+            }
+            _ => None,
+        }
+    }
+
+    fn attach(
+        &self,
+        prog: &ProgramMut<'_>,
+        point: &AttachPoint,
+        _pid: i32,
+    ) -> Result<Vec<Link>, String> {
+        let AttachPoint::PerfEvent {
+            event,
+            sample,
+            all_cpus,
+        } = point
+        else {
+            unreachable!("not a perf event: {point:?}");
+        };
+        attach_perf_event(prog, *event, *sample, *all_cpus)
+    }
+}
+
+/// `profile:UNIT:N` or `interval:UNIT:N`.
+fn timer(spec: &Spec, ty: &str, all_cpus: bool) -> Result<ResolvedProbe, String> {
+    let [unit, value] = spec.parts[..] else {
+        return Err(format!(
+            "`{spec}`: expected `{ty}:UNIT:N` (UNIT: hz, s, ms, us)"
+        ));
+    };
+    let n = parse_number(value)
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("`{value}` is not a positive number"))?;
+    let sample = match unit {
+        "hz" => PerfSample::FrequencyHz(n),
+        "s" => PerfSample::Period(n * 1_000_000_000),
+        "ms" => PerfSample::Period(n * 1_000_000),
+        "us" => PerfSample::Period(n * 1_000),
+        _ => return Err(format!("unknown unit `{unit}` (expected hz, s, ms or us)")),
+    };
+    let attach = AttachPoint::PerfEvent {
+        event: PerfEvent {
+            type_: PERF_TYPE_SOFTWARE,
+            config: PERF_COUNT_SW_CPU_CLOCK,
+        },
+        sample,
+        all_cpus,
+    };
+    Ok(ResolvedProbe::new(
+        format!("{ty}:{unit}:{n}"),
+        attach,
+        Context::Plain,
+    ))
+}
+
+/// Samples per raw event when no count is given (as for `cycles`).
+const RAW_DEFAULT_PERIOD: u64 = 1_000_000;
+const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+
+/// (names, perf config, default period)
+type EventTable = &'static [(&'static [&'static str], u64, u64)];
+
+const SOFTWARE_EVENTS: EventTable = &[
+    (&["cpu-clock", "cpu"], 0, 1_000_000),
+    (&["task-clock"], 1, 1_000_000),
+    (&["page-faults", "faults"], 2, 100),
+    (&["context-switches", "cs"], 3, 1_000),
+    (&["cpu-migrations"], 4, 1),
+    (&["minor-faults"], 5, 100),
+    (&["major-faults"], 6, 1),
+    (&["alignment-faults"], 7, 1),
+    (&["emulation-faults"], 8, 1),
+    (&["dummy"], 9, 1),
+    (&["bpf-output"], 10, 1),
+];
+
+const HARDWARE_EVENTS: EventTable = &[
+    (&["cpu-cycles", "cycles"], 0, 1_000_000),
+    (&["instructions"], 1, 1_000_000),
+    (&["cache-references"], 2, 1_000_000),
+    (&["cache-misses"], 3, 1_000_000),
+    (&["branch-instructions", "branches"], 4, 100_000),
+    (&["branch-misses"], 5, 100_000),
+    (&["bus-cycles"], 6, 100_000),
+    (&["frontend-stalls"], 7, 1_000_000),
+    (&["backend-stalls"], 8, 1_000_000),
+    (&["ref-cycles"], 9, 1_000_000),
+];
+
+/// `software:EVENT[:RATE]` or `hardware:EVENT[:RATE]`.
+fn counter(parts: &[&str], type_: u32, table: EventTable) -> Result<ResolvedProbe, String> {
+    let provider = if type_ == PERF_TYPE_HARDWARE {
+        "hardware"
+    } else {
+        "software"
+    };
+    let (event, rate) = match parts {
+        [event] => (*event, None),
+        [event, rate] => (*event, Some(*rate)),
+        _ => return Err(format!("expected `{provider}:EVENT[:COUNT|:Nhz]`")),
+    };
+    let (name, event, default_period) = event_named(event, type_, table)?;
+    let sample = match rate {
+        Some(text) => parse_rate(text)?,
+        None => PerfSample::Period(default_period),
+    };
+    let shown_rate = match sample {
+        PerfSample::FrequencyHz(hz) => format!("{hz}hz"),
+        PerfSample::Period(period) => period.to_string(),
+    };
+    let attach = AttachPoint::PerfEvent {
+        event,
+        sample,
+        all_cpus: true,
+    };
+    Ok(ResolvedProbe::new(
+        format!("{provider}:{name}:{shown_rate}"),
+        attach,
+        Context::Plain,
+    ))
+}
+
+/// The event of `name` in `table` (or a raw `rHEX` hardware code): its
+/// canonical name, the event and its default period.
+fn event_named(
+    name: &str,
+    type_: u32,
+    table: EventTable,
+) -> Result<(String, PerfEvent, u64), String> {
+    if let Some((names, config, period)) = table.iter().find(|(names, _, _)| names.contains(&name))
+    {
+        return Ok((
+            names[0].to_string(),
+            PerfEvent {
+                type_,
+                config: *config,
+            },
+            *period,
+        ));
+    }
+    // A raw PMU code (`rXXXX`), as `--pmu` takes it.
+    if type_ == PERF_TYPE_HARDWARE
+        && let Some(event) = PerfEvent::raw(name)
+    {
+        return Ok((name.to_string(), event, RAW_DEFAULT_PERIOD));
+    }
+    let known: Vec<&str> = table.iter().map(|(names, _, _)| names[0]).collect();
+    let (provider, raw) = match type_ {
+        PERF_TYPE_HARDWARE => ("hardware", ", rHEX"),
+        _ => ("software", ""),
+    };
+    Err(format!(
+        "unknown {provider} event `{name}` (known: {}{raw})",
+        known.join(", ")
+    ))
+}
+
+/// `COUNT` (a period) or `Nhz` (a frequency).
+fn parse_rate(text: &str) -> Result<PerfSample, String> {
+    Ok(match text.strip_suffix("hz") {
+        Some(hz) => PerfSample::FrequencyHz(
+            parse_number(hz)
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("`{text}` is not a positive rate"))?,
+        ),
+        None => PerfSample::Period(
+            parse_number(text)
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("`{text}` is not a positive count"))?,
+        ),
+    })
+}
+
+/// Opens the event on the chosen CPUs and attaches `prog` to each; the
+/// links own the event fds.
+fn attach_perf_event(
+    prog: &ProgramMut<'_>,
+    event: PerfEvent,
+    sample: PerfSample,
+    all_cpus: bool,
+) -> Result<Vec<Link>, String> {
+    let cpus = if all_cpus { online_cpus() } else { vec![0] };
+    let fds = open_per_cpu(event, sample, &cpus).map_err(|(cpu, e)| {
+        let hint = if event.type_ == PERF_TYPE_HARDWARE {
+            "hardware events are not available here (VM?); use a software event such as cpu-clock"
+        } else {
+            "check /proc/sys/kernel/perf_event_paranoid and perf_event_max_sample_rate"
+        };
+        format!("perf_event_open on CPU {cpu}: {e}; {hint}")
+    })?;
+    let stagger = stagger(sample, fds.len());
+    let mut links = Vec::with_capacity(fds.len());
+    for (index, fd) in fds.into_iter().enumerate() {
+        if index > 0 {
+            std::thread::sleep(stagger);
+        }
+        let link = prog
+            .attach_perf_event(fd.as_raw_fd())
+            .map_err(|e| explain(&e, "the perf event could not take a BPF program"))?;
+        // libbpf's perf link owns the event fd from here on and closes it when
+        // the link is destroyed (bpf_link_perf_detach, libbpf 1.x); on error
+        // above, `fd` drops and closes instead.
+        let _ = fd.into_raw_fd();
+        links.push(link);
+    }
+    Ok(links)
+}
+
+/// Slowest sampling rate whose per-CPU starts are staggered: slower timers
+/// would hold up attaching for too long.
+const STAGGER_MIN_HZ: u64 = 50;
+
+/// The pause between enabling consecutive CPUs' timers, so that `cpus`
+/// timers at one rate fire spread over the period instead of all at once
+/// (libbpf enables each event when it attaches the program).
+fn stagger(sample: PerfSample, cpus: usize) -> Duration {
+    match sample {
+        PerfSample::FrequencyHz(hz) if hz >= STAGGER_MIN_HZ && cpus > 1 => {
+            Duration::from_nanos(1_000_000_000 / hz / cpus as u64)
+        }
+        _ => Duration::ZERO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontend::fake_machine::FakeMachine;
+    use crate::runtime::bpf::loader::{AttachOptions, load};
+    use crate::runtime::bpf::test_support::*;
+    use crate::vocab::{MapId, MapKind};
+    use std::time::Instant;
+
+    fn resolve(word: &str, ty: &str, parts: &[&str]) -> Result<ResolvedProbe, String> {
+        let spec = Spec {
+            word,
+            parts: parts.to_vec(),
+        };
+        Perf.resolve(ty, &spec, &FakeMachine)
+            .map(|mut p| p.remove(0))
+    }
+
+    /// Timers become cpu-clock events: profile on every CPU, interval on one.
+    #[test]
+    fn timers() {
+        let probe = resolve("p", "profile", &["hz", "99"]).unwrap();
+        assert_eq!(probe.name, "profile:hz:99");
+        assert!(matches!(
+            probe.attach,
+            AttachPoint::PerfEvent {
+                sample: PerfSample::FrequencyHz(99),
+                all_cpus: true,
+                ..
+            }
+        ));
+        let probe = resolve("i", "interval", &["ms", "100"]).unwrap();
+        assert!(matches!(
+            probe.attach,
+            AttachPoint::PerfEvent {
+                sample: PerfSample::Period(100_000_000),
+                all_cpus: false,
+                ..
+            }
+        ));
+        let error = resolve("profile", "profile", &["min", "1"]).unwrap_err();
+        assert!(error.contains("min"), "{error}");
+    }
+
+    /// Events by name or alias with default or given rates; raw codes need
+    /// a PMU; unknown names are listed.
+    #[test]
+    fn counters() {
+        let probe = resolve("s", "software", &["faults"]).unwrap();
+        assert_eq!(probe.name, "software:page-faults:100");
+        assert_eq!(Perf.feature(&probe.attach), None);
+        let probe = resolve("h", "hardware", &["r003c", "99hz"]).unwrap();
+        assert_eq!(probe.name, "hardware:r003c:99hz");
+        assert_eq!(
+            Perf.feature(&probe.attach),
+            Some(KernelFeature::HardwarePmu)
+        );
+        let error = resolve("software", "software", &["nope"]).unwrap_err();
+        assert!(
+            error.starts_with("unknown software event `nope` (known: cpu-clock, "),
+            "{error}"
+        );
+    }
+
+    /// Timers start spread over one period; slow timers and periods do not wait.
+    #[test]
+    fn staggers_fast_timers() {
+        assert_eq!(
+            stagger(PerfSample::FrequencyHz(100), 2),
+            Duration::from_millis(5)
+        );
+        assert_eq!(stagger(PerfSample::FrequencyHz(10), 2), Duration::ZERO);
+        assert_eq!(stagger(PerfSample::FrequencyHz(100), 1), Duration::ZERO);
+        assert_eq!(stagger(PerfSample::Period(1000), 4), Duration::ZERO);
+    }
+
+    const COUNTS: MapId = MapId(1);
+    const HASH: MapId = MapId(2);
+
+    /// A cpu-clock profile program on all CPUs fires while we spin, counting
+    /// into an array and a (non-preallocated) per-CPU hash.
+    #[test]
+    fn perf_event_profile_fires() {
+        let mut asm = Assembler::new();
+        asm.count(COUNTS).count_hash(HASH).ret0();
+        let attach = AttachPoint::PerfEvent {
+            event: PerfEvent {
+                type_: PERF_TYPE_SOFTWARE,
+                config: PERF_COUNT_SW_CPU_CLOCK,
+            },
+            sample: PerfSample::FrequencyHz(999),
+            all_cpus: true,
+        };
+        let prog = asm.program("prof", "profile:hz:999", attach);
+        let counts = map("counts", MapKind::PerCpuArray, 4, 8, 1);
+        let hash = map("hash", MapKind::PerCpuHash, 4, 8, 4096);
+        let mut loaded = load(&with_ring(vec![counts, hash], vec![prog])).expect("load");
+        loaded.attach_all(AttachOptions::default()).expect("attach");
+        let cpus = online_cpus().len();
+        assert_eq!(loaded.attached(), cpus);
+        let spin = Instant::now();
+        while spin.elapsed() < Duration::from_millis(100) {
+            std::hint::black_box(spin.elapsed());
+        }
+        assert!(sum_u64(&loaded.map_entries(COUNTS).expect("entries")) > 0);
+        assert!(sum_u64(&loaded.map_entries(HASH).expect("entries")) > 0);
+        loaded.detach_all();
+        assert_eq!(loaded.attached(), 0);
+    }
+}

@@ -1,0 +1,255 @@
+//! `uprobe:BINARY:FUNCTION[+OFFSET]` and `uretprobe:` (also `u`, `ur`): user
+//! functions, with wildcards, in a binary named by path, by program name in
+//! `$PATH` or by library name (resolved as the dynamic loader would). The
+//! context is `struct pt_regs`: `arg0..arg5` are the argument registers,
+//! `retval` the return register.
+
+use std::path::Path;
+
+use libbpf_rs::{Link, ProgramMut, UprobeOpts};
+
+use super::{
+    ProbeType, Provider, ResolvedProbe, Spec, explain, parse_function_spec, register_arg,
+    register_retval,
+};
+use crate::vocab::{ArgRead, AttachPoint, Context, Environment, FunctionTarget, KernelFeature};
+
+pub struct Uprobe;
+
+impl Provider for Uprobe {
+    fn types(&self) -> &'static [ProbeType] {
+        &[
+            ProbeType {
+                name: "uprobe",
+                aliases: &["u"],
+            },
+            ProbeType {
+                name: "uretprobe",
+                aliases: &["ur"],
+            },
+        ]
+    }
+
+    fn resolve(
+        &self,
+        ty: &str,
+        spec: &Spec,
+        env: &dyn Environment,
+    ) -> Result<Vec<ResolvedProbe>, String> {
+        spec.expect_parts(2, "uprobe:BINARY:FUNCTION[+OFFSET]")?;
+        let retprobe = ty == "uretprobe";
+        let (pattern, extra) = parse_function_spec(spec.parts[1])?;
+        let (path, targets) = env.functions(spec.parts[0], pattern)?;
+        if extra != 0 && targets.len() != 1 {
+            return Err(format!(
+                "an offset needs exactly one function, but `{pattern}` matches {}",
+                targets.len()
+            ));
+        }
+        targets
+            .into_iter()
+            .map(|target| {
+                let offset = offset_in(&target, extra, &path)?;
+                let mut probe = ResolvedProbe::new(
+                    format!("{ty}:{}:{}", path.display(), target.name),
+                    AttachPoint::Uprobe {
+                        binary: path.clone(),
+                        symbol: target.name.clone(),
+                        offset,
+                        retprobe,
+                    },
+                    Context::PtRegs,
+                );
+                probe.func = Some(target.name);
+                probe.user_memory = true;
+                probe.is_return = retprobe;
+                probe.function_entry = !retprobe && extra == 0;
+                Ok(probe)
+            })
+            .collect()
+    }
+
+    fn owns(&self, point: &AttachPoint) -> bool {
+        matches!(point, AttachPoint::Uprobe { .. })
+    }
+
+    fn section(&self, point: &AttachPoint) -> String {
+        match point {
+            AttachPoint::Uprobe { retprobe: true, .. } => "uretprobe".into(),
+            _ => "uprobe".into(),
+        }
+    }
+
+    fn feature(&self, _point: &AttachPoint) -> Option<KernelFeature> {
+        Some(KernelFeature::Uprobes)
+    }
+
+    fn arg(&self, probe: &ResolvedProbe, n: u32) -> Result<ArgRead, String> {
+        register_arg(probe, n)
+    }
+
+    fn retval(&self, probe: &ResolvedProbe) -> Option<ArgRead> {
+        register_retval(probe)
+    }
+
+    fn attach(
+        &self,
+        prog: &ProgramMut<'_>,
+        point: &AttachPoint,
+        pid: i32,
+    ) -> Result<Vec<Link>, String> {
+        let AttachPoint::Uprobe {
+            binary,
+            offset,
+            retprobe,
+            ..
+        } = point
+        else {
+            unreachable!("not a uprobe: {point:?}");
+        };
+        attach_uprobe(prog, pid, binary, *offset, 0, *retprobe)
+    }
+}
+
+/// The file offset `extra` bytes into `target`, which must stay inside the
+/// function when the symbol table gives its size.
+fn offset_in(target: &FunctionTarget, extra: u64, binary: &Path) -> Result<u64, String> {
+    let outside = || {
+        format!(
+            "offset {extra:#x} is outside `{}` ({} bytes) in {}",
+            target.name,
+            target.size,
+            binary.display()
+        )
+    };
+    if target.size != 0 && extra >= target.size {
+        return Err(outside());
+    }
+    target.file_offset.checked_add(extra).ok_or_else(outside)
+}
+
+/// Attaches a uprobe (or a USDT probe, with its semaphore's file offset as
+/// `ref_ctr_offset`) at a file offset of `binary`, for `pid` or every process.
+pub(super) fn attach_uprobe(
+    prog: &ProgramMut<'_>,
+    pid: i32,
+    binary: &Path,
+    offset: u64,
+    ref_ctr_offset: u64,
+    retprobe: bool,
+) -> Result<Vec<Link>, String> {
+    let to_usize = |v: u64| usize::try_from(v).map_err(|_| format!("offset {v:#x} too large"));
+    let opts = UprobeOpts {
+        ref_ctr_offset: to_usize(ref_ctr_offset)?,
+        retprobe,
+        ..Default::default()
+    };
+    prog.attach_uprobe_with_opts(pid, binary, to_usize(offset)?, opts)
+        .map(|l| vec![l])
+        .map_err(|e| {
+            let advice = if ref_ctr_offset != 0 && e.kind() == libbpf_rs::ErrorKind::InvalidInput {
+                // uprobe_register: one address, one ref_ctr_offset (Linux 4.20+).
+                "another uprobe at this address may use a different semaphore offset".to_string()
+            } else {
+                format!(
+                    "check that {} exists and is readable, and that the process (-p) is alive",
+                    binary.display()
+                )
+            };
+            explain(&e, &advice)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontend::fake_machine::FakeMachine;
+    use crate::runtime::bpf::loader::{AttachOptions, load};
+    use crate::runtime::bpf::test_support::*;
+    use crate::vocab::{MapId, MapKind};
+
+    fn spec<'a>(word: &'a str, function: &'a str) -> Spec<'a> {
+        Spec {
+            word,
+            parts: vec!["/bin/x", function],
+        }
+    }
+
+    /// Offsets are added to the function's file offset, inside the function.
+    #[test]
+    fn offsets_inside_the_function() {
+        let probes = Uprobe
+            .resolve("uretprobe", &spec("ur", "f+0x10"), &FakeMachine)
+            .unwrap();
+        assert_eq!(
+            probes[0].attach,
+            AttachPoint::Uprobe {
+                binary: "/bin/x".into(),
+                symbol: "f".into(),
+                offset: 0x1010,
+                retprobe: true
+            }
+        );
+        assert_eq!(probes[0].func.as_deref(), Some("f"));
+        assert_eq!(Uprobe.section(&probes[0].attach), "uretprobe");
+        let error = Uprobe
+            .resolve("uprobe", &spec("u", "f+0x400"), &FakeMachine)
+            .unwrap_err();
+        assert_eq!(error, "offset 0x400 is outside `f` (64 bytes) in /bin/x");
+        let error = Uprobe
+            .resolve("uprobe", &spec("u", "f+x"), &FakeMachine)
+            .unwrap_err();
+        assert!(error.contains("invalid offset in `f+x`"), "{error}");
+    }
+
+    /// Arguments are the x86-64 argument registers; return probes have `retval`.
+    #[test]
+    fn registers() {
+        let entry = &Uprobe
+            .resolve("uprobe", &spec("u", "f"), &FakeMachine)
+            .unwrap()[0];
+        assert!(entry.function_entry);
+        assert_eq!(Uprobe.arg(entry, 1), Ok(ArgRead::Slot(104)));
+        assert!(Uprobe.arg(entry, 6).is_err());
+        assert_eq!(Uprobe.retval(entry), None);
+        let ret = &Uprobe
+            .resolve("uretprobe", &spec("ur", "f"), &FakeMachine)
+            .unwrap()[0];
+        assert_eq!(Uprobe.retval(ret), Some(ArgRead::Slot(80)));
+        assert!(Uprobe.arg(ret, 0).is_err());
+    }
+
+    const COUNTS: MapId = MapId(1);
+
+    #[unsafe(no_mangle)]
+    #[inline(never)]
+    extern "C" fn wprof_loader_uprobe_target(x: u64) -> u64 {
+        std::hint::black_box(x).wrapping_add(1)
+    }
+
+    /// A uprobe on a function of the test binary counts its calls (pid filter on).
+    #[test]
+    fn uprobe_counts_calls() {
+        let addr = wprof_loader_uprobe_target as *const () as usize;
+        let (binary, offset) = self_file_offset(addr);
+        let mut asm = Assembler::new();
+        asm.count(COUNTS).ret0();
+        let attach = AttachPoint::Uprobe {
+            binary,
+            symbol: "wprof_loader_uprobe_target".into(),
+            offset,
+            retprobe: false,
+        };
+        let prog = asm.program("up", "uprobe:self:wprof_loader_uprobe_target", attach);
+        let counts = map("counts", MapKind::Array, 4, 8, 1);
+        let mut loaded = load(&with_ring(vec![counts], vec![prog])).expect("load");
+        let pid = i32::try_from(std::process::id()).expect("pid");
+        loaded
+            .attach_all(AttachOptions { pid: Some(pid) })
+            .expect("attach");
+        for i in 0..4 {
+            std::hint::black_box(wprof_loader_uprobe_target(i));
+        }
+        assert_eq!(sum_u64(&loaded.map_entries(COUNTS).expect("entries")), 4);
+    }
+}

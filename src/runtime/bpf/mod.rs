@@ -1,0 +1,15 @@
+//! Runtime, BPF objects: takes codegen's `Compiled`, creates its maps, loads
+//! its programs, attaches them, opens the `--pmu` counters, and reads the
+//! ring buffer and maps back. Output: a [`loader::Loaded`] that owns every
+//! kernel object.
+
+pub mod counters;
+mod elf_functions;
+mod elf_object;
+mod libbpf_log;
+pub mod loader;
+mod map_btf;
+pub mod maps_read;
+pub(crate) mod perf_event;
+#[cfg(test)]
+pub(crate) mod test_support;

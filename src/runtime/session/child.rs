@@ -1,0 +1,135 @@
+//! The traced command (`-c`) and the traced process (`-p`).
+//!
+//! The command is forked before probes attach, so its pid is known to the
+//! probes (`cpid`) and to uprobe filters, but it only `exec`s once released,
+//! after every probe is attached.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::thread;
+
+use crate::runtime::bpf::maps_read::Stopper;
+
+/// A forked command waiting for [`TracedCommand::release`] before it runs.
+///
+/// `std::process::Command` cannot do this: `spawn` waits for the `exec`,
+/// which here waits for the probes to attach.
+pub struct TracedCommand {
+    pid: libc::pid_t,
+    /// Write end of the pipe the child blocks on.
+    gate: OwnedFd,
+    /// Read end of a close-on-exec pipe: EOF when `exec` succeeded, the errno when it failed.
+    exec_status: OwnedFd,
+}
+
+/// A released command; killed and reaped by [`RunningCommand::finish`].
+pub struct RunningCommand {
+    pid: libc::pid_t,
+}
+
+impl TracedCommand {
+    pub fn spawn_paused(argv: &[String]) -> io::Result<TracedCommand> {
+        let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, what.to_string());
+        if argv.is_empty() {
+            return Err(invalid("empty command"));
+        }
+        let args: Vec<CString> = argv
+            .iter()
+            .map(|a| CString::new(a.as_str()).map_err(|_| invalid("NUL byte in command")))
+            .collect::<io::Result<_>>()?;
+        let mut pointers: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        pointers.push(std::ptr::null());
+        // Fail before anything is attached when the program cannot be found.
+        crate::runtime::targets::elf::resolve_binary(&argv[0], None)
+            .map_err(|e| io::Error::new(io::ErrorKind::NotFound, e.to_string()))?;
+        let (read_end, write_end) = pipe()?;
+        let (status_read, status_write) = pipe()?;
+        // SAFETY: the child only calls async-signal-safe functions (close,
+        // read, write, execvp, _exit) on memory prepared before the fork.
+        match unsafe { libc::fork() } {
+            -1 => Err(io::Error::last_os_error()),
+            0 => unsafe {
+                libc::close(write_end.as_raw_fd());
+                libc::close(status_read.as_raw_fd());
+                let mut byte = 0u8;
+                libc::read(read_end.as_raw_fd(), (&raw mut byte).cast(), 1);
+                libc::execvp(pointers[0], pointers.as_ptr());
+                let errno = *libc::__errno_location();
+                libc::write(status_write.as_raw_fd(), (&raw const errno).cast(), 4);
+                libc::_exit(127)
+            },
+            pid => Ok(TracedCommand {
+                pid,
+                gate: write_end,
+                exec_status: status_read,
+            }),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Let the command `exec`, and stop the session when it exits.
+    pub fn release(self, stopper: Stopper) -> io::Result<RunningCommand> {
+        drop(self.gate);
+        let running = RunningCommand { pid: self.pid };
+        let mut errno = [0u8; 4];
+        // SAFETY: reads at most 4 bytes into our buffer.
+        let got = unsafe { libc::read(self.exec_status.as_raw_fd(), errno.as_mut_ptr().cast(), 4) };
+        if got == 4 {
+            running.finish();
+            return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)));
+        }
+        watch_process(self.pid, stopper)?;
+        Ok(running)
+    }
+}
+
+impl RunningCommand {
+    /// Kill the command if it still runs, and reap it.
+    pub fn finish(self) {
+        let mut status = 0;
+        // SAFETY: plain syscalls on the pid of our own child.
+        unsafe {
+            if libc::waitpid(self.pid, &mut status, libc::WNOHANG) == 0 {
+                libc::kill(self.pid, libc::SIGTERM);
+                libc::waitpid(self.pid, &mut status, 0);
+            }
+        }
+    }
+}
+
+pub(super) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two new descriptors into the array we own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Stop the session when process `pid` exits (without reaping it); an
+/// error when there is no such process.
+pub fn watch_process(pid: i32, stopper: Stopper) -> io::Result<()> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a new descriptor we own.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    thread::spawn(move || {
+        let mut poll = libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; a pidfd becomes readable when the process exits.
+        while unsafe { libc::poll(&mut poll, 1, -1) } < 0 {}
+        stopper.stop();
+    });
+    Ok(())
+}

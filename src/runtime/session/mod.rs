@@ -1,0 +1,498 @@
+//! Runtime, a tracing session: load, attach, run BEGIN, start the traced
+//! command, route ring buffer messages (capture records to the recorder, the
+//! rest to `output::printer`) until something ends the session, then detach,
+//! run END and print the maps. Input: `Compiled` and [`RunOptions`]; output:
+//! text and an optional capture ([`RunSummary`]).
+
+pub mod activation;
+pub mod child;
+mod teardown;
+
+use std::io::{self, IsTerminal, Write};
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::capture::model::{CaptureInfo, CaptureStats, DropReason};
+use crate::codegen::program::Compiled;
+use crate::output::printer::{MapOp, Printed, Printer};
+use crate::runtime::bpf::counters;
+use crate::runtime::bpf::loader::{self, AttachOptions, Loaded};
+use crate::runtime::recording::{RecordError, Recorder};
+use crate::symbols::KernelSymbols;
+use crate::vocab::{AttachPoint, GlobalSlot, MapId, Message, ProbeState};
+use activation::{Interrupt, Phases};
+use child::TracedCommand;
+
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// `-p PID`: scope uprobes to this process and stop when it exits.
+    pub pid: Option<i32>,
+    /// `-c CMD`: run this after attaching; stop when it exits.
+    pub command: Option<Vec<String>>,
+    /// `-d`: stop after this long.
+    pub duration: Option<Duration>,
+    /// Write record events to this capture file.
+    pub capture: Option<CaptureTarget>,
+    /// When to load and attach, and when to start recording.
+    pub phases: Phases,
+}
+
+/// Where a capture goes and what it says about itself; the start times are
+/// filled in when tracing starts.
+#[derive(Clone, Debug)]
+pub struct CaptureTarget {
+    pub path: PathBuf,
+    pub info: CaptureInfo,
+}
+
+/// What a run leaves behind.
+#[derive(Clone, Debug, Default)]
+pub struct RunSummary {
+    /// Statistics of the capture written, if any.
+    pub capture: Option<CaptureStats>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Load(#[from] loader::LoadError),
+    #[error(transparent)]
+    Attach(#[from] loader::AttachError),
+    #[error(transparent)]
+    Counter(#[from] counters::CounterError),
+    #[error("cannot read BPF maps: {0}")]
+    Map(#[from] crate::runtime::bpf::maps_read::MapError),
+    #[error("cannot start `{command}`: {source}")]
+    Command { command: String, source: io::Error },
+    #[error("cannot trace process {pid}: {source}")]
+    Process { pid: i32, source: io::Error },
+    #[error("cannot write the capture: {0}")]
+    Record(#[from] RecordError),
+    #[error("cannot write output: {0}")]
+    Output(#[from] io::Error),
+}
+
+/// Whether the session goes on, and if not, why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    Running,
+    ExitCalled,
+    Stopped,
+}
+
+/// Run `compiled` until `exit()`, Ctrl-C, the duration, or the traced process
+/// ends. Loading and attaching wait for `options.phases.prepare_at`, recording
+/// for `activate_at`.
+pub fn run(
+    compiled: &Compiled,
+    options: &RunOptions,
+    out: &mut dyn Write,
+) -> Result<RunSummary, RunError> {
+    let interrupt = Interrupt::install();
+    if !activation::wait_until(options.phases.prepare_at, "waiting to prepare", interrupt)? {
+        return empty_capture(compiled, options);
+    }
+    let mut loaded = loader::load(compiled)?;
+    counters::install(&loaded, &compiled.counters)?;
+    interrupt.forward_to(loaded.stopper());
+    let stopper = loaded.stopper();
+    if let Some(pid) = options.pid {
+        child::watch_process(pid, stopper.clone())
+            .map_err(|source| RunError::Process { pid, source })?;
+    }
+    let globals = compiled
+        .globals
+        .expect("the code generator always makes a globals map");
+    loaded.set_state(globals, ProbeState::Stopped)?;
+    loaded.set_global(globals, GlobalSlot::SelfPid, u64::from(std::process::id()))?;
+    let child = match &options.command {
+        Some(argv) => {
+            let child = TracedCommand::spawn_paused(argv).map_err(|source| RunError::Command {
+                command: argv.join(" "),
+                source,
+            })?;
+            loaded.set_global(globals, GlobalSlot::ChildPid, u64::from(child.pid()))?;
+            Some(child)
+        }
+        None => None,
+    };
+    let probes = compiled.programs.len();
+    writeln!(
+        out,
+        "Attaching {probes} probe{}...",
+        if probes == 1 { "" } else { "s" }
+    )?;
+    out.flush()?;
+    let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
+    loaded.attach_all(AttachOptions { pid })?;
+    if !activation::wait_until(
+        options.phases.activate_at,
+        "prepared, activating",
+        interrupt,
+    )? {
+        loaded.detach_all();
+        return empty_capture(compiled, options);
+    }
+
+    // Time 0 of the capture: events before it never passed the gate.
+    let start_ns = monotonic_ns();
+    loaded.set_global(globals, GlobalSlot::StartNs, start_ns)?;
+    let recorder = create_recorder(compiled, options, start_ns)?;
+    loaded.set_state(globals, ProbeState::Active)?;
+    let mut receiver = Receiver::new(compiled, recorder);
+    for index in loaded.programs_at(&AttachPoint::Begin) {
+        loaded.run_once(index)?;
+    }
+    let running = child
+        .map(|c| c.release(stopper.clone()))
+        .transpose()
+        .map_err(|source| RunError::Command {
+            command: options.command.as_deref().unwrap_or_default().join(" "),
+            source,
+        })?;
+
+    trace(&mut loaded, &mut receiver, options.duration, start_ns, out)?;
+    let stopped_ns = monotonic_ns();
+    loaded.set_state(globals, ProbeState::Stopped)?;
+    teardown::hand_off_descriptors();
+    loaded.detach_all();
+    wind_down(&mut loaded, &mut receiver, out)?;
+    if let Some(command) = running {
+        command.finish();
+    }
+    let capture = match receiver.recorder.take() {
+        Some(mut recorder) => {
+            recorder.process(&loaded)?;
+            let drops = read_drops(&loaded, compiled.drops)?;
+            Some(recorder.finish(drops, stopped_ns.saturating_sub(start_ns))?)
+        }
+        None => None,
+    };
+    print_exit_maps(compiled, &loaded, &receiver.printer, out)?;
+    out.flush()?;
+    Ok(RunSummary { capture })
+}
+
+/// Ctrl-C before activation: nothing was recorded, but a capture that was
+/// asked for is still written (empty), so outputs render and an older file
+/// at the same path is not mistaken for this run's.
+fn empty_capture(compiled: &Compiled, options: &RunOptions) -> Result<RunSummary, RunError> {
+    eprintln!("wprof: interrupted before activation: nothing was captured");
+    let capture = create_recorder(compiled, options, monotonic_ns())?
+        .map(|recorder| recorder.finish(Vec::new(), 0))
+        .transpose()?;
+    Ok(RunSummary { capture })
+}
+
+/// The recorder for a script with record blocks, when capturing.
+fn create_recorder(
+    compiled: &Compiled,
+    options: &RunOptions,
+    start_ns: u64,
+) -> Result<Option<Recorder>, RunError> {
+    let Some(target) = options
+        .capture
+        .as_ref()
+        .filter(|_| !compiled.records.is_empty())
+    else {
+        return Ok(None);
+    };
+    let mut info = target.info.clone();
+    info.start_monotonic_ns = start_ns;
+    info.start_realtime_ns = realtime_ns();
+    let mut recorder = Recorder::create(&target.path, compiled, &info)?;
+    let command = options.command.as_ref().and_then(|argv| argv.first());
+    if let Some(path) =
+        command.and_then(|c| crate::runtime::targets::elf::resolve_binary(c, None).ok())
+    {
+        recorder.add_binary(&path);
+    }
+    Ok(Some(recorder))
+}
+
+/// Turn messages into output until `exit()`, a stop request or the deadline.
+fn trace(
+    loaded: &mut Loaded,
+    receiver: &mut Receiver,
+    duration: Option<Duration>,
+    start_ns: u64,
+    out: &mut dyn Write,
+) -> Result<(), RunError> {
+    let stopper = loaded.stopper();
+    let mut status = Status::new(receiver.recorder.is_some());
+    let deadline = duration.map(|d| Instant::now() + d);
+    while receiver.ending == Ending::Running {
+        let timeout = deadline
+            .map_or(Duration::from_secs(3600), |d| {
+                d.saturating_duration_since(Instant::now())
+            })
+            .min(Status::INTERVAL);
+        let _ = loaded.poll(timeout, |bytes| receiver.message(bytes, out))?;
+        receiver.run_map_ops(loaded, out)?;
+        receiver.record(loaded)?;
+        status.update(receiver, loaded, receiver.compiled.drops, start_ns)?;
+        if receiver.ending == Ending::Running
+            && (stopper.is_stopped() || deadline.is_some_and(|d| Instant::now() >= d))
+        {
+            receiver.ending = Ending::Stopped;
+        }
+    }
+    status.clear()
+}
+
+/// After detaching: run END and print what is left in the ring buffer.
+fn wind_down(
+    loaded: &mut Loaded,
+    receiver: &mut Receiver,
+    out: &mut dyn Write,
+) -> Result<(), RunError> {
+    if receiver.ending == Ending::ExitCalled {
+        // As in bpftrace, what probes sent after exit() is not printed
+        // (but recorded events are kept).
+        receiver.quiet = true;
+        receiver.ending = Ending::Running;
+        while loaded
+            .consume(|bytes| receiver.message(bytes, out))?
+            .is_break()
+        {}
+        receiver.quiet = false;
+    }
+    for index in loaded.programs_at(&AttachPoint::End) {
+        loaded.run_once(index)?;
+    }
+    // Drain what is left, pausing at each map request to serve it in order.
+    loop {
+        receiver.ending = Ending::Running;
+        let flow = loaded.consume(|bytes| receiver.message(bytes, out))?;
+        receiver.run_map_ops(loaded, out)?;
+        if flow.is_continue() {
+            return Ok(());
+        }
+    }
+}
+
+/// Lost events by reason, summed over CPUs.
+fn read_drops(loaded: &Loaded, drops: Option<MapId>) -> Result<Vec<(DropReason, u64)>, RunError> {
+    let Some(map) = drops else {
+        return Ok(Vec::new());
+    };
+    let reasons = [
+        DropReason::RingBufferFull,
+        DropReason::StackLost,
+        DropReason::UnmatchedSpanEnd,
+    ];
+    let mut counts = vec![0u64; reasons.len()];
+    for (key, values) in loaded.map_entries(map)? {
+        let index = key.get(..4).map_or(usize::MAX, |k| {
+            u32::from_le_bytes(k.try_into().expect("4 bytes")) as usize
+        });
+        let total: u64 = values
+            .iter()
+            .filter_map(|v| v.get(..8))
+            .map(|v| u64::from_le_bytes(v.try_into().expect("8 bytes")))
+            .sum();
+        if let Some(count) = counts.get_mut(index) {
+            *count += total;
+        }
+    }
+    Ok(reasons
+        .into_iter()
+        .zip(counts)
+        .filter(|(_, n)| *n > 0)
+        .collect())
+}
+
+/// The one-line live status of a capture, on a terminal only.
+struct Status {
+    enabled: bool,
+    last: Instant,
+    shown: bool,
+}
+
+impl Status {
+    /// How often the status updates; polls wake at least this often, so
+    /// captures are also written out this often.
+    const INTERVAL: Duration = Duration::from_millis(250);
+
+    fn new(capturing: bool) -> Status {
+        Status {
+            enabled: capturing && io::stderr().is_terminal(),
+            last: Instant::now(),
+            shown: false,
+        }
+    }
+
+    fn update(
+        &mut self,
+        receiver: &Receiver,
+        loaded: &Loaded,
+        drops: Option<MapId>,
+        start_ns: u64,
+    ) -> Result<(), RunError> {
+        let Some(recorder) = &receiver.recorder else {
+            return Ok(());
+        };
+        if !self.enabled || self.last.elapsed() < Self::INTERVAL {
+            return Ok(());
+        }
+        self.last = Instant::now();
+        let lost: u64 = read_drops(loaded, drops)?.iter().map(|(_, n)| n).sum();
+        let elapsed = monotonic_ns().saturating_sub(start_ns) as f64 / 1e9;
+        let line = format!(
+            "\r\x1b[K{elapsed:.1}s  {} events  {lost} dropped  {:.1} MB",
+            recorder.events(),
+            recorder.bytes() as f64 / 1e6
+        );
+        io::stderr().write_all(line.as_bytes())?;
+        self.shown = true;
+        Ok(())
+    }
+
+    fn clear(&mut self) -> Result<(), RunError> {
+        if self.shown {
+            io::stderr().write_all(b"\r\x1b[K")?;
+        }
+        Ok(())
+    }
+}
+
+/// `CLOCK_MONOTONIC`, the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+fn realtime_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime only writes the timespec we pass.
+    unsafe { libc::clock_gettime(clock, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// The maps printed at exit: every script map's entries, read now.
+fn print_exit_maps(
+    compiled: &Compiled,
+    loaded: &Loaded,
+    printer: &Printer,
+    out: &mut dyn Write,
+) -> Result<(), RunError> {
+    let mut raw = Vec::new();
+    for (index, spec) in compiled.maps.iter().enumerate() {
+        if spec.script_map.is_some() {
+            let map = MapId(index as u32);
+            raw.push((map, loaded.map_entries(map)?));
+        }
+    }
+    printer.print_exit_maps(&raw, out)?;
+    Ok(())
+}
+
+/// Routes each message: capture records to the recorder, the rest to the
+/// printer; map operations are queued until the poll callback returns,
+/// since they need the loaded maps.
+struct Receiver<'a> {
+    compiled: &'a Compiled,
+    printer: Printer<'a>,
+    map_ops: Vec<MapOp>,
+    paused: bool,
+    ending: Ending,
+    /// Capture events go here.
+    recorder: Option<Recorder>,
+    /// Drop printed output (after `exit()`), keep recorded events.
+    quiet: bool,
+}
+
+impl<'a> Receiver<'a> {
+    fn new(compiled: &'a Compiled, recorder: Option<Recorder>) -> Self {
+        // Names of `ksym()` addresses.
+        let kernel_symbols = KernelSymbols::default();
+        Receiver {
+            compiled,
+            printer: Printer::new(
+                compiled,
+                Box::new(move |addr| kernel_symbols.function(addr).into_bytes()),
+            ),
+            map_ops: Vec::new(),
+            paused: false,
+            ending: Ending::Running,
+            recorder,
+            quiet: false,
+        }
+    }
+
+    /// Resolve the stacks of new events and write them out.
+    fn record(&mut self, loaded: &Loaded) -> Result<(), RunError> {
+        if let Some(recorder) = &mut self.recorder {
+            recorder.process(loaded)?;
+        }
+        Ok(())
+    }
+
+    fn message(&mut self, bytes: &[u8], out: &mut dyn Write) -> ControlFlow<()> {
+        if let Err(error) = self.dispatch(bytes, out) {
+            eprintln!("wprof: {error}");
+        }
+        // Map operations need the maps, which the ring buffer reader borrows:
+        // stop delivering until the caller has served them.
+        if self.ending == Ending::Running && !std::mem::take(&mut self.paused) {
+            ControlFlow::Continue(())
+        } else {
+            ControlFlow::Break(())
+        }
+    }
+
+    fn dispatch(&mut self, bytes: &[u8], out: &mut dyn Write) -> io::Result<()> {
+        let id = bytes
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        let Some(message) = id.and_then(|id| self.compiled.messages.get(id as usize)) else {
+            return Err(io::Error::other(format!(
+                "malformed message of {} bytes from BPF",
+                bytes.len()
+            )));
+        };
+        let index = id.unwrap_or_default() as usize;
+        if let Message::Record { record, .. } = message {
+            return match &mut self.recorder {
+                Some(recorder) => recorder
+                    .push(index, *record, bytes)
+                    .map_err(io::Error::other),
+                None => Ok(()),
+            };
+        }
+        if self.quiet {
+            return Ok(());
+        }
+        match self.printer.print(index, bytes, out)? {
+            Printed::Done => {}
+            Printed::Exit => self.ending = Ending::ExitCalled,
+            Printed::Map(op) => {
+                self.map_ops.push(op);
+                self.paused = true;
+            }
+        }
+        Ok(())
+    }
+
+    fn run_map_ops(&mut self, loaded: &Loaded, out: &mut dyn Write) -> Result<(), RunError> {
+        for op in std::mem::take(&mut self.map_ops) {
+            match op {
+                MapOp::Print { map, options } => {
+                    let raw = loaded.map_entries(map)?;
+                    self.printer.print_map(map, &raw, options, out)?;
+                }
+                MapOp::Clear(map) => loaded.clear(map)?,
+                MapOp::Zero(map) => loaded.zero(map)?,
+            }
+        }
+        out.flush()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,234 @@
+//! Kernel BTF (`/sys/kernel/btf/vmlinux`, read with libbpf-rs) → the
+//! checker's [`KernelType`]s and `tp_btf` argument lists.
+
+use libbpf_rs::btf::types::{
+    Array, Composite, Enum, Enum64, FuncProto, Int, IntEncoding, MemberAttr,
+};
+use libbpf_rs::btf::{Btf, BtfKind, BtfType, HasSize, TypeId};
+
+use crate::vocab::BtfArg;
+use crate::vocab::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType, close_names};
+
+const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+/// The typedef the kernel declares for each BTF tracepoint.
+const TRACE_PREFIX: &str = "btf_trace_";
+/// The function with named parameters the kernel emits for each tracepoint.
+const STUB_PREFIX: &str = "__probestub_";
+
+/// The running kernel's BTF.
+pub struct KernelBtf {
+    btf: Btf<'static>,
+}
+
+impl KernelBtf {
+    pub fn load() -> Result<KernelBtf, String> {
+        Btf::from_path(VMLINUX)
+            .map(|btf| KernelBtf { btf })
+            .map_err(|e| format!("cannot read {VMLINUX}: {e}"))
+    }
+
+    fn by_id(&self, id: KTypeId) -> Result<BtfType<'_>, String> {
+        self.btf
+            .type_by_id::<BtfType<'_>>(TypeId::from(id.0))
+            .ok_or_else(|| format!("no type with id {}", id.0))
+    }
+
+    /// The parameters of tracepoint `name` after its leading `void *`:
+    /// from `__probestub_NAME` (Linux 6.4+), whose parameters have names,
+    /// else from the `btf_trace_NAME` typedef (unnamed: `arg0`, `arg1`...).
+    pub fn tp_btf_args(&self, name: &str) -> Result<Vec<BtfArg>, String> {
+        let stub = self
+            .btf
+            .type_by_name::<BtfType<'_>>(&format!("{STUB_PREFIX}{name}"))
+            .filter(|t| t.kind() == BtfKind::Func)
+            .and_then(|t| t.next_type());
+        let typedef = || {
+            self.btf
+                .type_by_name::<BtfType<'_>>(&format!("{TRACE_PREFIX}{name}"))
+                .filter(|t| t.kind() == BtfKind::Typedef)
+                .map(|t| t.skip_mods_and_typedefs())
+                .filter(|t| t.kind() == BtfKind::Ptr)
+                .and_then(|t| t.next_type())
+        };
+        let Some(proto) = stub
+            .or_else(typedef)
+            .and_then(|t| FuncProto::try_from(t).ok())
+        else {
+            let close = close_names(name, &self.tracepoint_names());
+            return Err(format!(
+                "no BTF tracepoint `{name}` (no `{TRACE_PREFIX}{name}` in kernel BTF); close names: {}",
+                close.join(", ")
+            ));
+        };
+        // The first parameter is the tracepoint's `void *__data`.
+        Ok((1..proto.len())
+            .filter_map(|i| proto.get(i))
+            .enumerate()
+            .map(|(i, param)| BtfArg {
+                name: match os_name(param.name) {
+                    unnamed if unnamed.is_empty() => format!("arg{i}"),
+                    named => named,
+                },
+                ty: KTypeId(param.ty.into()),
+            })
+            .collect())
+    }
+
+    fn tracepoint_names(&self) -> Vec<String> {
+        self.btf
+            .type_by_kind::<libbpf_rs::btf::types::Typedef<'_>>()
+            .filter_map(|t| {
+                let name = t.name()?.to_str()?;
+                name.strip_prefix(TRACE_PREFIX).map(str::to_owned)
+            })
+            .collect()
+    }
+
+    pub fn kernel_type(&self, id: KTypeId) -> Result<KernelType, String> {
+        let ty = self.by_id(id)?.skip_mods_and_typedefs();
+        Ok(KernelType {
+            name: type_name(ty),
+            kind: kind(ty),
+        })
+    }
+
+    /// `struct NAME`, `union NAME`, `enum NAME` or a plain type name.
+    pub fn named(&self, name: &str) -> Result<KTypeId, String> {
+        let (wanted, bare) = match name.split_once(' ') {
+            Some(("struct", bare)) => (BtfKind::Struct, bare),
+            Some(("union", bare)) => (BtfKind::Union, bare),
+            Some(("enum", bare)) => (BtfKind::Enum, bare),
+            _ => (BtfKind::Int, name),
+        };
+        let found = self.btf.type_by_name::<BtfType<'_>>(bare);
+        match found {
+            Some(ty) if ty.kind() == wanted || wanted == BtfKind::Int => {
+                Ok(KTypeId(ty.type_id().into()))
+            }
+            _ => Err(format!("no type `{name}` in kernel BTF")),
+        }
+    }
+}
+
+fn os_name(name: Option<&std::ffi::OsStr>) -> String {
+    name.map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The type as C spells it.
+fn type_name(ty: BtfType<'_>) -> String {
+    let ty = ty.skip_mods_and_typedefs();
+    let name = os_name(ty.name());
+    match ty.kind() {
+        BtfKind::Struct => format!("struct {name}"),
+        BtfKind::Union => format!("union {name}"),
+        BtfKind::Enum | BtfKind::Enum64 => format!("enum {name}"),
+        BtfKind::Ptr => match ty.next_type() {
+            Some(target) => format!("{} *", type_name(target)),
+            None => "void *".into(),
+        },
+        BtfKind::Array => match Array::try_from(ty) {
+            Ok(array) => format!(
+                "{}[{}]",
+                type_name(array.contained_type()),
+                array.capacity()
+            ),
+            Err(_) => name,
+        },
+        BtfKind::Void => "void".into(),
+        _ => name,
+    }
+}
+
+fn kind(ty: BtfType<'_>) -> KernelKind {
+    match ty.kind() {
+        BtfKind::Void => KernelKind::Void,
+        BtfKind::Int => match Int::try_from(ty) {
+            Ok(int) if matches!(int.encoding, IntEncoding::Bool) => KernelKind::Bool,
+            Ok(int) => KernelKind::Int {
+                size: int.size() as u8,
+                signed: matches!(int.encoding, IntEncoding::Signed),
+            },
+            Err(_) => KernelKind::Other,
+        },
+        BtfKind::Enum => match Enum::try_from(ty) {
+            Ok(e) => KernelKind::Enum {
+                size: e.size() as u8,
+                signed: e.is_signed(),
+            },
+            Err(_) => KernelKind::Other,
+        },
+        BtfKind::Enum64 => match Enum64::try_from(ty) {
+            Ok(e) => KernelKind::Enum {
+                size: e.size() as u8,
+                signed: e.is_signed(),
+            },
+            Err(_) => KernelKind::Other,
+        },
+        BtfKind::Ptr => {
+            let target = ty.next_type().map_or(0, |t| u32::from(t.type_id()));
+            KernelKind::Pointer(KTypeId(target))
+        }
+        BtfKind::Array => match Array::try_from(ty) {
+            Ok(array) => KernelKind::Array {
+                elem: KTypeId(array.ty().into()),
+                len: array.capacity() as u32,
+            },
+            Err(_) => KernelKind::Other,
+        },
+        BtfKind::Struct | BtfKind::Union => match Composite::try_from(ty) {
+            Ok(composite) => KernelKind::Struct {
+                union: !composite.is_struct,
+                size: composite.size() as u32,
+                members: (0..composite.len())
+                    .filter_map(|i| composite.get(i))
+                    .map(member)
+                    .collect(),
+            },
+            Err(_) => KernelKind::Other,
+        },
+        _ => KernelKind::Other,
+    }
+}
+
+fn member(m: libbpf_rs::btf::types::CompositeMember<'_>) -> KernelMember {
+    let (offset_bits, bitfield_bits) = match m.attr {
+        MemberAttr::Normal { offset } => (offset, None),
+        MemberAttr::BitField { size, offset } => (offset, Some(size)),
+    };
+    KernelMember {
+        name: os_name(m.name),
+        ty: KTypeId(m.ty.into()),
+        offset_bits,
+        bitfield_bits,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// sched_switch's arguments and task_struct's members come from the running kernel.
+    #[test]
+    fn reads_sched_switch_and_task_struct() {
+        let btf = KernelBtf::load().expect("kernel BTF");
+        let args = btf.tp_btf_args("sched_switch").expect("sched_switch");
+        let names: Vec<&str> = args.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["preempt", "prev", "next", "prev_state"]);
+        let prev = btf.kernel_type(args[1].ty).expect("prev");
+        assert_eq!(prev.name, "struct task_struct *");
+        assert_eq!(
+            btf.kernel_type(args[0].ty).expect("preempt").kind,
+            KernelKind::Bool
+        );
+        let task = btf.named("struct task_struct").expect("task_struct");
+        let KernelKind::Struct { members, .. } = btf.kernel_type(task).expect("task").kind else {
+            panic!("task_struct is a struct");
+        };
+        assert!(members.iter().any(|m| m.name == "comm"));
+        let wakeup = btf.tp_btf_args("sched_wakeup").expect("sched_wakeup");
+        assert_eq!(wakeup[0].name, "p");
+        let err = btf.tp_btf_args("sched_swich").expect_err("misspelt");
+        assert!(err.contains("sched_switch"), "{err}");
+    }
+}

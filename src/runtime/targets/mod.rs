@@ -1,0 +1,12 @@
+//! Runtime, attach targets: what this machine offers probes. Resolves
+//! binaries and their functions and USDT notes, reads tracepoint formats and
+//! kernel BTF, and detects the kernel's tracing features. Output: the
+//! answers of [`environment::SystemEnvironment`] to the checker, and
+//! [`features::KernelFeatures`].
+
+pub mod elf;
+pub mod environment;
+pub mod features;
+mod kernel_btf;
+pub mod tracefs;
+pub mod usdt;

@@ -1,0 +1,81 @@
+//! What a probe's program finds in its context argument: registers, a
+//! tracepoint record, u64 argument slots, BTF-typed arguments, USDT argument
+//! locations. Providers describe it, the checker types `argN` and
+//! `args.FIELD` from it, codegen reads it.
+
+use super::kernel_types::KTypeId;
+
+/// How the probe's context argument is read.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Context {
+    /// BEGIN, END, profile, interval, software: no arguments.
+    Plain,
+    /// uprobe/kprobe: `struct pt_regs`.
+    PtRegs,
+    /// USDT: arguments decoded from the note's argument specs.
+    Usdt(Vec<UsdtArgSpec>),
+    /// Classic tracepoint: fields at fixed offsets in the record.
+    Tracepoint(Vec<TracepointField>),
+    /// Raw tracepoint and fentry: an array of u64 arguments.
+    U64Array,
+    /// `tp_btf`: u64 argument slots typed from kernel BTF.
+    Btf(Vec<BtfArg>),
+}
+
+/// How a probe argument (`argN`, `retval`, a `tp_btf` argument) is read
+/// from the context; the probe's provider decides.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ArgRead {
+    /// The u64 at this byte offset of the context: a `pt_regs` register or
+    /// an argument slot.
+    Slot(u16),
+    /// A USDT argument, where its note says.
+    Usdt(UsdtArgSpec),
+}
+
+/// One argument of a BTF tracepoint; the Nth argument is the Nth u64 of the context.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BtfArg {
+    pub name: String,
+    pub ty: KTypeId,
+}
+
+/// Where a USDT argument lives when the probe fires.
+#[derive(Clone, Debug, PartialEq)]
+pub enum UsdtArgSpec {
+    Register {
+        pt_regs_offset: u16,
+        size: u8,
+        signed: bool,
+    },
+    Constant(i64),
+    Memory {
+        base_offset: u16,
+        displacement: i64,
+        size: u8,
+        signed: bool,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TracepointField {
+    pub name: String,
+    pub offset: u32,
+    pub kind: FieldKind,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum FieldKind {
+    Int {
+        size: u8,
+        signed: bool,
+    },
+    /// `char name[N]`
+    CharArray(u32),
+    /// `__data_loc char[] name`
+    DataLocString,
+    /// A pointer; `user` when it points into user memory (syscall arguments).
+    Pointer {
+        user: bool,
+    },
+}

@@ -1,0 +1,29 @@
+//! The globals map: u64 slots user space writes and every program reads
+//! (start time, child pid, whether tracing is active, wprof's own pid).
+
+/// Slots of the globals map (each a u64), in index order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GlobalSlot {
+    /// `bpf_ktime_get_ns()` at start, the origin of `elapsed`.
+    StartNs = 0,
+    /// pid of the `-c` child (`cpid`), 0 without `-c`.
+    ChildPid = 1,
+    /// A [`ProbeState`]: probes other than BEGIN/END return at once unless
+    /// it is `Active`, so nothing is recorded before activation, and maps
+    /// hold still while they print after stopping (detaching takes longer).
+    State = 2,
+    /// wprof's own pid: probes ignore wprof, which would otherwise trace
+    /// itself (a system-wide `malloc` probe fires on every event it handles).
+    SelfPid = 3,
+}
+
+pub const GLOBAL_SLOTS: u32 = 4;
+
+/// The values of [`GlobalSlot::State`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeState {
+    /// Loaded (maybe attached), not yet activated.
+    Inactive = 0,
+    Active = 1,
+    Stopped = 2,
+}

@@ -1,0 +1,151 @@
+//! Kernel types as the checker sees them: a small, library-independent view
+//! of BTF that the [`Environment`](crate::vocab::Environment)
+//! resolves one type at a time (typedefs and qualifiers already skipped).
+
+/// Identifies a kernel type within the environment that produced it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KTypeId(pub u32);
+
+/// One kernel type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelType {
+    /// As C spells it: `struct task_struct`, `int`, `char`, or empty for
+    /// anonymous structs and unions.
+    pub name: String,
+    pub kind: KernelKind,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum KernelKind {
+    Void,
+    Int {
+        size: u8,
+        signed: bool,
+    },
+    Bool,
+    Enum {
+        size: u8,
+        signed: bool,
+    },
+    Pointer(KTypeId),
+    /// A struct or union (`union` tells which).
+    Struct {
+        union: bool,
+        size: u32,
+        members: Vec<KernelMember>,
+    },
+    Array {
+        elem: KTypeId,
+        len: u32,
+    },
+    /// Functions, floats, forward declarations: nothing a script can read.
+    Other,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelMember {
+    /// Empty for an anonymous struct or union, whose members are reachable
+    /// as if they were the parent's.
+    pub name: String,
+    pub ty: KTypeId,
+    pub offset_bits: u32,
+    /// The width of a bitfield member.
+    pub bitfield_bits: Option<u8>,
+}
+
+/// A member found by name, possibly inside anonymous structs and unions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FoundMember {
+    pub ty: KTypeId,
+    pub offset_bits: u32,
+    pub bitfield_bits: Option<u8>,
+}
+
+/// Finds `name` among `members`, descending into anonymous members;
+/// `resolve` gives the members of a struct type.
+pub fn find_member(
+    members: &[KernelMember],
+    name: &str,
+    resolve: &dyn Fn(KTypeId) -> Option<Vec<KernelMember>>,
+) -> Option<FoundMember> {
+    for member in members {
+        if member.name == name {
+            return Some(FoundMember {
+                ty: member.ty,
+                offset_bits: member.offset_bits,
+                bitfield_bits: member.bitfield_bits,
+            });
+        }
+        if member.name.is_empty()
+            && let Some(inner) = resolve(member.ty)
+            && let Some(mut found) = find_member(&inner, name, resolve)
+        {
+            found.offset_bits += member.offset_bits;
+            return Some(found);
+        }
+    }
+    None
+}
+
+/// Every member name reachable from `members` (anonymous members flattened).
+pub fn member_names(
+    members: &[KernelMember],
+    resolve: &dyn Fn(KTypeId) -> Option<Vec<KernelMember>>,
+) -> Vec<String> {
+    let mut names = Vec::new();
+    for member in members {
+        if member.name.is_empty() {
+            if let Some(inner) = resolve(member.ty) {
+                names.extend(member_names(&inner, resolve));
+            }
+        } else {
+            names.push(member.name.clone());
+        }
+    }
+    names
+}
+
+/// Up to five of `candidates` closest to `wanted` (by edit distance), for
+/// "did you mean" help.
+pub fn close_names(wanted: &str, candidates: &[String]) -> Vec<String> {
+    let mut scored: Vec<(usize, &String)> = candidates
+        .iter()
+        .map(|c| (edit_distance(wanted, c), c))
+        .filter(|(d, c)| *d <= wanted.len() / 3 + 1 || c.contains(wanted))
+        .collect();
+    scored.sort();
+    scored.into_iter().take(5).map(|(_, c)| c.clone()).collect()
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (diagonal + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Close names rank by edit distance and drop unrelated ones.
+    #[test]
+    fn suggests_close_names() {
+        let names: Vec<String> = ["pid", "tgid", "comm", "prio", "real_parent"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(close_names("tgd", &names), vec!["tgid", "pid"]);
+        assert_eq!(close_names("parent", &names), vec!["real_parent"]);
+    }
+}

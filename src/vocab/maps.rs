@@ -1,0 +1,109 @@
+//! BPF maps as codegen declares them and the runtime creates and reads them.
+
+use super::layout::ValueType;
+
+/// Index into `Compiled::maps`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MapId(pub u32);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapKind {
+    Hash,
+    PerCpuHash,
+    Array,
+    PerCpuArray,
+    RingBuf,
+    StackTrace,
+    /// A stack trace map whose entries the kernel turns into (build id,
+    /// file offset) pairs (`BPF_F_STACK_BUILD_ID`), so user frames can be
+    /// symbolized after their process exits.
+    BuildIdStackTrace,
+    /// `BPF_MAP_TYPE_TASK_STORAGE`: a value per task, keyed by a BTF task
+    /// pointer in BPF. The kernel requires BTF for the key (`int`) and value
+    /// types; the loader makes it.
+    TaskStorage,
+    /// Perf event fds by CPU, for `bpf_perf_event_read_value`.
+    PerfEventArray,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MapSpec {
+    /// The script name (`@x`, `@` for the anonymous map) or an internal name.
+    pub name: String,
+    pub kind: MapKind,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+    /// How user space reads this map; `None` for internal maps.
+    pub script_map: Option<ScriptMap>,
+}
+
+/// Layout of a user-visible map, for printing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScriptMap {
+    /// `None` for a map without keys (`@x = 1`).
+    pub key: Option<ValueType>,
+    pub value: MapValue,
+}
+
+/// What a map's values mean.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MapValue {
+    /// Values as assigned.
+    Plain(ValueType),
+    /// Aggregated values, stored per CPU (unless a probe reads them) and
+    /// combined in user space.
+    Aggregate(AggFunc),
+}
+
+/// An aggregation (`@m[k] = count()`), which fixes the layout of the map's
+/// values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggFunc {
+    /// u64, summed over CPUs.
+    Count,
+    /// i64, summed over CPUs.
+    Sum,
+    /// {value i64, set u64}.
+    Min,
+    Max,
+    /// {count u64, total i64}.
+    Avg,
+    Stats,
+    /// The key gains a trailing u64 bucket index; the value is a u64 count.
+    Hist,
+    Lhist {
+        min: i64,
+        max: i64,
+        step: i64,
+    },
+}
+
+impl AggFunc {
+    /// The function's name in scripts.
+    pub fn name(self) -> &'static str {
+        match self {
+            AggFunc::Count => "count",
+            AggFunc::Sum => "sum",
+            AggFunc::Min => "min",
+            AggFunc::Max => "max",
+            AggFunc::Avg => "avg",
+            AggFunc::Stats => "stats",
+            AggFunc::Hist => "hist",
+            AggFunc::Lhist { .. } => "lhist",
+        }
+    }
+
+    /// Bytes of one value (of one CPU's, in a per-CPU map).
+    pub fn value_size(self) -> u32 {
+        match self {
+            AggFunc::Count | AggFunc::Sum | AggFunc::Hist | AggFunc::Lhist { .. } => 8,
+            AggFunc::Min | AggFunc::Max | AggFunc::Avg | AggFunc::Stats => 16,
+        }
+    }
+
+    /// Whether keys gain a bucket index (histograms).
+    pub fn bucketed(self) -> bool {
+        matches!(self, AggFunc::Hist | AggFunc::Lhist { .. })
+    }
+}

@@ -1,0 +1,74 @@
+//! What programs send to user space through the ring buffer: the layout of
+//! each message after its 8-byte [`MessageId`].
+
+use super::layout::ValueType;
+use super::maps::MapId;
+use super::printf_format::Piece;
+
+/// Index into `Compiled::messages`; the first 8 bytes of every ring buffer record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MessageId(pub u32);
+
+/// Index into the table of built-in functions (`crate::builtins`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BuiltinId(pub u16);
+
+/// A ring buffer message: after the 8-byte `MessageId`, the fields at their offsets.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Message {
+    /// Output of a built-in statement (`printf`, `print`, `time`, `exit`,
+    /// `clear`...), printed in user space by that built-in.
+    Builtin(BuiltinMessage),
+    /// A capture event: the header at the offsets in [`record_header`], then the fields.
+    /// A thread field (`FieldType::Thread` in the record's schema, from a
+    /// `struct task_struct *` item) holds the task's tid (`task->pid`) as a
+    /// u64 (`ValueType::Int { size: 8, signed: false }`); a `ksym()` item is a
+    /// u64 kernel address (`ValueType::Symbol { kernel: true }`, a `Str`
+    /// field in the schema: the recorder stores the symbol's name).
+    Record {
+        record: u32,
+        fields: Vec<(u32, ValueType)>,
+    },
+}
+
+/// What a built-in statement sends and keeps for user space; each built-in
+/// uses the parts it needs and documents them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BuiltinMessage {
+    pub builtin: BuiltinId,
+    /// The values the probe sends, at their offsets after the message id.
+    pub args: Vec<(u32, ValueType)>,
+    /// A parsed `printf` format.
+    pub format: Vec<Piece>,
+    /// A literal string (`time`'s format).
+    pub text: Option<String>,
+    /// The map the message is about (`print(@m)`, `clear(@m)`).
+    pub map: Option<MapId>,
+    /// Integer literals (`print`'s top and div).
+    pub consts: Vec<u64>,
+}
+
+/// Offsets in a `Message::Record` (after the 8-byte message id).
+pub mod record_header {
+    /// `bpf_ktime_get_ns()` when the event (or the span) began.
+    pub const TS: u32 = 8;
+    pub const PID_TGID: u32 = 16;
+    /// u32
+    pub const CPU: u32 = 24;
+    /// `char[16]`
+    pub const COMM: u32 = 32;
+    /// Spans only; 0 otherwise.
+    pub const DURATION: u32 = 48;
+    /// Stack ids in `Compiled::kernel_stacks` and `user_stacks`; negative when absent.
+    pub const KERNEL_STACK: u32 = 56;
+    pub const USER_STACK: u32 = 64;
+    /// At a function-entry uprobe, the caller's return address (the
+    /// frame-pointer unwinder cannot see it yet); 0 otherwise.
+    pub const ENTRY_RETURN: u32 = 72;
+    pub const FIELDS: u32 = 80;
+}
+
+/// Frames kept per stack (the kernel's limit for stack trace maps).
+pub const MAX_STACK_DEPTH: u32 = 127;
+/// Bytes of one frame in a build-id stack map (`struct bpf_stack_build_id`).
+pub const BUILD_ID_FRAME_BYTES: u32 = 32;

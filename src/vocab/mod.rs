@@ -1,0 +1,30 @@
+//! The vocabulary every stage shares, owned by none of them: where programs
+//! attach and what their context holds, the machine the checker asks about,
+//! kernel types, map and value layouts, ring buffer messages, the globals
+//! map, `printf` formats and histogram buckets. The front end produces these
+//! descriptions, codegen lays them out, the runtime and output read them.
+
+mod attach;
+mod context;
+mod globals;
+pub mod hist;
+pub mod kernel_types;
+mod layout;
+mod machine;
+mod maps;
+mod messages;
+pub mod printf_format;
+pub mod x86_64;
+
+pub use attach::{
+    AttachPoint, KernelFeature, PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, PerfEvent, PerfSample,
+};
+pub use context::{ArgRead, BtfArg, Context, FieldKind, TracepointField, UsdtArgSpec};
+pub use globals::{GLOBAL_SLOTS, GlobalSlot, ProbeState};
+pub use layout::ValueType;
+pub use machine::{Environment, FunctionTarget, UsdtTarget};
+pub use maps::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
+pub use messages::{
+    BUILD_ID_FRAME_BYTES, BuiltinId, BuiltinMessage, MAX_STACK_DEPTH, Message, MessageId,
+    record_header,
+};
