@@ -385,10 +385,11 @@ impl Lowerer<'_> {
         });
     }
 
-    /// Return from the probe at once (`exit()`).
-    pub(crate) fn return_from_probe(&mut self) {
-        let exit = self.exit_label();
-        self.emit(Inst::Jump(exit));
+    /// End the current block at once (`exit()`); the attach point's later
+    /// blocks still run, as bpftrace's separate programs do.
+    pub(crate) fn return_from_block(&mut self) {
+        let end = self.block_end();
+        self.emit(Inst::Jump(end));
     }
 }
 

@@ -117,7 +117,7 @@ pub fn run(
         }
         None => None,
     };
-    let probes = compiled.programs.len();
+    let probes: usize = compiled.programs.iter().map(|p| p.blocks).sum();
     writeln!(
         out,
         "Attaching {probes} probe{}...",
