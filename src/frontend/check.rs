@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use crate::builtins;
 use crate::capture::model::RecordOrigin;
 use crate::frontend::ast::{
-    BinOp, Block, Expr, ExprKind, ProbeSpec, Record, Script, Span, Stmt, StmtKind,
+    Block, Expr, ExprKind, ProbeSpec, Record, Script, Span, Stmt, StmtKind,
 };
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
@@ -332,14 +332,7 @@ impl<'e> Checker<'e> {
         match &expr.kind {
             ExprKind::IncDec {
                 target, increment, ..
-            } => {
-                let op = if *increment { BinOp::Add } else { BinOp::Sub };
-                let one = Expr {
-                    kind: ExprKind::Int(1),
-                    span: expr.span,
-                };
-                self.compound(target, op, one, expr.span)
-            }
+            } => self.inc_dec(target, *increment, expr.span),
             ExprKind::Call { name, args } => self.call_stmt(name, args, expr.span),
             _ => {
                 let checked = self.expr(expr)?;
@@ -348,27 +341,7 @@ impl<'e> Checker<'e> {
         }
     }
 
-    /// `target op= value`, `target++`: a map updated this way holds integers
-    /// even when nothing else assigns it.
-    fn compound(&mut self, target: &Expr, op: BinOp, value: Expr, span: Span) -> Option<TStmtKind> {
-        if let ExprKind::Map { name, keys } = &target.kind {
-            let key = self.map_key(keys, target.span)?;
-            self.declare_map(
-                name,
-                key.as_ref().map(|k| &k.ty),
-                MapValueKind::Plain(Type::I64),
-                target.span,
-            )?;
-        }
-        let kind = ExprKind::Binary {
-            op,
-            lhs: Box::new(target.clone()),
-            rhs: Box::new(value),
-        };
-        self.assign(target, &Expr { kind, span })
-    }
-
-    fn assign(&mut self, target: &Expr, value: &Expr) -> Option<TStmtKind> {
+    pub(super) fn assign(&mut self, target: &Expr, value: &Expr) -> Option<TStmtKind> {
         match &target.kind {
             ExprKind::Var(name) => {
                 let value = self.expr(value)?;
@@ -393,6 +366,9 @@ impl<'e> Checker<'e> {
                         func: agg,
                         arg,
                     });
+                }
+                if value.mentions_map(name) && !self.map_index.contains_key(name) {
+                    self.declare_int_map(name, keys, target.span)?;
                 }
                 let value = self.expr(value)?;
                 if value.ty == Type::Void {

@@ -59,36 +59,7 @@ fn expr(e: &mut Expr, params: &[String]) {
             };
         }
         ExprKind::PositionalCount => e.kind = ExprKind::Int(params.len() as u64),
-        ExprKind::Map { keys: list, .. }
-        | ExprKind::Call { args: list, .. }
-        | ExprKind::Tuple(list) => list.iter_mut().for_each(|x| expr(x, params)),
-        ExprKind::Unary { expr: inner, .. }
-        | ExprKind::Field { expr: inner, .. }
-        | ExprKind::TupleIndex { expr: inner, .. }
-        | ExprKind::Cast { expr: inner, .. }
-        | ExprKind::IncDec { target: inner, .. } => expr(inner, params),
-        ExprKind::Binary { lhs, rhs, .. }
-        | ExprKind::Index {
-            expr: lhs,
-            index: rhs,
-        } => {
-            expr(lhs, params);
-            expr(rhs, params);
-        }
-        ExprKind::Ternary {
-            cond,
-            then,
-            otherwise,
-        } => {
-            expr(cond, params);
-            expr(then, params);
-            expr(otherwise, params);
-        }
-        ExprKind::Int(_)
-        | ExprKind::Str(_)
-        | ExprKind::Bool(_)
-        | ExprKind::Ident(_)
-        | ExprKind::Var(_) => {}
+        _ => e.children_mut().into_iter().for_each(|x| expr(x, params)),
     }
 }
 
