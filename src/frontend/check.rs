@@ -314,17 +314,17 @@ impl<'e> Checker<'e> {
         })
     }
 
+    /// The repeat count of `unroll(N)`: a literal from 1 to 100, as bpftrace
+    /// (whose messages name the bound broken).
     fn unroll_count(&mut self, count: &Expr) -> Option<u32> {
-        match count.kind {
-            ExprKind::Int(n) if (1..=100).contains(&n) => Some(n as u32),
-            _ => {
-                self.error(ScriptError::new(
-                    count.span,
-                    "unroll needs an integer literal from 1 to 100",
-                ));
-                None
-            }
-        }
+        let message = match count.kind {
+            ExprKind::Int(n) if (1..=100).contains(&n) => return Some(n as u32),
+            ExprKind::Int(0) => "unroll minimum value is 1",
+            ExprKind::Int(_) => "unroll maximum value is 100",
+            _ => "unroll needs an integer literal from 1 to 100",
+        };
+        self.error(ScriptError::new(count.span, message));
+        None
     }
 
     /// `x++` as a statement, function calls, and other expressions for effect.
@@ -334,6 +334,30 @@ impl<'e> Checker<'e> {
                 target, increment, ..
             } => self.inc_dec(target, *increment, expr.span),
             ExprKind::Call { name, args } => self.call_stmt(name, args, expr.span),
+            // As in bpftrace, a statement `c ? printf(..) : printf(..)` runs one
+            // branch for its effect: the branches need no value.
+            ExprKind::Ternary {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let branch = |e: &Expr| Block {
+                    stmts: vec![Stmt {
+                        kind: StmtKind::Expr(e.clone()),
+                        span: e.span,
+                    }],
+                    span: e.span,
+                };
+                let as_if = Stmt {
+                    kind: StmtKind::If {
+                        cond: (**cond).clone(),
+                        then: branch(then),
+                        otherwise: Some(branch(otherwise)),
+                    },
+                    span: expr.span,
+                };
+                self.stmt(&as_if).map(|s| s.kind)
+            }
             _ => {
                 let checked = self.expr(expr)?;
                 Some(TStmtKind::Expr(checked))
