@@ -117,7 +117,7 @@ pub fn run(
         }
         None => None,
     };
-    let probes = compiled.programs.len();
+    let probes: usize = compiled.programs.iter().map(|p| p.blocks).sum();
     writeln!(
         out,
         "Attaching {probes} probe{}...",
@@ -152,6 +152,7 @@ pub fn run(
             source,
         })?;
 
+    notify_attached();
     trace(&mut loaded, &mut receiver, options.duration, start_ns, out)?;
     let stopped_ns = monotonic_ns();
     loaded.set_state(globals, ProbeState::Stopped)?;
@@ -172,6 +173,17 @@ pub fn run(
     print_exit_maps(compiled, &loaded, &receiver.printer, out)?;
     out.flush()?;
     Ok(RunSummary { capture })
+}
+
+/// The variable bpftrace's runtime-test runner sets to learn when the probes
+/// are attached (and the `-c` command started): it then starts the test's
+/// workload. wprof answers it the same way, on stderr.
+const NOTIFY_ATTACHED: &str = "__BPFTRACE_NOTIFY_PROBES_ATTACHED";
+
+fn notify_attached() {
+    if std::env::var_os(NOTIFY_ATTACHED).is_some() {
+        eprintln!("{NOTIFY_ATTACHED}");
+    }
 }
 
 /// Ctrl-C before activation: nothing was recorded, but a capture that was
