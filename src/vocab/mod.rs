@@ -13,6 +13,7 @@ mod layout;
 mod machine;
 mod maps;
 mod messages;
+pub mod perf_events;
 pub mod printf_format;
 pub mod x86_64;
 
