@@ -83,6 +83,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
     let _ = tracefs::ensure_mounted();
     let env = SystemEnvironment::new(cli.target_pid());
     let (sources, checked, compiled) = compile(&cli, &tracking, user, &env, &compile_options)?;
+    for warning in &checked.warnings {
+        eprintln!("wprof: warning: {warning}");
+    }
     // The kernel's BTF, parsed for typing, is megabytes the capture does not need.
     drop(env);
     let source_map = driver::source_map(&sources);

@@ -9,6 +9,7 @@ use crate::frontend::check::Checker;
 use crate::frontend::checked::{TCall, TExpr, TExprKind};
 use crate::frontend::types::Type;
 use crate::providers;
+use crate::vocab::Context;
 
 /// `probe`: the probe that fired, sent as its index and printed as its name.
 pub struct Probe;
@@ -56,6 +57,13 @@ impl Expression for Retval {
                 "`retval` is only available in uretprobe, kretprobe and fexit probes",
             );
         };
+        // fexit knows the function's return type from BTF.
+        if let Context::Function { ret, .. } = probe.context {
+            if ret.0 == 0 {
+                return cx.fail(site.span, &format!("{} returns void", probe.name));
+            }
+            return cx.btf_value(read, ret, site.span);
+        }
         Some(TExpr {
             kind: TExprKind::Arg(read),
             ty: Type::U64,

@@ -33,12 +33,7 @@ pub trait Provider: Sync {
 
     /// Expands a spec whose word is one of this provider's types (`ty` is
     /// that type's name) into attach points; an error is a message for the spec.
-    fn resolve(
-        &self,
-        ty: &str,
-        spec: &Spec,
-        env: &dyn Environment,
-    ) -> Result<Vec<ResolvedProbe>, String>;
+    fn resolve(&self, ty: &str, spec: &Spec, env: &dyn Environment) -> Result<Resolved, String>;
 
     /// Whether `point` is one of this provider's attach points.
     fn owns(&self, point: &AttachPoint) -> bool;
@@ -169,6 +164,30 @@ impl ResolvedProbe {
     }
 }
 
+/// What one spec resolves to: its attach points, and what the user should
+/// know about how they were found.
+#[derive(Clone, Debug, Default)]
+pub struct Resolved {
+    pub probes: Vec<ResolvedProbe>,
+    /// Sentences for stderr (`kernel functions are listed from /proc/kallsyms ...`).
+    pub warnings: Vec<String>,
+}
+
+impl From<Vec<ResolvedProbe>> for Resolved {
+    fn from(probes: Vec<ResolvedProbe>) -> Self {
+        Resolved {
+            probes,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+impl FromIterator<ResolvedProbe> for Resolved {
+    fn from_iter<I: IntoIterator<Item = ResolvedProbe>>(probes: I) -> Self {
+        Vec::from_iter(probes).into()
+    }
+}
+
 /// Why a spec did not resolve.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ResolveError {
@@ -177,7 +196,7 @@ pub struct ResolveError {
 }
 
 /// Expands one spec into its attach points, through the provider of its word.
-pub fn resolve(spec: &Spec, env: &dyn Environment) -> Result<Vec<ResolvedProbe>, ResolveError> {
+pub fn resolve(spec: &Spec, env: &dyn Environment) -> Result<Resolved, ResolveError> {
     let found = PROVIDERS.iter().find_map(|provider| {
         let ty = provider
             .types()
@@ -295,7 +314,9 @@ mod tests {
                 assert!(seen.insert(*name), "`{name}` is claimed twice");
             }
         }
-        let probes = resolve(&spec("ur", &["/bin/x", "f"]), &FakeMachine).expect("resolves");
+        let probes = resolve(&spec("ur", &["/bin/x", "f"]), &FakeMachine)
+            .expect("resolves")
+            .probes;
         assert_eq!(of(&probes[0].attach).types()[1].name, "uretprobe");
     }
 

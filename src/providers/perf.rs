@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use libbpf_rs::{Link, ProgramMut};
 
-use super::{ProbeType, Provider, ResolvedProbe, Spec, explain, parse_number};
+use super::{ProbeType, Provider, Resolved, ResolvedProbe, Spec, explain, parse_number};
 use crate::runtime::bpf::perf_event::open_per_cpu;
 use crate::runtime::targets::features::online_cpus;
 use crate::vocab::perf_events::{HARDWARE_EVENTS, SOFTWARE_EVENTS, event_names, find_event};
@@ -42,19 +42,14 @@ impl Provider for Perf {
         ]
     }
 
-    fn resolve(
-        &self,
-        ty: &str,
-        spec: &Spec,
-        _env: &dyn Environment,
-    ) -> Result<Vec<ResolvedProbe>, String> {
+    fn resolve(&self, ty: &str, spec: &Spec, _env: &dyn Environment) -> Result<Resolved, String> {
         let probe = match ty {
             "profile" => timer(spec, ty, true)?,
             "interval" => timer(spec, ty, false)?,
             "software" => counter(&spec.parts, PERF_TYPE_SOFTWARE)?,
             _ => counter(&spec.parts, PERF_TYPE_HARDWARE)?,
         };
-        Ok(vec![probe])
+        Ok(vec![probe].into())
     }
 
     fn owns(&self, point: &AttachPoint) -> bool {
@@ -265,7 +260,7 @@ mod tests {
             parts: parts.to_vec(),
         };
         Perf.resolve(ty, &spec, &FakeMachine)
-            .map(|mut p| p.remove(0))
+            .map(|mut p| p.probes.remove(0))
     }
 
     /// Timers become cpu-clock events: profile on every CPU, interval on one.

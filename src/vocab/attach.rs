@@ -40,6 +40,8 @@ pub enum AttachPoint {
     },
     Kprobe {
         function: String,
+        /// The module the function is in (`MODULE:FUNCTION`); `None` for the kernel.
+        module: Option<String>,
         offset: u64,
         retprobe: bool,
     },
