@@ -56,6 +56,33 @@ impl<'a> Lowerer<'a> {
         maps: &'a MapLayouts,
         messages: &'a mut Vec<Message>,
     ) -> (Function, (u32, Option<Span>)) {
+        let mut lowerer = Lowerer::new(probe, probe_index, program, maps, messages);
+        lowerer.prologue();
+        if !providers::of(&probe.attach).runs_once() {
+            lowerer.gate();
+        }
+        if let Some(predicate) = &probe.predicate {
+            lowerer.span = Some(predicate.span);
+            lowerer.comment("predicate");
+            let exit = lowerer.exit_label;
+            lowerer.branch_unless(predicate, exit);
+        }
+        if let Some(record) = &probe.record {
+            lowerer.span = Some(probe.span);
+            lowerer.record(record);
+        }
+        lowerer.stmts(&probe.body);
+        lowerer.finish()
+    }
+
+    /// A lowerer for code that runs at `probe`'s attach point, or for it.
+    pub(super) fn new(
+        probe: &'a CheckedProbe,
+        probe_index: usize,
+        program: &'a CheckedProgram,
+        maps: &'a MapLayouts,
+        messages: &'a mut Vec<Message>,
+    ) -> Self {
         let mut lowerer = Lowerer {
             probe,
             probe_index,
@@ -74,33 +101,23 @@ impl<'a> Lowerer<'a> {
         };
         lowerer.ctx = lowerer.vreg();
         lowerer.exit_label = lowerer.label();
-        lowerer.prologue();
-        if !providers::of(&probe.attach).runs_once() {
-            lowerer.gate();
-        }
-        if let Some(predicate) = &probe.predicate {
-            lowerer.span = Some(predicate.span);
-            lowerer.comment("predicate");
-            let exit = lowerer.exit_label;
-            lowerer.branch_unless(predicate, exit);
-        }
-        if let Some(record) = &probe.record {
-            lowerer.span = Some(probe.span);
-            lowerer.record(record);
-        }
-        lowerer.stmts(&probe.body);
-        lowerer.span = None;
-        let exit = lowerer.exit_label;
-        lowerer.emit(Inst::Bind(exit));
-        lowerer.emit(Inst::Exit);
-        lowerer.function.frame_bytes = lowerer.frame_peak.0;
-        (lowerer.function, lowerer.frame_peak)
+        lowerer
+    }
+
+    /// Ends the program: the exit label, then `exit`.
+    pub(super) fn finish(mut self) -> (Function, (u32, Option<Span>)) {
+        self.span = None;
+        let exit = self.exit_label;
+        self.emit(Inst::Bind(exit));
+        self.emit(Inst::Exit);
+        self.function.frame_bytes = self.frame_peak.0;
+        (self.function, self.frame_peak)
     }
 
     /// Return at once unless tracing is active, and for wprof's own events
     /// in the user's probes. Trackers record wprof like any task: a switch
     /// away from it is the next task's switch-in.
-    fn gate(&mut self) {
+    pub(super) fn gate(&mut self) {
         let exit = self.exit_label;
         self.comment("return unless tracing is active");
         let state = self.global(GlobalSlot::State);

@@ -17,16 +17,18 @@ mod lower_map;
 mod lower_record;
 mod lower_selected;
 mod lower_task_storage;
+mod lower_watch;
 mod maps;
 pub mod program;
 mod prune;
 pub mod regalloc;
 
 use crate::capture::model::{FieldSchema, FieldType, RecordKind, RecordSchema};
-use crate::frontend::checked::{CheckedProgram, RecordDecl};
+use crate::frontend::checked::{CheckedProbe, CheckedProgram, RecordDecl};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::types::Type;
-use program::{Compiled, CounterMap};
+use crate::vocab::{AttachPoint, WatchTarget};
+use program::{BpfProgram, Compiled, CounterMap};
 
 /// The most stack a BPF program may use.
 pub const STACK_LIMIT: u32 = 512;
@@ -88,11 +90,54 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
             )),
         }
     }
+    // After every probe's program, so program indices stay probe indices.
+    for (index, probe) in program.probes.iter().enumerate() {
+        if let Some(setup) = watch_setup(probe, index, program, &layouts, &mut compiled.messages) {
+            compiled.programs.push(setup);
+        }
+    }
     if errors.is_empty() {
         Ok(compiled)
     } else {
         Err(errors)
     }
+}
+
+/// The uprobe that sets a function-argument watchpoint, for such a probe.
+fn watch_setup(
+    probe: &CheckedProbe,
+    index: usize,
+    program: &CheckedProgram,
+    layouts: &maps::MapLayouts,
+    messages: &mut Vec<crate::vocab::Message>,
+) -> Option<BpfProgram> {
+    let AttachPoint::Watchpoint {
+        target:
+            WatchTarget::FunctionArg {
+                binary,
+                function,
+                file_offset,
+                arg,
+            },
+        sync,
+        ..
+    } = &probe.attach
+    else {
+        return None;
+    };
+    let lowerer = lower::Lowerer::new(probe, index, program, layouts, messages);
+    let mut function_ir = lowerer.lower_watch_setup(*arg, *sync);
+    prune::remove_unreachable(&mut function_ir);
+    let allocation = regalloc::allocate(&function_ir);
+    let assembled = emit::emit(&function_ir, &allocation).expect("the setup program assembles");
+    let attach = AttachPoint::Uprobe {
+        binary: binary.clone(),
+        symbol: function.clone(),
+        offset: *file_offset,
+        retprobe: false,
+    };
+    let name = program_name(index, &format!("w_{function}"));
+    Some(assembled.into_program(name, format!("{} (setup)", probe.name), attach))
 }
 
 /// How a record kind is described in captures.

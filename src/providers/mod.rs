@@ -19,6 +19,7 @@ mod tp_btf;
 mod tracepoint;
 mod uprobe;
 mod usdt;
+mod watchpoint;
 
 use std::fmt;
 
@@ -68,6 +69,19 @@ pub trait Provider: Sync {
         false
     }
 
+    /// Whether the probe fires every N events or nanoseconds counted from
+    /// when it is attached (perf events): the session attaches it after
+    /// BEGIN has run, so `interval:ms:500` fires 500 ms after BEGIN.
+    fn counts_from_attach(&self, _point: &AttachPoint) -> bool {
+        false
+    }
+
+    /// Whether the session attaches the program later, when it learns where
+    /// (a watchpoint on a function's argument), instead of with the others.
+    fn attached_later(&self, _point: &AttachPoint) -> bool {
+        false
+    }
+
     /// When the kernel refuses to load programs of this kind, the message
     /// to report at attach time instead of failing the whole load (so other
     /// probes still run); `None` makes the refusal a load error.
@@ -102,6 +116,7 @@ pub static PROVIDERS: &[&dyn Provider] = &[
     &kprobe::Kprobe,
     &fentry::Fentry,
     &perf::Perf,
+    &watchpoint::Watchpoint,
 ];
 
 /// A probe spec as written: the probe type word and the parts after it, as
@@ -329,7 +344,8 @@ mod tests {
             error.help.as_deref(),
             Some(
                 "probe types: BEGIN, END, uprobe, uretprobe, usdt, tracepoint, rawtracepoint, \
-                 tp_btf, kprobe, kretprobe, fentry, fexit, profile, interval, software, hardware"
+                 tp_btf, kprobe, kretprobe, fentry, fexit, profile, interval, software, hardware, \
+                 watchpoint, asyncwatchpoint"
             )
         );
     }

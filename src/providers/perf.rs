@@ -60,6 +60,10 @@ impl Provider for Perf {
         "perf_event".into()
     }
 
+    fn counts_from_attach(&self, _point: &AttachPoint) -> bool {
+        true
+    }
+
     fn feature(&self, point: &AttachPoint) -> Option<KernelFeature> {
         match point {
             AttachPoint::PerfEvent { event, .. } if event.needs_pmu() => {

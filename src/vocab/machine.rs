@@ -76,6 +76,11 @@ pub trait Environment {
         provider: Option<&str>,
         name: &str,
     ) -> Result<(PathBuf, Vec<UsdtTarget>), String>;
+    /// The binary of the traced process (`-c` command or `-p` pid), whose
+    /// functions watchpoints watch.
+    fn traced_binary(&self) -> Option<PathBuf> {
+        None
+    }
     /// Kernel functions whose name matches the glob `pattern`, in modules
     /// matching `module` (`vmlinux` is the kernel; `None` is any module).
     /// No match is an error naming close functions.

@@ -19,6 +19,7 @@ pub mod x86_64;
 
 pub use attach::{
     AttachPoint, KernelFeature, PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, PerfEvent, PerfSample,
+    WatchMode, WatchTarget,
 };
 pub use context::{ArgRead, BtfArg, Context, FieldKind, TracepointField, UsdtArgSpec};
 pub use globals::{GLOBAL_SLOTS, GlobalSlot, ProbeState};

@@ -20,6 +20,8 @@ use crate::vocab::{
 pub struct SystemEnvironment {
     /// `-p PID`: resolve libraries as mapped in this process.
     pub pid: Option<i32>,
+    /// The program `-c` runs, as its first word names it.
+    pub command: Option<String>,
     /// Kernel BTF, read the first time a script needs it.
     btf: OnceCell<Result<KernelBtf, String>>,
     /// Kernel functions, read the first time a `kprobe:` needs them.
@@ -30,6 +32,7 @@ impl SystemEnvironment {
     pub fn new(pid: Option<i32>) -> Self {
         SystemEnvironment {
             pid,
+            command: None,
             btf: OnceCell::new(),
             kernel_functions: OnceCell::new(),
         }
@@ -113,6 +116,14 @@ impl Environment for SystemEnvironment {
             })
             .collect::<Result<Vec<_>, String>>()?;
         Ok((path, targets))
+    }
+
+    fn traced_binary(&self) -> Option<PathBuf> {
+        match (&self.command, self.pid) {
+            (Some(command), _) => elf::resolve_binary(command, None).ok(),
+            (None, Some(pid)) => Some(PathBuf::from(format!("/proc/{pid}/exe"))),
+            (None, None) => None,
+        }
     }
 
     fn kernel_functions(

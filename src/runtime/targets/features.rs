@@ -66,6 +66,8 @@ pub struct KernelFeatures {
     pub btf: Availability,
     /// `hardware:` probes (cycles, instructions, ...): a usable PMU.
     pub hardware_pmu: Availability,
+    /// `watchpoint:` probes: perf's `breakpoint` PMU.
+    pub breakpoints: Availability,
     /// Filled by the first call to [`KernelFeatures::fentry`].
     fentry: OnceLock<Availability>,
 }
@@ -82,6 +84,7 @@ impl KernelFeatures {
             uprobes: Availability::Available,
             btf: Availability::Available,
             hardware_pmu: Availability::Available,
+            breakpoints: Availability::Available,
             fentry,
         }
     }
@@ -95,6 +98,7 @@ impl KernelFeatures {
             KernelFeature::Btf => &self.btf,
             KernelFeature::Fentry => self.fentry(),
             KernelFeature::HardwarePmu => &self.hardware_pmu,
+            KernelFeature::Breakpoints => &self.breakpoints,
         }
     }
 
@@ -126,6 +130,12 @@ pub fn detect() -> KernelFeatures {
             )
         }),
         hardware_pmu: detect_hardware_pmu(),
+        breakpoints: Availability::when(Path::new(BREAKPOINT_PMU).exists(), || {
+            format!(
+                "this kernel has no hardware breakpoints ({BREAKPOINT_PMU} is missing; \
+                 CONFIG_HAVE_HW_BREAKPOINT is off)"
+            )
+        }),
         fentry: OnceLock::new(),
     }
 }
@@ -133,6 +143,7 @@ pub fn detect() -> KernelFeatures {
 const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
 const UPROBE_PMU: &str = "/sys/bus/event_source/devices/uprobe";
+const BREAKPOINT_PMU: &str = "/sys/bus/event_source/devices/breakpoint";
 
 /// kprobes exist when tracefs has `kprobe_events` or perf has a `kprobe` PMU.
 fn detect_kprobes() -> Availability {
@@ -358,7 +369,7 @@ mod tests {
             "{reason}"
         );
         assert!(features.uprobes.is_available() && features.tracepoints.is_available());
-        assert!(features.btf.is_available());
+        assert!(features.btf.is_available() && features.breakpoints.is_available());
     }
 
     /// This VM has no hardware PMU; the reason says so and suggests software events.
