@@ -1,5 +1,5 @@
 //! Built-ins about where the probe fired: `probe`, `func`, `retval`,
-//! `argN`, `args`, `cpu`, `rand`. Arguments are read as the probe's
+//! `argN`, `args`, `ctx`, `cpu`, `rand`. Arguments are read as the probe's
 //! provider says ([`crate::providers::Provider::arg`]).
 
 use super::{Entry, Expression, Kind, Site, Written};
@@ -99,6 +99,27 @@ impl Expression for Args {
     }
 }
 
+/// `ctx`: the program's context, a pointer to the type its provider names
+/// (`struct pt_regs`, `struct bpf_iter__task`...), read member by member.
+pub struct Ctx;
+
+impl Expression for Ctx {
+    fn check(&self, cx: &mut Checker, site: &Site) -> Option<TExpr> {
+        let probe = cx.resolved();
+        let named = providers::of(&probe.attach).context_type(&probe.attach);
+        let name = match named {
+            Ok(name) => name,
+            Err(why) => return cx.fail(site.span, &why),
+        };
+        let ty = cx.kernel_pointer(name, site.span)?;
+        Some(site.value(Vec::new(), ty))
+    }
+
+    fn lower(&self, cx: &mut Lowerer, _call: &TCall, _ty: &Type) -> Value {
+        Value::Int(cx.context())
+    }
+}
+
 /// A u64 from a helper that takes no arguments.
 pub struct Helper0 {
     pub helper: u32,
@@ -159,6 +180,15 @@ pub(super) const TABLE: &[Entry] = &[
         doc: "The fields of a tracepoint, typed from its format (or BTF for tp_btf).",
         example: "tracepoint:syscalls:sys_enter_openat { @[str(args.filename)] = count(); }",
         kind: Kind::Expression(&Args),
+    },
+    Entry {
+        name: "ctx",
+        written: Written::Word,
+        indexed: false,
+        signature: "ctx",
+        doc: "The probe's context: `struct bpf_iter__task *` in iter:task, `struct pt_regs *` in kprobes and uprobes.",
+        example: "iter:task { printf(\"%s\\n\", ctx->task->comm); }",
+        kind: Kind::Expression(&Ctx),
     },
     Entry {
         name: "cpu",

@@ -58,6 +58,7 @@ impl<'a> Lowerer<'a> {
     ) -> (Function, (u32, Option<Span>)) {
         let mut lowerer = Lowerer::new(probe, probe_index, program, maps, messages);
         lowerer.prologue();
+        lowerer.provider_prologue();
         if !providers::of(&probe.attach).runs_once() {
             lowerer.gate();
         }
@@ -122,7 +123,9 @@ impl<'a> Lowerer<'a> {
         self.comment("return unless tracing is active");
         let state = self.global(GlobalSlot::State);
         self.branch(Cond::Ne, state, Src::Imm(ProbeState::Active as i32), exit);
-        if self.probe.origin == RecordOrigin::Tracker {
+        if self.probe.origin == RecordOrigin::Tracker
+            || providers::of(&self.probe.attach).fires_in_wprof()
+        {
             return;
         }
         self.comment("ignore wprof itself");

@@ -70,6 +70,7 @@ pub fn check(
             });
         }
     }
+    errors.extend(lone_probe_mixed(&sources));
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -98,6 +99,33 @@ pub fn check(
     } else {
         Err(checker.errors)
     }
+}
+
+/// An error when a probe that must run alone (an iterator) shares the
+/// script with another attached probe (BEGIN and END may surround it).
+fn lone_probe_mixed(sources: &[Source]) -> Option<ScriptError> {
+    let points = || {
+        sources
+            .iter()
+            .flat_map(|s| s.resolved.iter().map(move |p| (s, p)))
+    };
+    let (block, lone) = points().find(|(_, p)| providers::of(&p.attach).runs_alone())?;
+    let others = points()
+        .filter(|(_, p)| !providers::of(&p.attach).runs_once())
+        .count();
+    (others > 1).then(|| {
+        ScriptError::new(
+            block.span,
+            format!(
+                "`{}` must be the only probe besides BEGIN and END",
+                lone.name
+            ),
+        )
+        .with_help(
+            "an iterator runs once over every object when wprof reads it, then tracing ends; \
+             run other probes in another wprof",
+        )
+    })
 }
 
 /// Expands one spec into its attach points through its provider.

@@ -236,6 +236,19 @@ impl Checker<'_> {
         }))
     }
 
+    /// A pointer to kernel type `name` (`struct bpf_iter__task`); reads
+    /// through it go through `bpf_probe_read_kernel`.
+    pub(crate) fn kernel_pointer(&mut self, name: &str, span: Span) -> Option<Type> {
+        match self.env.kernel_type_named(name) {
+            Ok(target) => Some(Type::KernelPtr(KernelPtr {
+                target,
+                name: name.into(),
+                btf: false,
+            })),
+            Err(message) => self.fail(span, &format!("kernel BTF: {message}")),
+        }
+    }
+
     fn task_type(&mut self, span: Span) -> Option<KTypeId> {
         match self.env.kernel_type_named("struct task_struct") {
             Ok(id) => Some(id),

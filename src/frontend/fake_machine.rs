@@ -14,7 +14,8 @@ use crate::vocab::{
 /// every function in every binary, 64 bytes at file offset 0x1000, every
 /// kernel function (64 bytes; wildcards see `vfs_read`, `vfs_readv`,
 /// `vfs_write`; these three are typed in BTF as `vfs_read` is), and a little
-/// kernel BTF: `struct task_struct` (see [`kernel_type`]) and the BTF
+/// kernel BTF: `struct task_struct` (see [`kernel_type`]), `struct
+/// bpf_iter__task` and the BTF
 /// tracepoints `sched_switch` and `sched_wakeup`.
 pub struct FakeMachine;
 
@@ -32,6 +33,7 @@ pub mod ids {
     pub const SCHED_ENTITY: KTypeId = KTypeId(9);
     pub const ANON_UNION: KTypeId = KTypeId(10);
     pub const VOID_PTR: KTypeId = KTypeId(11);
+    pub const ITER_TASK: KTypeId = KTypeId(12);
 }
 
 /// `struct task_struct` of the fake kernel: byte offsets chosen for tests.
@@ -296,6 +298,17 @@ impl Environment for FakeMachine {
                 },
             ),
             ids::VOID_PTR => named("void *", KernelKind::Pointer(KTypeId(0))),
+            ids::ITER_TASK => named(
+                "struct bpf_iter__task",
+                KernelKind::Struct {
+                    union: false,
+                    size: 16,
+                    members: vec![
+                        single("meta", ids::VOID_PTR, 0),
+                        single("task", ids::TASK_PTR, 8),
+                    ],
+                },
+            ),
             KTypeId(0) => named("void", KernelKind::Void),
             KTypeId(other) => return Err(format!("no kernel type {other}")),
         })
@@ -304,6 +317,7 @@ impl Environment for FakeMachine {
     fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String> {
         match name {
             "struct task_struct" => Ok(ids::TASK),
+            "struct bpf_iter__task" => Ok(ids::ITER_TASK),
             "int" => Ok(ids::INT),
             _ => Err(format!("no kernel type `{name}`")),
         }

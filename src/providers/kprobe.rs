@@ -92,6 +92,10 @@ impl Provider for Kprobe {
         Some(KernelFeature::Kprobes)
     }
 
+    fn context_type(&self, _point: &AttachPoint) -> Result<&'static str, String> {
+        Ok("struct pt_regs")
+    }
+
     fn arg(&self, probe: &ResolvedProbe, n: u32) -> Result<ArgRead, String> {
         register_arg(probe, n)
     }

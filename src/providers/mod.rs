@@ -11,6 +11,7 @@
 //! [`PROVIDERS`] and its [`AttachPoint`] variant.
 
 mod fentry;
+mod iter;
 mod kprobe;
 mod perf;
 mod raw_tracepoint;
@@ -64,6 +65,28 @@ pub trait Provider: Sync {
         false
     }
 
+    /// The C type `ctx` points to in this probe's programs.
+    fn context_type(&self, _point: &AttachPoint) -> Result<&'static str, String> {
+        Err("`ctx` is not available in these probes".into())
+    }
+
+    /// Code every program of this probe starts with.
+    fn prologue(&self, _point: &AttachPoint) -> Prologue {
+        Prologue::None
+    }
+
+    /// Whether the probe must be the only one attached besides BEGIN and
+    /// END (an iterator runs once, then tracing ends).
+    fn runs_alone(&self) -> bool {
+        false
+    }
+
+    /// Whether the program runs in wprof's own thread (an iterator, as
+    /// wprof reads it), so wprof's own events must not be ignored.
+    fn fires_in_wprof(&self) -> bool {
+        false
+    }
+
     /// Whether the program runs once (BEGIN, END) instead of being attached.
     fn runs_once(&self) -> bool {
         false
@@ -98,6 +121,21 @@ pub trait Provider: Sync {
     ) -> Result<Vec<Link>, String>;
 }
 
+/// Code a provider's programs start with, after the context is saved and
+/// before the gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prologue {
+    None,
+    /// BPF iterators: return unless the pointer at `object` in the context
+    /// (the task) is set (the kernel makes one last call with none), then
+    /// write one byte to the iterator's seq file, so that each `read()`
+    /// covers a bounded batch of objects and the ring buffer is drained
+    /// between batches.
+    Iterator {
+        object: u16,
+    },
+}
+
 /// A probe type as scripts name it: `uprobe`, also written `u`.
 #[derive(Clone, Copy, Debug)]
 pub struct ProbeType {
@@ -117,6 +155,7 @@ pub static PROVIDERS: &[&dyn Provider] = &[
     &fentry::Fentry,
     &perf::Perf,
     &watchpoint::Watchpoint,
+    &iter::Iter,
 ];
 
 /// A probe spec as written: the probe type word and the parts after it, as
@@ -345,7 +384,7 @@ mod tests {
             Some(
                 "probe types: BEGIN, END, uprobe, uretprobe, usdt, tracepoint, rawtracepoint, \
                  tp_btf, kprobe, kretprobe, fentry, fexit, profile, interval, software, hardware, \
-                 watchpoint, asyncwatchpoint"
+                 watchpoint, asyncwatchpoint, iter"
             )
         );
     }

@@ -73,6 +73,10 @@ impl Provider for Perf {
         }
     }
 
+    fn context_type(&self, _point: &AttachPoint) -> Result<&'static str, String> {
+        Ok("struct bpf_perf_event_data")
+    }
+
     fn attach(
         &self,
         prog: &ProgramMut<'_>,

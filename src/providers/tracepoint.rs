@@ -55,6 +55,10 @@ impl Provider for Tracepoint {
         Err("tracepoints have `args.FIELD` instead".into())
     }
 
+    fn context_type(&self, _point: &AttachPoint) -> Result<&'static str, String> {
+        Err("use args instead of ctx in tracepoint probes: `args.NAME`".into())
+    }
+
     fn attach(
         &self,
         prog: &ProgramMut<'_>,

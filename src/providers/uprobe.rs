@@ -79,6 +79,10 @@ impl Provider for Uprobe {
         Some(KernelFeature::Uprobes)
     }
 
+    fn context_type(&self, _point: &AttachPoint) -> Result<&'static str, String> {
+        Ok("struct pt_regs")
+    }
+
     fn arg(&self, probe: &ResolvedProbe, n: u32) -> Result<ArgRead, String> {
         register_arg(probe, n)
     }

@@ -63,6 +63,10 @@ impl Provider for Usdt {
         Some(KernelFeature::Uprobes)
     }
 
+    fn context_type(&self, _point: &AttachPoint) -> Result<&'static str, String> {
+        Ok("struct pt_regs")
+    }
+
     fn arg(&self, probe: &ResolvedProbe, n: u32) -> Result<ArgRead, String> {
         let Context::Usdt(args) = &probe.context else {
             unreachable!("USDT probes have USDT contexts");

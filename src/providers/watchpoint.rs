@@ -104,6 +104,10 @@ impl Provider for Watchpoint {
         Some(KernelFeature::Breakpoints)
     }
 
+    fn context_type(&self, _point: &AttachPoint) -> Result<&'static str, String> {
+        Ok("struct bpf_perf_event_data")
+    }
+
     fn attached_later(&self, point: &AttachPoint) -> bool {
         matches!(
             point,

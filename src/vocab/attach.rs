@@ -55,6 +55,11 @@ pub enum AttachPoint {
         /// All online CPUs, or only the first (for `interval`).
         all_cpus: bool,
     },
+    /// A BPF iterator, read once to its end (or pinned at `pin`).
+    Iter {
+        target: IterTarget,
+        pin: Option<PathBuf>,
+    },
     /// A hardware breakpoint (`PERF_TYPE_BREAKPOINT`) on `len` bytes.
     Watchpoint {
         target: WatchTarget,
@@ -64,6 +69,25 @@ pub enum AttachPoint {
         /// until the breakpoint is set; `asyncwatchpoint`: it runs on.
         sync: bool,
     },
+}
+
+/// What a BPF iterator walks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IterTarget {
+    /// Every task (thread).
+    Task,
+    /// Every open file of every task.
+    TaskFile,
+}
+
+impl IterTarget {
+    /// The kernel's name of the iterator (`bpf_iter_NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            IterTarget::Task => "task",
+            IterTarget::TaskFile => "task_file",
+        }
+    }
 }
 
 /// What a watchpoint watches.
@@ -137,6 +161,8 @@ pub enum KernelFeature {
     HardwarePmu,
     /// Hardware breakpoints (`PERF_TYPE_BREAKPOINT`).
     Breakpoints,
+    /// BPF iterators over tasks and their files.
+    TaskIterators,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

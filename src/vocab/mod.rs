@@ -18,8 +18,8 @@ pub mod printf_format;
 pub mod x86_64;
 
 pub use attach::{
-    AttachPoint, KernelFeature, PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, PerfEvent, PerfSample,
-    WatchMode, WatchTarget,
+    AttachPoint, IterTarget, KernelFeature, PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, PerfEvent,
+    PerfSample, WatchMode, WatchTarget,
 };
 pub use context::{ArgRead, BtfArg, Context, FieldKind, TracepointField, UsdtArgSpec};
 pub use globals::{GLOBAL_SLOTS, GlobalSlot, ProbeState};

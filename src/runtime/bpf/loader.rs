@@ -431,6 +431,27 @@ impl Loaded {
         Ok(())
     }
 
+    /// Attaches iterator program `index` and opens it for reading; `None`
+    /// when the iterator was pinned instead (its link stays pinned).
+    pub fn open_iterator(&mut self, index: usize) -> Result<Option<libbpf_rs::Iter>, AttachError> {
+        let point = self.meta(index)?.attach.clone();
+        let mut links = self.attach_at(index, &point, AttachOptions::default())?;
+        let link = links.pop().ok_or_else(|| AttachError {
+            probe: self.programs[index].probe.clone(),
+            reason: "attaching made no link".into(),
+        })?;
+        if matches!(point, AttachPoint::Iter { pin: Some(_), .. }) {
+            self.links.push(link);
+            return Ok(None);
+        }
+        let iterator = libbpf_rs::Iter::new(&link).map_err(|e| AttachError {
+            probe: self.programs[index].probe.clone(),
+            reason: format!("cannot open the iterator: {e:#}"),
+        })?;
+        self.links.push(link);
+        Ok(Some(iterator))
+    }
+
     /// Removes every watchpoint set on `address`; returns how many there were.
     pub fn unwatch(&mut self, address: u64) -> usize {
         let before = self.watch_links.len();

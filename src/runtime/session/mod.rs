@@ -6,6 +6,7 @@
 
 pub mod activation;
 pub mod child;
+mod iterate;
 mod receiver;
 mod teardown;
 mod watch;
@@ -97,6 +98,8 @@ pub enum RunError {
     Record(#[from] RecordError),
     #[error("cannot write output: {0}")]
     Output(#[from] io::Error),
+    #[error("cannot read the iterator: {0}")]
+    Iterate(io::Error),
 }
 
 /// Whether the session goes on, and if not, why.
@@ -146,7 +149,11 @@ pub fn run(
     print_attaching(compiled, out)?;
     let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
     let timed = |point: &AttachPoint| providers::of(point).counts_from_attach(point);
-    loaded.attach_where(AttachOptions { pid }, |point| !timed(point))?;
+    // An iterator is attached when it is read (`iterate`).
+    let alone = |point: &AttachPoint| providers::of(point).runs_alone();
+    loaded.attach_where(AttachOptions { pid }, |point| {
+        !timed(point) && !alone(point)
+    })?;
     if !activation::wait_until(
         options.phases.activate_at,
         "prepared, activating",
@@ -179,7 +186,12 @@ pub fn run(
         eprintln!("{NOTIFY_ATTACHED}");
     }
 
-    trace(&mut loaded, &mut receiver, options.duration, start_ns, out)?;
+    let iterator = (0..compiled.programs.len())
+        .find(|&i| providers::of(&compiled.programs[i].attach).runs_alone());
+    match iterator {
+        Some(index) => iterate::iterate(&mut loaded, &mut receiver, index, out)?,
+        None => trace(&mut loaded, &mut receiver, options.duration, start_ns, out)?,
+    }
     let stopped_ns = monotonic_ns();
     loaded.set_state(globals, ProbeState::Stopped)?;
     teardown::hand_off_descriptors();

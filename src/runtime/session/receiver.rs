@@ -74,8 +74,14 @@ impl<'a> Receiver<'a> {
     }
 
     pub(super) fn message(&mut self, bytes: &[u8], out: &mut dyn Write) -> ControlFlow<()> {
-        if let Err(error) = self.dispatch(bytes, out) {
-            eprintln!("wprof: {error}");
+        match self.dispatch(bytes, out) {
+            Ok(()) => {}
+            // Whoever read the output is gone (`wprof ... | head`): stop.
+            Err(error) if error.kind() == io::ErrorKind::BrokenPipe => {
+                self.ending = Ending::Stopped;
+                self.quiet = true;
+            }
+            Err(error) => eprintln!("wprof: {error}"),
         }
         // Queued operations need the maps, which the ring buffer reader
         // borrows: stop delivering until the caller has served them.

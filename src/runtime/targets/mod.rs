@@ -9,5 +9,6 @@ pub mod environment;
 pub mod features;
 mod kernel_btf;
 pub mod kernel_functions;
+pub mod probe_load;
 pub mod tracefs;
 pub mod usdt;
