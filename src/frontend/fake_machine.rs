@@ -245,4 +245,8 @@ impl Environment for FakeMachine {
             _ => Err(format!("no kernel type `{name}`")),
         }
     }
+
+    fn has_btf(&self) -> bool {
+        true
+    }
 }

@@ -15,5 +15,6 @@ pub mod options;
 pub mod parse;
 pub mod pmu;
 pub mod positional;
+pub mod preprocess;
 pub mod shift;
 pub mod types;

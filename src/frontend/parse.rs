@@ -33,21 +33,25 @@ const MAX_DEPTH: usize = 256;
 
 /// Parses a whole script; `name` is its path, or [`super::diag::INLINE_SCRIPT_NAME`].
 pub fn parse(source: &str, name: &str) -> Result<Script, ScriptErrors> {
-    let fail = |errors| ScriptErrors::new(name, source, errors);
-    super::limits::check_size(source).map_err(|error| fail(vec![error]))?;
+    parse_text(source).map_err(|errors| ScriptErrors::new(name, source, errors))
+}
+
+/// Parses a whole script; errors point into `source`.
+pub fn parse_text(source: &str) -> Result<Script, Vec<ScriptError>> {
+    super::limits::check_size(source).map_err(|error| vec![error])?;
     let scanned = scan::scan(source);
     if !scanned.errors.is_empty() {
-        return Err(fail(scanned.errors));
+        return Err(scanned.errors);
     }
     let mut pairs = Grammar::parse(Rule::script, source)
-        .map_err(|error| fail(vec![syntax::error(source, &error, &scanned)]))?;
+        .map_err(|error| vec![syntax::error(source, &error, &scanned)])?;
     let root = pairs
         .next()
         .expect("grammar: `script` is the only top-level pair");
     let mut builder = Builder::default();
     match builder.script(root) {
         Ok(script) if builder.errors.is_empty() => Ok(script),
-        _ => Err(fail(builder.errors)),
+        _ => Err(builder.errors),
     }
 }
 

@@ -1,15 +1,22 @@
-//! Moving a parsed script into a merged offset space: every span of the
-//! syntax tree is shifted by the base its source has in the program's
-//! [`super::diag::SourceMap`], so later errors name the right source.
+//! Moving a parsed script's spans: from preprocessed text back to the
+//! script as written, and into a merged offset space, shifted by the base
+//! its source has in the program's [`super::diag::SourceMap`], so later
+//! errors point at the right text of the right source.
 
 use super::ast::{Block, Expr, ExprKind, ProbeSpec, Record, Script, Span, Stmt, StmtKind};
 
 /// Adds `base` to every span of `script`.
 pub fn shift_spans(script: &mut Script, base: usize) {
-    if base == 0 {
-        return;
+    if base != 0 {
+        map_spans(script, &|span| {
+            Span::new(span.start + base, span.end + base)
+        });
     }
-    let shift = Shift(base);
+}
+
+/// Replaces every span of `script` with `f(span)`.
+pub fn map_spans(script: &mut Script, f: &dyn Fn(Span) -> Span) {
+    let shift = Shift(f);
     for probe in &mut script.probes {
         shift.specs(&mut probe.specs);
         probe.predicate.iter_mut().for_each(|p| shift.expr(p));
@@ -29,11 +36,11 @@ pub fn shift_spans(script: &mut Script, base: usize) {
     }
 }
 
-struct Shift(usize);
+struct Shift<'f>(&'f dyn Fn(Span) -> Span);
 
-impl Shift {
+impl Shift<'_> {
     fn span(&self, span: &mut Span) {
-        *span = Span::new(span.start + self.0, span.end + self.0);
+        *span = (self.0)(*span);
     }
 
     fn specs(&self, specs: &mut [ProbeSpec]) {

@@ -56,4 +56,9 @@ pub trait Environment {
     fn kernel_type(&self, id: KTypeId) -> Result<KernelType, String>;
     /// A kernel type by its C name: `struct task_struct`, `int`.
     fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String>;
+    /// Whether kernel BTF is there to read (checked cheaply: scripts test
+    /// `BPFTRACE_HAVE_BTF` before any type is needed).
+    fn has_btf(&self) -> bool {
+        false
+    }
 }

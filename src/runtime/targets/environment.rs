@@ -113,6 +113,10 @@ impl Environment for SystemEnvironment {
     fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String> {
         self.btf()?.named(name)
     }
+
+    fn has_btf(&self) -> bool {
+        KernelBtf::present()
+    }
 }
 
 /// How a tracefs field is read; `None` for fields scripts cannot use

@@ -21,6 +21,11 @@ pub struct KernelBtf {
 }
 
 impl KernelBtf {
+    /// Whether the kernel exposes its BTF (without reading it).
+    pub fn present() -> bool {
+        std::path::Path::new(VMLINUX).is_file()
+    }
+
     pub fn load() -> Result<KernelBtf, String> {
         Btf::from_path(VMLINUX)
             .map(|btf| KernelBtf { btf })
