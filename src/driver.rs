@@ -44,10 +44,7 @@ pub fn compile(
     options: &CompileOptions,
 ) -> Result<(CheckedProgram, Compiled), ScriptErrors> {
     let map = source_map(sources);
-    let mut script = Script {
-        probes: Vec::new(),
-        spans: Vec::new(),
-    };
+    let mut script = Script::default();
     let mut expansions = Vec::new();
     for (index, source) in sources.iter().enumerate() {
         let base = map.base(index);
@@ -66,6 +63,7 @@ pub fn compile(
         }
         script.probes.append(&mut part.probes);
         script.spans.append(&mut part.spans);
+        script.types.append(&mut part.types);
     }
     let errors = |errors| map.errors(explain_macros(errors, &expansions));
     let checked = check::check(&script, env, options).map_err(errors)?;

@@ -4,8 +4,11 @@ pub mod ast;
 pub mod check;
 pub mod check_expr;
 mod check_kernel;
+mod check_place;
 pub(crate) mod check_record;
+mod check_types;
 pub mod checked;
+pub mod ctypes;
 pub mod diag;
 // Fuzz targets (`fuzz/`, built with `--cfg fuzzing`) compile on it too.
 #[cfg(any(test, fuzzing))]

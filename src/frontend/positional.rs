@@ -88,7 +88,8 @@ fn expr(e: &mut Expr, params: &[String]) {
         | ExprKind::Str(_)
         | ExprKind::Bool(_)
         | ExprKind::Ident(_)
-        | ExprKind::Var(_) => {}
+        | ExprKind::Var(_)
+        | ExprKind::Type(_) => {}
     }
 }
 

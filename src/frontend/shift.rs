@@ -3,7 +3,10 @@
 //! its source has in the program's [`super::diag::SourceMap`], so later
 //! errors point at the right text of the right source.
 
-use super::ast::{Block, Expr, ExprKind, ProbeSpec, Record, Script, Span, Stmt, StmtKind};
+use super::ast::{
+    Block, CDefinition, CRecord, CType, Expr, ExprKind, ProbeSpec, Record, Script, Span, Stmt,
+    StmtKind,
+};
 
 /// Adds `base` to every span of `script`.
 pub fn shift_spans(script: &mut Script, base: usize) {
@@ -34,6 +37,16 @@ pub fn map_spans(script: &mut Script, f: &dyn Fn(Span) -> Span) {
         }
         shift.span(&mut block.span);
     }
+    for definition in &mut script.types {
+        match definition {
+            CDefinition::Record(record) => shift.c_record(record),
+            CDefinition::Enum(e) => shift.span(&mut e.span),
+            CDefinition::Typedef { ty, span, .. } => {
+                shift.c_type(ty);
+                shift.span(span);
+            }
+        }
+    }
 }
 
 struct Shift<'f>(&'f dyn Fn(Span) -> Span);
@@ -41,6 +54,23 @@ struct Shift<'f>(&'f dyn Fn(Span) -> Span);
 impl Shift<'_> {
     fn span(&self, span: &mut Span) {
         *span = (self.0)(*span);
+    }
+
+    fn c_record(&self, record: &mut CRecord) {
+        for member in record.members.iter_mut().flatten() {
+            self.c_type(&mut member.ty);
+            self.span(&mut member.span);
+        }
+        self.span(&mut record.span);
+    }
+
+    fn c_type(&self, ty: &mut CType) {
+        match ty {
+            CType::Named { span, .. } => self.span(span),
+            CType::Record(record) => self.c_record(record),
+            CType::Enum(e) => self.span(&mut e.span),
+            CType::Pointer(inner) | CType::Array(inner, _) => self.c_type(inner),
+        }
     }
 
     fn specs(&self, specs: &mut [ProbeSpec]) {
@@ -99,6 +129,7 @@ impl Shift<'_> {
                 self.span(&mut ty.span);
                 self.expr(inner);
             }
+            ExprKind::Type(ty) => self.span(&mut ty.span),
             ExprKind::Binary { lhs, rhs, .. }
             | ExprKind::Index {
                 expr: lhs,
@@ -137,7 +168,8 @@ mod tests {
     /// same text preceded by that many spaces.
     #[test]
     fn shifts_every_span() {
-        let text = "span s by arg0 { kprobe:a /pid == 1/ < x = (uint8)arg0 > kretprobe:a }\n\
+        let text = "struct S { int *a[2]; struct { char c; } in; }\n\
+                    span s by arg0 { kprobe:a /pid == 1/ < x = (uint8)arg0 > kretprobe:a }\n\
                     kprobe:f /$1/ < stack > { if (x) { record r < a = @m[1, 2] ? 3 : -4 >; } \
                     while (1) { $x[1]++; break } }";
         let mut shifted = parse(text, "t").expect("parses");

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use super::{elf, tracefs, usdt};
 use crate::runtime::targets::kernel_btf::KernelBtf;
 use crate::runtime::targets::usdt::{UsdtArg, UsdtArgLocation};
-use crate::vocab::kernel_types::{KTypeId, KernelType};
+use crate::vocab::kernel_types::{EnumConstant, KTypeId, KernelType};
 use crate::vocab::{
     BtfArg, Environment, FieldKind, FunctionTarget, TracepointField, UsdtArgSpec, UsdtTarget,
 };
@@ -117,6 +117,10 @@ impl Environment for SystemEnvironment {
     fn has_btf(&self) -> bool {
         KernelBtf::present()
     }
+
+    fn enum_constants(&self, name: &str) -> Result<Vec<EnumConstant>, String> {
+        Ok(self.btf()?.enum_constants(name))
+    }
 }
 
 /// How a tracefs field is read; `None` for fields scripts cannot use
@@ -148,6 +152,7 @@ fn field(field: &tracefs::Field, user: bool) -> Option<TracepointField> {
         name: field.name.clone(),
         offset: field.offset,
         kind,
+        c_type: field.c_type.clone(),
     })
 }
 
