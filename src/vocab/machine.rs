@@ -83,6 +83,17 @@ pub struct FunctionParam {
     pub passed: Result<PassedIn, String>,
 }
 
+impl FunctionParam {
+    /// The parameter as bpftrace's `-lv` lists it: `int* n`,
+    /// `struct Foo* foo1`.
+    pub fn listing(&self, env: &dyn Environment) -> String {
+        let ty = env
+            .kernel_type(self.ty)
+            .map_or_else(|_| "?".into(), |t| t.name.replace(" *", "*"));
+        format!("{ty} {}", self.name)
+    }
+}
+
 /// Where a parameter arrives at a function's first instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PassedIn {
