@@ -118,8 +118,20 @@ impl Type {
             {
                 Some(Type::U64)
             }
-            (Type::Int { signed: a, .. }, Type::Int { signed: b, .. }) => Some(Type::Int {
-                size: 8,
+            // Of one signedness, the wider of the two: a variable keeps its C
+            // size (for `sizeof`) while every value assigned fits it; storage
+            // is 8 bytes anyway.
+            (
+                Type::Int {
+                    size: a_size,
+                    signed: a,
+                },
+                Type::Int {
+                    size: b_size,
+                    signed: b,
+                },
+            ) => Some(Type::Int {
+                size: if a == b { *a_size.max(b_size) } else { 8 },
                 signed: *a && *b,
             }),
             (Type::Str { len: a }, Type::Str { len: b }) => Some(Type::Str { len: *a.max(b) }),
