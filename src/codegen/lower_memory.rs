@@ -287,13 +287,7 @@ impl Lowerer<'_> {
         } else {
             GET_CURRENT_TASK
         };
-        let reg = self.vreg();
-        self.emit(Inst::Call {
-            helper,
-            args: vec![],
-            ret: Some(reg),
-        });
-        reg
+        self.call0(helper)
     }
 }
 

@@ -15,6 +15,9 @@ use crate::vocab::{
     UsdtTarget,
 };
 
+/// A function's parameters, or why its debug info does not give them.
+type ParamsRead = Result<Vec<FunctionParam>, String>;
+
 /// Answers the checker's questions from this machine.
 #[derive(Default)]
 pub struct SystemEnvironment {
@@ -25,7 +28,7 @@ pub struct SystemEnvironment {
     /// Types read from binaries' debug info.
     debug_types: RefCell<DebugTypes>,
     /// Parameters read so far, by binary and function.
-    params: RefCell<HashMap<(PathBuf, String), Result<Vec<FunctionParam>, String>>>,
+    params: RefCell<HashMap<(PathBuf, String), ParamsRead>>,
     /// Binaries the script probes, whose debug info also names types.
     probed: RefCell<Vec<PathBuf>>,
     /// Types looked up by name in the probed binaries' debug info.
