@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::frontend::options::TaskFilter;
+use crate::frontend::options::{Includes, TaskFilter};
 use crate::tracking::Tracking;
 use crate::tracking::options::{
     FeatureSwitch, StackKind, features, parse_feature_switch, parse_stack_arg, stack_kinds,
@@ -130,6 +130,15 @@ pub struct Cli {
     #[arg(long = "dump-bpf")]
     pub dump_bpf: bool,
 
+    /// Search DIR for the script's `#include <...>` headers before the system
+    /// directories (repeatable; bpftrace's `-I`).
+    #[arg(long = "include-dir", value_name = "DIR")]
+    pub include_dirs: Vec<PathBuf>,
+
+    /// Read FILE's macros before the script, as `#include "FILE"` (repeatable).
+    #[arg(long = "include", value_name = "FILE")]
+    pub include_files: Vec<PathBuf>,
+
     /// The capture file written by record blocks, and read by -R.
     #[arg(short = 'D', value_name = "PATH [default: wprof.data]")]
     pub data: Option<PathBuf>,
@@ -190,6 +199,14 @@ fn parse_glob(text: &str) -> Result<String, String> {
 }
 
 impl Cli {
+    /// `--include-dir` and `--include`.
+    pub fn includes(&self) -> Includes {
+        Includes {
+            dirs: self.include_dirs.clone(),
+            files: self.include_files.clone(),
+        }
+    }
+
     /// The task filters given.
     pub fn task_filter(&self) -> TaskFilter {
         let flag = |on: bool, off: bool| match (on, off) {

@@ -77,7 +77,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         tracking.activate.as_ref(),
         &chrono::Local::now(),
     )?;
-    let compile_options = tracking.compile_options()?;
+    let mut compile_options = tracking.compile_options()?;
+    compile_options.includes = cli.includes();
     let user = read_source(&cli)?;
     let no_script = user.is_none();
     let _ = tracefs::ensure_mounted();

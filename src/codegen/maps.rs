@@ -3,7 +3,7 @@
 use crate::codegen::glob_nfa::{GlobSet, LANE_TABLE_BYTES};
 use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind, StackKind};
 use crate::frontend::options::UserStacks;
-use crate::frontend::types::{KernelPtr, Type};
+use crate::frontend::types::{Pointer, Type};
 use crate::vocab::{
     AggFunc, BUILD_ID_FRAME_BYTES, MAX_STACK_DEPTH, MapId, MapKind, MapSpec, MapValue, ScriptMap,
 };
@@ -230,8 +230,8 @@ fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
     let task_storage = decl
         .key
         .as_ref()
-        .and_then(Type::kernel_ptr)
-        .is_some_and(KernelPtr::is_task);
+        .and_then(Type::pointer)
+        .is_some_and(Pointer::is_task);
     let spec = if task_storage {
         // The kernel sizes task storage itself (max_entries 0); user space
         // cannot list it, so it is not printed at exit.

@@ -12,6 +12,7 @@ use crate::frontend::ast::{
     Block, Expr, ExprKind, ProbeSpec, Record, Script, Span, Stmt, StmtKind,
 };
 use crate::frontend::checked::*;
+use crate::frontend::ctypes::TypeTable;
 use crate::frontend::diag::ScriptError;
 use crate::frontend::options::CompileOptions;
 use crate::frontend::types::Type;
@@ -76,6 +77,10 @@ pub fn check(
     }
 
     let mut checker = Checker::new(env, options);
+    let type_errors = checker.types.define(&script.types);
+    if !type_errors.is_empty() {
+        return Err(type_errors);
+    }
     checker.check_all(&sources, script);
     checker.errors.clear();
     checker.final_pass = true;
@@ -180,6 +185,8 @@ pub(crate) struct Checker<'e> {
     /// Variable types per (probe block, name), collected over both passes.
     var_types: HashMap<(usize, String), Type>,
     pub(super) probe: ProbeState,
+    /// The C types the script can name: its own definitions, then BTF.
+    pub(crate) types: TypeTable<'e>,
 }
 
 /// What the checker knows while inside one attach point's body.
@@ -209,6 +216,7 @@ impl<'e> Checker<'e> {
             reads_counters: false,
             var_types: HashMap::new(),
             probe: ProbeState::default(),
+            types: TypeTable::new(env),
         }
     }
 

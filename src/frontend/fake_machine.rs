@@ -105,9 +105,13 @@ impl Environment for FakeMachine {
         _category: &str,
         name: &str,
     ) -> Result<Vec<TracepointField>, String> {
-        let field = |name: &str, offset, kind| TracepointField {
+        let field = |name: &str, offset, kind: FieldKind| TracepointField {
             name: name.into(),
             offset,
+            c_type: match kind {
+                FieldKind::Pointer { .. } => "const char *".into(),
+                _ => "long".into(),
+            },
             kind,
         };
         let int = FieldKind::Int {
@@ -321,5 +325,9 @@ impl Environment for FakeMachine {
             "int" => Ok(ids::INT),
             _ => Err(format!("no kernel type `{name}`")),
         }
+    }
+
+    fn has_btf(&self) -> bool {
+        true
     }
 }

@@ -54,6 +54,12 @@ pub enum ScriptFileError {
     )]
     TooLarge { path: PathBuf },
     #[error(
+        "{} is a directory, not a script; for bpftrace's `-I DIR` (a directory of headers) \
+         use `--include-dir DIR` (wprof's `-I` prints a capture summary)",
+        path.display()
+    )]
+    Directory { path: PathBuf },
+    #[error(
         "{}:{line}:{column}: the script is not UTF-8 text (byte {offset} is 0x{byte:02x})",
         path.display()
     )]
@@ -75,6 +81,11 @@ pub fn read_script(path: &Path) -> Result<String, ScriptFileError> {
         path: path.to_path_buf(),
         cause,
     };
+    if path.is_dir() {
+        return Err(ScriptFileError::Directory {
+            path: path.to_path_buf(),
+        });
+    }
     let file = std::fs::File::open(path).map_err(read_error)?;
     let mut bytes = Vec::new();
     let limit = MAX_PROGRAM_BYTES as u64 + 1;
@@ -126,7 +137,8 @@ mod tests {
     }
 
     /// Script files: too large or endless ones and non-UTF-8 text are
-    /// refused with the limit or the position of the first bad byte.
+    /// refused with the limit or the position of the first bad byte; a
+    /// directory (bpftrace's `-I DIR` misread) points to `--include-dir`.
     #[test]
     fn reads_script_files() {
         let dir = tempfile::tempdir().unwrap();
@@ -150,6 +162,8 @@ mod tests {
                 .ends_with("No such file or directory (ENOENT)"),
             "{err}"
         );
+        let err = read_script(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("use `--include-dir DIR`"), "{err}");
     }
 
     /// Compiles `text` on the fake machine in a thread with `stack` bytes of

@@ -26,7 +26,7 @@ use std::fmt;
 
 use libbpf_rs::{Link, ProgramMut};
 
-use crate::vocab::{ArgRead, AttachPoint, Context, Environment, KernelFeature};
+use crate::vocab::{ArgRead, AttachPoint, Context, Environment, FunctionParam, KernelFeature};
 
 /// One kind of probe, from spec to attached program.
 pub trait Provider: Sync {
@@ -55,6 +55,16 @@ pub trait Provider: Sync {
 
     /// How `retval` is read, where the probe has one.
     fn retval(&self, _probe: &ResolvedProbe) -> Option<ArgRead> {
+        None
+    }
+
+    /// The probed function's parameters as its debug info names them
+    /// (`args.NAME`), where the probe is on a function's entry.
+    fn function_params(
+        &self,
+        _probe: &ResolvedProbe,
+        _env: &dyn Environment,
+    ) -> Option<Result<Vec<FunctionParam>, String>> {
         None
     }
 

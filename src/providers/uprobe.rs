@@ -12,7 +12,9 @@ use super::{
     ProbeType, Provider, Resolved, ResolvedProbe, Spec, explain, parse_function_spec, register_arg,
     register_retval,
 };
-use crate::vocab::{ArgRead, AttachPoint, Context, Environment, FunctionTarget, KernelFeature};
+use crate::vocab::{
+    ArgRead, AttachPoint, Context, Environment, FunctionParam, FunctionTarget, KernelFeature,
+};
 
 pub struct Uprobe;
 
@@ -89,6 +91,22 @@ impl Provider for Uprobe {
 
     fn retval(&self, probe: &ResolvedProbe) -> Option<ArgRead> {
         register_retval(probe)
+    }
+
+    fn function_params(
+        &self,
+        probe: &ResolvedProbe,
+        env: &dyn Environment,
+    ) -> Option<Result<Vec<FunctionParam>, String>> {
+        match &probe.attach {
+            AttachPoint::Uprobe {
+                binary,
+                symbol,
+                retprobe: false,
+                ..
+            } => Some(env.function_params(binary, symbol)),
+            _ => None,
+        }
     }
 
     fn attach(
