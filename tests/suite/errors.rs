@@ -81,7 +81,8 @@ fn unknown_probe_type() {
    · ───────
    ╰────
   help: probe types: BEGIN, END, uprobe, uretprobe, usdt, tracepoint, rawtracepoint, tp_btf,
-        kprobe, kretprobe, fentry, fexit, profile, interval, software, hardware",
+        kprobe, kretprobe, fentry, fexit, profile, interval, software, hardware, watchpoint,
+        asyncwatchpoint, iter",
     );
 }
 
