@@ -4,6 +4,7 @@
 mod attach;
 mod btf;
 mod capture;
+mod command_line;
 mod dump;
 mod errors;
 mod hostile;

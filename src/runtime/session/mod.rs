@@ -42,6 +42,8 @@ pub struct RunOptions {
     /// Print [`NOTIFY_ATTACHED`] on stderr once every probe is attached and
     /// the command started (bpftrace's hook for its test runner).
     pub notify_attached: bool,
+    /// `-q`: no `Attaching N probes...` line.
+    pub quiet: bool,
 }
 
 /// The line `notify_attached` prints, and the environment variable that
@@ -146,7 +148,9 @@ pub fn run(
         }
         None => None,
     };
-    print_attaching(compiled, out)?;
+    if !options.quiet {
+        print_attaching(compiled, out)?;
+    }
     let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
     let timed = |point: &AttachPoint| providers::of(point).counts_from_attach(point);
     // An iterator is attached when it is read (`iterate`).
