@@ -145,6 +145,8 @@ fn probe_specs() {
         ),
         ("uprobe:./a.out:main", "uprobe", &["./a.out", "main"]),
         ("uprobe:bin/a.out:main", "uprobe", &["bin/a.out", "main"]),
+        ("usdt:/bin/x::*probe2", "usdt", &["/bin/x", "", "*probe2"]),
+        ("usdt::prov:name", "usdt", &["", "prov", "name"]),
         ("uprobe:/bin/x:\"f\"+4", "uprobe", &["/bin/x", "f+4"]),
         ("uprobe:/bin/x:0x401126", "uprobe", &["/bin/x", "0x401126"]),
         (
