@@ -150,3 +150,19 @@ fn usage_errors() {
         assert!(out.stderr.contains(message), "{args:?}: {}", out.stderr);
     }
 }
+
+/// SIGUSR1 prints every map while tracing goes on (the traced shell signals
+/// its parent, wprof).
+#[test]
+fn sigusr1_prints_all_maps() {
+    require_bpf!();
+    let out = wprof_ok(&[
+        "-e",
+        "interval:ms:50 { @b = 1; }",
+        "--",
+        "sh",
+        "-c",
+        "sleep 0.5; kill -USR1 $PPID; sleep 0.5",
+    ]);
+    assert_eq!(out.stdout.matches("@b: 1\n").count(), 2, "{}", out.stdout);
+}

@@ -9,6 +9,7 @@ pub mod child;
 mod iterate;
 mod receiver;
 mod teardown;
+mod usr1;
 mod watch;
 
 use std::io::{self, IsTerminal, Write};
@@ -151,6 +152,7 @@ pub fn run(
     if !options.quiet {
         print_attaching(compiled, out)?;
     }
+    usr1::install()?;
     let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
     let timed = |point: &AttachPoint| providers::of(point).counts_from_attach(point);
     // An iterator is attached when it is read (`iterate`).
@@ -273,6 +275,9 @@ fn trace(
             .min(Status::INTERVAL);
         let _ = loaded.poll(timeout, |bytes| receiver.message(bytes, out))?;
         receiver.run_ops(loaded, out)?;
+        if usr1::take_request() {
+            print_exit_maps(receiver.compiled, loaded, &receiver.printer, out)?;
+        }
         receiver.record(loaded)?;
         status.update(receiver, loaded, receiver.compiled.drops, start_ns)?;
         if receiver.ending == Ending::Running
