@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use wprof::capture::model::RecordOrigin;
 use wprof::cli::Cli;
+use wprof::cli_bpftrace;
 use wprof::codegen::listing::render_listing;
 use wprof::codegen::program::Compiled;
 use wprof::driver::{self, Source};
@@ -101,7 +102,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         tracking.activate.as_ref(),
         &chrono::Local::now(),
     )?;
-    let compile_options = tracking.compile_options()?;
+    let mut compile_options = tracking.compile_options()?;
+    compile_options.map_keys_max = cli_bpftrace::env_number(cli_bpftrace::MAP_KEYS_MAX_VAR)?;
     let user = read_source(&cli)?;
     let no_script = user.is_none();
     let _ = tracefs::ensure_mounted();

@@ -91,6 +91,7 @@ pub fn check(
             spans: checker.spans,
             filter: options.filter.clone(),
             user_stacks: options.user_stacks,
+            map_keys_max: options.map_keys_max,
             counters: match checker.reads_counters {
                 true => options.pmu.clone(),
                 false => Vec::new(),

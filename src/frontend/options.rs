@@ -16,6 +16,8 @@ pub struct CompileOptions {
     /// The tasks `selected(task)` accepts.
     pub filter: TaskFilter,
     pub user_stacks: UserStacks,
+    /// `BPFTRACE_MAP_KEYS_MAX`: entries a script map holds (`None`: 4096).
+    pub map_keys_max: Option<u32>,
 }
 
 /// How the kernel records user stacks.

@@ -166,3 +166,25 @@ fn sigusr1_prints_all_maps() {
     ]);
     assert_eq!(out.stdout.matches("@b: 1\n").count(), 2, "{}", out.stdout);
 }
+
+/// `BPFTRACE_MAP_KEYS_MAX` bounds script maps: the third key is not stored.
+#[test]
+fn map_keys_max_from_the_environment() {
+    require_bpf!();
+    let mut command = Command::new(wprof_bin());
+    command.env("BPFTRACE_MAP_KEYS_MAX", "2").args([
+        "-q",
+        "-e",
+        "BEGIN { @[1] = 1; @[2] = 2; @[3] = 3; exit(); }",
+    ]);
+    let out = run_with_timeout(&mut command, RUN_TIMEOUT).unwrap();
+    assert!(out.success(), "{out:?}");
+    assert_eq!(out.stdout, "\n\n@[1]: 1\n@[2]: 2\n");
+    command.env("BPFTRACE_MAP_KEYS_MAX", "many");
+    let out = run_with_timeout(&mut command, RUN_TIMEOUT).unwrap();
+    assert!(
+        out.stderr
+            .contains("BPFTRACE_MAP_KEYS_MAX=many: expected a positive number"),
+        "{out:?}"
+    );
+}
