@@ -66,6 +66,18 @@ impl Provider for Uprobe {
             .collect()
     }
 
+    fn target_missing(&self, spec: &Spec, env: &dyn Environment) -> bool {
+        let [binary, function] = spec.parts[..] else {
+            return false;
+        };
+        let Ok((pattern, _)) = parse_function_spec(function) else {
+            return false;
+        };
+        matches!(address_of(pattern), Ok(None))
+            && env.functions(binary, pattern).is_err()
+            && env.functions(binary, "*").is_ok()
+    }
+
     fn owns(&self, point: &AttachPoint) -> bool {
         matches!(point, AttachPoint::Uprobe { .. })
     }

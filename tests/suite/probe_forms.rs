@@ -7,7 +7,7 @@ use std::process::Command;
 
 use object::{Object, ObjectSymbol};
 
-use super::{RUN_TIMEOUT, map_lines, workload, wprof_fails};
+use super::{RUN_TIMEOUT, map_lines, workload, wprof_fails, wprof_ok};
 use crate::common::{run_with_timeout, wprof_bin};
 use crate::require_bpf;
 
@@ -66,6 +66,26 @@ fn uprobe_spellings_attach() {
     ] {
         assert_eq!(calls(from, &script), "6", "{script}");
     }
+}
+
+/// In a block with several attach points a missing function is skipped with
+/// a warning naming it; a block left with none is an error with a hint.
+#[test]
+fn missing_functions_are_skipped_in_a_shared_block() {
+    require_bpf!();
+    let target = workload("uprobe_target");
+    let script = format!("uprobe:{target}:add, uprobe:{target}:no_such_fn {{ @calls = count(); }}");
+    let out = wprof_ok(&["-e", &script, "-c", &format!("{target} 6")]);
+    assert_eq!(map_lines(&out.stdout)["@calls"], "6", "{}", out.stdout);
+    assert!(
+        out.stderr.contains(&format!(
+            "warning: skipping `uprobe:{target}:no_such_fn`: no function matching `no_such_fn`"
+        )),
+        "{}",
+        out.stderr
+    );
+    let out = wprof_fails(&["-e", &format!("uprobe:{target}:no_such_fn {{ exit(); }}")]);
+    assert!(out.stderr.contains("glibc 2.34"), "{}", out.stderr);
 }
 
 /// An address no function holds is refused with bpftrace's phrase.
