@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::cli_bpftrace::{BpftraceArgs, parse_pid};
 use crate::frontend::options::{Includes, TaskFilter};
 use crate::tracking::Tracking;
 use crate::tracking::options::{
@@ -37,15 +38,19 @@ System tracking (built-in trackers; no script needed):
   wprof -S -f wq -N 'kworker*' -d 5s -T trace.pb
   wprof --prepare +1s --activate /10s -d 5s -T trace.pb";
 
+/// `wprof --version`: the version and the language it speaks.
+pub const VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"), " (bpftrace 0.17 language)");
+
 /// A system tracer with a bpftrace-compatible probe language compiled straight to BPF.
 #[derive(Debug, Parser)]
-#[command(name = "wprof", version, after_help = EXAMPLES)]
+#[command(name = "wprof", version = VERSION, after_help = EXAMPLES)]
 pub struct Cli {
     /// The probe program to run.
     #[arg(short = 'e', value_name = "PROGRAM")]
     pub program: Option<String>,
 
-    /// A script file to run (when -e is not given); further arguments are $1, $2, ...
+    /// A script file to run (when -e is not given; `-` reads it from standard
+    /// input); further arguments are $1, $2, ...
     #[arg(value_name = "SCRIPT")]
     pub script: Option<PathBuf>,
 
@@ -59,11 +64,11 @@ pub struct Cli {
 
     /// Only this process (repeatable); with one -p, uprobes attach to it alone and
     /// tracing stops when it exits.
-    #[arg(short = 'p', value_name = "PID")]
+    #[arg(short = 'p', value_name = "PID", value_parser = parse_pid)]
     pub pids: Vec<u32>,
 
     /// Not this process (repeatable).
-    #[arg(short = 'P', value_name = "PID")]
+    #[arg(short = 'P', value_name = "PID", value_parser = parse_pid)]
     pub no_pids: Vec<u32>,
 
     /// Only threads or processes whose name matches this glob (repeatable).
@@ -166,6 +171,10 @@ pub struct Cli {
     /// Replay up to this time after the capture's start.
     #[arg(long = "replay-end", value_name = "DURATION", value_parser = parse_duration)]
     pub replay_end: Option<Duration>,
+
+    /// Options as bpftrace has them.
+    #[command(flatten)]
+    pub bpftrace: BpftraceArgs,
 
     /// Profiles, the wall-clock report and metrics.
     #[command(flatten)]

@@ -24,6 +24,8 @@ pub struct CheckedProgram {
     /// empty when no record reads any.
     pub counters: Vec<PmuCounter>,
     pub user_stacks: UserStacks,
+    /// Entries a script map holds, when not the default.
+    pub map_keys_max: Option<u32>,
     /// What the user should know about how probes were resolved, for stderr.
     pub warnings: Vec<String>,
 }

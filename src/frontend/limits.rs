@@ -46,6 +46,8 @@ pub fn check_size(source: &str) -> Result<(), ScriptError> {
 /// Why a script file could not be read as a program.
 #[derive(Debug, thiserror::Error)]
 pub enum ScriptFileError {
+    #[error("failed to open file '{}': {}", path.display(), IoCause(cause))]
+    Open { path: PathBuf, cause: io::Error },
     #[error("cannot read {}: {}", path.display(), IoCause(cause))]
     Read { path: PathBuf, cause: io::Error },
     #[error(
@@ -86,7 +88,10 @@ pub fn read_script(path: &Path) -> Result<String, ScriptFileError> {
             path: path.to_path_buf(),
         });
     }
-    let file = std::fs::File::open(path).map_err(read_error)?;
+    let file = std::fs::File::open(path).map_err(|cause| ScriptFileError::Open {
+        path: path.to_path_buf(),
+        cause,
+    })?;
     let mut bytes = Vec::new();
     let limit = MAX_PROGRAM_BYTES as u64 + 1;
     file.take(limit)

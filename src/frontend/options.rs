@@ -19,6 +19,8 @@ pub struct CompileOptions {
     pub user_stacks: UserStacks,
     /// Where the user's script finds `#include`d headers.
     pub includes: Includes,
+    /// `BPFTRACE_MAP_KEYS_MAX`: entries a script map holds (`None`: 4096).
+    pub map_keys_max: Option<u32>,
 }
 
 /// `--include-dir DIR` and `--include FILE`, as bpftrace's `-I` and `--include`.

@@ -318,7 +318,8 @@ fn too_deep(span: Span) -> ScriptError {
         .with_help("split deeply nested expressions or blocks using scratch variables")
 }
 
-/// `provider:part:part` split at `:`; quoted parts lose their quotes.
+/// `provider:part:part` split at `:`; quoted parts lose their quotes (and
+/// keep an offset after them).
 fn probe_spec(pair: Pair) -> ProbeSpec {
     let span = span_of(&pair);
     let mut inner = pair.into_inner();
@@ -329,7 +330,7 @@ fn probe_spec(pair: Pair) -> ProbeSpec {
         .to_owned();
     let parts = inner
         .map(|part| match part.as_rule() {
-            Rule::quoted_part => only_child(part).as_str().to_owned(),
+            Rule::quoted_part => part.into_inner().map(|p| p.as_str()).collect(),
             _ => part.as_str().to_owned(),
         })
         .collect();

@@ -122,6 +122,13 @@ pub trait Provider: Sync {
         None
     }
 
+    /// Whether a spec that failed to resolve names a target missing from an
+    /// existing binary (a function the library does not have): a block with
+    /// other attach points then skips it with a warning.
+    fn target_missing(&self, _spec: &Spec, _env: &dyn Environment) -> bool {
+        false
+    }
+
     /// Attaches the loaded program; the links keep it attached.
     fn attach(
         &self,
@@ -257,6 +264,8 @@ impl FromIterator<ResolvedProbe> for Resolved {
 pub struct ResolveError {
     pub message: String,
     pub help: Option<String>,
+    /// The spec's binary exists but not what it names ([`Provider::target_missing`]).
+    pub missing: bool,
 }
 
 /// Expands one spec into its attach points, through the provider of its word.
@@ -277,6 +286,7 @@ pub fn resolve(spec: &Spec, env: &dyn Environment) -> Result<Resolved, ResolveEr
         return Err(ResolveError {
             message: format!("unknown probe type `{}`", spec.word),
             help: Some(format!("probe types: {}", names.join(", "))),
+            missing: false,
         });
     };
     provider
@@ -284,6 +294,7 @@ pub fn resolve(spec: &Spec, env: &dyn Environment) -> Result<Resolved, ResolveEr
         .map_err(|message| ResolveError {
             message,
             help: None,
+            missing: provider.target_missing(spec, env),
         })
 }
 

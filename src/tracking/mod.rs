@@ -51,6 +51,7 @@ impl Tracking {
                 false => UserStacks::BuildId,
             },
             includes: Default::default(),
+            map_keys_max: None,
         })
     }
 

@@ -11,6 +11,8 @@ use super::kernel_types::{EnumConstant, KTypeId, KernelType};
 #[derive(Clone, Debug, PartialEq)]
 pub struct FunctionTarget {
     pub name: String,
+    /// The link-time virtual address (what `uprobe:BIN:0x401126` names).
+    pub address: u64,
     pub file_offset: u64,
     /// Bytes of code; 0 when the symbol table does not say.
     pub size: u64,

@@ -122,6 +122,7 @@ impl Environment for SystemEnvironment {
             .into_iter()
             .map(|f| FunctionTarget {
                 name: f.name,
+                address: f.address,
                 file_offset: f.file_offset,
                 size: f.size,
             })

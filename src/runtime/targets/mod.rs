@@ -8,6 +8,7 @@ mod debug_info;
 pub mod elf;
 pub mod environment;
 pub mod features;
+pub mod info;
 mod kernel_btf;
 pub mod kernel_functions;
 pub mod probe_load;
