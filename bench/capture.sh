@@ -52,6 +52,10 @@ cc -O2 -Wall -fno-omit-frame-pointer -o "$OUT/malloc_load" "$ROOT/bench/malloc_l
 
 SYSCALL_PROG='tracepoint:syscalls:sys_enter_getppid /pid == cpid/ < pid >'
 MALLOC_PROG='uprobe:libc:malloc /pid == cpid/ < stack >'
+# The built-in trackers are off (-f none): these captures measure a script's
+# own events, one per call, which is what "kept = calls" checks
+# (bench/sched.sh measures the trackers).
+TRACKERS=(-f none)
 
 record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$RAW"; }
 field() { sed -n "s/.*\\b$1=\\([0-9.]*\\).*/\\1/p" <<<"$2" | head -n 1; }
@@ -81,7 +85,7 @@ capture_trial() {
   local name=$1 rate=$2 secs=$3 data=$OUT/$1.data line total_cpu
   rm -f "$data"
   /usr/bin/time -f 'tcpu=%U+%S rss=%M' -o "$OUT/$name.time" \
-    "$WPROF" -e "$SYSCALL_PROG" -D "$data" -- "$OUT/syscall_load" "$THREADS" "$secs" "$rate" \
+    "$WPROF" "${TRACKERS[@]}" -e "$SYSCALL_PROG" -D "$data" -- "$OUT/syscall_load" "$THREADS" "$secs" "$rate" \
     >"$OUT/$name.out" 2>>"$LOG" || fail_with_log "wprof failed to record ($name)"
   line=$(grep '^calls=' "$OUT/$name.out") || fail_with_log "syscall_load printed nothing ($name)"
   # wprof's own CPU: the rusage of wprof and its waited child, minus the child's own.
@@ -165,12 +169,12 @@ DU=$DROP_ROW
 echo "2/3 bytes per event" >&2
 # getppid: the zero-drop capture; stacks: malloc from 16 call paths.
 "$WPROF" -R -T "$OUT/zero.pb" -D "$OUT/zero.data" 2>>"$LOG" || fail_with_log "Perfetto replay of zero.data failed"
-"$WPROF" -e "$MALLOC_PROG" -D "$OUT/malloc.data" -- "$OUT/malloc_load" "$MALLOC_CALLS" \
+"$WPROF" "${TRACKERS[@]}" -e "$MALLOC_PROG" -D "$OUT/malloc.data" -- "$OUT/malloc_load" "$MALLOC_CALLS" \
   >"$OUT/malloc.out" 2>>"$LOG" || fail_with_log "wprof failed to record malloc stacks"
 "$WPROF" -R -T "$OUT/malloc.pb" -D "$OUT/malloc.data" 2>>"$LOG" || fail_with_log "Perfetto replay of malloc.data failed"
 summary "$OUT/malloc.data"
 m_kept=$S_KEPT m_rb=$S_RB m_sl=$S_SL
-M_STACKS=$("$WPROF" -R -I -D "$OUT/malloc.data" | awk '/^stacks / {print $2}')
+M_STACKS=$("$WPROF" -R -I -D "$OUT/malloc.data" | awk '/^stacks .* used of / {print $2}')
 size() { stat -c %s "$1"; }
 per() { calc %.2f "$1 / ($2 > 0 ? $2 : 1)"; }
 

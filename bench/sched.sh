@@ -5,13 +5,15 @@
 #
 #   -n ROUNDS   alternating rounds of the four configurations (default 5)
 #   -l LOOPS    `perf bench sched pipe -l LOOPS` per run (default 200000)
-#   -b SECONDS  length of the busy capture whose peak RSS is measured (default 10)
+#   -b SECONDS  length of the busy and of the idle capture (default 10)
 #
 # Each round runs `taskset -c 0 perf bench sched pipe -l LOOPS` four ways, in
 # turn: untraced, under `wprof` (default features), under `wprof -S` (plus
 # timer and off-CPU stacks), and under `perf record -e sched:sched_switch -a`.
 # The slowdown is the workload's own "Total time" against the untraced median
-# of the same run. See bench/README.md ("System-tracking benchmark").
+# of the same run. Then: peak RSS of a busy and of an idle capture, and the
+# default capture's BPF program cost from kernel.bpf_stats_enabled. Prints
+# issue 10's table (markdown) in one run; see bench/README.md.
 #
 # Environment: WPROF (default target/release/wprof). Needs root and perf.
 set -euo pipefail
@@ -62,7 +64,9 @@ run() {
     none)
       "${WORKLOAD[@]}" >"$out" 2>>"$LOG" ;;
     perf)
-      perf record -q -e sched:sched_switch -a -o "$data" -- "${WORKLOAD[@]}" >"$out" 2>>"$LOG" ;;
+      /usr/bin/time -f 'maxrss_kb=%M' -o "$OUT/$name.time" \
+        perf record -q -e sched:sched_switch -a -o "$data" -- "${WORKLOAD[@]}" >"$out" 2>>"$LOG"
+      record "$name" maxrss_kb "$(sed -n 's/maxrss_kb=//p' "$OUT/$name.time")" ;;
     *)
       local launch
       launch=$(now_ns)
@@ -103,39 +107,83 @@ for round in $(seq "$ROUNDS"); do
   echo "  round $round/$ROUNDS done" >&2
 done
 
-# Peak RSS on a long busy capture: the workload loops for BUSY_S seconds.
-busy_loops=$((LOOPS * BUSY_S * 9 / 10))
-/usr/bin/time -f 'maxrss_kb=%M' -o "$OUT/busy.time" "$WPROF" -D "$OUT/busy.data" \
-  -c "taskset -c 0 perf bench sched pipe -l $busy_loops" >/dev/null 2>>"$LOG"
-record busy maxrss_kb "$(sed -n 's/maxrss_kb=//p' "$OUT/busy.time")"
-record busy drops "$("$WPROF" -R -I -D "$OUT/busy.data" 2>>"$LOG" |
-  awk '$1 == "drops" {print $2; exit}')"
+# Peak RSS on a long busy capture (the workload loops for BUSY_S seconds) and
+# on an idle one (no workload: whatever else runs on the machine).
+capture_rss() {
+  local name=$1; shift
+  /usr/bin/time -f 'maxrss_kb=%M' -o "$OUT/$name.time" "$WPROF" -D "$OUT/$name.data" "$@" \
+    >/dev/null 2>>"$LOG"
+  record "$name" maxrss_kb "$(sed -n 's/maxrss_kb=//p' "$OUT/$name.time")"
+  record "$name" drops "$("$WPROF" -R -I -D "$OUT/$name.data" 2>>"$LOG" |
+    awk '$1 == "drops" {print $2; exit}')"
+  rm -f "$OUT/$name.data"
+}
+capture_rss busy -c "taskset -c 0 perf bench sched pipe -l $((LOOPS * BUSY_S * 9 / 10))"
+capture_rss idle -d "${BUSY_S}s"
+
+# BPF program cost of the default capture (stable under load, unlike the
+# slowdown): every program's run_time_ns / run_cnt from /proc/PID/fdinfo with
+# kernel.bpf_stats_enabled=1, read while wprof still runs, after one workload.
+prog_stats() {
+  local f
+  for f in /proc/"$1"/fdinfo/*; do
+    grep -q '^prog_type:' "$f" 2>/dev/null || continue
+    awk '/^prog_id:/ {id=$2} /^run_time_ns:/ {t=$2} /^run_cnt:/ {c=$2}
+         END {if (c > 0) print id, c, t}' "$f"
+  done
+}
+old_stats=$(sysctl -n kernel.bpf_stats_enabled)
+trap 'sysctl -q -w kernel.bpf_stats_enabled=$old_stats' EXIT
+sysctl -q -w kernel.bpf_stats_enabled=1
+"$WPROF" -D "$OUT/cost.data" -d 120s >/dev/null 2>>"$LOG" &
+cost_pid=$!
+# Recording has begun once the first program has run.
+for _ in $(seq 100); do [[ -n $(prog_stats "$cost_pid") ]] && break; sleep 0.05; done
+"${WORKLOAD[@]}" >/dev/null 2>>"$LOG"
+prog_stats "$cost_pid" | sort -k3,3nr >"$OUT/programs.txt"
+kill -INT "$cost_pid"
+wait "$cost_pid" || true
+sysctl -q -w kernel.bpf_stats_enabled="$old_stats"
+cost_switches=$("$WPROF" -R -I -D "$OUT/cost.data" 2>>"$LOG" | awk '$2 == "switch" {print $4; exit}')
+rm -f "$OUT/cost.data"
 
 median() {
   awk -F'\t' -v c="$1" -v m="$2" '$1 == c && $2 == m {print $3}' "$RAW" | sort -g |
     awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2];
          else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
+calc() { awk "BEGIN {printf \"$1\", $2}"; }
+mb() { calc %.1f "$(median "$1" maxrss_kb) / 1024"; }
 
 {
+  echo "wprof $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CPUs," \
+    "load average $(cut -d' ' -f1-3 /proc/loadavg), $ROUNDS rounds of '${WORKLOAD[*]}'"
+  echo
+  echo '| | slowdown | drops | B/switch data | B/switch Perfetto | launch → recording | peak RSS |'
+  echo '|---|---|---|---|---|---|---|'
   base=$(median none seconds)
-  printf '%-8s %9s %7s %11s %7s %10s %10s %9s %8s\n' config seconds ratio "switches/s" drops \
-    "B/sw data" "B/sw pb" "launch ms" "RSS MB"
-  for c in none default stacks perf; do
-    s=$(median "$c" seconds)
-    sw=$(median "$c" switches)
-    printf '%-8s %9.3f %7.2f' "$c" "$s" "$(awk "BEGIN {print $s / $base}")"
-    if [[ $c == default || $c == stacks ]]; then
-      printf ' %11.0f %7s %10.1f %10.1f %9.1f %8.1f\n' "$(awk "BEGIN {print $sw / $s}")" \
-        "$(median "$c" drops)" \
-        "$(awk "BEGIN {print $(median "$c" data_bytes) / $sw}")" \
-        "$(awk "BEGIN {print $(median "$c" trace_bytes) / $sw}")" \
-        "$(median "$c" launch_to_recording_ms)" \
-        "$(awk "BEGIN {print $(median "$c" maxrss_kb) / 1024}")"
-    else
-      printf '\n'
+  for c in default stacks perf; do
+    label="wprof default"
+    [[ $c == stacks ]] && label="wprof \`-S\`"
+    [[ $c == perf ]] && label="\`perf record -e sched:sched_switch -a\`"
+    ratio=$(calc %.2f "$(median "$c" seconds) / $base")
+    if [[ $c == perf ]]; then
+      echo "| $label | ${ratio}× | | | | | $(mb perf) MB |"
+      continue
     fi
+    sw=$(median "$c" switches)
+    echo "| $label | ${ratio}× | $(median "$c" drops)" \
+      "| $(calc %.1f "$(median "$c" data_bytes) / $sw")" \
+      "| $(calc %.1f "$(median "$c" trace_bytes) / $sw")" \
+      "| $(calc %.1f "$(median "$c" launch_to_recording_ms)") ms | $(mb "$c") MB |"
   done
-  printf 'busy %ss capture: peak RSS %.1f MB, drops %s\n' "$BUSY_S" \
-    "$(awk "BEGIN {print $(median busy maxrss_kb) / 1024}")" "$(median busy drops)"
+  echo "| ${BUSY_S} s busy capture | | $(median busy drops) | | | | $(mb busy) MB |"
+  echo "| ${BUSY_S} s idle capture | | $(median idle drops) | | | | $(mb idle) MB |"
+  echo
+  echo "untraced: $(median none seconds) s; switches per wprof run: $(median default switches)"
+  awk -v sw="${cost_switches:-0}" '{n += $3; c[NR] = $2; t[NR] = $3}
+    END {printf "default capture BPF cost (bpf_stats): %.0f ns per switch over all programs", (sw > 0 ? n / sw : 0);
+         printf " (%d switches); busiest programs (runs, ns/run):", sw
+         for (i = 1; i <= NR && i <= 4; i++) printf " %d %.0f;", c[i], t[i] / c[i]; print ""}' \
+    "$OUT/programs.txt"
 } | tee "$OUT/summary.txt"

@@ -12,7 +12,9 @@ Parses FILE with `perfetto_trace_pb2` from the PyPI package `perfetto`
   annotation names, string values, callstacks, frames, function names,
   mappings, build ids, mapping paths, source paths) is defined in the same or
   an earlier packet, and no iid is redefined with a different value;
-- timestamps never decrease on a track; slice BEGIN/END balance per track;
+- timestamps never decrease on a track (resolved through the clock
+  snapshot: a packet on an incremental clock gives the delta from the
+  previous one); slice BEGIN/END balance per track;
 - counter events are on counter tracks; a flow ends only after it started;
 - compact_sched arrays of a bundle have matching lengths and comm indices
   inside the bundle's intern table.
@@ -64,6 +66,8 @@ class Checker:
         self.tree_threads = set()
         self.slice_names = collections.defaultdict(list)
         self.annotation_sums = collections.Counter()
+        self.default_clock = 6  # BOOTTIME unless TracePacketDefaults say otherwise
+        self.incremental = {}  # incremental clock id -> its current time
 
     def error(self, index, message):
         if len(self.errors) < 50:
@@ -81,6 +85,14 @@ class Checker:
         self.sequences.add(packet.trusted_packet_sequence_id)
         if index == 0 and not packet.sequence_flags & CLEARED:
             self.error(index, "first packet lacks SEQ_INCREMENTAL_STATE_CLEARED")
+        if packet.HasField("clock_snapshot"):
+            for clock in packet.clock_snapshot.clocks:
+                if clock.is_incremental:
+                    self.incremental[clock.clock_id] = clock.timestamp
+        if packet.HasField("trace_packet_defaults"):
+            self.default_clock = packet.trace_packet_defaults.timestamp_clock_id
+        if packet.HasField("timestamp"):
+            packet.timestamp = self.resolve(index, packet)
         if packet.HasField("interned_data"):
             self.intern(index, packet.interned_data)
         if packet.HasField("track_descriptor"):
@@ -91,6 +103,17 @@ class Checker:
             self.bundle(index, packet.ftrace_events)
         if packet.HasField("process_tree"):
             self.tree_threads.update(t.tid for t in packet.process_tree.threads)
+
+    def resolve(self, index, packet):
+        """The packet's absolute timestamp (in its clock's domain)."""
+        clock = packet.timestamp_clock_id if packet.HasField("timestamp_clock_id") else self.default_clock
+        if clock >= 64 and clock not in self.incremental:
+            self.error(index, f"timestamp on clock {clock}, which no clock snapshot defined")
+            return packet.timestamp
+        if clock not in self.incremental:
+            return packet.timestamp
+        self.incremental[clock] += packet.timestamp
+        return self.incremental[clock]
 
     def bundle(self, index, bundle):
         if not bundle.HasField("compact_sched"):

@@ -255,7 +255,8 @@ impl Lowerer<'_> {
     }
 
     /// When to wake the recorder. It drains the ring on a timer anyway, so
-    /// most events wake it only once the ring is more than half full: a
+    /// most events wake it only once the ring is more than a quarter full
+    /// (the rest absorbs the recorder's delay in getting a CPU): a
     /// wake-up per event costs an irq_work and a switch to the reader (it
     /// tripled the time of `perf bench sched pipe` under a sched_switch
     /// record). Events with a user stack keep the kernel's default (wake an
@@ -272,8 +273,8 @@ impl Lowerer<'_> {
         let flags = self.vreg();
         self.mov_imm(flags, BPF_RB_NO_WAKEUP);
         let quiet = self.label();
-        let half = (self.maps.ringbuf_bytes / 2) as i32;
-        self.branch(Cond::Le, queued, Src::Imm(half), quiet);
+        let quarter = (self.maps.ringbuf_bytes / 4) as i32;
+        self.branch(Cond::Le, queued, Src::Imm(quarter), quiet);
         self.mov_imm(flags, BPF_RB_FORCE_WAKEUP);
         self.emit(Inst::Bind(quiet));
         Arg::Reg(flags)

@@ -13,9 +13,31 @@ pub const MAX_MAP_KEYS: u32 = 4096;
 /// Ring buffer size for printed output: small, as creating it is part of
 /// the start-up time.
 const OUTPUT_RINGBUF_BYTES: u32 = 1 << 20;
-/// Ring buffer size when recording: a capture sends far more (at 0.6 M
-/// events/s the 1 MiB ring absorbs only 18 ms of user-space delay).
-const CAPTURE_RINGBUF_BYTES: u32 = 1 << 24;
+/// Ring buffer per possible CPU when recording: events come from every CPU,
+/// so the ring grows with them. The kernel maps a ring's pages twice, and
+/// both count in the recorder's RSS: a 16 MiB ring cost 32 MB even idle.
+const CAPTURE_RINGBUF_BYTES_PER_CPU: u32 = 2 << 20;
+/// Per CPU when records carry stacks: the recorder reads and normalizes
+/// each stack, so it drains more slowly and needs the ring to wait in.
+const STACK_CAPTURE_RINGBUF_BYTES_PER_CPU: u32 = 8 << 20;
+/// Bounds of the capture ring: at least 4 MiB (1 MiB absorbed only 18 ms of
+/// recorder delay at 0.6 M events/s), at most 64 MiB.
+const CAPTURE_RINGBUF_BYTES: (u32, u32) = (4 << 20, 64 << 20);
+
+/// The capture ring for `cpus` possible CPUs, with or without `stacks`: a
+/// power of two, as the kernel requires, within [`CAPTURE_RINGBUF_BYTES`].
+fn capture_ringbuf_bytes(cpus: u32, stacks: bool) -> u32 {
+    let (min, max) = CAPTURE_RINGBUF_BYTES;
+    let per_cpu = if stacks {
+        STACK_CAPTURE_RINGBUF_BYTES_PER_CPU
+    } else {
+        CAPTURE_RINGBUF_BYTES_PER_CPU
+    };
+    cpus.saturating_mul(per_cpu)
+        .checked_next_power_of_two()
+        .unwrap_or(max)
+        .clamp(min, max)
+}
 
 /// Map ids and layouts the lowering needs.
 #[derive(Clone, Debug)]
@@ -65,7 +87,8 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
     let ringbuf_bytes = if program.records.is_empty() {
         OUTPUT_RINGBUF_BYTES
     } else {
-        CAPTURE_RINGBUF_BYTES
+        let stacks = program.records.iter().any(|r| r.stack.is_some());
+        capture_ringbuf_bytes(possible_cpus(), stacks)
     };
     specs.push(MapSpec {
         name: "wprof_events".into(),
@@ -260,6 +283,7 @@ fn script_map(decl: &MapDecl, id: MapId, max_entries: u32) -> (MapSpec, ScriptMa
 
 #[cfg(test)]
 mod tests {
+    use super::*;
     use crate::capture::model::RecordOrigin;
     use crate::driver::{Source, compile};
     use crate::frontend::fake_machine::FakeMachine;
@@ -298,5 +322,20 @@ mod tests {
                 ("@s".to_string(), MapKind::PerCpuHash, 8, 4096),
             ]
         );
+    }
+
+    /// The capture ring grows 2 MiB per CPU (8 MiB with stacks) in powers
+    /// of two, within 4–64 MiB.
+    #[test]
+    fn capture_ring_follows_cpus() {
+        let mib = |n: u32| n << 20;
+        assert_eq!(capture_ringbuf_bytes(1, false), mib(4));
+        assert_eq!(capture_ringbuf_bytes(2, false), mib(4));
+        assert_eq!(capture_ringbuf_bytes(3, false), mib(8));
+        assert_eq!(capture_ringbuf_bytes(8, false), mib(16));
+        assert_eq!(capture_ringbuf_bytes(512, false), mib(64));
+        assert_eq!(capture_ringbuf_bytes(u32::MAX, false), mib(64));
+        assert_eq!(capture_ringbuf_bytes(2, true), mib(16));
+        assert_eq!(capture_ringbuf_bytes(3, true), mib(32));
     }
 }

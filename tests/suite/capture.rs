@@ -119,7 +119,8 @@ pub(super) fn summary_events(summary: &str, name: &str) -> u64 {
 
 /// Decodes a Perfetto trace with the official protos into one JSON object per
 /// instant or slice: name, the pid/tid of its thread track, duration and
-/// callstack function names (outermost first).
+/// callstack function names (outermost first). Timestamps on an incremental
+/// clock (deltas from the previous packet's) are resolved to absolute ones.
 const DECODE_PERFETTO: &str = r#"
 import json, sys
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
@@ -127,6 +128,7 @@ TE = pb.TrackEvent
 trace = pb.Trace()
 trace.ParseFromString(open(sys.argv[1], "rb").read())
 names, funcs, frames, stacks, tracks, events, open_slices = {}, {}, {}, {}, {}, [], {}
+incremental, default_clock = {}, 6
 def thread_of(uuid):
     while uuid in tracks:
         d = tracks[uuid]
@@ -137,6 +139,15 @@ def thread_of(uuid):
         uuid = d.parent_uuid
     return None, None
 for p in trace.packet:
+    for c in p.clock_snapshot.clocks:
+        if c.is_incremental: incremental[c.clock_id] = c.timestamp
+    if p.HasField("trace_packet_defaults"):
+        default_clock = p.trace_packet_defaults.timestamp_clock_id
+    ts = p.timestamp
+    clock = p.timestamp_clock_id if p.HasField("timestamp_clock_id") else default_clock
+    if p.HasField("timestamp") and clock in incremental:
+        incremental[clock] += p.timestamp
+        ts = incremental[clock]
     if p.HasField("interned_data"):
         i = p.interned_data
         for e in i.event_names: names[e.iid] = e.name
@@ -150,11 +161,11 @@ for p in trace.packet:
     e = p.track_event
     if e.type == TE.TYPE_SLICE_END:
         ev = open_slices[e.track_uuid].pop()
-        ev["dur_ns"] = p.timestamp - ev["ts_ns"]
+        ev["dur_ns"] = ts - ev["ts_ns"]
         continue
     pid, tid = thread_of(e.track_uuid)
     ev = {"kind": "instant" if e.type == TE.TYPE_INSTANT else "slice",
-          "name": names.get(e.name_iid, e.name), "pid": pid, "tid": tid, "ts_ns": p.timestamp,
+          "name": names.get(e.name_iid, e.name), "pid": pid, "tid": tid, "ts_ns": ts,
           "functions": [funcs.get(frames.get(f), "") for f in stacks.get(e.callstack_iid, [])]}
     if e.type == TE.TYPE_SLICE_BEGIN:
         open_slices.setdefault(e.track_uuid, []).append(ev)

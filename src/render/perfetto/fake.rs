@@ -5,7 +5,7 @@ use std::io::Write;
 
 use prost::Message;
 
-use super::proto::TracePacket;
+use super::proto::{self, TracePacket};
 use super::{RenderStats, write_trace};
 use crate::capture::model::{
     Event, FieldType, FieldValue, FrameAddr, RecordId, RecordKind, StackId, StringId, Symbol,
@@ -113,8 +113,29 @@ pub fn render(
     write_trace(&capture, &mut Output::new("memory", out))
 }
 
-/// The packets of a trace written by the renderer.
-pub fn decode(mut bytes: &[u8]) -> Vec<TracePacket> {
+/// The packets of a trace written by the renderer, with their timestamps
+/// resolved from deltas on the incremental clock to absolute ones, as a
+/// trace reader does.
+pub fn decode(bytes: &[u8]) -> Vec<TracePacket> {
+    let mut clock_ns = None;
+    let mut packets = decode_raw(bytes);
+    for packet in &mut packets {
+        let snapshot = packet.clock_snapshot.iter().flat_map(|s| &s.clocks);
+        for clock in snapshot.filter(|c| c.is_incremental == Some(true)) {
+            assert_eq!(clock.clock_id, Some(proto::CLOCK_INCREMENTAL));
+            clock_ns = clock.timestamp;
+        }
+        if let Some(delta) = packet.timestamp {
+            let now = clock_ns.expect("a clock snapshot before timestamps") + delta;
+            clock_ns = Some(now);
+            packet.timestamp = Some(now);
+        }
+    }
+    packets
+}
+
+/// The packets of a trace as written (timestamps are deltas).
+pub fn decode_raw(mut bytes: &[u8]) -> Vec<TracePacket> {
     let mut packets = Vec::new();
     while !bytes.is_empty() {
         let key = prost::encoding::decode_varint(&mut bytes).expect("packet key");

@@ -4,8 +4,10 @@
 //! Layout of the output, one packet sequence (`SEQUENCE_ID`):
 //! - the first packet clears incremental state, declares the capture's
 //!   `CLOCK_MONOTONIC` as the trace clock (with the realtime clock beside it
-//!   in a `ClockSnapshot`) and makes it the sequence's default timestamp
-//!   clock, so event timestamps are `start_monotonic_ns + ts_ns` as they are;
+//!   in a `ClockSnapshot`) and, equal to it at the start, an incremental
+//!   sequence clock (`CLOCK_INCREMENTAL`) that is the sequence's default
+//!   timestamp clock: every packet's `timestamp` is the time since the
+//!   previous timestamped packet (see [`PacketWriter`]);
 //! - tracks (see [`tracks`]): process → thread → one child track per record,
 //!   each described by a `TrackDescriptor` packet just before its first event;
 //! - instants are `TYPE_INSTANT`, spans a `TYPE_SLICE_BEGIN` at the start and
@@ -131,27 +133,54 @@ pub(crate) fn write_trace(
     renderer.finish()
 }
 
-/// Writes `Trace.packet` entries one by one through a buffer.
+/// Writes `Trace.packet` entries one by one through a buffer, turning their
+/// absolute timestamps into deltas on the incremental clock.
 struct PacketWriter<'w, 'o> {
     out: &'w mut Output<'o>,
     buf: Vec<u8>,
     packets: u64,
     bytes: u64,
+    /// The incremental clock: the last timestamp written (absolute, ns).
+    clock_ns: u64,
 }
 
 impl PacketWriter<'_, '_> {
     fn write(&mut self, packet: &TracePacket) -> Result<(), RenderError> {
         let before = self.buf.len();
-        prost::encoding::message::encode(proto::TRACE_PACKET_FIELD, packet, &mut self.buf);
+        match packet.timestamp {
+            Some(ts) => {
+                let delta = TracePacket {
+                    timestamp: Some(self.advance(ts)),
+                    ..packet.clone()
+                };
+                prost::encoding::message::encode(proto::TRACE_PACKET_FIELD, &delta, &mut self.buf);
+            }
+            None => {
+                prost::encoding::message::encode(proto::TRACE_PACKET_FIELD, packet, &mut self.buf)
+            }
+        }
         self.bytes += (self.buf.len() - before) as u64;
         self.packets += 1;
         self.flush_if_full()
     }
 
     fn write_event(&mut self, event: &EventPacket) -> Result<(), RenderError> {
-        self.bytes += encode::put_event_packet(&mut self.buf, event) as u64;
+        let delta = EventPacket {
+            timestamp: self.advance(event.timestamp),
+            ..*event
+        };
+        self.bytes += encode::put_event_packet(&mut self.buf, &delta) as u64;
         self.packets += 1;
         self.flush_if_full()
+    }
+
+    /// Moves the incremental clock to `ts_ns`, returning the delta. The
+    /// renderer writes in time order (it skips events that would go back).
+    fn advance(&mut self, ts_ns: u64) -> u64 {
+        debug_assert!(ts_ns >= self.clock_ns, "timestamps never decrease");
+        let delta = ts_ns.saturating_sub(self.clock_ns);
+        self.clock_ns = self.clock_ns.max(ts_ns);
+        delta
     }
 
     fn flush_if_full(&mut self) -> Result<(), RenderError> {
@@ -229,6 +258,7 @@ impl<'a, 'o> Renderer<'a, 'o> {
                 buf: Vec::with_capacity(FLUSH_BYTES + 4096),
                 packets: 0,
                 bytes: 0,
+                clock_ns: 0,
             },
             interner: Interner::new(),
             tracks: Tracks::new(),
@@ -258,23 +288,26 @@ impl<'a, 'o> Renderer<'a, 'o> {
     /// The first packet: clears incremental state and sets up the clock.
     fn start(&mut self) -> Result<(), RenderError> {
         let info = self.source.info();
-        let mut clocks = vec![Clock {
-            clock_id: Some(proto::CLOCK_MONOTONIC),
-            timestamp: Some(info.start_monotonic_ns),
-        }];
+        let clock = |id, timestamp| Clock {
+            clock_id: Some(id),
+            timestamp: Some(timestamp),
+            is_incremental: None,
+        };
+        let mut clocks = vec![
+            clock(proto::CLOCK_MONOTONIC, info.start_monotonic_ns),
+            Clock {
+                is_incremental: Some(true),
+                ..clock(proto::CLOCK_INCREMENTAL, info.start_monotonic_ns)
+            },
+        ];
+        self.writer.clock_ns = info.start_monotonic_ns;
         if info.start_realtime_ns != 0 {
-            clocks.push(Clock {
-                clock_id: Some(proto::CLOCK_REALTIME),
-                timestamp: Some(info.start_realtime_ns),
-            });
+            clocks.push(clock(proto::CLOCK_REALTIME, info.start_realtime_ns));
         }
         if self.trackers.any() {
             // compact_sched timestamps are in ftrace's clock, BOOTTIME by
             // default; ours are MONOTONIC, so the two are declared equal.
-            clocks.push(Clock {
-                clock_id: Some(proto::CLOCK_BOOTTIME),
-                timestamp: Some(info.start_monotonic_ns),
-            });
+            clocks.push(clock(proto::CLOCK_BOOTTIME, info.start_monotonic_ns));
         }
         self.writer.write(&TracePacket {
             trusted_packet_sequence_id: Some(SEQUENCE_ID),
@@ -284,7 +317,7 @@ impl<'a, 'o> Renderer<'a, 'o> {
                 primary_trace_clock: Some(proto::CLOCK_MONOTONIC as i32),
             }),
             trace_packet_defaults: Some(TracePacketDefaults {
-                timestamp_clock_id: Some(proto::CLOCK_MONOTONIC),
+                timestamp_clock_id: Some(proto::CLOCK_INCREMENTAL),
             }),
             ..TracePacket::default()
         })?;

@@ -22,6 +22,10 @@ pub const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
 pub const CLOCK_REALTIME: u32 = 1;
 pub const CLOCK_MONOTONIC: u32 = 3;
 pub const CLOCK_BOOTTIME: u32 = 6;
+/// The sequence's own clock (ids 64–127 are sequence-scoped), declared
+/// incremental: each packet's `timestamp` is the delta from the previous
+/// packet's on this clock, two or three varint bytes instead of eight.
+pub const CLOCK_INCREMENTAL: u32 = 64;
 
 /// `TrackEvent.Type` values.
 pub const TYPE_SLICE_BEGIN: i32 = 1;
@@ -87,6 +91,8 @@ pub struct Clock {
     pub clock_id: Option<u32>,
     #[prost(uint64, optional, tag = "2")]
     pub timestamp: Option<u64>,
+    #[prost(bool, optional, tag = "3")]
+    pub is_incremental: Option<bool>,
 }
 
 #[derive(Clone, PartialEq, Message)]

@@ -1,7 +1,8 @@
 //! The built-in trackers' records → native Perfetto events:
 //!
 //! - `switch`: ends the slice of the task switched out (annotated with its
-//!   off-CPU `state` letter, raw `prev_state` and PMU deltas) and begins one
+//!   off-CPU `state` letter and PMU deltas; the raw `prev_state` bits are in
+//!   the `compact_sched` switch, not written twice) and begins one
 //!   for `next`, named after its comm, on its thread track (an idle task's on
 //!   its CPU's track), annotated with `cpu`, `waker`, `waker_tid` and
 //!   `wake_delay_ns`; preemption starts a flow that ends at the preempted
@@ -37,20 +38,18 @@ const DEFAULT_PRIO: i64 = 120;
 pub(super) enum Arg {
     Cpu,
     State,
-    PrevState,
     Waker,
     WakerTid,
     WakeDelay,
 }
 
 impl Arg {
-    pub(super) const COUNT: usize = 6;
+    pub(super) const COUNT: usize = 5;
 
     fn name(self) -> &'static str {
         match self {
             Arg::Cpu => "cpu",
             Arg::State => "state",
-            Arg::PrevState => "prev_state",
             Arg::Waker => "waker",
             Arg::WakerTid => "waker_tid",
             Arg::WakeDelay => "wake_delay_ns",
@@ -138,9 +137,6 @@ impl Renderer<'_, '_> {
                 let letter = self.interner.text_value(state_letter(prev_state, preempt));
                 self.annotations
                     .push((state, AnnotationValue::StringIid(letter)));
-                let raw = self.arg(Arg::PrevState);
-                self.annotations
-                    .push((raw, AnnotationValue::Uint(prev_state)));
                 self.annotate_deltas(&deltas);
             }
             self.end_slice(event.ts_ns, on.track)?;

@@ -6,7 +6,7 @@ use std::time::Instant;
 use prost::Message;
 
 use super::RenderStats;
-use super::fake::{START_NS, capture, decode, generate, malloc, read, render};
+use super::fake::{START_NS, capture, decode, decode_raw, generate, malloc, read, render};
 use super::proto::{self, TracePacket};
 use crate::frontend::options::TaskFilter;
 use crate::render::filter::{Filter, TaskSelector};
@@ -49,7 +49,7 @@ fn tracks_are_described_before_use() {
         Some(proto::SEQ_INCREMENTAL_STATE_CLEARED)
     );
     let defaults = first.trace_packet_defaults.as_ref().expect("defaults");
-    assert_eq!(defaults.timestamp_clock_id, Some(proto::CLOCK_MONOTONIC));
+    assert_eq!(defaults.timestamp_clock_id, Some(proto::CLOCK_INCREMENTAL));
     assert!(
         packets
             .iter()
@@ -238,16 +238,19 @@ fn output_is_deterministic() {
 }
 
 /// An instant with two int fields and a stack, once its names and stack are
-/// interned, fits in 40 bytes with a day-of-uptime timestamp.
+/// interned, fits in 32 bytes a day into uptime: its timestamp is the 1 µs
+/// since the previous packet, not the absolute time.
 #[test]
 fn instant_size() {
     let mut capture = capture();
     capture.events = vec![malloc(1_000, 0, 16, 0), malloc(2_000, 0, 100, 0)];
     let (bytes, _) = render_bytes(&capture, &Filter::default());
-    let packets = decode(&bytes);
-    let size = entry_len(events(&packets)[1].0);
+    let packets = decode_raw(&bytes);
+    let (second, _) = events(&packets)[1];
+    assert_eq!(second.timestamp, Some(1_000));
+    let size = entry_len(second);
     println!("bytes per instant (2 int fields + stack): {size}");
-    assert!(size <= 40, "{size} bytes");
+    assert!(size <= 32, "{size} bytes");
 }
 
 /// Throughput on synthetic instants (2 M in release, fewer in debug builds).

@@ -4,11 +4,10 @@
 //! each CPU's idle task (tid 0 everywhere) gets its own track under the
 //! pseudo-process "idle". PMU counters get one counter track per CPU.
 //!
-//! Uuids are stable and small where it matters: the child tracks that every
-//! event names get 1, 2, 3, … in first-use order (one or two varint bytes per
-//! event); process tracks are `PROCESS_UUID | pid` and thread tracks
-//! `THREAD_UUID | pid << 30 | tid` (Linux pids and tids stay below 2^22, so
-//! these never collide with each other or with child tracks).
+//! Uuids are small where it matters: the tracks events name (thread, child,
+//! idle and counter tracks) get 1, 2, 3, … in first-use order (one or two
+//! varint bytes per event instead of nine); process tracks, which no event
+//! names, are `PROCESS_UUID | pid` (Linux pids stay below 2^22, far below it).
 //!
 //! Spans need strictly nested slices per track, because a slice END closes
 //! the innermost open slice. A span that would overlap without nesting goes to
@@ -21,7 +20,6 @@ use super::proto::{self, CounterDescriptor, ProcessDescriptor, ThreadDescriptor,
 use crate::capture::model::{RecordId, Thread, ThreadId};
 
 const PROCESS_UUID: u64 = 1 << 62;
-const THREAD_UUID: u64 = 2 << 62;
 
 /// Pids of the pseudo-processes, above Linux's `PID_MAX_LIMIT` (2^22).
 pub const IDLE_PID: u32 = (1 << 22) + 1;
@@ -275,7 +273,8 @@ impl Tracks {
             names.process
         };
         let process_uuid = self.process(pid, process_name);
-        let uuid = THREAD_UUID | u64::from(thread.pid) << 30 | u64::from(thread.tid);
+        let uuid = self.next_uuid;
+        self.next_uuid += 1;
         self.new.push(TrackDescriptor {
             uuid: Some(uuid),
             parent_uuid: Some(process_uuid),
@@ -297,7 +296,7 @@ impl Tracks {
 
     /// Number of tracks described so far.
     pub fn count(&self) -> usize {
-        self.processes.len() + self.threads.len() + (self.next_uuid - 1) as usize
+        self.processes.len() + (self.next_uuid - 1) as usize
     }
 }
 

@@ -59,8 +59,10 @@ type Pending = Rc<RefCell<VecDeque<Box<[u8]>>>>;
 /// Most records copied out of the ring per step: bounds the staging memory
 /// and how long a stop request can wait.
 const BATCH: usize = 1024;
-/// Records one poll delivers at most before returning to its caller.
-const MAX_DRAIN: usize = 64 * 1024;
+/// Records one poll delivers at most before returning to its caller, who
+/// then orders and writes them: this bounds the recorder's pending events
+/// (64 Ki of them made its memory follow the event rate).
+const MAX_DRAIN: usize = 8 * 1024;
 
 /// The ring buffer reader. libbpf calls back with records still in the ring;
 /// they are copied out so the caller's callback can be any `FnMut` and can
