@@ -16,6 +16,7 @@ use crate::frontend::diag::ScriptError;
 use crate::frontend::options::CompileOptions;
 use crate::frontend::types::Type;
 use crate::providers::{self, ResolvedProbe};
+use crate::unwind::layout::MmLayout;
 use crate::vocab::Environment;
 
 /// Check a parsed script against the machine described by `env`, with the
@@ -76,6 +77,14 @@ pub fn check(
     checker.final_pass = true;
     let probes = checker.check_all(&sources, script);
     checker.check_task_storage_maps();
+    let first_span = probes.first().map_or(Span::default(), |p| p.span);
+    let mm_layout = match user_stack_layout(&checker.records, env, first_span) {
+        Ok(layout) => layout,
+        Err(error) => {
+            checker.errors.push(error);
+            None
+        }
+    };
     if checker.errors.is_empty() {
         Ok(CheckedProgram {
             probes,
@@ -83,15 +92,33 @@ pub fn check(
             records: checker.records,
             spans: checker.spans,
             filter: options.filter.clone(),
-            user_stacks: options.user_stacks,
             counters: match checker.reads_counters {
                 true => options.pmu.clone(),
                 false => Vec::new(),
             },
+            mm_layout,
+            offcpu_min_block_ns: options.offcpu_min_block_ns,
         })
     } else {
         Err(checker.errors)
     }
+}
+
+/// The unwinder's view of the kernel, when some record has a user stack.
+fn user_stack_layout(
+    records: &[RecordDecl],
+    env: &dyn Environment,
+    script_span: Span,
+) -> Result<Option<MmLayout>, ScriptError> {
+    if !records.iter().any(|r| r.stack.is_some_and(StackKind::user)) {
+        return Ok(None);
+    }
+    MmLayout::resolve(env).map(Some).map_err(|why| {
+        ScriptError::new(
+            script_span,
+            format!("user stacks need the kernel's task and memory layout: {why}"),
+        )
+    })
 }
 
 /// Expands one spec into its attach points through its provider.

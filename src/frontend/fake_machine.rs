@@ -29,6 +29,8 @@ pub mod ids {
     pub const SCHED_ENTITY: KTypeId = KTypeId(9);
     pub const ANON_UNION: KTypeId = KTypeId(10);
     pub const VOID_PTR: KTypeId = KTypeId(11);
+    pub const MM: KTypeId = KTypeId(12);
+    pub const MM_PTR: KTypeId = KTypeId(13);
 }
 
 /// `struct task_struct` of the fake kernel: byte offsets chosen for tests.
@@ -51,6 +53,7 @@ fn task_struct() -> KernelKind {
         member("se", ids::SCHED_ENTITY, 300),
         member("", ids::ANON_UNION, 400),
         member("stack", ids::VOID_PTR, 408),
+        member("mm", ids::MM_PTR, 416),
     ];
     members.push(KernelMember {
         bitfield_bits: Some(1),
@@ -233,6 +236,19 @@ impl Environment for FakeMachine {
                 },
             ),
             ids::VOID_PTR => named("void *", KernelKind::Pointer(KTypeId(0))),
+            ids::MM => named(
+                "struct mm_struct",
+                KernelKind::Struct {
+                    union: false,
+                    size: 1024,
+                    members: vec![
+                        single("start_code", ids::U64, 264),
+                        single("end_code", ids::U64, 272),
+                        single("start_stack", ids::U64, 312),
+                    ],
+                },
+            ),
+            ids::MM_PTR => named("struct mm_struct *", KernelKind::Pointer(ids::MM)),
             KTypeId(0) => named("void", KernelKind::Void),
             KTypeId(other) => return Err(format!("no kernel type {other}")),
         })
@@ -241,6 +257,7 @@ impl Environment for FakeMachine {
     fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String> {
         match name {
             "struct task_struct" => Ok(ids::TASK),
+            "struct mm_struct" => Ok(ids::MM),
             "int" => Ok(ids::INT),
             _ => Err(format!("no kernel type `{name}`")),
         }

@@ -15,20 +15,9 @@ pub struct CompileOptions {
     pub pmu: Vec<PmuCounter>,
     /// The tasks `selected(task)` accepts.
     pub filter: TaskFilter,
-    pub user_stacks: UserStacks,
-}
-
-/// How the kernel records user stacks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum UserStacks {
-    /// As (build id, file offset) pairs: frames of processes that exit
-    /// before user space reads them still symbolize, but the kernel reads
-    /// each frame's build id, which costs microseconds per stack.
-    #[default]
-    BuildId,
-    /// As plain addresses, normalized through the process's mappings while
-    /// it lives: cheap enough for a stack at every context switch.
-    Addresses,
+    /// `-S offcpu=DUR`: `stack(offcpu, NEXT)` keeps the off-CPU stack of a
+    /// block only when it lasted at least this long (ns); `None`: every block.
+    pub offcpu_min_block_ns: Option<u64>,
 }
 
 /// The kinds `-S` and `stack(KIND)` know.

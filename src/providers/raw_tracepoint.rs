@@ -19,6 +19,10 @@ impl Provider for RawTracepoint {
         }]
     }
 
+    fn kernel_stack_skip(&self) -> Option<crate::vocab::GlobalSlot> {
+        Some(crate::vocab::GlobalSlot::RawTracepointStackSkip)
+    }
+
     fn resolve(
         &self,
         _ty: &str,

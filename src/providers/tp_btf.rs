@@ -18,6 +18,10 @@ impl Provider for TpBtf {
         }]
     }
 
+    fn kernel_stack_skip(&self) -> Option<crate::vocab::GlobalSlot> {
+        Some(crate::vocab::GlobalSlot::RawTracepointStackSkip)
+    }
+
     fn resolve(
         &self,
         _ty: &str,

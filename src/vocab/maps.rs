@@ -13,11 +13,6 @@ pub enum MapKind {
     Array,
     PerCpuArray,
     RingBuf,
-    StackTrace,
-    /// A stack trace map whose entries the kernel turns into (build id,
-    /// file offset) pairs (`BPF_F_STACK_BUILD_ID`), so user frames can be
-    /// symbolized after their process exits.
-    BuildIdStackTrace,
     /// `BPF_MAP_TYPE_TASK_STORAGE`: a value per task, keyed by a BTF task
     /// pointer in BPF. The kernel requires BTF for the key (`int`) and value
     /// types; the loader makes it.

@@ -25,6 +25,6 @@ pub use layout::ValueType;
 pub use machine::{Environment, FunctionTarget, UsdtTarget};
 pub use maps::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
 pub use messages::{
-    BUILD_ID_FRAME_BYTES, BuiltinId, BuiltinMessage, MAX_STACK_DEPTH, Message, MessageId,
+    BUILD_ID_FRAME_BYTES, BuiltinId, BuiltinMessage, Message, MessageId,
     record_header,
 };

@@ -18,6 +18,7 @@ use crate::codegen::program::Compiled;
 use crate::output::printer::{MapOp, Printed, Printer};
 use crate::runtime::bpf::counters;
 use crate::runtime::bpf::loader::{self, AttachOptions, Loaded};
+use crate::runtime::bpf::stack_skip;
 use crate::runtime::recording::{RecordError, Recorder};
 use crate::symbols::KernelSymbols;
 use crate::vocab::{AttachPoint, GlobalSlot, MapId, Message, ProbeState};
@@ -95,6 +96,8 @@ pub fn run(
     }
     let mut loaded = loader::load(compiled)?;
     counters::install(&loaded, &compiled.counters)?;
+    // Kept until the teardown hands off its descriptors.
+    let _skip_programs = measure_stack_skip(compiled, &loaded)?;
     interrupt.forward_to(loaded.stopper());
     let stopper = loaded.stopper();
     if let Some(pid) = options.pid {
@@ -174,6 +177,30 @@ pub fn run(
     Ok(RunSummary { capture })
 }
 
+/// Measures the tracer's kernel frames when raw tracepoint programs take
+/// kernel stacks; without a measurement their stacks start with them.
+fn measure_stack_skip(compiled: &Compiled, loaded: &Loaded) -> Result<Option<Loaded>, RunError> {
+    if compiled.kernel_stack_skips.is_empty() {
+        return Ok(None);
+    }
+    let globals = compiled
+        .globals
+        .expect("the code generator always makes a globals map");
+    match stack_skip::measure() {
+        Ok(measured) => {
+            loaded.set_global(globals, GlobalSlot::RawTracepointStackSkip, measured.skip)?;
+            Ok(Some(measured.programs))
+        }
+        Err(error) => {
+            eprintln!(
+                "wprof: cannot measure the tracer's own kernel frames ({error}): \
+                 kernel stacks of tracepoints start with them"
+            );
+            Ok(None)
+        }
+    }
+}
+
 /// Ctrl-C before activation: nothing was recorded, but a capture that was
 /// asked for is still written (empty), so outputs render and an older file
 /// at the same path is not mistaken for this run's.
@@ -202,6 +229,9 @@ fn create_recorder(
     info.start_monotonic_ns = start_ns;
     info.start_realtime_ns = realtime_ns();
     let mut recorder = Recorder::create(&target.path, compiled, &info)?;
+    if let Some(pid) = options.pid {
+        recorder.add_process(pid as u32);
+    }
     let command = options.command.as_ref().and_then(|argv| argv.first());
     if let Some(path) =
         command.and_then(|c| crate::runtime::targets::elf::resolve_binary(c, None).ok())
