@@ -9,13 +9,13 @@ use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, UnwinderSpec, VReg};
 use crate::codegen::lower::Lowerer;
 use crate::codegen::stack_layout::{
-    BUILD_ID_STACK_MAX, KERNEL_FRAMES_BYTES, KERNEL_STACK_MAX, NEST_LEVELS, STATE_AT, StackMaps,
+    BUILD_ID_STACK_MAX, GLUE_BYTES, KERNEL_FRAMES_BYTES, KERNEL_STACK_MAX, NEST_LEVELS, STATE_AT, StackMaps,
     USER_FRAMES_BYTES, offcpu,
 };
 use crate::frontend::checked::{StackKind, SwitchStack};
 use crate::providers;
 use crate::unwind::maps::{MAX_FRAMES, flags, input, state};
-use crate::vocab::{MapId, record_header as header, x86_64};
+use crate::vocab::{AttachPoint, MapId, record_header as header, x86_64};
 
 /// A scratch buffer taken for one record.
 pub(super) struct Scratch {
@@ -110,8 +110,8 @@ impl Lowerer<'_> {
                     self.current_user_stack(target, &user);
                 }
                 if parts.kernel() {
-                    let skip = self.kernel_skip(0);
-                    self.kernel_stack(target, &user, KernelSource::Current { skip });
+                    let source = KernelSource::Current { caller_frames: 0 };
+                    self.kernel_stack(target, &user, source);
                 }
             }
         }
@@ -200,7 +200,12 @@ impl Lowerer<'_> {
         self.alu(AluOp::And, user_bytes, Src::Imm(USER_FRAMES_BYTES as i32 - 1));
         self.alu(AluOp::Add, to, Src::Reg(user_bytes));
         let got = match source {
-            KernelSource::Current { skip } => self.get_stack(to, KERNEL_STACK_MAX, Src::Reg(skip)),
+            KernelSource::Current { caller_frames } => {
+                let skip = self.kernel_skip();
+                let got = self.get_stack(to, KERNEL_STACK_MAX, Src::Reg(skip));
+                self.drop_glue_frames(to, got, caller_frames);
+                got
+            }
             KernelSource::Task(task) => {
                 let got = self.vreg();
                 let args = vec![
@@ -227,6 +232,58 @@ impl Lowerer<'_> {
         self.store_reg(buf, target.desc(header::KERNEL_FRAMES), got, Size::U32);
     }
 
+    /// Removes the first frames of the `got` bytes of frames at `to`: at a
+    /// raw tracepoint the tracepoint's iterator when the first frame is in
+    /// it (`stack_layout::tracepoint_glue`), then `caller_frames` more. The
+    /// frames move down (`bpf_probe_read_kernel` copies upwards, so the
+    /// overlap is safe).
+    fn drop_glue_frames(&mut self, to: VReg, got: VReg, caller_frames: i32) {
+        let raw_tracepoint = matches!(
+            self.probe.attach,
+            AttachPoint::TpBtf { .. } | AttachPoint::RawTracepoint { .. }
+        );
+        let glue = self.stack_maps().glue.filter(|_| raw_tracepoint);
+        if glue.is_none() && caller_frames == 0 {
+            return;
+        }
+        let done = self.label();
+        let dropped = self.vreg();
+        self.mov_imm(dropped, 8 * caller_frames);
+        if let Some(glue) = glue {
+            let counted = self.label();
+            self.branch(Cond::Slt, got, Src::Imm(8), counted);
+            let range = self.vreg();
+            self.emit(Inst::MapValueAddr {
+                dst: range,
+                map: glue,
+                offset: GLUE_BYTES * self.probe_index as u32,
+            });
+            let start = self.load_sized(Base::Reg(range), 0, Size::U64);
+            let end = self.load_sized(Base::Reg(range), 8, Size::U64);
+            let first = self.load_sized(Base::Reg(to), 0, Size::U64);
+            self.branch(Cond::Lt, first, Src::Reg(start), counted);
+            self.branch(Cond::Ge, first, Src::Reg(end), counted);
+            self.alu(AluOp::Add, dropped, Src::Imm(8));
+            self.emit(Inst::Bind(counted));
+        }
+        self.branch(Cond::Eq, dropped, Src::Imm(0), done);
+        self.branch(Cond::Sle, got, Src::Reg(dropped), done);
+        self.comment("drop the tracepoint's glue and caller frames");
+        self.alu(AluOp::Sub, got, Src::Reg(dropped));
+        let bytes = self.vreg();
+        self.mov(bytes, got);
+        self.alu(AluOp::And, bytes, Src::Imm(KERNEL_FRAMES_BYTES as i32 - 1));
+        self.alu(AluOp::And, dropped, Src::Imm(KERNEL_FRAMES_BYTES as i32 - 1));
+        let from = self.vreg();
+        self.mov(from, to);
+        self.alu(AluOp::Add, from, Src::Reg(dropped));
+        self.call(
+            PROBE_READ_KERNEL,
+            vec![Arg::Reg(to), Arg::Reg(bytes), Arg::Reg(from)],
+        );
+        self.emit(Inst::Bind(done));
+    }
+
     /// `bpf_get_stack(ctx, to, max, flags)`.
     fn get_stack(&mut self, to: VReg, max: u32, flags: Src) -> VReg {
         let flags = match flags {
@@ -249,8 +306,8 @@ impl Lowerer<'_> {
     }
 
     /// The skip count of this probe's kernel stacks (the tracer's frames,
-    /// measured at start-up per program type), plus `extra`.
-    fn kernel_skip(&mut self, extra: i32) -> VReg {
+    /// measured at start-up per program type).
+    fn kernel_skip(&mut self) -> VReg {
         let skip = match providers::of(&self.probe.attach).kernel_stack_skip() {
             Some(slot) => {
                 let skip = self.global(slot);
@@ -259,10 +316,6 @@ impl Lowerer<'_> {
             }
             None => self.constant(0),
         };
-        if extra != 0 {
-            self.alu(AluOp::Add, skip, Src::Imm(extra));
-            self.alu(AluOp::And, skip, Src::Imm(SKIP_MASK));
-        }
         skip
     }
 
@@ -317,9 +370,9 @@ impl Lowerer<'_> {
         self.emit(Inst::Bind(no_cache));
         let Some(min_block_ns) = threshold else {
             if parts.kernel() {
-                // The tracepoint is in `__schedule`: skip it too.
-                let skip = self.kernel_skip(1);
-                self.kernel_stack(target, user, KernelSource::Current { skip });
+                // The tracepoint is in `__schedule`: drop it too.
+                let source = KernelSource::Current { caller_frames: 1 };
+                self.kernel_stack(target, user, source);
             }
             return;
         };
@@ -523,10 +576,11 @@ impl Lowerer<'_> {
     }
 }
 
-/// Whose kernel stack: the current task's, skipping `skip` frames, or a
-/// task's that is off the CPU.
+/// Whose kernel stack: the current task's, without the tracer's frames
+/// and `caller_frames` frames of the traced event's callers, or a task's
+/// that is off the CPU.
 enum KernelSource {
-    Current { skip: VReg },
+    Current { caller_frames: i32 },
     Task(VReg),
 }
 

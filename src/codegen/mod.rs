@@ -42,6 +42,8 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
         records: program.records.iter().map(record_schema).collect(),
         unwind: layouts.stacks.and_then(|s| s.unwind),
         kernel_stack_skips: kernel_stack_skips(program),
+        tracepoint_glue: (layouts.stacks.and_then(|s| s.glue))
+            .map(|map| (map, stack_layout::tracepoint_glue(program))),
         drops: layouts.drops,
         initial_values: layouts
             .globs

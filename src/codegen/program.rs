@@ -25,6 +25,10 @@ pub struct Compiled {
     /// The skip counts kernel stacks of records read (program types whose
     /// tracer frames are measured at start-up).
     pub kernel_stack_skips: Vec<GlobalSlot>,
+    /// The map of raw tracepoint iterators' address ranges (one value, 16
+    /// bytes per probe), and the probes and tracepoints to fill it for
+    /// (`stack_layout::tracepoint_glue`).
+    pub tracepoint_glue: Option<(MapId, Vec<(u32, String)>)>,
     /// Per-CPU u64 counters of lost events, indexed by `DropReason as u32`.
     pub drops: Option<MapId>,
     /// Values of one-element arrays written at load, before any program

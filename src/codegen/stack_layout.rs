@@ -14,7 +14,9 @@ use crate::frontend::checked::{
     CheckedProbe, CheckedProgram, CheckedRecord, StackKind, TStmt, TStmtKind,
 };
 use crate::unwind::maps::{MAX_FRAMES, UnwindLimits, UnwindMaps, state};
-use crate::vocab::{BUILD_ID_FRAME_BYTES, MapId, MapKind, MapSpec, record_header as header};
+use crate::vocab::{
+    AttachPoint, BUILD_ID_FRAME_BYTES, MapId, MapKind, MapSpec, record_header as header,
+};
 
 /// Programs that may run nested on one CPU: task context, soft IRQ, hard
 /// IRQ, NMI.
@@ -62,6 +64,32 @@ pub struct StackMaps {
     pub unwind: Option<UnwindMaps>,
     /// Task storage of [`offcpu::BYTES`], when a record has `stack(offcpu, NEXT)`.
     pub offcpu: Option<MapId>,
+    /// One value, [`GLUE_BYTES`] per probe: the `[start, end)` addresses of
+    /// the raw tracepoint's iterator (`__traceiter_NAME`), when a raw tracepoint
+    /// probe takes a kernel stack ([`tracepoint_glue`]).
+    pub glue: Option<MapId>,
+}
+
+/// Bytes of a [`StackMaps::glue`] value: start and end address.
+pub const GLUE_BYTES: u32 = 16;
+
+/// The raw tracepoint probes that take kernel stacks of the current task,
+/// by probe index, with their tracepoint. With more than one handler
+/// attached, a tracepoint calls them through its iterator, whose frame sits
+/// between the tracer's (skipped by count) and the event's caller; the
+/// program drops it when its first frame is in the iterator, whose address
+/// range user space writes at start-up (it is absent with one handler,
+/// which the tracepoint's static call reaches directly).
+pub fn tracepoint_glue(program: &CheckedProgram) -> Vec<(u32, String)> {
+    (program.probes.iter().enumerate())
+        .filter(|(_, probe)| records_of(probe).any(|r| r.stack.is_some_and(StackKind::kernel)))
+        .filter_map(|(index, probe)| match &probe.attach {
+            AttachPoint::TpBtf { name } | AttachPoint::RawTracepoint { name } => {
+                Some((index as u32, name.clone()))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Adds the maps the program's stack records need to `specs`; `None`
@@ -92,12 +120,17 @@ pub fn add_maps(program: &CheckedProgram, specs: &mut Vec<MapSpec>) -> Option<St
     );
     let offcpu = has_switch_stack(program)
         .then(|| add("wprof_offcpu", MapKind::TaskStorage, 4, offcpu::BYTES, 0));
+    let glue = (!tracepoint_glue(program).is_empty()).then(|| {
+        let probes = program.probes.len() as u32;
+        add("wprof_tp_glue", MapKind::Array, 4, GLUE_BYTES * probes, 1)
+    });
     let unwind = wants(StackKind::user).then(|| UnwindMaps::add_specs(specs, UnwindLimits::default()));
     Some(StackMaps {
         nest,
         scratch,
         unwind,
         offcpu,
+        glue,
     })
 }
 

@@ -171,6 +171,41 @@ fn skip_count(raw: &[u64], classic: &[u64]) -> Result<u64, SkipError> {
     Ok(at as u64)
 }
 
+/// The `[start, end)` address range of each tracepoint's iterator
+/// (`__traceiter_NAME`) in `kallsyms` (the text of `/proc/kallsyms`): the
+/// symbol's address to the next higher text symbol's. Tracepoints whose
+/// iterator is not found are left out.
+pub fn iterator_ranges(kallsyms: &str, tracepoints: &[&str]) -> Vec<(String, u64, u64)> {
+    let mut text = Vec::new();
+    let mut starts = Vec::new();
+    for line in kallsyms.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(addr), Some(kind), Some(name)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let Ok(addr) = u64::from_str_radix(addr, 16) else {
+            continue;
+        };
+        if !matches!(kind, "t" | "T") || addr == 0 {
+            continue;
+        }
+        text.push(addr);
+        if let Some(tracepoint) = name.strip_prefix("__traceiter_")
+            && tracepoints.contains(&tracepoint)
+        {
+            starts.push((tracepoint.to_string(), addr));
+        }
+    }
+    text.sort_unstable();
+    (starts.into_iter())
+        .filter_map(|(tracepoint, start)| {
+            let next = text.partition_point(|&addr| addr <= start);
+            Some((tracepoint, start, *text.get(next)?))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +218,20 @@ mod tests {
         assert!(skip_count(&[1, 2, 3], &[10, 11]).is_err());
         assert!(skip_count(&[1, 10, 12], &[10, 11]).is_err());
         assert!(skip_count(&[1, 2], &[]).is_err());
+    }
+
+    /// An iterator's range ends at the next text symbol; data symbols,
+    /// other tracepoints and unknown names are not taken.
+    #[test]
+    fn finds_iterator_ranges() {
+        let kallsyms = "ffff0010 T __traceiter_sched_switch\n\
+                        ffff0000 T __schedule\n\
+                        ffff0030 d __traceiter_task_rename\n\
+                        ffff0050 t __traceiter_sched_waking\n\
+                        ffff0080 T __probestub_sched_switch\n\
+                        junk\n";
+        let ranges = iterator_ranges(kallsyms, &["sched_switch", "task_rename", "nothing"]);
+        assert_eq!(ranges, vec![("sched_switch".into(), 0xffff0010, 0xffff0050)]);
     }
 
     /// On this kernel the tracer's frames are the program and its glue: at

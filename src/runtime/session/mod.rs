@@ -18,6 +18,7 @@ use crate::codegen::program::Compiled;
 use crate::output::printer::{MapOp, Printed, Printer};
 use crate::runtime::bpf::counters;
 use crate::runtime::bpf::loader::{self, AttachOptions, Loaded};
+use crate::codegen::stack_layout::GLUE_BYTES;
 use crate::runtime::bpf::stack_skip;
 use crate::runtime::recording::{RecordError, Recorder};
 use crate::symbols::KernelSymbols;
@@ -98,6 +99,7 @@ pub fn run(
     counters::install(&loaded, &compiled.counters)?;
     // Kept until the teardown hands off its descriptors.
     let _skip_programs = measure_stack_skip(compiled, &loaded)?;
+    write_tracepoint_glue(compiled, &loaded)?;
     interrupt.forward_to(loaded.stopper());
     let stopper = loaded.stopper();
     if let Some(pid) = options.pid {
@@ -199,6 +201,28 @@ fn measure_stack_skip(compiled: &Compiled, loaded: &Loaded) -> Result<Option<Loa
             Ok(None)
         }
     }
+}
+
+/// Writes the address ranges of the tracepoint iterators whose frames raw
+/// tracepoint programs drop from their kernel stacks; without
+/// `/proc/kallsyms` addresses (a non-root reader sees zeros) their stacks
+/// keep that frame.
+fn write_tracepoint_glue(compiled: &Compiled, loaded: &Loaded) -> Result<(), RunError> {
+    let Some((map, probes)) = &compiled.tracepoint_glue else {
+        return Ok(());
+    };
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    let names: Vec<&str> = probes.iter().map(|(_, name)| name.as_str()).collect();
+    let ranges = stack_skip::iterator_ranges(&kallsyms, &names);
+    let mut value = vec![0u8; compiled.maps[map.0 as usize].value_size as usize];
+    for (probe, name) in probes {
+        let at = GLUE_BYTES as usize * *probe as usize;
+        let found = ranges.iter().find(|(n, _, _)| n == name);
+        if let (Some((_, start, end)), Some(slot)) = (found, value.get_mut(at..at + 16)) {
+            slot.copy_from_slice(&[start.to_ne_bytes(), end.to_ne_bytes()].concat());
+        }
+    }
+    Ok(loaded.update(*map, &0u32.to_ne_bytes(), &value)?)
 }
 
 /// Ctrl-C before activation: nothing was recorded, but a capture that was
