@@ -59,8 +59,6 @@ mod slot {
     /// The caller's rbp.
     pub const NEW_BP: i16 = WORK + 48;
     pub const CFA: i16 = WORK + 56;
-    /// Frame counter of the bounded loop.
-    pub const FRAME_COUNTER: i16 = WORK + 64;
     /// The user address the return address was read from.
     pub const RA_AT: i16 = WORK + 72;
     /// `bpf_loop` context on the entry function's stack: the state and
@@ -71,6 +69,9 @@ mod slot {
     /// tracks a constant kept on the stack exactly, so the bounded search
     /// verifies once per step; kept in a map value it would be unknown.
     pub const COUNTER: i16 = -8;
+    /// Frame counter of the bounded loop, on the entry function's stack
+    /// (where that loop runs) for the same reason.
+    pub const FRAME_COUNTER: i16 = -16;
 }
 
 /// The unwinder's functions in one program: call [`UserUnwinder::call`]
@@ -171,12 +172,12 @@ impl UserUnwinder {
     /// `frames + 1` steps: the last one only notices truncation.
     fn emit_bounded(&self, asm: &mut Assembler, frames: u32) -> Result<(), AsmError> {
         let (next, stop) = (asm.new_label(), asm.new_label());
-        asm.store_imm(Size::U64, R6, slot::FRAME_COUNTER, 0);
+        asm.store_imm(Size::U64, R10, slot::FRAME_COUNTER, 0);
         asm.bind(next)?;
-        asm.load(Size::U64, R1, R6, slot::FRAME_COUNTER);
+        asm.load(Size::U64, R1, R10, slot::FRAME_COUNTER);
         asm.jmp_imm(Cond::Gt, R1, frames as i32, stop);
         asm.alu64_imm(AluOp::Add, R1, 1);
-        asm.store_reg(Size::U64, R6, slot::FRAME_COUNTER, R1);
+        asm.store_reg(Size::U64, R10, slot::FRAME_COUNTER, R1);
         emit_step(asm, &self.maps, next, stop)?;
         asm.bind(stop)?;
         return_frame_count(asm);

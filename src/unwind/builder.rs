@@ -5,6 +5,8 @@
 //! vDSO's bytes) and the table's key. Output: [`Built`] tables, collected
 //! by the manager.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -42,6 +44,8 @@ pub enum Builder<K> {
         results: Receiver<Built<K>>,
         thread: Option<JoinHandle<()>>,
         pending: usize,
+        /// Set when the builder is dropped: the builds still queued are not done.
+        stop: Arc<AtomicBool>,
     },
 }
 
@@ -54,11 +58,13 @@ impl<K: Send + 'static> Builder<K> {
     pub fn worker() -> Self {
         let (requests, work) = channel::<(K, Image)>();
         let (done, results) = channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
         let spawned = std::thread::Builder::new()
             .name("wprof-unwind".into())
             .spawn(move || {
                 for (key, image) in work {
-                    if done.send(build(key, &image)).is_err() {
+                    if stopped.load(Ordering::Relaxed) || done.send(build(key, &image)).is_err() {
                         return;
                     }
                 }
@@ -69,6 +75,7 @@ impl<K: Send + 'static> Builder<K> {
                 results,
                 thread: Some(thread),
                 pending: 0,
+                stop,
             },
             Err(_) => Builder::in_place(),
         }
@@ -124,10 +131,14 @@ impl<K: Send + 'static> Builder<K> {
 impl<K> Drop for Builder<K> {
     fn drop(&mut self) {
         if let Builder::Worker {
-            requests, thread, ..
+            requests,
+            thread,
+            stop,
+            ..
         } = self
         {
-            // The worker ends when its queue closes, after the build at hand.
+            // The worker ends after the build at hand, leaving the queue.
+            stop.store(true, Ordering::Relaxed);
             drop(requests.take());
             if let Some(thread) = thread.take() {
                 let _ = thread.join();

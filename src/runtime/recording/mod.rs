@@ -69,6 +69,8 @@ pub struct Recorder {
     kernel_symbols: KernelSymbols,
     /// The unwind tables of the processes stacks are taken in.
     tables: Option<Tables>,
+    /// How user stacks were walked and how they ended.
+    stack_counts: tables::StackCounts,
     /// Which file each build id names.
     modules: ModuleIndex,
     /// Digests of the raw stacks already stored, and their stacks.
@@ -121,6 +123,7 @@ impl Recorder {
             threads: ThreadTable::default(),
             kernel_symbols: KernelSymbols::default(),
             tables: compiled.unwind.map(Tables::new),
+            stack_counts: tables::StackCounts::default(),
             modules: probed_binaries(compiled),
             stacks: HashMap::new(),
             frame_kinds: Vec::new(),
@@ -183,6 +186,9 @@ impl Recorder {
         event: &mut Event,
     ) -> Result<Option<(u128, RawStack)>, RecordError> {
         let desc = StackHeader::read(bytes)?;
+        if desc.user_frames > 0 {
+            self.stack_counts.count(desc.flags);
+        }
         if desc.flags & (flags::NO_PROCESS | flags::UNKNOWN_MAPPING) != 0
             && let Some(tables) = &mut self.tables
         {
@@ -289,10 +295,12 @@ impl Recorder {
     ) -> Result<CaptureStats, RecordError> {
         self.write_older_than(u64::MAX)?;
         let symbols = self.symbols();
+        let stacks = (self.stack_counts).finish(self.tables.as_ref().map(Tables::stats));
         let stats = CaptureStats {
             events: self.writer.events_written(),
             drops,
             duration_ns,
+            stacks,
         };
         self.writer.finish(&symbols, &stats)?;
         Ok(stats)

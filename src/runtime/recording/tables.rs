@@ -7,14 +7,16 @@
 //! are gone are forgotten every second, freeing tables no one maps.
 //!
 //! Input: signals from the stacks the recorder decodes. Output: writes to
-//! the unwinder's maps through the table manager.
+//! the unwinder's maps through the table manager, and the counts of how
+//! stacks were walked for the capture's stats.
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
+use crate::capture::model::StackCount;
 use crate::runtime::bpf::loader::Loaded;
 use crate::unwind::manager::{ManagerStats, TableManager};
-use crate::unwind::maps::{UnwindLimits, UnwindMaps};
+use crate::unwind::maps::{UnwindLimits, UnwindMaps, flags};
 use crate::unwind::sampler::MapStore;
 
 /// A process is read again at most this often.
@@ -92,5 +94,87 @@ impl Tables {
 
     pub(super) fn stats(&self) -> &ManagerStats {
         self.manager.stats()
+    }
+}
+
+/// How the user stacks of events were walked and how they ended (their
+/// `unwind::maps::flags`), for the capture's stats.
+#[derive(Debug, Default)]
+pub(super) struct StackCounts {
+    counts: HashMap<StackCount, u64>,
+}
+
+impl StackCounts {
+    pub(super) fn count(&mut self, stack_flags: u32) {
+        let walk = if stack_flags & flags::CACHED != 0 {
+            StackCount::Cached
+        } else if stack_flags & flags::KERNEL_WALK != 0 {
+            StackCount::KernelWalk
+        } else if stack_flags & flags::TABLE != 0 {
+            StackCount::Table
+        } else {
+            StackCount::FramePointer
+        };
+        *self.counts.entry(walk).or_default() += 1;
+        for (bit, ending) in [
+            (flags::OUTERMOST, StackCount::Outermost),
+            (flags::TRUNCATED, StackCount::Truncated),
+            (flags::READ_FAILED, StackCount::ReadFailed),
+            (flags::NO_PROGRESS, StackCount::NoProgress),
+        ] {
+            if stack_flags & bit != 0 {
+                *self.counts.entry(ending).or_default() += 1;
+            }
+        }
+    }
+
+    /// The counts, with the table manager's when tables were used.
+    pub(super) fn finish(&self, tables: Option<&ManagerStats>) -> Vec<(StackCount, u64)> {
+        let mut all = self.counts.clone();
+        if let Some(tables) = tables {
+            all.insert(StackCount::TablesBuilt, tables.built as u64);
+            all.insert(StackCount::TablesDropped, tables.dropped_tables as u64);
+            all.insert(StackCount::TableRows, u64::from(tables.peak_rows));
+            all.insert(StackCount::TableTextBytes, tables.text_bytes);
+        }
+        let mut counts: Vec<_> = all.into_iter().collect();
+        counts.sort();
+        counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stack counts once by how it was walked (a cached or kernel walk
+    /// before the flags of the walk) and once per way it ended.
+    #[test]
+    fn counts_walks_and_endings() {
+        let mut counts = StackCounts::default();
+        counts.count(flags::TABLE | flags::FRAME_POINTER | flags::OUTERMOST);
+        counts.count(flags::FRAME_POINTER | flags::TRUNCATED);
+        counts.count(flags::CACHED | flags::TABLE | flags::OUTERMOST);
+        counts.count(flags::KERNEL_WALK | flags::NO_PROCESS);
+        let stats = ManagerStats {
+            built: 3,
+            peak_rows: 100,
+            ..ManagerStats::default()
+        };
+        assert_eq!(
+            counts.finish(Some(&stats)),
+            [
+                (StackCount::Table, 1),
+                (StackCount::FramePointer, 1),
+                (StackCount::KernelWalk, 1),
+                (StackCount::Cached, 1),
+                (StackCount::Outermost, 2),
+                (StackCount::Truncated, 1),
+                (StackCount::TablesBuilt, 3),
+                (StackCount::TablesDropped, 0),
+                (StackCount::TableRows, 100),
+                (StackCount::TableTextBytes, 0),
+            ]
+        );
     }
 }
