@@ -6,10 +6,10 @@ use super::{Entry, Kind, RecordItem, Site, Written};
 use crate::frontend::ast::{BinOp, Expr, ExprKind, RecordItem as Item, Span};
 use crate::frontend::check::Checker;
 use crate::frontend::check_record::RecordItems;
+use crate::frontend::checked::SwitchStack;
 use crate::frontend::checked::{RecordValue, StackKind};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::options::STACK_KINDS;
-use crate::frontend::checked::SwitchStack;
 use crate::frontend::types::{KernelPtr, Type};
 use crate::vocab::AttachPoint;
 
@@ -72,7 +72,10 @@ fn switch_stack(cx: &mut Checker, next: &Expr) -> Option<SwitchStack> {
     }
     let value = cx.expr(next)?;
     if !value.ty.kernel_ptr().is_some_and(KernelPtr::is_task) {
-        return cx.fail(next.span, "`NEXT` is the task switched in: a `struct task_struct *`");
+        return cx.fail(
+            next.span,
+            "`NEXT` is the task switched in: a `struct task_struct *`",
+        );
     }
     let selected = |task: Expr| Expr {
         kind: ExprKind::Call {

@@ -167,7 +167,11 @@ impl Lowerer<'_> {
             let now = self.call_result(KTIME_GET_NS, vec![]);
             self.store(Base::Frame, value, Src::Reg(now));
             self.zero(Base::Frame, value + 8, SPAN_VALUE_HEADER - 8);
-            self.store_fields(Place::frame(value).at(SPAN_VALUE_HEADER), &record.values, &fields);
+            self.store_fields(
+                Place::frame(value).at(SPAN_VALUE_HEADER),
+                &record.values,
+                &fields,
+            );
             self.map_update(map, key, value);
             return;
         };
@@ -285,7 +289,13 @@ impl Lowerer<'_> {
 
     /// Copies a span start's frames from its open value to `frames_at` of
     /// the end's message; returns their bytes.
-    fn copy_span_frames(&mut self, open: VReg, buf: VReg, start_bytes: u32, frames_at: u32) -> VReg {
+    fn copy_span_frames(
+        &mut self,
+        open: VReg,
+        buf: VReg,
+        start_bytes: u32,
+        frames_at: u32,
+    ) -> VReg {
         let bytes = self.load(Base::Reg(open), SPAN_FRAME_BYTES);
         self.clamp_max(bytes, SPAN_FRAMES_BYTES);
         let none = self.label();
@@ -351,7 +361,11 @@ impl Lowerer<'_> {
             args,
             ret: None,
         });
-        self.zero(at.base, at.offset(header::DURATION), header::FIELDS - header::DURATION);
+        self.zero(
+            at.base,
+            at.offset(header::DURATION),
+            header::FIELDS - header::DURATION,
+        );
     }
 
     /// A helper argument pointing at `place`.

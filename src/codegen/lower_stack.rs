@@ -9,8 +9,8 @@ use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, UnwinderSpec, VReg};
 use crate::codegen::lower::Lowerer;
 use crate::codegen::stack_layout::{
-    BUILD_ID_STACK_MAX, GLUE_BYTES, KERNEL_FRAMES_BYTES, KERNEL_STACK_MAX, NEST_LEVELS, STATE_AT, StackMaps,
-    USER_FRAMES_BYTES, offcpu,
+    BUILD_ID_STACK_MAX, GLUE_BYTES, KERNEL_FRAMES_BYTES, KERNEL_STACK_MAX, NEST_LEVELS, STATE_AT,
+    StackMaps, USER_FRAMES_BYTES, offcpu,
 };
 use crate::frontend::checked::{StackKind, SwitchStack};
 use crate::providers;
@@ -99,7 +99,11 @@ impl Lowerer<'_> {
         now: VReg,
     ) -> VReg {
         let buf = Base::Reg(target.buf);
-        for field in [header::KERNEL_FRAMES, header::STACK_FLAGS, header::ENTRY_RETURN] {
+        for field in [
+            header::KERNEL_FRAMES,
+            header::STACK_FLAGS,
+            header::ENTRY_RETURN,
+        ] {
             self.store_imm(buf, target.desc(field), 0, Size::U64);
         }
         let user = UserFrames::empty(self);
@@ -169,7 +173,10 @@ impl Lowerer<'_> {
         let ctx = self.ctx;
         let sp = self.load_sized(Base::Reg(ctx), x86_64::STACK_POINTER as i16, Size::U64);
         let to = self.offset_pointer(buf, at as u32);
-        self.call(PROBE_READ_USER, vec![Arg::Reg(to), Arg::Imm(8), Arg::Reg(sp)]);
+        self.call(
+            PROBE_READ_USER,
+            vec![Arg::Reg(to), Arg::Imm(8), Arg::Reg(sp)],
+        );
     }
 
     /// Copies an unwind state's frames to the target; sets the count and
@@ -197,7 +204,11 @@ impl Lowerer<'_> {
         let to = self.offset_pointer(target.buf, target.frames_at);
         let user_bytes = self.vreg();
         self.mov(user_bytes, user.bytes);
-        self.alu(AluOp::And, user_bytes, Src::Imm(USER_FRAMES_BYTES as i32 - 1));
+        self.alu(
+            AluOp::And,
+            user_bytes,
+            Src::Imm(USER_FRAMES_BYTES as i32 - 1),
+        );
         self.alu(AluOp::Add, to, Src::Reg(user_bytes));
         let got = match source {
             KernelSource::Current { caller_frames } => {
@@ -273,7 +284,11 @@ impl Lowerer<'_> {
         let bytes = self.vreg();
         self.mov(bytes, got);
         self.alu(AluOp::And, bytes, Src::Imm(KERNEL_FRAMES_BYTES as i32 - 1));
-        self.alu(AluOp::And, dropped, Src::Imm(KERNEL_FRAMES_BYTES as i32 - 1));
+        self.alu(
+            AluOp::And,
+            dropped,
+            Src::Imm(KERNEL_FRAMES_BYTES as i32 - 1),
+        );
         let from = self.vreg();
         self.mov(from, to);
         self.alu(AluOp::Add, from, Src::Reg(dropped));
@@ -308,15 +323,14 @@ impl Lowerer<'_> {
     /// The skip count of this probe's kernel stacks (the tracer's frames,
     /// measured at start-up per program type).
     fn kernel_skip(&mut self) -> VReg {
-        let skip = match providers::of(&self.probe.attach).kernel_stack_skip() {
+        match providers::of(&self.probe.attach).kernel_stack_skip() {
             Some(slot) => {
                 let skip = self.global(slot);
                 self.alu(AluOp::And, skip, Src::Imm(SKIP_MASK));
                 skip
             }
             None => self.constant(0),
-        };
-        skip
+        }
     }
 
     /// Sets the state's input and walks the current task's user stack.
@@ -450,7 +464,12 @@ impl Lowerer<'_> {
         self.store_reg(Base::Reg(state), state::FLAGS, unwound, Size::U32);
         self.emit(Inst::Bind(walked));
         for (index, reg) in regs.iter().enumerate() {
-            self.store_reg(Base::Reg(state), state::KEY + 8 * index as i16, *reg, Size::U64);
+            self.store_reg(
+                Base::Reg(state),
+                state::KEY + 8 * index as i16,
+                *reg,
+                Size::U64,
+            );
         }
         let keep = self.vreg();
         self.mov_imm(keep, 1);
@@ -483,7 +502,11 @@ impl Lowerer<'_> {
 
     /// `bpf_task_storage_get(map, task, NULL, create ? F_CREATE : 0)`.
     fn task_storage(&mut self, map: MapId, task: VReg, create: bool) -> VReg {
-        let flags = if create { LOCAL_STORAGE_GET_F_CREATE } else { 0 };
+        let flags = if create {
+            LOCAL_STORAGE_GET_F_CREATE
+        } else {
+            0
+        };
         let pointer = self.vreg();
         self.emit(Inst::Call {
             helper: TASK_STORAGE_GET,

@@ -1,8 +1,8 @@
 //! Map layouts: how each script map and the internal maps are stored.
 
 use crate::codegen::glob_nfa::{GlobSet, LANE_TABLE_BYTES};
-use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind};
 use crate::codegen::stack_layout::{self, StackMaps};
+use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind};
 use crate::frontend::types::{KernelPtr, Type};
 use crate::vocab::{MapId, MapKind, MapSpec, MapValue, ScriptMap};
 
@@ -81,15 +81,7 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
     });
     let stacks = stack_layout::add_maps(program, &mut specs);
     let mut internal = |name: String, kind, key_size, value_size, max_entries| {
-        specs.push(MapSpec {
-            name,
-            kind,
-            key_size,
-            value_size,
-            max_entries,
-            script_map: None,
-        });
-        MapId(specs.len() as u32 - 1)
+        MapSpec::add_internal(&mut specs, &name, kind, key_size, value_size, max_entries)
     };
     let drops = (!program.records.is_empty()).then(|| {
         internal(

@@ -100,15 +100,7 @@ pub fn add_maps(program: &CheckedProgram, specs: &mut Vec<MapSpec>) -> Option<St
         return None;
     }
     let mut add = |name: &str, kind, key_size, value_size, max_entries| {
-        specs.push(MapSpec {
-            name: name.into(),
-            kind,
-            key_size,
-            value_size,
-            max_entries,
-            script_map: None,
-        });
-        MapId(specs.len() as u32 - 1)
+        MapSpec::add_internal(specs, name, kind, key_size, value_size, max_entries)
     };
     let nest = add("wprof_nest", MapKind::PerCpuArray, 4, 8, 1);
     let scratch = add(
@@ -124,7 +116,8 @@ pub fn add_maps(program: &CheckedProgram, specs: &mut Vec<MapSpec>) -> Option<St
         let probes = program.probes.len() as u32;
         add("wprof_tp_glue", MapKind::Array, 4, GLUE_BYTES * probes, 1)
     });
-    let unwind = wants(StackKind::user).then(|| UnwindMaps::add_specs(specs, UnwindLimits::default()));
+    let unwind =
+        wants(StackKind::user).then(|| UnwindMaps::add_specs(specs, UnwindLimits::default()));
     Some(StackMaps {
         nest,
         scratch,

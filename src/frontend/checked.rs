@@ -5,10 +5,10 @@
 
 use crate::capture::model::RecordOrigin;
 use crate::frontend::ast::{BinOp, Span, UnOp};
-use crate::frontend::options::TaskFilter;
 use crate::frontend::options::PmuCounter;
-use crate::unwind::layout::MmLayout;
+use crate::frontend::options::TaskFilter;
 use crate::frontend::types::Type;
+use crate::unwind::layout::MmLayout;
 use crate::vocab::{AggFunc, ArgRead, AttachPoint, BuiltinId, TracepointField};
 
 /// Only the checker builds this (fields are public for reading).

@@ -253,7 +253,11 @@ fn write_stack_counts(text: &mut String, source: &dyn CaptureSource) {
     };
     let mut first = true;
     for (count, n) in &stats.stacks {
-        let label = if std::mem::take(&mut first) { "user stacks" } else { "" };
+        let label = if std::mem::take(&mut first) {
+            "user stacks"
+        } else {
+            ""
+        };
         row(text, label, format!("{:<31}{n:>12}", count.label()));
     }
 }

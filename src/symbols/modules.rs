@@ -191,14 +191,26 @@ mod tests {
         let vdso = parse_mapping("7ffd0000-7ffd2000 r-xp 00000000 00:00 0   [vdso]").unwrap();
         assert_eq!((vdso.path.as_str(), vdso.file_offset), ("[vdso]", 0));
         let jit = parse_mapping("7f0000000000-7f0000010000 rwxp 00000000 00:00 0 ").unwrap();
-        assert_eq!((jit.path.as_str(), jit.file_offset), ("[anon]", 0x7f00_0000_0000));
+        assert_eq!(
+            (jit.path.as_str(), jit.file_offset),
+            ("[anon]", 0x7f00_0000_0000)
+        );
         let named = parse_mapping("7f0000000000-7f0000010000 r-xp 00000000 00:00 0 [anon:jit]");
         assert_eq!(named.unwrap().path, "[anon:jit]");
         assert!(parse_mapping("7f0000000000-7f0000010000 rw-p 00000000 00:00 0 [heap]").is_none());
         let mut index = ModuleIndex::new();
-        index.processes.insert(1, vec![vdso, parse_mapping("7f0000000000-7f0000010000 rwxp 00000000 00:00 0 ").unwrap()]);
+        index.processes.insert(
+            1,
+            vec![
+                vdso,
+                parse_mapping("7f0000000000-7f0000010000 rwxp 00000000 00:00 0 ").unwrap(),
+            ],
+        );
         assert_eq!(index.translate(1, 0x7ffd_0010), Some(("[vdso]", 0x10)));
-        assert_eq!(index.translate(1, 0x7f00_0000_0042), Some(("[anon]", 0x7f00_0000_0042)));
+        assert_eq!(
+            index.translate(1, 0x7f00_0000_0042),
+            Some(("[anon]", 0x7f00_0000_0042))
+        );
         assert!(index.build_id_of("[vdso]").is_some());
     }
 }

@@ -57,7 +57,9 @@ pub fn symbolize(offsets: &[u64]) -> Vec<Option<(String, u64)>> {
         .iter()
         .map(|&offset| {
             let address = address_of(&file, offset)?;
-            let at = symbols.partition_point(|s| s.address <= address).checked_sub(1)?;
+            let at = symbols
+                .partition_point(|s| s.address <= address)
+                .checked_sub(1)?;
             let symbol = &symbols[at];
             (address < symbol.address + symbol.size.max(1))
                 .then(|| (symbol.name.clone(), address - symbol.address))

@@ -198,10 +198,9 @@ pub fn parse_stack_arg(text: &str) -> Result<Vec<StackKind>, String> {
         ("offcpu", None) => vec![StackKind::Offcpu { min_block_ns: None }],
         ("offcpu", Some(duration)) => {
             let ns = parse_duration(duration).map_err(bad)?.as_nanos();
-            let ns = u64::try_from(ns)
-                .ok()
-                .filter(|&ns| ns > 0)
-                .ok_or_else(|| bad("the off-CPU threshold is a positive duration (`1ms`)".into()))?;
+            let ns = u64::try_from(ns).ok().filter(|&ns| ns > 0).ok_or_else(|| {
+                bad("the off-CPU threshold is a positive duration (`1ms`)".into())
+            })?;
             vec![StackKind::Offcpu {
                 min_block_ns: Some(ns),
             }]

@@ -14,11 +14,11 @@ use crate::codegen::asm::{AluOp, AsmError, Assembler, Cond, Label, Reg, Size};
 use crate::codegen::helpers;
 use crate::vocab::MapId;
 
+use super::layout::MmLayout;
 use super::maps::{
     MAPPING_SEARCH_STEPS, MAX_FRAMES, MAX_MAPPINGS, NO_TABLE, ROW_SEARCH_STEPS, UnwindMaps, flags,
     input, process_mappings as pm, state, table_slot,
 };
-use super::layout::MmLayout;
 use super::rules::{kind, layout as row};
 
 use Reg::{R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10};

@@ -179,7 +179,11 @@ impl TableManager {
         let old = self.processes.insert(pid, process);
         self.place_built(store, false)?;
         self.write_process(store, pid)?;
-        for key in old.into_iter().flat_map(|p| p.mappings).filter_map(|(_, k)| k) {
+        for key in old
+            .into_iter()
+            .flat_map(|p| p.mappings)
+            .filter_map(|(_, k)| k)
+        {
             self.release(store, &key)?;
         }
         Ok(self.report(pid))
@@ -279,7 +283,11 @@ impl TableManager {
     }
 
     /// The load bias and table id of a mapping, or why it has none.
-    fn table_of(&self, mapping: &ExecMapping, key: Option<&TableKey>) -> Result<(u64, u32), String> {
+    fn table_of(
+        &self,
+        mapping: &ExecMapping,
+        key: Option<&TableKey>,
+    ) -> Result<(u64, u32), String> {
         let key = key.ok_or("anonymous memory (JIT or generated code): no unwind table")?;
         let file = self.tables.get(key).ok_or("its table was freed")?;
         match &file.state {
@@ -579,9 +587,14 @@ mod tests {
     fn loads_the_vdso_table() {
         let mut store = FakeStore::default();
         let mut manager = TableManager::building_in_place(UnwindLimits::default());
-        let report = manager.add_process(&mut store, std::process::id()).expect("add");
+        let report = manager
+            .add_process(&mut store, std::process::id())
+            .expect("add");
         assert!(
-            !report.without_table.iter().any(|(path, _)| path == vdso::MODULE),
+            !report
+                .without_table
+                .iter()
+                .any(|(path, _)| path == vdso::MODULE),
             "{report:?}"
         );
     }

@@ -61,16 +61,7 @@ impl UnwindMaps {
     /// Appends the three map specs to `maps` and returns their ids.
     pub fn add_specs(maps: &mut Vec<MapSpec>, limits: UnwindLimits) -> UnwindMaps {
         let mut add = |name: &str, kind, key_size, value_size, max_entries| {
-            let id = MapId(u32::try_from(maps.len()).expect("fewer than 2^32 maps"));
-            maps.push(MapSpec {
-                name: name.into(),
-                kind,
-                key_size,
-                value_size,
-                max_entries,
-                script_map: None,
-            });
-            id
+            MapSpec::add_internal(maps, name, kind, key_size, value_size, max_entries)
         };
         UnwindMaps {
             rows: add(

@@ -118,9 +118,11 @@ mod tests {
         );
         assert_eq!(parse_address_space("1 (x) S 1"), None);
         let own = address_space(std::process::id()).expect("own stat");
-        assert!(own.start_stack > own.end_code && own.end_code > 0, "{own:?}");
+        assert!(
+            own.start_stack > own.end_code && own.end_code > 0,
+            "{own:?}"
+        );
     }
-
 
     /// Executable lines are kept with their fields; others and junk are not.
     #[test]

@@ -33,6 +33,29 @@ pub struct MapSpec {
     pub script_map: Option<ScriptMap>,
 }
 
+impl MapSpec {
+    /// Appends one of wprof's own maps (not a script's) to `specs`; returns its id.
+    pub fn add_internal(
+        specs: &mut Vec<MapSpec>,
+        name: &str,
+        kind: MapKind,
+        key_size: u32,
+        value_size: u32,
+        max_entries: u32,
+    ) -> MapId {
+        let id = MapId(u32::try_from(specs.len()).expect("fewer than 2^32 maps"));
+        specs.push(MapSpec {
+            name: name.into(),
+            kind,
+            key_size,
+            value_size,
+            max_entries,
+            script_map: None,
+        });
+        id
+    }
+}
+
 /// Layout of a user-visible map, for printing.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScriptMap {

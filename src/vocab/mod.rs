@@ -25,6 +25,5 @@ pub use layout::ValueType;
 pub use machine::{Environment, FunctionTarget, UsdtTarget};
 pub use maps::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
 pub use messages::{
-    BUILD_ID_FRAME_BYTES, BuiltinId, BuiltinMessage, Message, MessageId,
-    record_header,
+    BUILD_ID_FRAME_BYTES, BuiltinId, BuiltinMessage, Message, MessageId, record_header,
 };

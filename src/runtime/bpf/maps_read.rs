@@ -504,4 +504,3 @@ mod tests {
         assert_eq!(sum_u64(&entries), 5);
     }
 }
-

@@ -112,7 +112,8 @@ fn stack_program(
     asm.mov64_imm(R4, 0);
     asm.call_helper(helpers::GET_STACK);
     asm.store_reg(Size::U64, R7, 8 * FRAMES as i16, R0);
-    asm.bind(out).map_err(|e| SkipError::Assemble(e.to_string()))?;
+    asm.bind(out)
+        .map_err(|e| SkipError::Assemble(e.to_string()))?;
     asm.mov64_imm(R0, 0);
     asm.exit();
     let assembled = asm
@@ -155,11 +156,14 @@ fn skip_count(raw: &[u64], classic: &[u64]) -> Result<u64, SkipError> {
     let first = *classic
         .first()
         .ok_or_else(|| SkipError::Unmatched("the tracepoint's stack is empty".into()))?;
-    let at = raw.iter().position(|&frame| frame == first).ok_or_else(|| {
-        SkipError::Unmatched(format!(
-            "{first:#x} is not in the raw tracepoint's stack {raw:x?}"
-        ))
-    })?;
+    let at = raw
+        .iter()
+        .position(|&frame| frame == first)
+        .ok_or_else(|| {
+            SkipError::Unmatched(format!(
+                "{first:#x} is not in the raw tracepoint's stack {raw:x?}"
+            ))
+        })?;
     let common = (raw.len() - at).min(classic.len());
     if raw[at..at + common] != classic[..common] {
         return Err(SkipError::Unmatched(format!(
@@ -231,7 +235,10 @@ mod tests {
                         ffff0080 T __probestub_sched_switch\n\
                         junk\n";
         let ranges = iterator_ranges(kallsyms, &["sched_switch", "task_rename", "nothing"]);
-        assert_eq!(ranges, vec![("sched_switch".into(), 0xffff0010, 0xffff0050)]);
+        assert_eq!(
+            ranges,
+            vec![("sched_switch".into(), 0xffff0010, 0xffff0050)]
+        );
     }
 
     /// On this kernel the tracer's frames are the program and its glue: at

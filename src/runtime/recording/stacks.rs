@@ -303,10 +303,7 @@ mod tests {
         let (bytes, desc) = message(&[0x400100, 0x400200], &[0xffff_ffff_8100_0000], 2);
         assert_eq!(StackHeader::read(&bytes).unwrap(), desc);
         let raw = raw_stack(&bytes, header::FIELDS + 8, &desc, 7).unwrap();
-        assert_eq!(
-            raw.user,
-            [UserFrame::Ip(0x400100), UserFrame::Ip(0x400200)]
-        );
+        assert_eq!(raw.user, [UserFrame::Ip(0x400100), UserFrame::Ip(0x400200)]);
         assert_eq!(raw.kernel, [0xffff_ffff_8100_0000]);
         assert_eq!((raw.pid, raw.flags, raw.entry_return), (7, 2, 0x1234));
         let short = raw_stack(&bytes[..bytes.len() - 1], header::FIELDS + 8, &desc, 7);

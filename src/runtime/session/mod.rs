@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use crate::capture::model::{CaptureInfo, CaptureStats, DropReason};
 use crate::codegen::program::Compiled;
+use crate::codegen::stack_layout::GLUE_BYTES;
 use crate::output::printer::{MapOp, Printed, Printer};
 use crate::runtime::bpf::counters;
 use crate::runtime::bpf::loader::{self, AttachOptions, Loaded};
-use crate::codegen::stack_layout::GLUE_BYTES;
 use crate::runtime::bpf::stack_skip;
 use crate::runtime::recording::{RecordError, Recorder};
 use crate::symbols::KernelSymbols;

@@ -149,7 +149,7 @@ pub fn symbolize(pid: u32, stacks: &[Vec<u64>], demangle: bool) -> Vec<Vec<Strin
         .flat_map(|s| {
             s.iter()
                 .enumerate()
-                .map(|(i, &a)| if i == 0 { a } else { a - 1 })
+                .map(|(i, &a)| if i == 0 { a } else { a.saturating_sub(1) })
         })
         .collect();
     lookups.sort_unstable();
