@@ -6,10 +6,12 @@ use super::{Entry, Kind, RecordItem, Site, Written};
 use crate::frontend::ast::{BinOp, Expr, ExprKind, RecordItem as Item, Span};
 use crate::frontend::check::Checker;
 use crate::frontend::check_record::RecordItems;
+use crate::frontend::checked::SwitchStack;
 use crate::frontend::checked::{RecordValue, StackKind};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::options::STACK_KINDS;
-use crate::frontend::types::Type;
+use crate::frontend::types::{Pointer, Type};
+use crate::vocab::AttachPoint;
 
 /// `stack`, `ustack`, `kstack`: the stack of the event, one per record.
 pub struct Stack(pub StackKind);
@@ -24,7 +26,8 @@ impl RecordItem for Stack {
     }
 }
 
-/// `stack(KIND)`: both stacks, only when `-S KIND` is on.
+/// `stack(KIND)`: both stacks, only when `-S KIND` is on; and
+/// `stack(offcpu, NEXT)` at a context switch.
 fn stack_of_kind(cx: &mut Checker, site: &Site, items: &mut RecordItems) -> Option<()> {
     let kind = match site.args {
         [
@@ -32,16 +35,64 @@ fn stack_of_kind(cx: &mut Checker, site: &Site, items: &mut RecordItems) -> Opti
                 kind: ExprKind::Ident(kind),
                 ..
             },
-        ] if STACK_KINDS.contains(&kind.as_str()) => Some(kind),
+            rest @ ..,
+        ] if STACK_KINDS.contains(&kind.as_str()) && (rest.is_empty() || kind == "offcpu") => {
+            Some(kind)
+        }
         _ => {
-            let message = format!("`stack(KIND)` takes one of {}", STACK_KINDS.join(", "));
+            let message = format!(
+                "`stack(KIND)` takes one of {}; `stack(offcpu, NEXT)` the task switched in",
+                STACK_KINDS.join(", ")
+            );
             cx.error(ScriptError::new(site.span, message).with_label("unknown stack kind"));
             None
         }
     };
     let on = kind.is_some_and(|kind| cx.options.stacks.contains(kind));
+    if let [_, next] = site.args {
+        let switch = switch_stack(cx, next)?;
+        items.switch_stack = on.then(|| Box::new(switch));
+    }
     set_stack(cx, items, on.then_some(StackKind::Both), site.span);
     Some(())
+}
+
+/// `stack(offcpu, NEXT)`: `NEXT` is a task, in a `sched_switch` probe
+/// (where the current task is the one switched out).
+fn switch_stack(cx: &mut Checker, next: &Expr) -> Option<SwitchStack> {
+    let at_switch = matches!(
+        &cx.resolved().attach,
+        AttachPoint::TpBtf { name } | AttachPoint::RawTracepoint { name } if name == "sched_switch"
+    );
+    if !at_switch {
+        return cx.fail(
+            next.span,
+            "`stack(offcpu, NEXT)` is the off-CPU stack at a context switch: use it in `tp_btf:sched_switch`",
+        );
+    }
+    let value = cx.expr(next)?;
+    if !value.ty.pointer().is_some_and(Pointer::is_task) {
+        return cx.fail(
+            next.span,
+            "`NEXT` is the task switched in: a `struct task_struct *`",
+        );
+    }
+    let selected = |task: Expr| Expr {
+        kind: ExprKind::Call {
+            name: "selected".into(),
+            args: vec![task],
+        },
+        span: next.span,
+    };
+    let curtask = Expr {
+        kind: ExprKind::Ident("curtask".into()),
+        span: next.span,
+    };
+    Some(SwitchStack {
+        next: value,
+        prev_selected: cx.expr(&selected(curtask))?,
+        next_selected: cx.expr(&selected(next.clone()))?,
+    })
 }
 
 fn set_stack(cx: &mut Checker, items: &mut RecordItems, stack: Option<StackKind>, span: Span) {
@@ -141,8 +192,10 @@ pub(super) const TABLE: &[Entry] = &[
         name: "stack",
         written: Written::WordOrCall,
         indexed: false,
-        signature: "stack, stack(KIND)",
-        doc: "The user and kernel stacks of the event; `stack(KIND)` only with `-S KIND`.",
+        signature: "stack, stack(KIND), stack(offcpu, NEXT)",
+        doc: "The user and kernel stacks of the event; `stack(KIND)` only with `-S KIND`; \
+              `stack(offcpu, NEXT)` at `sched_switch`: the off-CPU stack of the task switched \
+              out, or with `-S offcpu=DUR` that of `NEXT` when it was off the CPU at least DUR.",
         example: "uprobe:/bin/x:f < size = arg0; stack >",
         kind: Kind::RecordItem(&Stack(StackKind::Both)),
     },

@@ -212,4 +212,74 @@ pub struct CaptureStats {
     pub drops: Vec<(DropReason, u64)>,
     /// Length of the captured window.
     pub duration_ns: u64,
+    /// How stacks were taken and the unwind tables behind them (format
+    /// 2.2; empty in older captures).
+    pub stacks: Vec<(StackCount, u64)>,
+}
+
+/// What [`CaptureStats::stacks`] counts: events whose user stack was walked
+/// a given way or ended a given way, and the unwind tables at the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StackCount {
+    /// Some frame came from an `.eh_frame` table.
+    Table,
+    /// Frame pointers only (no table covered the code).
+    FramePointer,
+    /// The kernel's frame-pointer walk: the process had no tables yet.
+    KernelWalk,
+    /// An off-CPU stack reused from the task's last walk (same registers).
+    Cached,
+    /// Ended at the outermost frame (`_start`, a thread's entry).
+    Outermost,
+    /// Cut at 127 frames.
+    Truncated,
+    /// Ended at an unreadable address.
+    ReadFailed,
+    /// Ended where a frame did not move up the stack.
+    NoProgress,
+    /// Unwind tables built, and those that did not fit the table memory.
+    TablesBuilt,
+    TablesDropped,
+    /// Peak rows of table memory (8 bytes each) and code bytes covered.
+    TableRows,
+    TableTextBytes,
+}
+
+impl StackCount {
+    pub const ALL: [StackCount; 12] = [
+        StackCount::Table,
+        StackCount::FramePointer,
+        StackCount::KernelWalk,
+        StackCount::Cached,
+        StackCount::Outermost,
+        StackCount::Truncated,
+        StackCount::ReadFailed,
+        StackCount::NoProgress,
+        StackCount::TablesBuilt,
+        StackCount::TablesDropped,
+        StackCount::TableRows,
+        StackCount::TableTextBytes,
+    ];
+
+    /// Its code in the capture's end chunk, and its label in summaries.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            StackCount::Table => "unwound with tables",
+            StackCount::FramePointer => "frame pointers only",
+            StackCount::KernelWalk => "kernel walk (no tables yet)",
+            StackCount::Cached => "cached off-CPU stacks",
+            StackCount::Outermost => "reached the outermost frame",
+            StackCount::Truncated => "truncated at 127 frames",
+            StackCount::ReadFailed => "ended at an unreadable address",
+            StackCount::NoProgress => "ended without progress",
+            StackCount::TablesBuilt => "unwind tables built",
+            StackCount::TablesDropped => "unwind tables dropped",
+            StackCount::TableRows => "unwind table rows (peak)",
+            StackCount::TableTextBytes => "code bytes covered",
+        }
+    }
 }

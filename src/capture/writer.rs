@@ -495,6 +495,11 @@ fn encode_stats(out: &mut Vec<u8>, stats: &CaptureStats) {
         put_uvarint(out, *count);
     }
     put_uvarint(out, stats.duration_ns);
+    put_uvarint(out, stats.stacks.len() as u64);
+    for (count, n) in &stats.stacks {
+        out.push(count.code());
+        put_uvarint(out, *n);
+    }
 }
 
 #[cfg(test)]

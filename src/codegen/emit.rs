@@ -6,14 +6,19 @@
 use crate::codegen::asm::{AsmError, Assembled, Assembler, AtomicOp, AtomicSize, Label, Reg, Size};
 use crate::codegen::ir::{Arg, Base, Function, Inst, Src, VReg};
 use crate::codegen::regalloc::{Allocation, Location};
+use crate::unwind::bpf::{LoopKind, UserUnwinder};
 
 pub fn emit(function: &Function, allocation: &Allocation) -> Result<Assembled, AsmError> {
     let mut asm = Assembler::new();
     let labels: Vec<Label> = (0..function.labels).map(|_| asm.new_label()).collect();
+    let unwinder = function
+        .unwinder
+        .map(|spec| UserUnwinder::new(&mut asm, spec.maps, LoopKind::BpfLoop, spec.mm));
     let mut emitter = Emitter {
         asm,
         allocation,
         labels,
+        unwinder,
     };
     for annotated in &function.insts {
         emitter.asm.set_span(annotated.span);
@@ -22,6 +27,10 @@ pub fn emit(function: &Function, allocation: &Allocation) -> Result<Assembled, A
         }
         emitter.inst(&annotated.inst)?;
     }
+    emitter.asm.set_span(None);
+    if let Some(unwinder) = &emitter.unwinder {
+        unwinder.emit_functions(&mut emitter.asm)?;
+    }
     emitter.asm.finish()
 }
 
@@ -29,6 +38,7 @@ struct Emitter<'a> {
     asm: Assembler,
     allocation: &'a Allocation,
     labels: Vec<Label>,
+    unwinder: Option<UserUnwinder>,
 }
 
 const ARG_REGS: [Reg; 5] = [Reg::R1, Reg::R2, Reg::R3, Reg::R4, Reg::R5];
@@ -181,6 +191,14 @@ impl Emitter<'_> {
                 self.asm.atomic(size, AtomicOp::Add, base, *offset, src);
             }
             Inst::Call { helper, args, ret } => self.call(*helper, args, *ret),
+            Inst::Unwind { state } => {
+                let state = self.read(*state, Reg::R1);
+                let unwinder = self
+                    .unwinder
+                    .as_ref()
+                    .expect("a function that unwinds has an unwinder");
+                unwinder.call(&mut self.asm, state);
+            }
             Inst::Jump(label) => self.asm.jmp(self.labels[label.0 as usize]),
             Inst::Branch {
                 cond,

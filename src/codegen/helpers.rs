@@ -25,7 +25,6 @@ pub const BPF_RB_FORCE_WAKEUP: i32 = 2;
 /// `flags` for `bpf_map_update_elem`: create or replace.
 pub const BPF_ANY: i64 = 0;
 
-pub const GET_STACKID: u32 = 27;
 pub const PERF_EVENT_READ_VALUE: u32 = 55;
 /// `flags` for `bpf_perf_event_read_value`: the entry of the current CPU.
 pub const BPF_F_CURRENT_CPU: i64 = 0xffff_ffff;
@@ -38,6 +37,8 @@ pub const GET_CURRENT_TASK_BTF: u32 = 158;
 /// `flags` for `bpf_task_storage_get`: create the value when absent.
 pub const LOCAL_STORAGE_GET_F_CREATE: i64 = 1;
 pub const GET_STACK: u32 = 67;
+/// `bpf_get_task_stack(task, buf, size, flags)`
+pub const GET_TASK_STACK: u32 = 141;
 /// `bpf_task_pt_regs(task)`: the user registers saved at the task's last
 /// entry into the kernel.
 pub const TASK_PT_REGS: u32 = 175;

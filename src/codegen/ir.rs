@@ -90,6 +90,12 @@ pub enum Inst {
         args: Vec<Arg>,
         ret: Option<VReg>,
     },
+    /// The user-stack unwinder (`unwind::bpf`, a BPF function of the
+    /// program): walks the current task's user stack into the unwind state
+    /// `state` points to. Needs `Function::unwinder`.
+    Unwind {
+        state: VReg,
+    },
     Jump(Label),
     Branch {
         cond: Cond,
@@ -123,6 +129,7 @@ impl Inst {
                 base: b, src: s, ..
             } => base(b).into_iter().chain(src(s)).collect(),
             Inst::AtomicAdd { base, src, .. } => vec![*base, *src],
+            Inst::Unwind { state } => vec![*state],
             Inst::Call { args, .. } => args
                 .iter()
                 .filter_map(|a| match a {
@@ -167,6 +174,15 @@ pub struct Function {
     pub labels: u32,
     /// Bytes of the frame used by buffers (below r10).
     pub frame_bytes: u32,
+    /// The unwinder [`Inst::Unwind`] calls, emitted after the program.
+    pub unwinder: Option<UnwinderSpec>,
+}
+
+/// What the unwinder's BPF functions are built with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnwinderSpec {
+    pub maps: crate::unwind::maps::UnwindMaps,
+    pub mm: crate::unwind::layout::MmLayout,
 }
 
 #[cfg(test)]
@@ -186,6 +202,7 @@ impl Function {
             vregs,
             labels,
             frame_bytes,
+            unwinder: None,
         }
     }
 }

@@ -7,15 +7,68 @@ use crate::capture::model::DropReason;
 use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
 use crate::codegen::lower::Lowerer;
-use crate::codegen::maps::SPAN_VALUE_HEADER;
+use crate::codegen::lower_stack::{Scratch, StackTarget};
+use crate::codegen::maps::{SPAN_FRAME_BYTES, SPAN_VALUE_HEADER};
+use crate::codegen::stack_layout::{
+    KERNEL_FRAMES_BYTES, SPAN_FRAMES_BYTES, USER_FRAMES_BYTES, records_of,
+};
 use crate::frontend::checked::{
     CheckedRecord, RecordRef, RecordRole, RecordValue, SpanRef, StackKind, TExpr,
 };
 use crate::frontend::types::{COMM_LEN, Type};
-use crate::vocab::{Message, MessageId, record_header as header, x86_64};
+use crate::unwind::maps::flags as stack_flags;
+use crate::vocab::{Message, MessageId, record_header as header};
 
-/// `-EEXIST` from `bpf_get_stackid`: the stack's bucket holds another stack.
-const STACK_COLLISION: i32 = -17;
+/// Where a record is built: a frame buffer, or a map value (the scratch
+/// buffer of a record with a stack), `at` bytes in.
+#[derive(Clone, Copy)]
+struct Place {
+    base: Base,
+    at: i16,
+}
+
+impl Place {
+    fn frame(offset: i16) -> Place {
+        Place {
+            base: Base::Frame,
+            at: offset,
+        }
+    }
+
+    fn reg(pointer: VReg) -> Place {
+        Place {
+            base: Base::Reg(pointer),
+            at: 0,
+        }
+    }
+
+    /// The place `bytes` further on.
+    fn at(self, bytes: u32) -> Place {
+        Place {
+            at: self.at + bytes as i16,
+            ..self
+        }
+    }
+
+    /// The offset of byte `bytes` from the base.
+    fn offset(self, bytes: u32) -> i16 {
+        self.at + bytes as i16
+    }
+}
+
+/// What the end of a span puts in its event.
+struct SpanEndParts<'a> {
+    open: VReg,
+    message: MessageId,
+    start_bytes: u32,
+    end_fields: &'a [(String, Type)],
+    values: &'a [RecordValue],
+}
+
+/// Bytes of a record's fields.
+fn fields_size(fields: &[(String, Type)]) -> u32 {
+    fields.iter().map(|(_, ty)| ty.size()).sum()
+}
 
 /// `struct bpf_perf_event_value`: counter, enabled, running.
 const COUNTER_BYTES: u32 = 24;
@@ -31,36 +84,133 @@ impl Lowerer<'_> {
 
     fn instant(&mut self, id: RecordRef, record: &CheckedRecord) {
         let fields = self.program.records[id.0].fields.clone();
-        let (message, size) = self.record_message(id, &fields);
+        let fields_bytes = fields_size(&fields);
+        let message = self.record_message(id, &fields, record.stack.is_some());
         self.comment(format!("record {}", self.program.records[id.0].name));
-        let buffer = self.alloc(size);
-        let now = self.call_result(KTIME_GET_NS, vec![]);
-        self.record_header(buffer, message, now);
-        self.store_stacks(buffer + header::KERNEL_STACK as i16, record.stack);
-        self.store_fields(buffer + header::FIELDS as i16, &record.values, &fields);
-        self.send(buffer, size, record.stack);
+        // A program that unwinds user stacks shares its 512 bytes of BPF
+        // stack with the unwinder: all its records are built in the scratch.
+        if record.stack.is_none() && !self.unwinds_user_stacks() {
+            let buffer = self.alloc(header::FIELDS + fields_bytes);
+            let now = self.call_result(KTIME_GET_NS, vec![]);
+            let at = Place::frame(buffer);
+            self.record_header(at, message, now);
+            self.store_fields(at.at(header::FIELDS), &record.values, &fields);
+            let size = Arg::Imm(i64::from(header::FIELDS + fields_bytes));
+            self.send(Arg::Frame(buffer), size, None);
+            return;
+        }
+        self.with_scratch(|cx, scratch| {
+            let now = cx.call_result(KTIME_GET_NS, vec![]);
+            let at = Place::reg(scratch.buf);
+            cx.record_header(at, message, now);
+            cx.store_fields(at.at(header::FIELDS), &record.values, &fields);
+            let fixed = header::FIELDS + fields_bytes;
+            match record.stack {
+                Some(parts) => {
+                    let target = StackTarget {
+                        buf: scratch.buf,
+                        frames_at: fixed,
+                        desc_at: header::KERNEL_FRAMES as i16,
+                    };
+                    let frames = cx.take_stack(parts, record.switch_stack.as_deref(), target, now);
+                    cx.send_with_frames(scratch.buf, fixed, frames, parts);
+                }
+                None => cx.send(Arg::Reg(scratch.buf), Arg::Imm(i64::from(fixed)), None),
+            }
+        });
+    }
+
+    /// Whether some record of this probe has a user stack.
+    fn unwinds_user_stacks(&self) -> bool {
+        records_of(self.probe).any(|r| r.stack.is_some_and(StackKind::user))
+    }
+
+    /// Runs `build` with a scratch buffer of this CPU (records with stacks
+    /// are built there); when none is free the record is lost (counted).
+    fn with_scratch(&mut self, build: impl FnOnce(&mut Self, &Scratch)) {
+        let (full, done) = (self.label(), self.label());
+        let scratch = self.scratch_acquire(full);
+        build(self, &scratch);
+        self.scratch_release(&scratch);
+        self.emit(Inst::Jump(done));
+        self.emit(Inst::Bind(full));
+        self.count_drop(DropReason::StackLost);
+        self.emit(Inst::Bind(done));
+    }
+
+    /// Sends the message at `buf`: `fixed` bytes of header and fields, then
+    /// `frames` bytes of frames.
+    fn send_with_frames(&mut self, buf: VReg, fixed: u32, frames: VReg, parts: StackKind) {
+        let size = self.vreg();
+        self.mov(size, frames);
+        self.clamp_max(size, USER_FRAMES_BYTES + KERNEL_FRAMES_BYTES);
+        self.alu(AluOp::Add, size, Src::Imm(fixed as i32));
+        let urgent = parts.user().then(|| {
+            self.load_sized(
+                Base::Reg(buf),
+                header::STACK_FLAGS as i16,
+                crate::codegen::ir::Size::U32,
+            )
+        });
+        self.send(Arg::Reg(buf), Arg::Reg(size), urgent);
     }
 
     fn span_start(&mut self, span: SpanRef, key: &TExpr, record: &CheckedRecord) {
         let decl = &self.program.spans[span.0];
-        let fields = &decl.start_fields;
-        let value_size = SPAN_VALUE_HEADER + fields.iter().map(|(_, t)| t.size()).sum::<u32>();
+        let fields = decl.start_fields.clone();
+        let fields_bytes = fields_size(&fields);
         self.comment(format!("span {} starts", decl.name));
         let key = self.span_key(span, key);
-        let value = self.alloc(value_size);
-        let now = self.call_result(KTIME_GET_NS, vec![]);
-        self.store(Base::Frame, value, Src::Reg(now));
-        self.store_stacks(value + 8, record.stack);
-        self.store_fields(value + SPAN_VALUE_HEADER as i16, &record.values, fields);
-        self.map_update(self.maps.spans[span.0], key, value);
+        let map = self.maps.spans[span.0];
+        let Some(parts) = record.stack else {
+            let value = self.alloc(SPAN_VALUE_HEADER + fields_bytes);
+            let now = self.call_result(KTIME_GET_NS, vec![]);
+            self.store(Base::Frame, value, Src::Reg(now));
+            self.zero(Base::Frame, value + 8, SPAN_VALUE_HEADER - 8);
+            self.store_fields(
+                Place::frame(value).at(SPAN_VALUE_HEADER),
+                &record.values,
+                &fields,
+            );
+            self.map_update(map, key, value);
+            return;
+        };
+        self.with_scratch(|cx, scratch| {
+            let now = cx.call_result(KTIME_GET_NS, vec![]);
+            let value = Place::reg(scratch.buf);
+            cx.store(Base::Reg(scratch.buf), 0, Src::Reg(now));
+            cx.store_fields(value.at(SPAN_VALUE_HEADER), &record.values, &fields);
+            let target = StackTarget {
+                buf: scratch.buf,
+                frames_at: SPAN_VALUE_HEADER + fields_bytes,
+                desc_at: 8,
+            };
+            let frames = cx.take_stack(parts, None, target, now);
+            cx.store(Base::Reg(scratch.buf), SPAN_FRAME_BYTES, Src::Reg(frames));
+            let args = vec![
+                Arg::Map(map),
+                Arg::Frame(key),
+                Arg::Reg(scratch.buf),
+                Arg::Imm(BPF_ANY),
+            ];
+            cx.emit(Inst::Call {
+                helper: MAP_UPDATE_ELEM,
+                args,
+                ret: None,
+            });
+        });
     }
 
     fn span_end(&mut self, span: SpanRef, key: &TExpr, record: &CheckedRecord) {
         let decl = &self.program.spans[span.0];
         let id = decl.record;
-        let start_bytes: u32 = decl.start_fields.iter().map(|(_, t)| t.size()).sum();
+        let start_stack = decl.start_stack;
+        let start_bytes = fields_size(&decl.start_fields);
+        let end_fields = decl.end_fields.clone();
         let fields = self.program.records[id.0].fields.clone();
-        let (message, size) = self.record_message(id, &fields);
+        let fields_bytes = fields_size(&fields);
+        let stack = record.stack.or(start_stack);
+        let message = self.record_message(id, &fields, stack.is_some());
         self.comment(format!("span {} ends", decl.name));
         let key = self.span_key(span, key);
         let map = self.maps.spans[span.0];
@@ -70,37 +220,95 @@ impl Lowerer<'_> {
         self.count_drop(DropReason::UnmatchedSpanEnd);
         self.emit(Inst::Jump(done));
         self.emit(Inst::Bind(found));
-        let buffer = self.alloc(size);
-        let start = self.load(Base::Reg(open), 0);
-        self.record_header(buffer, message, start);
-        let now = self.call_result(KTIME_GET_NS, vec![]);
-        self.alu(AluOp::Sub, now, Src::Reg(start));
-        self.store(Base::Frame, buffer + header::DURATION as i16, Src::Reg(now));
-        if decl.start_stack.is_some() {
-            self.copy(
-                (Base::Frame, buffer + header::KERNEL_STACK as i16),
-                (Base::Reg(open), 8),
-                24,
-            );
-        } else {
-            self.store_stacks(buffer + header::KERNEL_STACK as i16, record.stack);
-        }
-        let fields_at = buffer + header::FIELDS as i16;
-        self.copy(
-            (Base::Frame, fields_at),
-            (Base::Reg(open), SPAN_VALUE_HEADER as i16),
+        let end = SpanEndParts {
+            open,
+            message,
             start_bytes,
-        );
-        let end_fields = &decl.end_fields;
-        self.store_fields(fields_at + start_bytes as i16, &record.values, end_fields);
+            end_fields: &end_fields,
+            values: &record.values,
+        };
+        match stack {
+            None => {
+                let buffer = self.alloc(header::FIELDS + fields_bytes);
+                let at = Place::frame(buffer);
+                self.span_end_message(at, &end);
+                let size = Arg::Imm(i64::from(header::FIELDS + fields_bytes));
+                self.send(Arg::Frame(buffer), size, None);
+            }
+            Some(parts) => self.with_scratch(|cx, scratch| {
+                let at = Place::reg(scratch.buf);
+                let now = cx.span_end_message(at, &end);
+                let frames_at = header::FIELDS + fields_bytes;
+                let frames = match start_stack {
+                    Some(_) => cx.copy_span_frames(open, scratch.buf, start_bytes, frames_at),
+                    None => {
+                        let target = StackTarget {
+                            buf: scratch.buf,
+                            frames_at,
+                            desc_at: header::KERNEL_FRAMES as i16,
+                        };
+                        cx.take_stack(parts, None, target, now)
+                    }
+                };
+                cx.send_with_frames(scratch.buf, frames_at, frames, parts);
+            }),
+        }
         let args = vec![Arg::Map(map), Arg::Frame(key)];
         self.emit(Inst::Call {
             helper: MAP_DELETE_ELEM,
             args,
             ret: None,
         });
-        self.send(buffer, size, record.stack.or(decl.start_stack));
         self.emit(Inst::Bind(done));
+    }
+
+    /// The header (start time, duration; the start's stack description)
+    /// and both ends' fields of a span's event at `at`; returns the time now.
+    fn span_end_message(&mut self, at: Place, end: &SpanEndParts<'_>) -> VReg {
+        let start = self.load(Base::Reg(end.open), 0);
+        self.record_header(at, end.message, start);
+        let now = self.call_result(KTIME_GET_NS, vec![]);
+        let duration = self.vreg();
+        self.mov(duration, now);
+        self.alu(AluOp::Sub, duration, Src::Reg(start));
+        self.store(at.base, at.offset(header::DURATION), Src::Reg(duration));
+        self.copy(
+            (at.base, at.offset(header::KERNEL_FRAMES)),
+            (Base::Reg(end.open), 8),
+            24,
+        );
+        let fields_at = at.at(header::FIELDS);
+        self.copy(
+            (fields_at.base, fields_at.offset(0)),
+            (Base::Reg(end.open), SPAN_VALUE_HEADER as i16),
+            end.start_bytes,
+        );
+        self.store_fields(fields_at.at(end.start_bytes), end.values, end.end_fields);
+        now
+    }
+
+    /// Copies a span start's frames from its open value to `frames_at` of
+    /// the end's message; returns their bytes.
+    fn copy_span_frames(
+        &mut self,
+        open: VReg,
+        buf: VReg,
+        start_bytes: u32,
+        frames_at: u32,
+    ) -> VReg {
+        let bytes = self.load(Base::Reg(open), SPAN_FRAME_BYTES);
+        self.clamp_max(bytes, SPAN_FRAMES_BYTES);
+        let none = self.label();
+        self.branch(Cond::Eq, bytes, Src::Imm(0), none);
+        let to = self.offset_pointer(buf, frames_at);
+        let from = self.offset_pointer(open, SPAN_VALUE_HEADER + start_bytes);
+        self.emit(Inst::Call {
+            helper: PROBE_READ_KERNEL,
+            args: vec![Arg::Reg(to), Arg::Reg(bytes), Arg::Reg(from)],
+            ret: None,
+        });
+        self.emit(Inst::Bind(none));
+        bytes
     }
 
     /// The span's key in a frame buffer laid out as the span map's key.
@@ -112,8 +320,13 @@ impl Lowerer<'_> {
         buffer
     }
 
-    /// Register the message for record `id`; returns it and the message size.
-    fn record_message(&mut self, id: RecordRef, fields: &[(String, Type)]) -> (MessageId, u32) {
+    /// Register the message for record `id`.
+    fn record_message(
+        &mut self,
+        id: RecordRef,
+        fields: &[(String, Type)],
+        stack: bool,
+    ) -> MessageId {
         let mut offset = header::FIELDS;
         let layout = fields
             .iter()
@@ -127,95 +340,59 @@ impl Lowerer<'_> {
         self.messages.push(Message::Record {
             record: id.0 as u32,
             fields: layout,
+            frames_at: stack.then_some(offset),
         });
-        (message, offset)
+        message
     }
 
-    /// Message id, time, task, CPU and comm; no duration and no stacks yet.
-    fn record_header(&mut self, buffer: i16, message: MessageId, ts: VReg) {
-        self.store(Base::Frame, buffer, Src::Imm(message.0 as i32));
-        self.store(Base::Frame, buffer + header::TS as i16, Src::Reg(ts));
+    /// Message id, time, task, CPU and comm at `at`; no duration and no
+    /// stack yet.
+    fn record_header(&mut self, at: Place, message: MessageId, ts: VReg) {
+        self.store(at.base, at.offset(0), Src::Imm(message.0 as i32));
+        self.store(at.base, at.offset(header::TS), Src::Reg(ts));
         let task = self.call_result(GET_CURRENT_PID_TGID, vec![]);
-        self.store(
-            Base::Frame,
-            buffer + header::PID_TGID as i16,
-            Src::Reg(task),
-        );
+        self.store(at.base, at.offset(header::PID_TGID), Src::Reg(task));
         let cpu = self.call_result(GET_SMP_PROCESSOR_ID, vec![]);
-        self.store(Base::Frame, buffer + header::CPU as i16, Src::Reg(cpu));
-        let comm = buffer + header::COMM as i16;
-        let args = vec![Arg::Frame(comm), Arg::Imm(i64::from(COMM_LEN))];
+        self.store(at.base, at.offset(header::CPU), Src::Reg(cpu));
+        let comm = self.place_arg(at.at(header::COMM));
+        let args = vec![comm, Arg::Imm(i64::from(COMM_LEN))];
         self.emit(Inst::Call {
             helper: GET_CURRENT_COMM,
             args,
             ret: None,
         });
-        for at in [header::DURATION, header::KERNEL_STACK, header::USER_STACK] {
-            let value = if at == header::DURATION { 0 } else { -1 };
-            self.store(Base::Frame, buffer + at as i16, Src::Imm(value));
-        }
+        self.zero(
+            at.base,
+            at.offset(header::DURATION),
+            header::FIELDS - header::DURATION,
+        );
     }
 
-    /// The kernel and user stack ids at `at` and `at + 8` (-1 when not
-    /// wanted), and at `at + 16` the entry return address of user stacks.
-    fn store_stacks(&mut self, at: i16, stack: Option<StackKind>) {
-        self.store(Base::Frame, at + 16, Src::Imm(0));
-        let Some(stack) = stack else { return };
-        if stack.user() && self.probe.function_entry {
-            self.entry_return_address(at + 16);
+    /// A helper argument pointing at `place`.
+    fn place_arg(&mut self, place: Place) -> Arg {
+        match place.base {
+            Base::Frame => Arg::Frame(place.offset(0)),
+            Base::Reg(pointer) => Arg::Reg(self.offset_pointer(pointer, place.at as u32)),
         }
-        let maps = [
-            (self.maps.kernel_stacks, 0, at),
-            (self.maps.user_stacks, BPF_F_USER_STACK, at + 8),
-        ];
-        for (wanted, (map, flags, at)) in [stack.kernel(), stack.user()].into_iter().zip(maps) {
-            let (true, Some(map)) = (wanted, map) else {
-                self.store(Base::Frame, at, Src::Imm(-1));
-                continue;
-            };
-            let ctx = self.ctx;
-            let id = self.call_result(
-                GET_STACKID,
-                vec![Arg::Reg(ctx), Arg::Map(map), Arg::Imm(flags)],
-            );
-            self.store(Base::Frame, at, Src::Reg(id));
-            let kept = self.label();
-            self.branch(Cond::Ne, id, Src::Imm(STACK_COLLISION), kept);
-            self.count_drop(DropReason::StackLost);
-            self.emit(Inst::Bind(kept));
-        }
-    }
-
-    /// `*(u64 *)regs->sp`: at a function's first instruction, the return
-    /// address into its caller.
-    fn entry_return_address(&mut self, at: i16) {
-        let ctx = self.ctx;
-        let sp = self.load(Base::Reg(ctx), x86_64::STACK_POINTER as i16);
-        let args = vec![Arg::Frame(at), Arg::Imm(8), Arg::Reg(sp)];
-        self.emit(Inst::Call {
-            helper: PROBE_READ_USER,
-            args,
-            ret: None,
-        });
     }
 
     /// Stores `values` at `at` in the layout of the record's `fields` (which
     /// may be wider: strings of a shared record take the longest length).
-    fn store_fields(&mut self, at: i16, values: &[RecordValue], fields: &[(String, Type)]) {
-        let mut offset = at;
+    fn store_fields(&mut self, at: Place, values: &[RecordValue], fields: &[(String, Type)]) {
+        let mut offset = 0;
         let mut fields = fields.iter().map(|(_, ty)| ty);
         for value in values {
             match value {
                 RecordValue::Expr(value) => {
                     let ty = fields.next().expect("a field per value");
                     let result = self.expr(value);
-                    self.store_value(result, &value.ty, Base::Frame, offset, ty);
-                    offset += ty.size() as i16;
+                    self.store_value(result, &value.ty, at.base, at.offset(offset), ty);
+                    offset += ty.size();
                 }
                 RecordValue::Counter(counter) => {
-                    self.read_counter(*counter, offset);
+                    self.read_counter(*counter, at.at(offset));
                     fields.nth(COUNTER_BYTES as usize / 8 - 1);
-                    offset += COUNTER_BYTES as i16;
+                    offset += COUNTER_BYTES;
                 }
             }
         }
@@ -223,12 +400,13 @@ impl Lowerer<'_> {
 
     /// `bpf_perf_event_read_value` of the counter on this CPU: value, time
     /// enabled and time running (the helper zeroes them when it fails).
-    fn read_counter(&mut self, counter: usize, at: i16) {
+    fn read_counter(&mut self, counter: usize, at: Place) {
         let map = self.maps.counters[counter];
+        let to = self.place_arg(at);
         let args = vec![
             Arg::Map(map),
             Arg::Imm(BPF_F_CURRENT_CPU),
-            Arg::Frame(at),
+            to,
             Arg::Imm(i64::from(COUNTER_BYTES)),
         ];
         self.emit(Inst::Call {
@@ -238,15 +416,11 @@ impl Lowerer<'_> {
         });
     }
 
-    /// Send `size` bytes at `buffer`; count the event as lost when the ring is full.
-    fn send(&mut self, buffer: i16, size: u32, stack: Option<StackKind>) {
-        let flags = self.wakeup_flags(stack);
-        let args = vec![
-            Arg::Map(self.maps.ringbuf),
-            Arg::Frame(buffer),
-            Arg::Imm(i64::from(size)),
-            flags,
-        ];
+    /// Send `size` bytes at `buffer`; count the event as lost when the ring
+    /// is full. `stack_flags`: a record with a user stack, how it was taken.
+    fn send(&mut self, buffer: Arg, size: Arg, stack_flags: Option<VReg>) {
+        let flags = self.wakeup_flags(stack_flags);
+        let args = vec![Arg::Map(self.maps.ringbuf), buffer, size, flags];
         let result = self.call_result(RINGBUF_OUTPUT, args);
         let sent = self.label();
         self.branch(Cond::Eq, result, Src::Imm(0), sent);
@@ -259,20 +433,27 @@ impl Lowerer<'_> {
     /// (the rest absorbs the recorder's delay in getting a CPU): a
     /// wake-up per event costs an irq_work and a switch to the reader (it
     /// tripled the time of `perf bench sched pipe` under a sched_switch
-    /// record). Events with a user stack keep the kernel's default (wake an
-    /// idle reader): their process must still be alive when the recorder
-    /// normalizes the stack's addresses.
-    fn wakeup_flags(&mut self, stack: Option<StackKind>) -> Arg {
-        if stack.is_some_and(StackKind::user) {
-            return Arg::Imm(0);
+    /// record). A user stack that needs its process soon keeps the
+    /// kernel's default (wake an idle reader): one walked by the kernel as
+    /// plain addresses, or through code mapped since the process's
+    /// mappings were read (the recorder reads them again, and normalizes
+    /// the addresses while the process lives).
+    fn wakeup_flags(&mut self, stack_flags: Option<VReg>) -> Arg {
+        let flags = self.vreg();
+        let quiet = self.label();
+        if let Some(stack_flags) = stack_flags {
+            let urgent = self.vreg();
+            self.mov(urgent, stack_flags);
+            let bits = stack_flags::KERNEL_WALK | stack_flags::UNKNOWN_MAPPING;
+            self.alu(AluOp::And, urgent, Src::Imm(bits as i32));
+            self.mov_imm(flags, 0);
+            self.branch(Cond::Ne, urgent, Src::Imm(0), quiet);
         }
         let queued = self.call_result(
             RINGBUF_QUERY,
             vec![Arg::Map(self.maps.ringbuf), Arg::Imm(BPF_RB_AVAIL_DATA)],
         );
-        let flags = self.vreg();
         self.mov_imm(flags, BPF_RB_NO_WAKEUP);
-        let quiet = self.label();
         let quarter = (self.maps.ringbuf_bytes / 4) as i32;
         self.branch(Cond::Le, queued, Src::Imm(quarter), quiet);
         self.mov_imm(flags, BPF_RB_FORCE_WAKEUP);
@@ -391,12 +572,14 @@ mod tests {
     #[test]
     fn disabled_stack_kind_compiles_to_nothing() {
         let off = compiled("kprobe:f < stack(offcpu) >", &CompileOptions::default());
-        assert!(off.kernel_stacks.is_none() && off.user_stacks.is_none());
+        assert!(off.unwind.is_none() && off.kernel_stack_skips.is_empty());
+        assert!(!off.maps.iter().any(|m| m.name == "wprof_scratch"));
         let on = CompileOptions {
             stacks: ["offcpu".to_owned()].into(),
             ..CompileOptions::default()
         };
         let on = compiled("kprobe:f < stack(offcpu) >", &on);
-        assert!(on.kernel_stacks.is_some() && on.user_stacks.is_some());
+        assert!(on.unwind.is_some());
+        assert!(on.maps.iter().any(|m| m.name == "wprof_scratch"));
     }
 }

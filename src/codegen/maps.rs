@@ -1,12 +1,10 @@
 //! Map layouts: how each script map and the internal maps are stored.
 
 use crate::codegen::glob_nfa::{GlobSet, LANE_TABLE_BYTES};
-use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind, StackKind};
-use crate::frontend::options::UserStacks;
+use crate::codegen::stack_layout::{self, StackMaps};
+use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind};
 use crate::frontend::types::{Pointer, Type};
-use crate::vocab::{
-    AggFunc, BUILD_ID_FRAME_BYTES, MAX_STACK_DEPTH, MapId, MapKind, MapSpec, MapValue, ScriptMap,
-};
+use crate::vocab::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
 
 /// Entries per script map, as bpftrace's default `max_map_keys`.
 pub const MAX_MAP_KEYS: u32 = 4096;
@@ -46,8 +44,8 @@ pub struct MapLayouts {
     pub ringbuf: MapId,
     pub ringbuf_bytes: u32,
     pub globals: MapId,
-    pub kernel_stacks: Option<MapId>,
-    pub user_stacks: Option<MapId>,
+    /// The maps records with stacks use.
+    pub stacks: Option<StackMaps>,
     pub drops: Option<MapId>,
     /// One map of open spans per span, in `SpanRef` order.
     pub spans: Vec<MapId>,
@@ -107,41 +105,10 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         max_entries: 1,
         script_map: None,
     });
+    let stacks = stack_layout::add_maps(program, &mut specs);
     let mut internal = |name: String, kind, key_size, value_size, max_entries| {
-        specs.push(MapSpec {
-            name,
-            kind,
-            key_size,
-            value_size,
-            max_entries,
-            script_map: None,
-        });
-        MapId(specs.len() as u32 - 1)
+        MapSpec::add_internal(&mut specs, &name, kind, key_size, value_size, max_entries)
     };
-    let wants = |f: fn(StackKind) -> bool| program.records.iter().any(|r| r.stack.is_some_and(f));
-    let depth = MAX_STACK_DEPTH;
-    let kernel_stacks = wants(StackKind::kernel).then(|| {
-        internal(
-            "wprof_kstacks".into(),
-            MapKind::StackTrace,
-            4,
-            8 * depth,
-            STACK_ENTRIES,
-        )
-    });
-    let (user_kind, user_bytes) = match program.user_stacks {
-        UserStacks::BuildId => (MapKind::BuildIdStackTrace, BUILD_ID_FRAME_BYTES * depth),
-        UserStacks::Addresses => (MapKind::StackTrace, 8 * depth),
-    };
-    let user_stacks = wants(StackKind::user).then(|| {
-        internal(
-            "wprof_ustacks".into(),
-            user_kind,
-            4,
-            user_bytes,
-            STACK_ENTRIES,
-        )
-    });
     let drops = (!program.records.is_empty()).then(|| {
         internal(
             "wprof_drops".into(),
@@ -155,8 +122,14 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         .spans
         .iter()
         .map(|span| {
-            let value =
-                SPAN_VALUE_HEADER + span.start_fields.iter().map(|(_, t)| t.size()).sum::<u32>();
+            let frames = if span.start_stack.is_some() {
+                stack_layout::SPAN_FRAMES_BYTES
+            } else {
+                0
+            };
+            let value = SPAN_VALUE_HEADER
+                + span.start_fields.iter().map(|(_, t)| t.size()).sum::<u32>()
+                + frames;
             internal(
                 format!("span_{}", span.name),
                 MapKind::Hash,
@@ -189,8 +162,7 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         ringbuf,
         ringbuf_bytes,
         globals,
-        kernel_stacks,
-        user_stacks,
+        stacks,
         drops,
         spans,
         glob_set,
@@ -206,15 +178,17 @@ fn possible_cpus() -> u32 {
     libbpf_rs::num_possible_cpus().map_or(1, |n| n as u32)
 }
 
-/// Distinct stacks of each kind a capture can hold (the kernel preallocates them).
-const STACK_ENTRIES: u32 = 4096;
 /// Spans open at the same time, per span.
 const OPEN_SPANS: u32 = 16384;
 /// Counters in the drops map, one per `DropReason`.
 const DROP_REASONS: u32 = 3;
-/// An open span's value: start time, kernel and user stack ids, entry
-/// return address, then the start fields.
-pub const SPAN_VALUE_HEADER: u32 = 32;
+/// An open span's value: start time, the stack description of the record
+/// header (frame counts, flags, kernel error, entry return address), the
+/// bytes of frames, then the start fields, then (a start with a stack)
+/// its frames.
+pub const SPAN_VALUE_HEADER: u32 = 40;
+/// Where an open span's value holds its bytes of frames.
+pub const SPAN_FRAME_BYTES: i16 = 32;
 
 fn script_map(decl: &MapDecl, id: MapId, max_entries: u32) -> (MapSpec, ScriptMapLayout) {
     let key_bytes = decl.key.as_ref().map_or(0, |k| k.size());

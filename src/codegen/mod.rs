@@ -17,11 +17,13 @@ mod lower_provider;
 mod lower_memory;
 mod lower_record;
 mod lower_selected;
+mod lower_stack;
 mod lower_task_storage;
 mod maps;
 pub mod program;
 mod prune;
 pub mod regalloc;
+pub mod stack_layout;
 
 use crate::capture::model::{FieldSchema, FieldType, RecordKind, RecordSchema};
 use crate::frontend::checked::{CheckedProbe, CheckedProgram, RecordDecl};
@@ -41,8 +43,10 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
         globals: Some(layouts.globals),
         records: program.records.iter().map(record_schema).collect(),
         probe_names: program.probes.iter().map(|p| p.name.clone()).collect(),
-        kernel_stacks: layouts.kernel_stacks,
-        user_stacks: layouts.user_stacks,
+        unwind: layouts.stacks.and_then(|s| s.unwind),
+        kernel_stack_skips: kernel_stack_skips(program),
+        tracepoint_glue: (layouts.stacks.and_then(|s| s.glue))
+            .map(|map| (map, stack_layout::tracepoint_glue(program))),
         drops: layouts.drops,
         initial_values: layouts
             .globs
@@ -69,9 +73,14 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
             lower::Lowerer::lower(blocks, program, &layouts, &mut compiled.messages);
         prune::remove_unreachable(&mut function);
         let allocation = regalloc::allocate(&function);
-        if allocation.frame_bytes > STACK_LIMIT {
+        // The unwinder's functions take their frames from the same 512 bytes.
+        let limit = match function.unwinder {
+            Some(_) => STACK_LIMIT - crate::unwind::bpf::FRAME_BYTES,
+            None => STACK_LIMIT,
+        };
+        if allocation.frame_bytes > limit {
             let message = format!(
-                "`{}` needs {} bytes of BPF stack; the kernel allows {STACK_LIMIT}",
+                "`{}` needs {} bytes of BPF stack; the kernel allows {limit}",
                 probe.name, allocation.frame_bytes
             );
             let help = "this statement needs the most: split it, or use shorter strings (`str(p, N)`) and fewer string arguments";
@@ -168,6 +177,19 @@ fn watch_setup(
     };
     let name = program_name(index, &format!("w_{function}"));
     Some(assembled.into_program(name, format!("{} (setup)", probe.name), attach))
+}
+
+/// The skip-count globals of the programs that take kernel stacks.
+fn kernel_stack_skips(program: &CheckedProgram) -> Vec<crate::vocab::GlobalSlot> {
+    let mut slots: Vec<_> = (program.probes.iter())
+        .filter(|probe| {
+            stack_layout::records_of(probe).any(|r| r.stack.is_some_and(|s| s.kernel()))
+        })
+        .filter_map(|probe| crate::providers::of(&probe.attach).kernel_stack_skip())
+        .collect();
+    slots.sort_by_key(|slot| *slot as u32);
+    slots.dedup();
+    slots
 }
 
 /// How a record kind is described in captures.

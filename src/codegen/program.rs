@@ -5,7 +5,8 @@
 
 use crate::capture::model::RecordSchema;
 use crate::frontend::ast::Span;
-use crate::vocab::{AttachPoint, MapId, MapSpec, Message, PerfEvent};
+use crate::unwind::maps::UnwindMaps;
+use crate::vocab::{AttachPoint, GlobalSlot, MapId, MapSpec, Message, PerfEvent};
 
 #[derive(Clone, Debug, Default)]
 pub struct Compiled {
@@ -21,10 +22,16 @@ pub struct Compiled {
     pub globals: Option<MapId>,
     /// The kinds of capture event, indexed by `Message::Record::record`.
     pub records: Vec<RecordSchema>,
-    /// The stack trace map kernel stacks of records are ids into.
-    pub kernel_stacks: Option<MapId>,
-    /// The build-id stack trace map user stacks of records are ids into.
-    pub user_stacks: Option<MapId>,
+    /// The unwinder's maps, which the table manager fills, when records
+    /// have user stacks.
+    pub unwind: Option<UnwindMaps>,
+    /// The skip counts kernel stacks of records read (program types whose
+    /// tracer frames are measured at start-up).
+    pub kernel_stack_skips: Vec<GlobalSlot>,
+    /// The map of raw tracepoint iterators' address ranges (one value, 16
+    /// bytes per probe), and the probes and tracepoints to fill it for
+    /// (`stack_layout::tracepoint_glue`).
+    pub tracepoint_glue: Option<(MapId, Vec<(u32, String)>)>,
     /// Per-CPU u64 counters of lost events, indexed by `DropReason as u32`.
     pub drops: Option<MapId>,
     /// Values of one-element arrays written at load, before any program

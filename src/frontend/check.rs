@@ -17,6 +17,7 @@ use crate::frontend::diag::ScriptError;
 use crate::frontend::options::CompileOptions;
 use crate::frontend::types::Type;
 use crate::providers::{self, Resolved, ResolvedProbe};
+use crate::unwind::layout::MmLayout;
 use crate::vocab::Environment;
 
 /// Check a parsed script against the machine described by `env`, with the
@@ -98,6 +99,14 @@ pub fn check(
     checker.final_pass = true;
     let probes = checker.check_all(&sources, script);
     checker.check_task_storage_maps();
+    let first_span = probes.first().map_or(Span::default(), |p| p.span);
+    let mm_layout = match user_stack_layout(&checker.records, env, first_span) {
+        Ok(layout) => layout,
+        Err(error) => {
+            checker.errors.push(error);
+            None
+        }
+    };
     if checker.errors.is_empty() {
         warnings.dedup();
         Ok(CheckedProgram {
@@ -107,12 +116,13 @@ pub fn check(
             records: checker.records,
             spans: checker.spans,
             filter: options.filter.clone(),
-            user_stacks: options.user_stacks,
             map_keys_max: options.map_keys_max,
             counters: match checker.reads_counters {
                 true => options.pmu.clone(),
                 false => Vec::new(),
             },
+            mm_layout,
+            offcpu_min_block_ns: options.offcpu_min_block_ns,
         })
     } else {
         Err(checker.errors)
@@ -142,6 +152,23 @@ fn lone_probe_mixed(sources: &[Source]) -> Option<ScriptError> {
         .with_help(
             "an iterator runs once over every object when wprof reads it, then tracing ends; \
              run other probes in another wprof",
+        )
+    })
+}
+
+/// The unwinder's view of the kernel, when some record has a user stack.
+fn user_stack_layout(
+    records: &[RecordDecl],
+    env: &dyn Environment,
+    script_span: Span,
+) -> Result<Option<MmLayout>, ScriptError> {
+    if !records.iter().any(|r| r.stack.is_some_and(StackKind::user)) {
+        return Ok(None);
+    }
+    MmLayout::resolve(env).map(Some).map_err(|why| {
+        ScriptError::new(
+            script_span,
+            format!("user stacks need the kernel's task and memory layout: {why}"),
         )
     })
 }

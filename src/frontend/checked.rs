@@ -5,9 +5,10 @@
 
 use crate::capture::model::RecordOrigin;
 use crate::frontend::ast::{BinOp, Span, UnOp};
+use crate::frontend::options::PmuCounter;
 use crate::frontend::options::TaskFilter;
-use crate::frontend::options::{PmuCounter, UserStacks};
 use crate::frontend::types::Type;
+use crate::unwind::layout::MmLayout;
 use crate::vocab::{AggFunc, ArgRead, AttachPoint, BuiltinId, TracepointField};
 
 /// Only the checker builds this (fields are public for reading).
@@ -23,11 +24,15 @@ pub struct CheckedProgram {
     /// The counters `pmu` record items read (`RecordValue::Counter` indices);
     /// empty when no record reads any.
     pub counters: Vec<PmuCounter>,
-    pub user_stacks: UserStacks,
     /// Entries a script map holds, when not the default.
     pub map_keys_max: Option<u32>,
     /// What the user should know about how probes were resolved, for stderr.
     pub warnings: Vec<String>,
+    /// Where the user-stack unwinder finds the current address space's
+    /// identity; `Some` when a record has a user stack.
+    pub mm_layout: Option<MmLayout>,
+    /// `-S offcpu=DUR` in ns (see `CompileOptions::offcpu_min_block_ns`).
+    pub offcpu_min_block_ns: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -90,6 +95,21 @@ pub struct CheckedRecord {
     /// Values in field order (stacks are not fields).
     pub values: Vec<RecordValue>,
     pub stack: Option<StackKind>,
+    /// `stack(offcpu, NEXT)` at a context switch.
+    pub switch_stack: Option<Box<SwitchStack>>,
+}
+
+/// `stack(offcpu, NEXT)`: the off-CPU stack of the task switched out (the
+/// current one), or with `-S offcpu=DUR` that of `NEXT` when its block
+/// lasted long enough (`docs/unwinding.md`, "Off-CPU stacks"); each only
+/// for a task the filters select.
+#[derive(Clone, Debug)]
+pub struct SwitchStack {
+    /// The task switched in.
+    pub next: TExpr,
+    /// `selected(curtask)`, `selected(NEXT)`.
+    pub prev_selected: TExpr,
+    pub next_selected: TExpr,
 }
 
 /// What fills one or more fields of a record.

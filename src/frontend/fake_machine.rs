@@ -34,6 +34,8 @@ pub mod ids {
     pub const ANON_UNION: KTypeId = KTypeId(10);
     pub const VOID_PTR: KTypeId = KTypeId(11);
     pub const ITER_TASK: KTypeId = KTypeId(12);
+    pub const MM: KTypeId = KTypeId(13);
+    pub const MM_PTR: KTypeId = KTypeId(14);
 }
 
 /// `struct task_struct` of the fake kernel: byte offsets chosen for tests.
@@ -56,6 +58,7 @@ fn task_struct() -> KernelKind {
         member("se", ids::SCHED_ENTITY, 300),
         member("", ids::ANON_UNION, 400),
         member("stack", ids::VOID_PTR, 408),
+        member("mm", ids::MM_PTR, 416),
     ];
     members.push(KernelMember {
         bitfield_bits: Some(1),
@@ -314,6 +317,19 @@ impl Environment for FakeMachine {
                     ],
                 },
             ),
+            ids::MM => named(
+                "struct mm_struct",
+                KernelKind::Struct {
+                    union: false,
+                    size: 1024,
+                    members: vec![
+                        single("start_code", ids::U64, 264),
+                        single("end_code", ids::U64, 272),
+                        single("start_stack", ids::U64, 312),
+                    ],
+                },
+            ),
+            ids::MM_PTR => named("struct mm_struct *", KernelKind::Pointer(ids::MM)),
             KTypeId(0) => named("void", KernelKind::Void),
             KTypeId(other) => return Err(format!("no kernel type {other}")),
         })
@@ -323,6 +339,7 @@ impl Environment for FakeMachine {
         match name {
             "struct task_struct" => Ok(ids::TASK),
             "struct bpf_iter__task" => Ok(ids::ITER_TASK),
+            "struct mm_struct" => Ok(ids::MM),
             "int" => Ok(ids::INT),
             _ => Err(format!("no kernel type `{name}`")),
         }

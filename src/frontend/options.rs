@@ -16,7 +16,9 @@ pub struct CompileOptions {
     pub pmu: Vec<PmuCounter>,
     /// The tasks `selected(task)` accepts.
     pub filter: TaskFilter,
-    pub user_stacks: UserStacks,
+    /// `-S offcpu=DUR`: `stack(offcpu, NEXT)` keeps the off-CPU stack of a
+    /// block only when it lasted at least this long (ns); `None`: every block.
+    pub offcpu_min_block_ns: Option<u64>,
     /// Where the user's script finds `#include`d headers.
     pub includes: Includes,
     /// `BPFTRACE_MAP_KEYS_MAX`: entries a script map holds (`None`: 4096).
@@ -30,19 +32,6 @@ pub struct Includes {
     pub dirs: Vec<PathBuf>,
     /// Read before the script, as `#include "FILE"`.
     pub files: Vec<PathBuf>,
-}
-
-/// How the kernel records user stacks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum UserStacks {
-    /// As (build id, file offset) pairs: frames of processes that exit
-    /// before user space reads them still symbolize, but the kernel reads
-    /// each frame's build id, which costs microseconds per stack.
-    #[default]
-    BuildId,
-    /// As plain addresses, normalized through the process's mappings while
-    /// it lives: cheap enough for a stack at every context switch.
-    Addresses,
 }
 
 /// The kinds `-S` and `stack(KIND)` know.

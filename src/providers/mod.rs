@@ -115,6 +115,16 @@ pub trait Provider: Sync {
         false
     }
 
+    /// Where the kernel stack of a program of this kind starts: `None` at
+    /// the registers its context holds (the traced event's: a tracepoint's
+    /// caller, a kprobe's function, a sample's interrupted code; the user's
+    /// for uprobes); `Some(slot)` above the tracer's own frames (the BPF
+    /// program and the raw tracepoint glue), which the kernel is told to
+    /// skip: their number, measured at start-up, is in that global.
+    fn kernel_stack_skip(&self) -> Option<crate::vocab::GlobalSlot> {
+        None
+    }
+
     /// When the kernel refuses to load programs of this kind, the message
     /// to report at attach time instead of failing the whole load (so other
     /// probes still run); `None` makes the refusal a load error.

@@ -19,7 +19,16 @@ impl Provider for RawTracepoint {
         }]
     }
 
-    fn resolve(&self, _ty: &str, spec: &Spec, _env: &dyn Environment) -> Result<Resolved, String> {
+    fn kernel_stack_skip(&self) -> Option<crate::vocab::GlobalSlot> {
+        Some(crate::vocab::GlobalSlot::RawTracepointStackSkip)
+    }
+
+    fn resolve(
+        &self,
+        _ty: &str,
+        spec: &Spec,
+        _env: &dyn Environment,
+    ) -> Result<Resolved, String> {
         let name = match spec.parts.as_slice() {
             [name] | [_, name] => *name,
             _ => return Err(format!("`{spec}`: expected `rawtracepoint:NAME`")),

@@ -6,10 +6,9 @@
 //! ([`Frames::describe`]), the function names of a frame for per-function
 //! times ([`Frames::functions`]), and pprof frames ([`Frames::pprof_frame`]).
 //!
-//! A stack taken in a tracepoint (the off-CPU stack of a switch) starts
-//! with the tracer's own kernel frames (`__traceiter_sched_switch`,
-//! `bpf_trace_run4`, the BPF program): they are left out, so that the
-//! innermost frame is where the thread was (`__schedule`).
+//! Stacks are shown as captured: the kernel leaves out the tracer's own
+//! frames when it takes them (`docs/unwinding.md`); captures of older
+//! wprof versions still show them.
 //!
 //! Names: a symbolized frame is its function, followed by the functions
 //! inlined at its address (outermost first); a user frame in a known file
@@ -47,35 +46,11 @@ impl<'s> Frames<'s> {
         Frames { source, parts }
     }
 
-    /// The kept frames of `stack`, innermost first, without the tracer's own
-    /// frames a stack taken in a tracepoint starts with.
+    /// The kept frames of `stack`, innermost first.
     pub fn leaf_first(&self, stack: StackId) -> impl DoubleEndedIterator<Item = FrameId> + '_ {
-        let frames = &self.source.stack(stack).frames;
-        let traced = frames
-            .iter()
-            .take_while(|&&frame| self.is_tracer(frame))
-            .count();
-        frames[traced..]
-            .iter()
+        (self.source.stack(stack).frames.iter())
             .copied()
             .filter(move |&frame| self.keeps(frame))
-    }
-
-    /// A kernel frame of the tracepoint and BPF machinery (`__traceiter_*`,
-    /// `bpf_trace_run*`, `bpf_prog_*`): where the stack was taken, not where
-    /// the thread was.
-    fn is_tracer(&self, frame: FrameId) -> bool {
-        const TRACER: [&str; 6] = [
-            "bpf_prog_",
-            "bpf_trace_run",
-            "__bpf_trace_",
-            "__traceiter_",
-            "trace_call_bpf",
-            "bpf_trampoline_",
-        ];
-        self.is_kernel(frame)
-            && (self.symbol_function(frame))
-                .is_some_and(|(_, name)| TRACER.iter().any(|prefix| name.starts_with(prefix)))
     }
 
     fn keeps(&self, frame: FrameId) -> bool {
@@ -253,32 +228,6 @@ mod tests {
             folded(StackParts::KernelOnly)[..2],
             ["t;do_sys_open_[k] 1\n", "t;[unknown]_[k] 1\n"]
         );
-    }
-
-    /// The tracer's frames at the innermost end of a kernel stack are left out.
-    #[test]
-    fn leaves_out_the_tracer() {
-        let mut capture = FakeCapture::new();
-        let kernel = |c: &mut FakeCapture, addr, name: &str| {
-            let symbol = Symbol {
-                function: Some(c.intern(name)),
-                ..Symbol::default()
-            };
-            c.add_frame(FrameAddr::Kernel { addr }, Some(symbol))
-        };
-        let frames = [
-            kernel(&mut capture, 1, "bpf_prog_5b06d8770b69cd84_p0_sched_switch"),
-            kernel(&mut capture, 2, "bpf_trace_run4"),
-            kernel(&mut capture, 3, "__traceiter_sched_switch"),
-            kernel(&mut capture, 4, "__schedule"),
-            kernel(&mut capture, 5, "do_nanosleep"),
-        ];
-        let stack = capture.add_stack(&frames);
-        let names = Frames::new(&capture, StackParts::Both);
-        let kept: Vec<String> = (names.leaf_first(stack))
-            .map(|frame| names.innermost_function(frame))
-            .collect();
-        assert_eq!(kept, ["__schedule", "do_nanosleep"]);
     }
 
     /// The innermost function of a frame with inlined calls is the last one.

@@ -143,6 +143,7 @@ mod fake {
                     events: 0,
                     drops: vec![],
                     duration_ns: 1_000_000_000,
+                    stacks: vec![],
                 }),
                 ..Default::default()
             }

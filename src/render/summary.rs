@@ -58,6 +58,7 @@ fn write_summary(
     write_description(&mut text, source, options.utc_offset_s);
     write_damage(&mut text, source, read.as_ref().err());
     write_contents(&mut text, source, &capture.filter, &measurement);
+    write_stack_counts(&mut text, source);
     write_drops(&mut text, source);
     out.write_all(text.as_bytes())?;
     out.flush()?;
@@ -242,6 +243,22 @@ fn write_drops(text: &mut String, source: &dyn CaptureSource) {
             .map(|&(_, n)| n)
             .sum();
         row(text, "", format!("{label:<20}{n:>10}"));
+    }
+}
+
+/// How user stacks were walked and the unwind tables behind them.
+fn write_stack_counts(text: &mut String, source: &dyn CaptureSource) {
+    let Some(stats) = source.stats().filter(|s| !s.stacks.is_empty()) else {
+        return;
+    };
+    let mut first = true;
+    for (count, n) in &stats.stacks {
+        let label = if std::mem::take(&mut first) {
+            "user stacks"
+        } else {
+            ""
+        };
+        row(text, label, format!("{:<31}{n:>12}", count.label()));
     }
 }
 

@@ -38,6 +38,7 @@ mod normalize;
 mod symbolize;
 #[cfg(test)]
 mod tests;
+pub mod vdso;
 
 pub use kernel::{KernelSymbol, KernelSymbols};
 pub use modules::{ModuleIndex, PaddedBuildId};

@@ -1,8 +1,16 @@
 //! Which file a build id names: the kernel reports user frames as (build id,
 //! file offset), and symbolizing needs a path. Paths come from the probes'
 //! own binaries, the traced command, and every process seen while it lives.
+//! Executable code without a file is named after its mapping: the vDSO
+//! (`[vdso]`, at its offset in the image), anonymous memory (`[anon]`, or
+//! the mapping's own name such as `[anon:NAME]`, at its address): JIT code.
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// A process's mappings are read again at most this often: a stack in code
+/// mapped since they were read asks for it, and many stacks may ask at once.
+const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Build ids as the kernel stores them: zero-padded to 20 bytes.
 pub type PaddedBuildId = [u8; 20];
@@ -11,9 +19,11 @@ pub type PaddedBuildId = [u8; 20];
 pub struct ModuleIndex {
     /// The file's path and its real (unpadded) build id.
     by_build_id: HashMap<PaddedBuildId, (String, Vec<u8>)>,
-    paths: HashSet<String>,
-    /// File mappings of every process seen, as they were when first seen.
+    /// Every path whose build id was read, with its build id if it has one.
+    paths: HashMap<String, Option<Vec<u8>>>,
+    /// Mappings of every process seen, as they were when last read, and when.
     processes: HashMap<u32, Vec<Mapping>>,
+    read_at: HashMap<u32, Instant>,
 }
 
 /// `start..end` of a process maps `path` from `file_offset`.
@@ -27,7 +37,13 @@ struct Mapping {
 
 impl ModuleIndex {
     pub fn new() -> Self {
-        Self::default()
+        let mut index = Self::default();
+        if let Some(id) = super::vdso::build_id() {
+            let name = super::vdso::MODULE.to_string();
+            (index.by_build_id).insert(padded(&id), (name.clone(), id.clone()));
+            index.paths.insert(name, Some(id));
+        }
+        index
     }
 
     /// Learn the build id of the ELF file at `path` (once per path).
@@ -37,17 +53,34 @@ impl ModuleIndex {
 
     /// Learn every file mapped by process `pid` (once per pid, while it lives).
     pub fn add_process(&mut self, pid: u32) {
-        if self.processes.contains_key(&pid) {
+        if !self.processes.contains_key(&pid) {
+            self.refresh_process(pid);
+        }
+    }
+
+    /// Reads the mappings of process `pid` again (code mapped since: a
+    /// `dlopen`, JIT code), unless it was read moments ago; keeps the old
+    /// ones when it is gone.
+    pub fn refresh_process(&mut self, pid: u32) {
+        let now = Instant::now();
+        if (self.read_at.get(&pid)).is_some_and(|at| now.duration_since(*at) < REFRESH_INTERVAL) {
             return;
         }
+        self.read_at.insert(pid, now);
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         let mappings: Vec<Mapping> = maps.lines().filter_map(parse_mapping).collect();
-        let files: HashSet<String> = mappings.iter().map(|m| m.path.clone()).collect();
+        if mappings.is_empty() {
+            return;
+        }
+        let files: HashSet<String> = (mappings.iter())
+            .filter(|m| m.path.starts_with('/'))
+            .map(|m| m.path.clone())
+            .collect();
         self.processes.insert(pid, mappings);
         for file in files {
             // Through the process's root, so files in other mount namespaces resolve.
             let path = format!("/proc/{pid}/root{file}");
-            if std::path::Path::new(&path).exists() && !self.paths.contains(&file) {
+            if std::path::Path::new(&path).exists() && !self.paths.contains_key(&file) {
                 self.add_path_as(&path, &file);
             }
         }
@@ -55,16 +88,17 @@ impl ModuleIndex {
 
     /// Read the build id from `readable`, remember it under the name `shown`.
     fn add_path_as(&mut self, readable: &str, shown: &str) {
-        if !self.paths.insert(shown.to_string()) {
+        if self.paths.contains_key(shown) {
             return;
         }
-        if let Ok(Some(id)) = blazesym::helper::read_elf_build_id(&readable) {
-            let mut padded = [0u8; 20];
-            let len = id.len().min(20);
-            padded[..len].copy_from_slice(&id[..len]);
-            self.by_build_id
-                .insert(padded, (shown.to_string(), id.to_vec()));
+        let id = blazesym::helper::read_elf_build_id(&readable)
+            .ok()
+            .flatten()
+            .map(|id| id.to_vec());
+        if let Some(id) = &id {
+            (self.by_build_id).insert(padded(id), (shown.to_string(), id.clone()));
         }
+        self.paths.insert(shown.to_string(), id);
     }
 
     /// The file and offset address `addr` of process `pid` was in, from the
@@ -80,10 +114,7 @@ impl ModuleIndex {
 
     /// The real build id of a file seen, if it has one.
     pub fn build_id_of(&self, path: &str) -> Option<&[u8]> {
-        self.by_build_id
-            .values()
-            .find(|(p, _)| p == path)
-            .map(|(_, id)| id.as_slice())
+        self.paths.get(path)?.as_deref()
     }
 
     /// The path and real build id of the file with this (padded) build id.
@@ -94,20 +125,41 @@ impl ModuleIndex {
     }
 }
 
-/// One line of `/proc/PID/maps` with a file: `start-end perms offset dev inode path`.
+/// A build id as the kernel stores it: zero-padded to 20 bytes.
+fn padded(id: &[u8]) -> PaddedBuildId {
+    let mut padded = [0u8; 20];
+    let len = id.len().min(20);
+    padded[..len].copy_from_slice(&id[..len]);
+    padded
+}
+
+/// One line of `/proc/PID/maps`: `start-end perms offset dev inode path`.
+/// Kept: mappings of files, and executable mappings without one (the
+/// vDSO at its offset in the image, anonymous code at its address).
 fn parse_mapping(line: &str) -> Option<Mapping> {
     let mut fields = line.split_whitespace();
     let (start, end) = fields.next()?.split_once('-')?;
-    let file_offset = fields.nth(1)?;
-    let path = fields.nth(2)?;
-    if !path.starts_with('/') {
+    let perms = fields.next()?;
+    let file_offset = fields.next()?;
+    let path = fields.nth(2).unwrap_or("");
+    let start = u64::from_str_radix(start, 16).ok()?;
+    let end = u64::from_str_radix(end, 16).ok()?;
+    let (path, file_offset) = if path.starts_with('/') {
+        (path.to_string(), u64::from_str_radix(file_offset, 16).ok()?)
+    } else if perms.as_bytes().get(2) != Some(&b'x') {
         return None;
-    }
+    } else if path == super::vdso::MODULE {
+        (path.to_string(), 0)
+    } else if path.is_empty() {
+        ("[anon]".to_string(), start)
+    } else {
+        (path.to_string(), start)
+    };
     Some(Mapping {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        file_offset: u64::from_str_radix(file_offset, 16).ok()?,
-        path: path.to_string(),
+        start,
+        end,
+        file_offset,
+        path,
     })
 }
 
@@ -130,5 +182,35 @@ mod tests {
         let mut index = ModuleIndex::new();
         index.add_process(std::process::id());
         assert_eq!(index.lookup(&padded).map(|(p, _)| p), Some(exe));
+    }
+
+    /// Executable mappings without a file keep a name: the vDSO at its
+    /// offset, anonymous code at its address; other anonymous memory is left out.
+    #[test]
+    fn names_code_without_a_file() {
+        let vdso = parse_mapping("7ffd0000-7ffd2000 r-xp 00000000 00:00 0   [vdso]").unwrap();
+        assert_eq!((vdso.path.as_str(), vdso.file_offset), ("[vdso]", 0));
+        let jit = parse_mapping("7f0000000000-7f0000010000 rwxp 00000000 00:00 0 ").unwrap();
+        assert_eq!(
+            (jit.path.as_str(), jit.file_offset),
+            ("[anon]", 0x7f00_0000_0000)
+        );
+        let named = parse_mapping("7f0000000000-7f0000010000 r-xp 00000000 00:00 0 [anon:jit]");
+        assert_eq!(named.unwrap().path, "[anon:jit]");
+        assert!(parse_mapping("7f0000000000-7f0000010000 rw-p 00000000 00:00 0 [heap]").is_none());
+        let mut index = ModuleIndex::new();
+        index.processes.insert(
+            1,
+            vec![
+                vdso,
+                parse_mapping("7f0000000000-7f0000010000 rwxp 00000000 00:00 0 ").unwrap(),
+            ],
+        );
+        assert_eq!(index.translate(1, 0x7ffd_0010), Some(("[vdso]", 0x10)));
+        assert_eq!(
+            index.translate(1, 0x7f00_0000_0042),
+            Some(("[anon]", 0x7f00_0000_0042))
+        );
+        assert!(index.build_id_of("[vdso]").is_some());
     }
 }

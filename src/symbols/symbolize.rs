@@ -11,7 +11,7 @@ use blazesym::helper::read_elf_build_id;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized as BlazeSymbolized, Symbolizer};
 
-use super::{AddrKind, KernelSymbols, RawFrame, RawSymbol};
+use super::{AddrKind, KernelSymbols, RawFrame, RawSymbol, vdso};
 
 /// What to look up besides function names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +100,10 @@ pub fn symbolize(
     }
     for ((path, build_id), pending) in &users {
         out.stats.files += 1;
+        if *path == vdso::MODULE {
+            fill_vdso(*build_id, pending, &mut out.symbols);
+            continue;
+        }
         match check_file(path, *build_id) {
             FileCheck::Usable => {}
             FileCheck::Missing => {
@@ -200,6 +204,24 @@ fn fill(
         BlazeSymbolized::Unknown(_) => None,
     });
     true
+}
+
+/// [`fill`] for frames in the vDSO, from this kernel's image when it is
+/// the one the frames were normalized against.
+fn fill_vdso(build_id: Option<&[u8]>, pending: &[Pending], symbols: &mut [RawSymbol]) {
+    if build_id.is_some() && build_id != vdso::build_id().as_deref() {
+        return;
+    }
+    let unique = unique_lookups(pending);
+    let results = vdso::symbolize(&unique);
+    place(pending, &unique, symbols, |at, bias| {
+        let (function, offset) = results[at].clone()?;
+        Some(RawSymbol {
+            function: Some(function),
+            offset: offset + bias,
+            ..RawSymbol::default()
+        })
+    });
 }
 
 /// [`fill`] for the kernel frames; `false` when the kernel's symbols could

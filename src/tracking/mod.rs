@@ -14,7 +14,7 @@ pub mod when;
 use std::collections::BTreeSet;
 
 use crate::capture::model::CaptureSettings;
-use crate::frontend::options::{CompileOptions, TaskFilter, UserStacks};
+use crate::frontend::options::{CompileOptions, TaskFilter};
 use options::{Feature, StackKind, filter_args};
 use when::When;
 
@@ -44,12 +44,10 @@ impl Tracking {
                 .collect(),
             pmu: crate::frontend::pmu::parse_counters(&self.pmu)?,
             filter: self.filter.clone(),
-            // System-wide stacks come at every switch or tick: too often for
-            // the kernel to read build ids.
-            user_stacks: match self.stacks.iter().any(|k| *k != StackKind::Probe) {
-                true => UserStacks::Addresses,
-                false => UserStacks::BuildId,
-            },
+            offcpu_min_block_ns: self.stacks.iter().find_map(|k| match k {
+                StackKind::Offcpu { min_block_ns } => *min_block_ns,
+                _ => None,
+            }),
             includes: Default::default(),
             map_keys_max: None,
         })

@@ -6,6 +6,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::frontend::options::TaskFilter;
+use crate::render::format::whole_duration;
+use crate::tracking::when::parse_duration;
 use crate::vocab::PerfSample;
 
 /// A built-in tracker, turned on and off with `-f NAME` / `-f no-NAME`.
@@ -117,8 +119,10 @@ pub fn features(switches: &[FeatureSwitch]) -> BTreeSet<Feature> {
 pub enum StackKind {
     /// On-CPU samples at this rate.
     Timer { hz: u64 },
-    /// The stack of the task switched out.
-    Offcpu,
+    /// The stack of the task switched out; with a threshold, only of
+    /// blocks at least this long (ns), decided in the kernel when the task
+    /// is switched back in.
+    Offcpu { min_block_ns: Option<u64> },
     /// The stack of the waker.
     Waker,
     /// Stacks in the user's probes (`stack(probe)`).
@@ -137,7 +141,7 @@ impl StackKind {
     pub fn item_name(&self) -> &'static str {
         match self {
             StackKind::Timer { .. } => "timer",
-            StackKind::Offcpu => "offcpu",
+            StackKind::Offcpu { .. } => "offcpu",
             StackKind::Waker => "waker",
             StackKind::Probe => "probe",
             StackKind::Pmu { .. } => "pmu",
@@ -150,6 +154,9 @@ impl fmt::Display for StackKind {
         match self {
             StackKind::Timer { hz } => write!(f, "timer={hz}hz"),
             StackKind::Pmu { event, rate } => write!(f, "pmu={event}@{}", Rate(*rate)),
+            StackKind::Offcpu {
+                min_block_ns: Some(ns),
+            } => write!(f, "offcpu={}", whole_duration(*ns)),
             other => f.write_str(other.item_name()),
         }
     }
@@ -179,7 +186,7 @@ pub fn parse_stack_arg(text: &str) -> Result<Vec<StackKind>, String> {
             StackKind::Timer {
                 hz: DEFAULT_TIMER_HZ,
             },
-            StackKind::Offcpu,
+            StackKind::Offcpu { min_block_ns: None },
         ],
         ("timer", None) => vec![StackKind::Timer {
             hz: DEFAULT_TIMER_HZ,
@@ -188,7 +195,16 @@ pub fn parse_stack_arg(text: &str) -> Result<Vec<StackKind>, String> {
             PerfSample::FrequencyHz(hz) => vec![StackKind::Timer { hz }],
             PerfSample::Period(_) => return Err(bad("the timer rate is `Nhz`".into())),
         },
-        ("offcpu", None) => vec![StackKind::Offcpu],
+        ("offcpu", None) => vec![StackKind::Offcpu { min_block_ns: None }],
+        ("offcpu", Some(duration)) => {
+            let ns = parse_duration(duration).map_err(bad)?.as_nanos();
+            let ns = u64::try_from(ns).ok().filter(|&ns| ns > 0).ok_or_else(|| {
+                bad("the off-CPU threshold is a positive duration (`1ms`)".into())
+            })?;
+            vec![StackKind::Offcpu {
+                min_block_ns: Some(ns),
+            }]
+        }
         ("waker", None) => vec![StackKind::Waker],
         ("probe", None) => vec![StackKind::Probe],
         ("pmu", Some(spec)) => {
@@ -207,7 +223,7 @@ pub fn parse_stack_arg(text: &str) -> Result<Vec<StackKind>, String> {
         ("pmu", None) => return Err(bad("`pmu=EVENT[@RATE]` needs an event".into())),
         _ => {
             return Err(bad(
-                "kinds are timer[=Nhz], offcpu, waker, probe, pmu=EVENT[@RATE]".into(),
+                "kinds are timer[=Nhz], offcpu[=DUR], waker, probe, pmu=EVENT[@RATE]".into(),
             ));
         }
     };
@@ -319,6 +335,9 @@ mod tests {
             ["pmu=sw:page-faults@100"]
         );
         assert_eq!(canonical("pmu=instructions"), ["pmu=instructions@1000hz"]);
+        assert_eq!(canonical("offcpu=1ms"), ["offcpu=1ms"]);
+        assert_eq!(canonical("offcpu=1500us"), ["offcpu=1500us"]);
+        assert_eq!(canonical("offcpu=2s"), ["offcpu=2s"]);
     }
 
     /// Bad kinds, rates and missing events are errors naming the argument.
@@ -332,7 +351,8 @@ mod tests {
             "pmu",
             "pmu=",
             "pmu=x@",
-            "offcpu=1",
+            "offcpu=0ms",
+            "offcpu=soon",
         ] {
             let error = parse_stack_arg(text).unwrap_err();
             assert!(error.contains(&format!("`{text}`")), "{error}");

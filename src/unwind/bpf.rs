@@ -14,9 +14,10 @@ use crate::codegen::asm::{AluOp, AsmError, Assembler, Cond, Label, Reg, Size};
 use crate::codegen::helpers;
 use crate::vocab::MapId;
 
+use super::layout::MmLayout;
 use super::maps::{
     MAPPING_SEARCH_STEPS, MAX_FRAMES, MAX_MAPPINGS, NO_TABLE, ROW_SEARCH_STEPS, UnwindMaps, flags,
-    process_mappings as pm, state, table_slot,
+    input, process_mappings as pm, state, table_slot,
 };
 use super::rules::{kind, layout as row};
 
@@ -33,26 +34,44 @@ pub enum LoopKind {
     Bounded { frames: u32 },
 }
 
-/// Stack slots of the unwinder's functions (offsets from r10).
+/// BPF stack the unwinder's functions use below their caller's frame: the
+/// entry function keeps the `bpf_loop` context (16 bytes), the step
+/// callback its search counter (8 bytes; its other temporaries are in the
+/// state); each frame counts at least 32 bytes where the kernel interprets
+/// instead of compiling.
+pub const FRAME_BYTES: u32 = 32 + 32;
+
+/// Temporaries of the unwinder's functions, offsets into the state's work
+/// area (`state::WORK`), and the one stack slot, the `bpf_loop` context.
 mod slot {
+    use super::state::WORK;
+
     /// u32 map key.
-    pub const KEY: i16 = -8;
-    /// 16 bytes read from the user stack.
-    pub const READ: i16 = -24;
+    pub const KEY: i16 = WORK;
+    /// 16 bytes read from user or kernel memory.
+    pub const READ: i16 = WORK + 8;
     /// The pc being looked up, then its ELF address.
-    pub const PC: i16 = -32;
+    pub const PC: i16 = WORK + 24;
     /// The first row of the table.
-    pub const FIRST_ROW: i16 = -40;
-    /// Binary-search step counter, then the return address.
-    pub const COUNTER: i16 = -48;
-    pub const RA: i16 = -48;
+    pub const FIRST_ROW: i16 = WORK + 32;
+    /// The return address.
+    pub const RA: i16 = WORK + 40;
     /// The caller's rbp.
-    pub const NEW_BP: i16 = -56;
-    pub const CFA: i16 = -64;
-    /// Frame counter of the bounded loop.
-    pub const FRAME_COUNTER: i16 = -72;
-    /// `bpf_loop` context: the state and process pointers.
+    pub const NEW_BP: i16 = WORK + 48;
+    pub const CFA: i16 = WORK + 56;
+    /// The user address the return address was read from.
+    pub const RA_AT: i16 = WORK + 72;
+    /// `bpf_loop` context on the entry function's stack: the state and
+    /// process pointers.
     pub const LOOP_CTX: i16 = -16;
+    /// The row search's step counter, on the stack of the function running
+    /// the step (the callback's own frame under `bpf_loop`): the verifier
+    /// tracks a constant kept on the stack exactly, so the bounded search
+    /// verifies once per step; kept in a map value it would be unknown.
+    pub const COUNTER: i16 = -8;
+    /// Frame counter of the bounded loop, on the entry function's stack
+    /// (where that loop runs) for the same reason.
+    pub const FRAME_COUNTER: i16 = -16;
 }
 
 /// The unwinder's functions in one program: call [`UserUnwinder::call`]
@@ -61,22 +80,25 @@ mod slot {
 pub struct UserUnwinder {
     maps: UnwindMaps,
     kind: LoopKind,
+    mm: MmLayout,
     entry: Label,
     callback: Label,
 }
 
 impl UserUnwinder {
-    pub fn new(asm: &mut Assembler, maps: UnwindMaps, kind: LoopKind) -> Self {
+    pub fn new(asm: &mut Assembler, maps: UnwindMaps, kind: LoopKind, mm: MmLayout) -> Self {
         UserUnwinder {
             maps,
             kind,
+            mm,
             entry: asm.new_label(),
             callback: asm.new_label(),
         }
     }
 
-    /// `r0 = unwind(state)`: walks the user stack described by the state
-    /// `state` points to (a value of `UnwindMaps::state`); r1-r5 clobbered.
+    /// `r0 = unwind(state)`: walks the current task's user stack into the
+    /// state `state` points to (a map value of at least `state::BYTES`,
+    /// its `input` set); r1-r5 clobbered.
     pub fn call(&self, asm: &mut Assembler, state: Reg) {
         asm.mov64_reg(R1, state);
         asm.call_local(self.entry);
@@ -85,16 +107,36 @@ impl UserUnwinder {
     /// Emits the unwinder's functions.
     pub fn emit_functions(&self, asm: &mut Assembler) -> Result<(), AsmError> {
         asm.bind(self.entry)?;
-        asm.comment("unwind(state): walk the user stack");
+        asm.comment("unwind(state): walk the current task's user stack");
         asm.mov64_reg(R6, R1);
         asm.store_imm(Size::U32, R6, state::FRAMES, 0);
         asm.store_imm(Size::U32, R6, state::FLAGS, 0);
+        asm.store_imm(Size::U64, R6, state::FIRST_SLOT, 0);
+        let no_user_stack = asm.new_label();
+        emit_load_current(asm, &self.mm, no_user_stack)?;
         asm.load(Size::U32, R1, R6, state::TGID);
         lookup(asm, self.maps.processes, R1);
         asm.mov64_reg(R7, R0);
-        let known = asm.new_label();
-        asm.jmp_imm(Cond::Ne, R7, 0, known);
+        let (unknown, known) = (asm.new_label(), asm.new_label());
+        asm.jmp_imm(Cond::Eq, R7, 0, unknown);
+        // The entry holds the mappings of this address space only if it
+        // was read after the process's last exec.
+        for field in [pm::START_STACK, pm::END_CODE] {
+            let state_field = if field == pm::START_STACK {
+                state::MM_START_STACK
+            } else {
+                state::MM_END_CODE
+            };
+            asm.load(Size::U64, R1, R7, field);
+            asm.load(Size::U64, R2, R6, state_field);
+            asm.jmp_reg(Cond::Ne, R1, R2, unknown);
+        }
+        asm.jmp(known);
+        asm.bind(unknown)?;
         set_flag(asm, flags::NO_PROCESS);
+        asm.bind(no_user_stack)?;
+        asm.mov64_imm(R0, 0);
+        asm.exit();
         asm.bind(known)?;
         match self.kind {
             LoopKind::BpfLoop => self.emit_bpf_loop(asm),
@@ -175,6 +217,7 @@ fn emit_step(
         read_failed: asm.new_label(),
     };
     emit_record_frame(asm, &exits)?;
+    emit_function_entry(asm, &exits)?;
     emit_find_mapping(asm, &exits)?;
     emit_find_row(asm, maps, &exits)?;
     emit_apply_row(asm, &exits)?;
@@ -210,7 +253,32 @@ fn emit_record_frame(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmEr
     asm.jmp_imm(Cond::Eq, R1, 1, first);
     asm.alu64_imm(AluOp::Sub, R2, 1);
     asm.bind(first)?;
-    asm.store_reg(Size::U64, R10, slot::PC, R2);
+    asm.store_reg(Size::U64, R6, slot::PC, R2);
+    Ok(())
+}
+
+/// At a function's first instruction (the caller says so) the first frame
+/// has pushed nothing: its return address is at `sp`, CFA `sp + 8`.
+fn emit_function_entry(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmError> {
+    let not_entry = asm.new_label();
+    asm.load(Size::U32, R1, R6, state::FRAMES);
+    asm.jmp_imm(Cond::Ne, R1, 1, not_entry);
+    asm.load(Size::U32, R1, R6, state::INPUT);
+    asm.alu64_imm(AluOp::And, R1, input::FUNCTION_ENTRY as i32);
+    asm.jmp_imm(Cond::Eq, R1, 0, not_entry);
+    asm.comment("function entry: return address at sp");
+    asm.load(Size::U64, R4, R6, state::SP);
+    asm.mov64_reg(R1, R4);
+    asm.alu64_imm(AluOp::Add, R1, 8);
+    asm.store_reg(Size::U64, R6, slot::CFA, R1);
+    asm.store_reg(Size::U64, R6, slot::RA_AT, R4);
+    read_user(asm, R4, 8, exits.read_failed);
+    asm.load(Size::U64, R1, R6, slot::READ);
+    asm.store_reg(Size::U64, R6, slot::RA, R1);
+    asm.load(Size::U64, R1, R6, state::BP);
+    asm.store_reg(Size::U64, R6, slot::NEW_BP, R1);
+    asm.jmp(exits.advance);
+    asm.bind(not_entry)?;
     Ok(())
 }
 
@@ -230,16 +298,22 @@ fn emit_find_mapping(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmEr
     midpoint(asm, R1);
     mapping_entry(asm, R2, R1);
     asm.load(Size::U64, R3, R2, pm::ENTRIES + pm::START);
-    asm.load(Size::U64, R4, R10, slot::PC);
+    asm.load(Size::U64, R4, R6, slot::PC);
     asm.jmp_reg(Cond::Lt, R4, R3, upper);
     narrow(asm, R1, top, upper)?;
     asm.bind(done)?;
-    asm.jmp_imm(Cond::Eq, R8, 0, exits.frame_pointer);
+    let unmapped = asm.new_label();
+    asm.jmp_imm(Cond::Eq, R8, 0, unmapped);
     asm.alu64_imm(AluOp::Sub, R8, 1);
     mapping_entry(asm, R8, R8);
-    asm.load(Size::U64, R4, R10, slot::PC);
+    asm.load(Size::U64, R4, R6, slot::PC);
     asm.load(Size::U64, R3, R8, pm::ENTRIES + pm::END);
-    asm.jmp_reg(Cond::Ge, R4, R3, exits.frame_pointer);
+    let mapped = asm.new_label();
+    asm.jmp_reg(Cond::Lt, R4, R3, mapped);
+    asm.bind(unmapped)?;
+    set_flag(asm, flags::UNKNOWN_MAPPING);
+    asm.jmp(exits.frame_pointer);
+    asm.bind(mapped)?;
     asm.load(Size::U32, R3, R8, pm::ENTRIES + pm::TABLE);
     asm.jmp32_imm(Cond::Eq, R3, NO_TABLE as i32, exits.frame_pointer);
     asm.load(Size::U64, R5, R8, pm::ENTRIES + pm::BIAS);
@@ -247,7 +321,7 @@ fn emit_find_mapping(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmEr
     asm.mov64_reg(R5, R4);
     asm.alu64_imm(AluOp::Rsh, R5, 32);
     asm.jmp_imm(Cond::Ne, R5, 0, exits.frame_pointer);
-    asm.store_reg(Size::U64, R10, slot::PC, R4);
+    asm.store_reg(Size::U64, R6, slot::PC, R4);
     Ok(())
 }
 
@@ -295,7 +369,7 @@ fn emit_find_row(
     asm.load(Size::U32, R8, R0, table_slot::FIRST_ROW);
     asm.load(Size::U32, R9, R0, table_slot::ROWS);
     asm.alu64_reg(AluOp::Add, R9, R8);
-    asm.store_reg(Size::U64, R10, slot::FIRST_ROW, R8);
+    asm.store_reg(Size::U64, R6, slot::FIRST_ROW, R8);
     asm.store_imm(Size::U64, R10, slot::COUNTER, 0);
     asm.bind(top)?;
     asm.jmp_reg(Cond::Ge, R8, R9, done);
@@ -307,12 +381,12 @@ fn emit_find_row(
     lookup(asm, maps.rows, R1);
     asm.jmp_imm(Cond::Eq, R0, 0, exits.frame_pointer);
     asm.load(Size::U32, R1, R0, row::PC);
-    asm.load(Size::U64, R2, R10, slot::PC);
+    asm.load(Size::U64, R2, R6, slot::PC);
     midpoint(asm, R3);
     asm.jmp_reg(Cond::Gt, R1, R2, upper);
     narrow(asm, R3, top, upper)?;
     asm.bind(done)?;
-    asm.load(Size::U64, R1, R10, slot::FIRST_ROW);
+    asm.load(Size::U64, R1, R6, slot::FIRST_ROW);
     asm.jmp_reg(Cond::Le, R8, R1, exits.frame_pointer);
     asm.alu64_imm(AluOp::Sub, R8, 1);
     lookup(asm, maps.rows, R8);
@@ -356,31 +430,32 @@ fn emit_apply_row(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmError
     asm.alu64_imm(AluOp::Add, R4, 8);
     asm.bind(have_cfa)?;
     asm.alu64_reg(AluOp::Add, R4, R3);
-    asm.store_reg(Size::U64, R10, slot::CFA, R4);
+    asm.store_reg(Size::U64, R6, slot::CFA, R4);
     asm.alu64_imm(AluOp::Sub, R4, 8);
+    asm.store_reg(Size::U64, R6, slot::RA_AT, R4);
     read_user(asm, R4, 8, exits.read_failed);
-    asm.load(Size::U64, R1, R10, slot::READ);
-    asm.store_reg(Size::U64, R10, slot::RA, R1);
+    asm.load(Size::U64, R1, R6, slot::READ);
+    asm.store_reg(Size::U64, R6, slot::RA, R1);
     set_flag(asm, flags::TABLE);
     asm.load(Size::U64, R1, R6, state::BP);
-    asm.store_reg(Size::U64, R10, slot::NEW_BP, R1);
+    asm.store_reg(Size::U64, R6, slot::NEW_BP, R1);
     asm.load(Size::U8, R1, R8, row::KIND);
     asm.jmp_imm(Cond::Set, R1, i32::from(kind::RBP_SAVED), rbp_kept);
     asm.jmp_imm(Cond::Set, R1, i32::from(kind::RBP_LOST), rbp_lost);
     asm.jmp(exits.advance);
     asm.bind(rbp_lost)?;
-    asm.store_imm(Size::U64, R10, slot::NEW_BP, 0);
+    asm.store_imm(Size::U64, R6, slot::NEW_BP, 0);
     asm.jmp(exits.advance);
     asm.bind(rbp_kept)?;
     // CFA + 8 * (i8)rbp_offset: sign-extend the byte with two shifts.
     asm.load(Size::U8, R3, R8, row::RBP_OFFSET);
     asm.alu64_imm(AluOp::Lsh, R3, 56);
     asm.alu64_imm(AluOp::Arsh, R3, 53);
-    asm.load(Size::U64, R1, R10, slot::CFA);
+    asm.load(Size::U64, R1, R6, slot::CFA);
     asm.alu64_reg(AluOp::Add, R3, R1);
     read_user(asm, R3, 8, exits.read_failed);
-    asm.load(Size::U64, R1, R10, slot::READ);
-    asm.store_reg(Size::U64, R10, slot::NEW_BP, R1);
+    asm.load(Size::U64, R1, R6, slot::READ);
+    asm.store_reg(Size::U64, R6, slot::NEW_BP, R1);
     asm.jmp(exits.advance);
     Ok(())
 }
@@ -393,12 +468,14 @@ fn emit_frame_pointer_step(asm: &mut Assembler, exits: &StepExits) {
     asm.jmp_imm(Cond::Eq, R3, 0, exits.stop);
     asm.mov64_reg(R1, R3);
     asm.alu64_imm(AluOp::Add, R1, 16);
-    asm.store_reg(Size::U64, R10, slot::CFA, R1);
+    asm.store_reg(Size::U64, R6, slot::CFA, R1);
+    asm.alu64_imm(AluOp::Sub, R1, 8);
+    asm.store_reg(Size::U64, R6, slot::RA_AT, R1);
     read_user(asm, R3, 16, exits.read_failed);
-    asm.load(Size::U64, R1, R10, slot::READ);
-    asm.store_reg(Size::U64, R10, slot::NEW_BP, R1);
-    asm.load(Size::U64, R1, R10, slot::READ + 8);
-    asm.store_reg(Size::U64, R10, slot::RA, R1);
+    asm.load(Size::U64, R1, R6, slot::READ);
+    asm.store_reg(Size::U64, R6, slot::NEW_BP, R1);
+    asm.load(Size::U64, R1, R6, slot::READ + 8);
+    asm.store_reg(Size::U64, R6, slot::RA, R1);
     set_flag(asm, flags::FRAME_POINTER);
 }
 
@@ -406,27 +483,34 @@ fn emit_frame_pointer_step(asm: &mut Assembler, exits: &StepExits) {
 /// down), and a return address of 0 ends the stack.
 fn emit_advance(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmError> {
     let progress = asm.new_label();
-    asm.load(Size::U64, R1, R10, slot::CFA);
+    asm.load(Size::U64, R1, R6, slot::CFA);
     asm.load(Size::U64, R2, R6, state::SP);
     asm.jmp_reg(Cond::Gt, R1, R2, progress);
     set_flag(asm, flags::NO_PROGRESS);
     asm.jmp(exits.stop);
     asm.bind(progress)?;
-    asm.load(Size::U64, R2, R10, slot::RA);
+    let later = asm.new_label();
+    asm.load(Size::U32, R2, R6, state::FRAMES);
+    asm.jmp_imm(Cond::Ne, R2, 1, later);
+    asm.load(Size::U64, R2, R6, slot::RA_AT);
+    asm.store_reg(Size::U64, R6, state::FIRST_SLOT, R2);
+    asm.bind(later)?;
+    asm.load(Size::U64, R2, R6, slot::RA);
     asm.jmp_imm(Cond::Eq, R2, 0, exits.stop);
     asm.store_reg(Size::U64, R6, state::SP, R1);
     asm.store_reg(Size::U64, R6, state::IP, R2);
-    asm.load(Size::U64, R1, R10, slot::NEW_BP);
+    asm.load(Size::U64, R1, R6, slot::NEW_BP);
     asm.store_reg(Size::U64, R6, state::BP, R1);
     asm.jmp(exits.next);
     Ok(())
 }
 
-/// `r0 = bpf_map_lookup_elem(map, &(u32)key)`; r1-r5 clobbered.
+/// `r0 = bpf_map_lookup_elem(map, &(u32)key)`, the key in the state (r6);
+/// r1-r5 clobbered.
 fn lookup(asm: &mut Assembler, map: MapId, key: Reg) {
-    asm.store_reg(Size::U32, R10, slot::KEY, key);
+    asm.store_reg(Size::U32, R6, slot::KEY, key);
     asm.ld_map_fd(R1, map);
-    asm.mov64_reg(R2, R10);
+    asm.mov64_reg(R2, R6);
     asm.alu64_imm(AluOp::Add, R2, i32::from(slot::KEY));
     asm.call_helper(helpers::MAP_LOOKUP_ELEM);
 }
@@ -435,7 +519,7 @@ fn lookup(asm: &mut Assembler, map: MapId, key: Reg) {
 /// when the read faults.
 fn read_user(asm: &mut Assembler, addr: Reg, len: i32, failed: Label) {
     asm.mov64_reg(R3, addr);
-    asm.mov64_reg(R1, R10);
+    asm.mov64_reg(R1, R6);
     asm.alu64_imm(AluOp::Add, R1, i32::from(slot::READ));
     asm.mov64_imm(R2, len);
     asm.call_helper(helpers::PROBE_READ_USER);
@@ -449,25 +533,54 @@ fn set_flag(asm: &mut Assembler, bit: u32) {
     asm.store_reg(Size::U32, R6, state::FLAGS, R1);
 }
 
-/// Fills the state's `ip`, `sp`, `bp` and `tgid` from the current task's
-/// user registers (`bpf_task_pt_regs`: right in any context, also when the
-/// program interrupted the kernel); r1-r5 clobbered.
-pub fn emit_load_user_regs(asm: &mut Assembler, state_ptr: Reg) {
-    // struct pt_regs offsets on x86-64.
-    const RBP: i16 = 32;
-    const RIP: i16 = 128;
-    const RSP: i16 = 152;
-    asm.comment("the task's user registers");
+/// Fills the state (r6) from the current task: `tgid`, the identity of its
+/// address space (`mm->start_stack`, `mm->end_code`) and its user `ip`,
+/// `sp`, `bp` (`bpf_task_pt_regs`: the registers saved at its last entry
+/// into the kernel, right in any context, also when the program
+/// interrupted the kernel). Jumps to `no_user_stack` for a kernel thread
+/// (no `mm`). r1-r5, r8 clobbered.
+fn emit_load_current(
+    asm: &mut Assembler,
+    mm: &MmLayout,
+    no_user_stack: Label,
+) -> Result<(), AsmError> {
+    use crate::vocab::x86_64::{RBP, RIP, RSP};
+    asm.comment("the current task: tgid, address space, user registers");
     asm.call_helper(helpers::GET_CURRENT_PID_TGID);
     asm.alu64_imm(AluOp::Rsh, R0, 32);
-    asm.store_reg(Size::U32, state_ptr, state::TGID, R0);
+    asm.store_reg(Size::U32, R6, state::TGID, R0);
+    asm.call_helper(helpers::GET_CURRENT_TASK);
+    read_kernel(asm, R0, mm.task_mm, no_user_stack);
+    asm.load(Size::U64, R8, R6, slot::READ);
+    asm.jmp_imm(Cond::Eq, R8, 0, no_user_stack);
+    for (offset, field) in [
+        (mm.mm_start_stack, state::MM_START_STACK),
+        (mm.mm_end_code, state::MM_END_CODE),
+    ] {
+        read_kernel(asm, R8, offset, no_user_stack);
+        asm.load(Size::U64, R1, R6, slot::READ);
+        asm.store_reg(Size::U64, R6, field, R1);
+    }
     asm.call_helper(helpers::GET_CURRENT_TASK_BTF);
     asm.mov64_reg(R1, R0);
     asm.call_helper(helpers::TASK_PT_REGS);
     for (from, to) in [(RIP, state::IP), (RSP, state::SP), (RBP, state::BP)] {
-        asm.load(Size::U64, R1, R0, from);
-        asm.store_reg(Size::U64, state_ptr, to, R1);
+        asm.load(Size::U64, R1, R0, from as i16);
+        asm.store_reg(Size::U64, R6, to, R1);
     }
+    Ok(())
+}
+
+/// Reads the u64 at `base + offset` of kernel memory into `slot::READ`;
+/// jumps to `failed` when the read faults.
+fn read_kernel(asm: &mut Assembler, base: Reg, offset: u32, failed: Label) {
+    asm.mov64_reg(R3, base);
+    asm.alu64_imm(AluOp::Add, R3, offset as i32);
+    asm.mov64_reg(R1, R6);
+    asm.alu64_imm(AluOp::Add, R1, i32::from(slot::READ));
+    asm.mov64_imm(R2, 8);
+    asm.call_helper(helpers::PROBE_READ_KERNEL);
+    asm.jmp_imm(Cond::Ne, R0, 0, failed);
 }
 
 #[cfg(test)]
@@ -481,14 +594,18 @@ mod tests {
             rows: MapId(1),
             tables: MapId(2),
             processes: MapId(3),
-            state: MapId(4),
         }
     }
 
     /// Assembles a caller and the unwinder; counts its calls and callback addresses.
     fn assemble(kind: LoopKind) -> (usize, usize, usize) {
         let mut asm = Assembler::new();
-        let unwinder = UserUnwinder::new(&mut asm, maps(), kind);
+        let mm = MmLayout {
+            task_mm: 1000,
+            mm_start_stack: 100,
+            mm_end_code: 50,
+        };
+        let unwinder = UserUnwinder::new(&mut asm, maps(), kind, mm);
         unwinder.call(&mut asm, R6);
         asm.exit();
         unwinder.emit_functions(&mut asm).expect("labels bind");

@@ -1,19 +1,22 @@
-//! The table manager (user space): builds one table per file (by build id),
-//! shares it between every process mapping the file, places it in the rows
-//! map within its bound (a table that does not fit is counted and its
-//! mappings fall back to frame pointers), and keeps one mappings entry per
-//! process, written when the process is added and removed when it exits.
+//! The table manager (user space): builds one table per file (by build id)
+//! on a worker thread, shares it between every process mapping the file,
+//! places it in the rows map within its bound (a table that does not fit is
+//! counted and its mappings fall back to frame pointers), and keeps one
+//! mappings entry per process, written when the process is added, written
+//! again when a table it waits for is placed, and removed when it exits.
 //! Input: pids. Output: writes through a [`TableStore`] (the BPF maps).
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use object::{Object, ObjectSegment};
 
 use super::alloc::RowAllocator;
+use super::builder::{Builder, Built, Image};
 use super::maps::{MAX_MAPPINGS, MAX_TABLE_ROWS, NO_TABLE, UnwindLimits, process_mappings as pm};
-use super::proc_maps::{ExecMapping, exec_mappings};
+use super::proc_maps::{AddressSpace, ExecMapping, address_space, exec_mappings};
 use super::table::UnwindTable;
+use crate::symbols::vdso;
 
 /// Where the manager writes: the unwinder's maps, or a fake in tests.
 pub trait TableStore {
@@ -34,12 +37,21 @@ pub enum ManagerError {
     Store { what: &'static str, reason: String },
 }
 
+fn store_error(what: &'static str) -> impl Fn(String) -> ManagerError {
+    move |reason| ManagerError::Store { what, reason }
+}
+
 /// What the manager holds and what it could not.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ManagerStats {
-    /// Tables loaded now, and their rows.
+    /// Tables loaded now, their rows, and the executable bytes they cover.
     pub tables: usize,
     pub rows: u32,
+    pub text_bytes: u64,
+    /// Most rows loaded at once.
+    pub peak_rows: u32,
+    /// Tables built (each file once).
+    pub built: usize,
     /// Tables that did not fit the rows map or the table limit (their
     /// mappings use frame pointers).
     pub dropped_tables: usize,
@@ -51,13 +63,13 @@ pub struct ManagerStats {
     pub build_time: Duration,
 }
 
-/// How a process's mappings were covered.
+/// How a process's mappings were covered when it was added.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcessReport {
     pub mappings: usize,
     /// Mappings with a table.
     pub with_table: usize,
-    /// Mappings without one, with the reason.
+    /// Mappings without one (yet), with the reason.
     pub without_table: Vec<(String, String)>,
 }
 
@@ -68,20 +80,30 @@ enum TableKey {
     File(String, u64),
 }
 
-/// A mapping's table key (when it is a file) and its load bias and table
-/// id, or why it has none.
-struct Coverage {
-    key: Option<TableKey>,
-    table: Result<(u64, u32), String>,
+/// Where a file's table is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum TableState {
+    /// Table id, first row, rows.
+    Loaded(u32, u32, u32),
+    Building,
+    /// Why the file has none.
+    Failed(String),
 }
 
-/// A file's table, loaded or not, and how many processes map it.
+/// A file's table and how many mappings of live processes use it.
 struct FileTable {
-    /// Table id, first row and rows when loaded.
-    loaded: Result<(u32, u32, u32), String>,
+    state: TableState,
     /// `(file offset, virtual address, size)` of each executable `PT_LOAD` segment.
     segments: Vec<(u64, u64, u64)>,
+    text_bytes: u64,
     users: usize,
+}
+
+/// A process as last read: its address space and executable mappings, each
+/// with its file's table key (none for anonymous code).
+struct Process {
+    identity: AddressSpace,
+    mappings: Vec<(ExecMapping, Option<TableKey>)>,
 }
 
 pub struct TableManager {
@@ -90,12 +112,25 @@ pub struct TableManager {
     free_ids: Vec<u32>,
     tables: HashMap<TableKey, FileTable>,
     files: HashMap<(String, u64), TableKey>,
-    processes: HashMap<u32, Vec<TableKey>>,
+    processes: HashMap<u32, Process>,
+    builder: Builder<TableKey>,
     stats: ManagerStats,
 }
 
 impl TableManager {
+    /// A manager that builds tables on a worker thread: a process's
+    /// mappings wait for them (frame pointers meanwhile) until
+    /// [`TableManager::place_built`] places them.
     pub fn new(limits: UnwindLimits) -> Self {
+        Self::with_builder(limits, Builder::worker())
+    }
+
+    /// A manager that builds every table as soon as a process needs it.
+    pub fn building_in_place(limits: UnwindLimits) -> Self {
+        Self::with_builder(limits, Builder::in_place())
+    }
+
+    fn with_builder(limits: UnwindLimits, builder: Builder<TableKey>) -> Self {
         TableManager {
             rows: RowAllocator::new(limits.rows),
             limits,
@@ -103,6 +138,7 @@ impl TableManager {
             tables: HashMap::new(),
             files: HashMap::new(),
             processes: HashMap::new(),
+            builder,
             stats: ManagerStats::default(),
         }
     }
@@ -111,50 +147,46 @@ impl TableManager {
         &self.stats
     }
 
+    /// Tables being built.
+    pub fn building(&self) -> usize {
+        self.builder.pending()
+    }
+
     /// Reads the executable mappings of `pid` (again, after an exec or a
-    /// `dlopen`), loads the tables they need and writes its mappings entry.
+    /// `dlopen`), starts building the tables they need and writes its
+    /// mappings entry.
     pub fn add_process(
         &mut self,
         store: &mut impl TableStore,
         pid: u32,
     ) -> Result<ProcessReport, ManagerError> {
-        let mappings =
-            exec_mappings(pid).map_err(|source| ManagerError::Mappings { pid, source })?;
-        let mut report = ProcessReport::default();
-        let mut value = vec![0u8; pm::BYTES as usize];
-        let mut users = Vec::new();
+        let read = |source| ManagerError::Mappings { pid, source };
+        let mappings = exec_mappings(pid).map_err(read)?;
+        let identity = address_space(pid).map_err(read)?;
         let kept = mappings.len().min(MAX_MAPPINGS as usize);
         self.stats.dropped_mappings += mappings.len() - kept;
-        for (index, mapping) in mappings[..kept].iter().enumerate() {
-            let coverage = self.table_of(store, pid, mapping)?;
-            users.extend(coverage.key);
-            let (bias, table) = match coverage.table {
-                Ok(found) => {
-                    report.with_table += 1;
-                    found
-                }
-                Err(reason) => {
-                    report.without_table.push((mapping.path.clone(), reason));
-                    (0, NO_TABLE)
-                }
-            };
-            write_entry(&mut value, index, mapping, bias, table);
+        let mut process = Process {
+            identity,
+            mappings: Vec::with_capacity(kept),
+        };
+        for mapping in mappings.into_iter().take(kept) {
+            let key = self.key_of(pid, &mapping);
+            if let Some(key) = &key {
+                self.use_table(key);
+            }
+            process.mappings.push((mapping, key));
         }
-        report.mappings = kept;
-        value[..4].copy_from_slice(&(kept as u32).to_ne_bytes());
-        store
-            .write_process(pid, &value)
-            .map_err(|reason| ManagerError::Store {
-                what: "process mappings",
-                reason,
-            })?;
-        for key in &users {
-            self.use_table(key, 1);
-        }
-        for key in self.processes.insert(pid, users).unwrap_or_default() {
+        let old = self.processes.insert(pid, process);
+        self.place_built(store, false)?;
+        self.write_process(store, pid)?;
+        for key in old
+            .into_iter()
+            .flat_map(|p| p.mappings)
+            .filter_map(|(_, k)| k)
+        {
             self.release(store, &key)?;
         }
-        Ok(report)
+        Ok(self.report(pid))
     }
 
     /// Forgets process `pid`: its entry goes, and tables no other process
@@ -164,131 +196,185 @@ impl TableManager {
         store: &mut impl TableStore,
         pid: u32,
     ) -> Result<(), ManagerError> {
-        let Some(keys) = self.processes.remove(&pid) else {
+        let Some(process) = self.processes.remove(&pid) else {
             return Ok(());
         };
         store
             .delete_process(pid)
-            .map_err(|reason| ManagerError::Store {
-                what: "process mappings",
-                reason,
-            })?;
-        for key in keys {
+            .map_err(store_error("process mappings"))?;
+        for key in process.mappings.into_iter().filter_map(|(_, k)| k) {
             self.release(store, &key)?;
         }
         Ok(())
     }
 
-    /// The table of a mapping's file, loading it on first sight. A file
-    /// without a usable table is remembered too, so it is not read again
-    /// while a process maps it.
-    fn table_of(
+    /// Places the tables built since the last call (with `wait`, every
+    /// table started) and writes the entries of the processes that map
+    /// them. Returns how many were placed.
+    pub fn place_built(
         &mut self,
         store: &mut impl TableStore,
-        pid: u32,
-        mapping: &ExecMapping,
-    ) -> Result<Coverage, ManagerError> {
-        if !mapping.is_file() {
-            let table = Err("not a file (vDSO, JIT or anonymous code)".into());
-            return Ok(Coverage { key: None, table });
-        }
-        let file = (mapping.device.clone(), mapping.inode);
-        let key = match self.files.get(&file) {
-            Some(key) => key.clone(),
-            None => {
-                let key = self.load_file(store, pid, mapping)?;
-                self.files.insert(file, key.clone());
-                key
+        wait: bool,
+    ) -> Result<usize, ManagerError> {
+        let built = self.builder.finished(wait);
+        let count = built.len();
+        for Built { key, table, time } in built {
+            self.stats.build_time += time;
+            self.stats.built += 1;
+            let Some(text_bytes) = self.tables.get(&key).map(|f| f.text_bytes) else {
+                continue; // No process maps it any more.
+            };
+            let state = match table {
+                Ok(table) => {
+                    self.stats.failed_files += usize::from(table.rows.is_empty());
+                    self.place(store, &table)?
+                }
+                Err(reason) => {
+                    self.stats.failed_files += 1;
+                    TableState::Failed(reason)
+                }
+            };
+            if let TableState::Loaded(..) = state {
+                self.stats.text_bytes += text_bytes;
             }
-        };
-        let file_table = &self.tables[&key];
-        let table = match &file_table.loaded {
-            Ok((id, _, _)) => load_bias(&file_table.segments, mapping)
-                .map(|bias| (bias, *id))
-                .ok_or_else(|| "the mapping's offset is in no PT_LOAD segment".to_string()),
-            Err(reason) => Err(reason.clone()),
-        };
-        Ok(Coverage {
-            key: Some(key),
-            table,
-        })
+            self.tables.get_mut(&key).expect("present above").state = state;
+            let users: Vec<u32> = (self.processes.iter())
+                .filter(|(_, p)| p.mappings.iter().any(|(_, k)| k.as_ref() == Some(&key)))
+                .map(|(&pid, _)| pid)
+                .collect();
+            for pid in users {
+                self.write_process(store, pid)?;
+            }
+        }
+        Ok(count)
     }
 
-    /// Reads and builds the table of a mapping's file; returns its key.
-    fn load_file(
-        &mut self,
-        store: &mut impl TableStore,
-        pid: u32,
-        mapping: &ExecMapping,
-    ) -> Result<TableKey, ManagerError> {
-        let fallback = TableKey::File(mapping.device.clone(), mapping.inode);
-        let elf = match std::fs::read(mapping.file_in(pid)) {
-            Ok(elf) => elf,
-            Err(e) => return Ok(self.failed(fallback, format!("cannot read it: {e}"), Vec::new())),
-        };
-        let Ok(file) = object::File::parse(&*elf) else {
-            return Ok(self.failed(fallback, "not an ELF file".into(), Vec::new()));
-        };
-        let key = match file.build_id() {
-            Ok(Some(id)) => TableKey::BuildId(id.to_vec()),
-            _ => fallback,
-        };
-        if self.tables.contains_key(&key) {
-            return Ok(key);
+    /// How `pid`'s mappings are covered now.
+    fn report(&self, pid: u32) -> ProcessReport {
+        let mut report = ProcessReport::default();
+        for (mapping, key) in self.processes.get(&pid).map_or(&[][..], |p| &p.mappings) {
+            report.mappings += 1;
+            match self.table_of(mapping, key.as_ref()) {
+                Ok(_) => report.with_table += 1,
+                Err(why) => report.without_table.push((mapping.path.clone(), why)),
+            }
         }
-        let segments = file
-            .segments()
-            .filter(|s| is_executable(s.flags()))
-            .map(|s| (s.file_range().0, s.address(), s.file_range().1))
-            .collect();
-        let started = Instant::now();
-        let table = UnwindTable::build(&elf);
-        self.stats.build_time += started.elapsed();
-        let table = match table {
-            Ok(table) => table,
-            Err(e) => return Ok(self.failed(key, format!("no unwind table: {e}"), segments)),
+        report
+    }
+
+    /// Writes the mappings entry of `pid` as its tables are now.
+    fn write_process(&self, store: &mut impl TableStore, pid: u32) -> Result<(), ManagerError> {
+        let Some(process) = self.processes.get(&pid) else {
+            return Ok(());
         };
-        let loaded = self.place(store, &table)?;
+        let mut value = vec![0u8; pm::BYTES as usize];
+        put_u64(&mut value, pm::START_STACK, process.identity.start_stack);
+        put_u64(&mut value, pm::END_CODE, process.identity.end_code);
+        value[..4].copy_from_slice(&(process.mappings.len() as u32).to_ne_bytes());
+        for (index, (mapping, key)) in process.mappings.iter().enumerate() {
+            let (bias, table) = self
+                .table_of(mapping, key.as_ref())
+                .unwrap_or((0, NO_TABLE));
+            write_entry(&mut value, index, mapping, bias, table);
+        }
+        store
+            .write_process(pid, &value)
+            .map_err(store_error("process mappings"))
+    }
+
+    /// The load bias and table id of a mapping, or why it has none.
+    fn table_of(
+        &self,
+        mapping: &ExecMapping,
+        key: Option<&TableKey>,
+    ) -> Result<(u64, u32), String> {
+        let key = key.ok_or("anonymous memory (JIT or generated code): no unwind table")?;
+        let file = self.tables.get(key).ok_or("its table was freed")?;
+        match &file.state {
+            TableState::Loaded(id, _, _) => load_bias(&file.segments, mapping)
+                .map(|bias| (bias, *id))
+                .ok_or_else(|| "the mapping's offset is in no PT_LOAD segment".to_string()),
+            TableState::Building => Err("its table is being built".into()),
+            TableState::Failed(reason) => Err(reason.clone()),
+        }
+    }
+
+    /// The table key of a mapping's file, starting its build on first
+    /// sight; `None` for anonymous code. A file without a usable table is
+    /// remembered too, so it is not read again while a process maps it.
+    fn key_of(&mut self, pid: u32, mapping: &ExecMapping) -> Option<TableKey> {
+        if mapping.path == vdso::MODULE {
+            let fallback = TableKey::File(vdso::MODULE.into(), 0);
+            return Some(match vdso::image() {
+                Some(image) => self.key_of_image(Image::Bytes(image), fallback),
+                None => self.failed(fallback, "this process has no vDSO".into()),
+            });
+        }
+        if !mapping.is_file() {
+            return None;
+        }
+        let file = (mapping.device.clone(), mapping.inode);
+        if let Some(key) = self.files.get(&file) {
+            return Some(key.clone());
+        }
+        let fallback = TableKey::File(mapping.device.clone(), mapping.inode);
+        let key = match map_file(&mapping.file_in(pid)) {
+            Ok(map) => self.key_of_image(Image::Mapped(map), fallback),
+            Err(e) => self.failed(fallback, format!("cannot read it: {e}")),
+        };
+        self.files.insert(file, key.clone());
+        Some(key)
+    }
+
+    /// The key of an ELF image (its build id, or `fallback`), starting the
+    /// build of its table unless it is known.
+    fn key_of_image(&mut self, image: Image, fallback: TableKey) -> TableKey {
+        let Some((build_id, segments)) = elf_identity(image.bytes()) else {
+            return self.failed(fallback, "not an ELF file".into());
+        };
+        let key = build_id.map_or(fallback, TableKey::BuildId);
+        if self.tables.contains_key(&key) {
+            return key;
+        }
+        let text_bytes = segments.iter().map(|&(_, _, size)| size).sum();
         self.tables.insert(
             key.clone(),
             FileTable {
-                loaded,
+                state: TableState::Building,
                 segments,
+                text_bytes,
                 users: 0,
             },
         );
-        Ok(key)
-    }
-
-    fn failed(
-        &mut self,
-        key: TableKey,
-        reason: String,
-        segments: Vec<(u64, u64, u64)>,
-    ) -> TableKey {
-        self.stats.failed_files += 1;
-        let table = FileTable {
-            loaded: Err(reason),
-            segments,
-            users: 0,
-        };
-        self.tables.insert(key.clone(), table);
+        self.builder.start(key.clone(), image);
         key
     }
 
-    /// Puts a table's rows in the map: its id, first row and rows, or why not.
+    fn failed(&mut self, key: TableKey, reason: String) -> TableKey {
+        self.stats.failed_files += 1;
+        let table = FileTable {
+            state: TableState::Failed(reason),
+            segments: Vec::new(),
+            text_bytes: 0,
+            users: 0,
+        };
+        self.tables.entry(key.clone()).or_insert(table);
+        key
+    }
+
+    /// Puts a table's rows in the map: loaded, or why not.
     fn place(
         &mut self,
         store: &mut impl TableStore,
         table: &UnwindTable,
-    ) -> Result<Result<(u32, u32, u32), String>, ManagerError> {
+    ) -> Result<TableState, ManagerError> {
         let rows = u32::try_from(table.rows.len()).unwrap_or(u32::MAX);
         if rows == 0 {
-            return Ok(Err("its CFI has no rows".into()));
+            return Ok(TableState::Failed("its CFI has no rows".into()));
         }
         let no_room = |stats: &mut ManagerStats, reason: String| {
             stats.dropped_tables += 1;
-            Ok(Err(reason))
+            Ok(TableState::Failed(reason))
         };
         if rows > MAX_TABLE_ROWS {
             let reason = format!("{rows} rows, more than a table may have ({MAX_TABLE_ROWS})");
@@ -304,22 +390,21 @@ impl TableManager {
             return no_room(&mut self.stats, reason);
         };
         self.free_ids.pop();
-        let store_err = |reason| ManagerError::Store {
-            what: "table rows",
-            reason,
-        };
         store
             .write_rows(first, &table.encoded())
-            .map_err(store_err)?;
-        store.write_table(id, first, rows).map_err(store_err)?;
+            .map_err(store_error("table rows"))?;
+        store
+            .write_table(id, first, rows)
+            .map_err(store_error("table rows"))?;
         self.stats.tables += 1;
         self.stats.rows += rows;
-        Ok(Ok((id, first, rows)))
+        self.stats.peak_rows = self.stats.peak_rows.max(self.stats.rows);
+        Ok(TableState::Loaded(id, first, rows))
     }
 
-    fn use_table(&mut self, key: &TableKey, users: usize) {
+    fn use_table(&mut self, key: &TableKey) {
         if let Some(table) = self.tables.get_mut(key) {
-            table.users += users;
+            table.users += 1;
         }
     }
 
@@ -334,20 +419,46 @@ impl TableManager {
         }
         let table = self.tables.remove(key).expect("present above");
         self.files.retain(|_, k| k != key);
-        if let Ok((id, first, rows)) = table.loaded {
+        if let TableState::Loaded(id, first, rows) = table.state {
             store
                 .write_table(id, 0, 0)
-                .map_err(|reason| ManagerError::Store {
-                    what: "table slot",
-                    reason,
-                })?;
+                .map_err(store_error("table slot"))?;
             self.rows.release(first, rows);
             self.free_ids.push(id);
             self.stats.tables -= 1;
             self.stats.rows -= rows;
+            self.stats.text_bytes -= table.text_bytes;
         }
         Ok(())
     }
+}
+
+/// A file mapped read-only: building its table reads only the pages its
+/// headers and CFI are on.
+fn map_file(path: &std::path::Path) -> std::io::Result<memmap2::Mmap> {
+    let file = std::fs::File::open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    // SAFETY: the map is only read. A file truncated while mapped makes
+    // reads past its end fault (SIGBUS); binaries and libraries in use are
+    // replaced by renaming, not rewritten in place, so a mapped executable
+    // does not shrink.
+    unsafe { memmap2::Mmap::map(&file) }
+}
+
+/// An ELF image's build id and its executable `PT_LOAD` segments as
+/// `(file offset, virtual address, size)`; `None` when it is not ELF.
+#[allow(clippy::type_complexity)]
+fn elf_identity(image: &[u8]) -> Option<(Option<Vec<u8>>, Vec<(u64, u64, u64)>)> {
+    let file = object::File::parse(image).ok()?;
+    let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
+    let segments = file
+        .segments()
+        .filter(|s| is_executable(s.flags()))
+        .map(|s| (s.file_range().0, s.address(), s.file_range().1))
+        .collect();
+    Some((build_id, segments))
 }
 
 fn is_executable(flags: object::SegmentFlags) -> bool {
@@ -364,6 +475,10 @@ fn load_bias(segments: &[(u64, u64, u64)], mapping: &ExecMapping) -> Option<u64>
     })?;
     let start_vaddr = vaddr.wrapping_add(mapping.offset).wrapping_sub(offset);
     Some(mapping.start.wrapping_sub(start_vaddr))
+}
+
+fn put_u64(value: &mut [u8], at: i16, v: u64) {
+    value[at as usize..at as usize + 8].copy_from_slice(&v.to_ne_bytes());
 }
 
 fn write_entry(value: &mut [u8], index: usize, mapping: &ExecMapping, bias: u64, table: u32) {
@@ -419,7 +534,7 @@ mod tests {
     fn adds_shares_and_removes() {
         let pid = std::process::id();
         let mut store = FakeStore::default();
-        let mut manager = TableManager::new(UnwindLimits::default());
+        let mut manager = TableManager::building_in_place(UnwindLimits::default());
         let report = manager.add_process(&mut store, pid).expect("add");
         assert!(report.with_table >= 2, "{report:?}");
         let tables = manager.stats().tables;
@@ -453,7 +568,7 @@ mod tests {
             rows: 64,
             ..UnwindLimits::default()
         };
-        let mut manager = TableManager::new(limits);
+        let mut manager = TableManager::building_in_place(limits);
         let report = manager
             .add_process(&mut FakeStore::default(), std::process::id())
             .expect("add");
@@ -463,6 +578,23 @@ mod tests {
                 .without_table
                 .iter()
                 .any(|(_, why)| why.contains("do not fit")),
+            "{report:?}"
+        );
+    }
+
+    /// The vDSO mapping gets a table from this process's copy of the image.
+    #[test]
+    fn loads_the_vdso_table() {
+        let mut store = FakeStore::default();
+        let mut manager = TableManager::building_in_place(UnwindLimits::default());
+        let report = manager
+            .add_process(&mut store, std::process::id())
+            .expect("add");
+        assert!(
+            !report
+                .without_table
+                .iter()
+                .any(|(path, _)| path == vdso::MODULE),
             "{report:?}"
         );
     }

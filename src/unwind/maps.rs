@@ -6,8 +6,9 @@
 //! - tables: an array of [`TableSlot`]s by table id: `{ first_row, rows }`;
 //! - processes: a hash from tgid to [`ProcessMappings`]: the executable
 //!   mappings of the process, sorted by start, each with its table id;
-//! - state: a one-element per-CPU array holding the [`state`] of the
-//!   unwind in progress: registers, flags and the frames found.
+//! - the [`state`] of an unwind in progress (registers, flags, the frames
+//!   found) lives in a map value of the caller's: a per-CPU scratch buffer,
+//!   or a task's own storage when its stack is cached.
 
 use crate::vocab::{MapId, MapKind, MapSpec};
 
@@ -54,23 +55,13 @@ pub struct UnwindMaps {
     pub rows: MapId,
     pub tables: MapId,
     pub processes: MapId,
-    pub state: MapId,
 }
 
 impl UnwindMaps {
-    /// Appends the four map specs to `maps` and returns their ids.
+    /// Appends the three map specs to `maps` and returns their ids.
     pub fn add_specs(maps: &mut Vec<MapSpec>, limits: UnwindLimits) -> UnwindMaps {
         let mut add = |name: &str, kind, key_size, value_size, max_entries| {
-            let id = MapId(u32::try_from(maps.len()).expect("fewer than 2^32 maps"));
-            maps.push(MapSpec {
-                name: name.into(),
-                kind,
-                key_size,
-                value_size,
-                max_entries,
-                script_map: None,
-            });
-            id
+            MapSpec::add_internal(maps, name, kind, key_size, value_size, max_entries)
         };
         UnwindMaps {
             rows: add(
@@ -94,7 +85,6 @@ impl UnwindMaps {
                 process_mappings::BYTES,
                 limits.processes,
             ),
-            state: add("unwind_state", MapKind::PerCpuArray, 4, state::BYTES, 1),
         }
     }
 }
@@ -106,14 +96,19 @@ pub mod table_slot {
     pub const BYTES: u32 = 8;
 }
 
-/// A process's executable mappings: `count: u32`, 4 bytes of padding, then
-/// `MAX_MAPPINGS` entries of `start: u64, end: u64, bias: u64, table: u32`,
-/// padded to 32 bytes. `bias` is the load bias: ELF address = pc - bias.
+/// A process's executable mappings: `count: u32`, 4 bytes of padding, the
+/// identity of the address space they were read from (`start_stack: u64`,
+/// `end_code: u64`, as `/proc/PID/stat` shows them and `mm_struct` holds
+/// them: an `exec` changes both), then `MAX_MAPPINGS` entries of
+/// `start: u64, end: u64, bias: u64, table: u32`, padded to 32 bytes.
+/// `bias` is the load bias: ELF address = pc - bias.
 pub mod process_mappings {
     use super::MAX_MAPPINGS;
 
     pub const COUNT: i16 = 0;
-    pub const ENTRIES: i16 = 8;
+    pub const START_STACK: i16 = 8;
+    pub const END_CODE: i16 = 16;
+    pub const ENTRIES: i16 = 24;
     pub const ENTRY_BYTES: u32 = 32;
     pub const START: i16 = 0;
     pub const END: i16 = 8;
@@ -122,11 +117,16 @@ pub mod process_mappings {
     pub const BYTES: u32 = ENTRIES as u32 + MAX_MAPPINGS * ENTRY_BYTES;
 }
 
-/// The unwind in progress and its result: `ip, sp, bp: u64` (the frame
-/// being unwound), `tgid: u32`, `frames: u32` (found so far), `flags: u32`,
-/// 12 bytes the caller may use (the sampler keeps its source and the time
-/// the unwind took there), then `MAX_FRAMES` return addresses (the first the
-/// interrupted ip).
+/// The unwind in progress and its result. The caller fills the inputs:
+/// `ip, sp, bp: u64` (the frame to start from), `tgid: u32`, `input: u32`
+/// ([`input`] bits), and the address space's identity (`mm_start_stack`,
+/// `mm_end_code`, compared with the process's mappings entry). The unwinder
+/// leaves `frames: u32` (found), `flags: u32` ([`flags`]), `first_slot`
+/// (the user address the first return address was read from, 0 if none)
+/// and the return addresses in `stack` (the first the starting ip), moving
+/// `ip, sp, bp` up as it goes. `caller_*` and `key_*` are left to the
+/// caller (the sampler keeps its source and timing there, the per-task
+/// cache of off-CPU stacks its key).
 pub mod state {
     use super::MAX_FRAMES;
 
@@ -136,11 +136,26 @@ pub mod state {
     pub const TGID: i16 = 24;
     pub const FRAMES: i16 = 28;
     pub const FLAGS: i16 = 32;
-    /// u32 and u64 left to the caller.
-    pub const CALLER_U32: i16 = 36;
-    pub const CALLER_U64: i16 = 40;
-    pub const STACK: i16 = 48;
+    pub const INPUT: i16 = 36;
+    pub const MM_START_STACK: i16 = 40;
+    pub const MM_END_CODE: i16 = 48;
+    pub const FIRST_SLOT: i16 = 56;
+    /// A u32 and a u64 left to the caller.
+    pub const CALLER_U32: i16 = 64;
+    pub const CALLER_U64: i16 = 72;
+    /// Three u64 left to the caller (a cache key: ip, sp, bp).
+    pub const KEY: i16 = 80;
+    /// 80 bytes of the unwinder's temporaries.
+    pub const WORK: i16 = 104;
+    pub const STACK: i16 = 184;
     pub const BYTES: u32 = STACK as u32 + 8 * MAX_FRAMES;
+}
+
+/// Bits of `state::INPUT`: what the caller knows about the first frame.
+pub mod input {
+    /// The ip is a function's first instruction (a function-entry uprobe):
+    /// the return address is at `sp`, whatever the tables say.
+    pub const FUNCTION_ENTRY: u32 = 1;
 }
 
 /// Bits of `state::FLAGS`: how the stack was unwound and why it ended.
@@ -157,6 +172,23 @@ pub mod flags {
     pub const READ_FAILED: u32 = 16;
     /// Ended because the next frame was not above the current one.
     pub const NO_PROGRESS: u32 = 32;
-    /// The process has no mappings loaded: frame pointers only.
+    /// No mappings are loaded for the address space (the process was
+    /// never added, or exec'd since): nothing was unwound, the caller falls
+    /// back to the kernel's frame-pointer walk.
     pub const NO_PROCESS: u32 = 64;
+    /// A pc outside every mapping of the process (code mapped since its
+    /// mappings were read: `dlopen`, JIT): unwound with frame pointers.
+    pub const UNKNOWN_MAPPING: u32 = 128;
+    /// The user frames are the kernel's frame-pointer walk (set by the
+    /// caller after a `NO_PROCESS` unwind).
+    pub const KERNEL_WALK: u32 = 256;
+    /// The stack was the task's cached one: its registers had not changed
+    /// since it was unwound (set by the per-task cache).
+    pub const CACHED: u32 = 512;
+    /// The user frames are `struct bpf_stack_build_id`s (file and offset),
+    /// from a kernel walk (set by the caller).
+    pub const BUILD_ID: u32 = 1024;
+    /// Ways a walk can go wrong for reasons that may pass: such stacks are
+    /// not cached.
+    pub const NOT_CACHEABLE: u32 = READ_FAILED | NO_PROCESS | UNKNOWN_MAPPING | KERNEL_WALK;
 }

@@ -8,7 +8,9 @@
 
 mod alloc;
 pub mod bpf;
+pub mod builder;
 pub mod cfi;
+pub mod layout;
 pub mod manager;
 pub mod maps;
 pub mod proc_maps;

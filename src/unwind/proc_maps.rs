@@ -1,6 +1,7 @@
-//! The executable mappings of a process, from `/proc/PID/maps`, and where
-//! to read each mapped file (through `/proc/PID/root`, so files of other
-//! mount namespaces resolve too).
+//! The executable mappings of a process, from `/proc/PID/maps`, where to
+//! read each mapped file (through `/proc/PID/root`, so files of other mount
+//! namespaces resolve too), and the identity of its address space, from
+//! `/proc/PID/stat`.
 
 use std::path::PathBuf;
 
@@ -66,9 +67,62 @@ fn parse_line(line: &str) -> Option<ExecMapping> {
     })
 }
 
+/// The identity of a process's address space as the kernel's `mm_struct`
+/// holds it (`docs/unwinding.md`, "When tables load").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AddressSpace {
+    pub start_stack: u64,
+    pub end_code: u64,
+}
+
+/// `end_code` and `start_stack` of process `pid`, fields 27 and 28 of
+/// `/proc/PID/stat` (after the parenthesized name, which may hold spaces).
+pub fn address_space(pid: u32) -> std::io::Result<AddressSpace> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_address_space(&stat).ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("/proc/{pid}/stat has no end_code and start_stack"),
+        )
+    })
+}
+
+fn parse_address_space(stat: &str) -> Option<AddressSpace> {
+    let (_, after_name) = stat.rsplit_once(')')?;
+    let mut fields = after_name.split_whitespace();
+    // Field 3 (the state) is the first after the name.
+    let end_code = fields.nth(27 - 3)?.parse().ok()?;
+    let start_stack = fields.next()?.parse().ok()?;
+    Some(AddressSpace {
+        start_stack,
+        end_code,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `/proc/PID/stat` gives the address space's identity, whatever the
+    /// process's name; this process's matches its own.
+    #[test]
+    fn reads_address_space_identity() {
+        let stat = "42 (a ) b) S 1 42 42 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 \
+                    100 1000 200 18446744073709551615 4096 8192 140000 0 0 0 0 0 0 0 0 0 17 1";
+        assert_eq!(
+            parse_address_space(stat),
+            Some(AddressSpace {
+                start_stack: 140000,
+                end_code: 8192
+            })
+        );
+        assert_eq!(parse_address_space("1 (x) S 1"), None);
+        let own = address_space(std::process::id()).expect("own stat");
+        assert!(
+            own.start_stack > own.end_code && own.end_code > 0,
+            "{own:?}"
+        );
+    }
 
     /// Executable lines are kept with their fields; others and junk are not.
     #[test]

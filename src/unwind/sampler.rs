@@ -13,7 +13,8 @@ use crate::codegen::program::{BpfProgram, Compiled};
 use crate::runtime::bpf::loader::Loaded;
 use crate::vocab::{AttachPoint, MapId, MapKind, MapSpec, PerfEvent, PerfSample};
 
-use super::bpf::{LoopKind, UserUnwinder, emit_load_user_regs};
+use super::bpf::{LoopKind, UserUnwinder};
+use super::layout::MmLayout;
 use super::manager::TableStore;
 use super::maps::{MAX_FRAMES, UnwindLimits, UnwindMaps, flags, state};
 
@@ -43,6 +44,8 @@ impl StackSource {
 /// The state fields the sampler uses: its source index, and the
 /// nanoseconds (`bpf_ktime_get_ns`) collecting the stack took.
 const SOURCE_OFFSET: i16 = state::CALLER_U32;
+/// The sampler's per-CPU unwind state.
+const STATE_MAP: MapId = MapId(1);
 const DURATION_OFFSET: i16 = state::CALLER_U64;
 
 /// CPU-clock sampling at `hz` on every CPU.
@@ -58,13 +61,15 @@ pub fn cpu_clock(hz: u64) -> AttachPoint {
 }
 
 /// The programs and maps of a sampler, ready for `loader::load`: map 0 is
-/// the ring buffer, `programs[i]` samples with `sources[i]` at `attach`
+/// the ring buffer, map 1 the per-CPU unwind state, `programs[i]` samples
+/// with `sources[i]` at `attach`
 /// ([`cpu_clock`], or a uprobe: the stack is the task's user stack either way).
 pub fn sampler(
     tgid: u32,
     attach: &AttachPoint,
     sources: &[StackSource],
     limits: UnwindLimits,
+    mm: MmLayout,
 ) -> Result<(Compiled, UnwindMaps), AsmError> {
     let mut maps = vec![MapSpec {
         name: "uw_ring".into(),
@@ -74,11 +79,19 @@ pub fn sampler(
         max_entries: 1 << 22,
         script_map: None,
     }];
+    maps.push(MapSpec {
+        name: "uw_state".into(),
+        kind: MapKind::PerCpuArray,
+        key_size: 4,
+        value_size: state::BYTES,
+        max_entries: 1,
+        script_map: None,
+    });
     let unwind = UnwindMaps::add_specs(&mut maps, limits);
     let programs = sources
         .iter()
         .enumerate()
-        .map(|(index, &source)| sample_program(tgid, attach, source, index as u32, unwind))
+        .map(|(index, &source)| sample_program(tgid, attach, source, index as u32, unwind, mm))
         .collect::<Result<_, _>>()?;
     let compiled = Compiled {
         programs,
@@ -95,6 +108,7 @@ fn sample_program(
     source: StackSource,
     index: u32,
     maps: UnwindMaps,
+    mm: MmLayout,
 ) -> Result<BpfProgram, AsmError> {
     use Reg::*;
     let mut asm = Assembler::new();
@@ -104,7 +118,7 @@ fn sample_program(
     asm.alu64_imm(AluOp::Rsh, R0, 32);
     asm.jmp32_imm(Cond::Ne, R0, tgid as i32, out);
     asm.store_imm(Size::U32, R10, -4, 0);
-    asm.ld_map_fd(R1, maps.state);
+    asm.ld_map_fd(R1, STATE_MAP);
     asm.mov64_reg(R2, R10);
     asm.alu64_imm(AluOp::Add, R2, -4);
     asm.call_helper(helpers::MAP_LOOKUP_ELEM);
@@ -115,8 +129,8 @@ fn sample_program(
     asm.mov64_reg(R7, R0);
     let unwinder = match source {
         StackSource::Table(kind) => {
-            let unwinder = UserUnwinder::new(&mut asm, maps, kind);
-            emit_load_user_regs(&mut asm, R6);
+            let unwinder = UserUnwinder::new(&mut asm, maps, kind, mm);
+            asm.store_imm(Size::U32, R6, state::INPUT, 0);
             unwinder.call(&mut asm, R6);
             Some(unwinder)
         }

@@ -15,9 +15,15 @@ pub enum GlobalSlot {
     /// wprof's own pid: probes ignore wprof, which would otherwise trace
     /// itself (a system-wide `malloc` probe fires on every event it handles).
     SelfPid = 3,
+    /// The kernel stack frames of a raw tracepoint program (`tp_btf`,
+    /// `rawtracepoint`) that belong to the tracer, above the traced event:
+    /// the program and the tracepoint glue (`bpf_trace_runN`...). Measured
+    /// at start-up (`runtime::bpf::stack_skip`) and passed to
+    /// `bpf_get_stack` as its skip count.
+    RawTracepointStackSkip = 4,
 }
 
-pub const GLOBAL_SLOTS: u32 = 4;
+pub const GLOBAL_SLOTS: u32 = 5;
 
 /// The values of [`GlobalSlot::State`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,11 +13,6 @@ pub enum MapKind {
     Array,
     PerCpuArray,
     RingBuf,
-    StackTrace,
-    /// A stack trace map whose entries the kernel turns into (build id,
-    /// file offset) pairs (`BPF_F_STACK_BUILD_ID`), so user frames can be
-    /// symbolized after their process exits.
-    BuildIdStackTrace,
     /// `BPF_MAP_TYPE_TASK_STORAGE`: a value per task, keyed by a BTF task
     /// pointer in BPF. The kernel requires BTF for the key (`int`) and value
     /// types; the loader makes it.
@@ -36,6 +31,29 @@ pub struct MapSpec {
     pub max_entries: u32,
     /// How user space reads this map; `None` for internal maps.
     pub script_map: Option<ScriptMap>,
+}
+
+impl MapSpec {
+    /// Appends one of wprof's own maps (not a script's) to `specs`; returns its id.
+    pub fn add_internal(
+        specs: &mut Vec<MapSpec>,
+        name: &str,
+        kind: MapKind,
+        key_size: u32,
+        value_size: u32,
+        max_entries: u32,
+    ) -> MapId {
+        let id = MapId(u32::try_from(specs.len()).expect("fewer than 2^32 maps"));
+        specs.push(MapSpec {
+            name: name.into(),
+            kind,
+            key_size,
+            value_size,
+            max_entries,
+            script_map: None,
+        });
+        id
+    }
 }
 
 /// Layout of a user-visible map, for printing.

@@ -25,9 +25,16 @@ pub enum Message {
     /// u64 (`ValueType::Int { size: 8, signed: false }`); a `ksym()` item is a
     /// u64 kernel address (`ValueType::Symbol { kernel: true }`, a `Str`
     /// field in the schema: the recorder stores the symbol's name).
+    /// A record with a stack carries its frames after the fields, at
+    /// `frames_at`: the user frames (8-byte addresses, or 32-byte
+    /// `struct bpf_stack_build_id`s when the stack flags say
+    /// `BUILD_ID`), then the kernel frames (8-byte addresses), counted in
+    /// the header.
     Record {
         record: u32,
         fields: Vec<(u32, ValueType)>,
+        /// Where the frames start; `None` for a record without a stack.
+        frames_at: Option<u32>,
     },
     /// A watched function was called: the address to watch is the u64 at
     /// offset 8; user space sets program `program`'s breakpoint on it (and,
@@ -63,16 +70,19 @@ pub mod record_header {
     pub const COMM: u32 = 32;
     /// Spans only; 0 otherwise.
     pub const DURATION: u32 = 48;
-    /// Stack ids in `Compiled::kernel_stacks` and `user_stacks`; negative when absent.
-    pub const KERNEL_STACK: u32 = 56;
-    pub const USER_STACK: u32 = 64;
-    /// At a function-entry uprobe, the caller's return address (the
-    /// frame-pointer unwinder cannot see it yet); 0 otherwise.
+    /// u32 counts of the kernel and user frames after the fields.
+    pub const KERNEL_FRAMES: u32 = 56;
+    pub const USER_FRAMES: u32 = 60;
+    /// u32: how the stack was taken (`unwind::maps::flags`).
+    pub const STACK_FLAGS: u32 = 64;
+    /// i32: the error of the kernel stack helper (negative errno), 0 if none.
+    pub const KERNEL_ERROR: u32 = 68;
+    /// At a function-entry uprobe whose user stack the kernel walked with
+    /// frame pointers, the caller's return address (the walk cannot see it
+    /// yet); 0 otherwise.
     pub const ENTRY_RETURN: u32 = 72;
     pub const FIELDS: u32 = 80;
 }
 
-/// Frames kept per stack (the kernel's limit for stack trace maps).
-pub const MAX_STACK_DEPTH: u32 = 127;
 /// Bytes of one frame in a build-id stack map (`struct bpf_stack_build_id`).
 pub const BUILD_ID_FRAME_BYTES: u32 = 32;

@@ -6,7 +6,7 @@ use super::super::format::{Decoder, MAX_CPUS, Malformed};
 use super::super::model::{
     CaptureInfo, CaptureSettings, CaptureStats, DropReason, Event, FieldSchema, FieldType,
     FieldValue, FrameAddr, FrameId, RecordId, RecordKind, RecordOrigin, RecordSchema, Stack,
-    StackId, StringId, Symbol, Thread, ThreadId,
+    StackCount, StackId, StringId, Symbol, Thread, ThreadId,
 };
 use super::super::writer::drop_reason_code;
 
@@ -255,9 +255,23 @@ pub(super) fn decode_stats(d: &mut Decoder) -> Result<CaptureStats, Malformed> {
         .ok_or_else(|| d.error(format!("unknown drop reason {code}")))?;
         drops.push((reason, d.uvarint()?));
     }
+    let duration_ns = d.uvarint()?;
+    let mut stacks = Vec::new();
+    // Format 2.2 added the stack counts; older end chunks stop here.
+    if d.remaining() > 0 {
+        for _ in 0..d.count()? {
+            let code = d.u8()?;
+            let n = d.uvarint()?;
+            // Counts of a newer minor version are skipped.
+            if let Some(count) = StackCount::ALL.into_iter().find(|c| c.code() == code) {
+                stacks.push((count, n));
+            }
+        }
+    }
     Ok(CaptureStats {
         events,
         drops,
-        duration_ns: d.uvarint()?,
+        duration_ns,
+        stacks,
     })
 }

@@ -1,7 +1,7 @@
 //! Tests of the capture writer, and sample captures other tests reuse.
 
 use super::*;
-use crate::capture::model::{CaptureSettings, FieldSchema, RecordId};
+use crate::capture::model::{CaptureSettings, FieldSchema, RecordId, StackCount};
 
 /// A capture with every kind of entry, and what was put into it.
 pub(crate) struct Sample {
@@ -188,6 +188,7 @@ pub(crate) fn sample(chunk_bytes: usize) -> Sample {
                 (DropReason::UnmatchedSpanEnd, u64::MAX),
             ],
             duration_ns: 1_000_000_000,
+            stacks: vec![(StackCount::Table, 7), (StackCount::TableRows, 1 << 20)],
         },
         bytes: vec![],
     };

@@ -294,7 +294,9 @@ fn rejects_unknown_stack_kind() {
     assert_eq!(
         errors("kprobe:f < stack(oncpu) >"),
         [(
-            "`stack(KIND)` takes one of timer, offcpu, waker, probe, pmu".to_string(),
+            "`stack(KIND)` takes one of timer, offcpu, waker, probe, pmu; \
+             `stack(offcpu, NEXT)` the task switched in"
+                .to_string(),
             "stack(oncpu)".to_string()
         )]
     );

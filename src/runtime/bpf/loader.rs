@@ -251,9 +251,6 @@ fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {
         MapKind::PerCpuArray => (MapType::PercpuArray, 4, spec.value_size),
         MapKind::RingBuf => (MapType::RingBuf, 0, 0),
         MapKind::PerfEventArray => (MapType::PerfEventArray, 4, 4),
-        MapKind::StackTrace | MapKind::BuildIdStackTrace => {
-            (MapType::StackTrace, 4, spec.value_size)
-        }
         MapKind::TaskStorage => unreachable!("created by create_task_storage"),
     };
     let fail = |reason: String| LoadError::CreateMap {
@@ -273,7 +270,6 @@ fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {
     // perf_event programs; older verifiers reject them in perf_event programs.
     let map_flags = match spec.kind {
         MapKind::Hash | MapKind::PerCpuHash => libbpf_rs::libbpf_sys::BPF_F_NO_PREALLOC,
-        MapKind::BuildIdStackTrace => libbpf_rs::libbpf_sys::BPF_F_STACK_BUILD_ID,
         _ => 0,
     };
     let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {

@@ -297,48 +297,6 @@ impl Loaded {
     pub fn set_state(&self, globals: MapId, state: ProbeState) -> Result<(), MapError> {
         self.set_global(globals, GlobalSlot::State, state as u64)
     }
-
-    /// The raw entry of stack `id` in a stack trace map; `None` when the id
-    /// is unknown (evicted or never stored).
-    fn stack_entry(&self, map: MapId, id: u32) -> Result<Option<Vec<u8>>, MapError> {
-        let handle = self.map(map)?;
-        handle
-            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
-            .map_err(access(handle, "lookup"))
-    }
-
-    /// The frames of stack `id` in a build-id stack map, innermost first.
-    pub fn build_id_stack(&self, map: MapId, id: u32) -> Result<Vec<BuildIdFrame>, MapError> {
-        let Some(bytes) = self.stack_entry(map, id)? else {
-            return Ok(Vec::new());
-        };
-        // struct bpf_stack_build_id { s32 status; u8 build_id[20]; u64 offset_or_ip; }
-        let frames = bytes.chunks_exact(32).map_while(|entry| {
-            let value = u64::from_ne_bytes(entry[24..32].try_into().expect("8 bytes"));
-            match i32::from_ne_bytes(entry[..4].try_into().expect("4 bytes")) {
-                1 => Some(BuildIdFrame::File {
-                    build_id: entry[4..24].try_into().expect("20 bytes"),
-                    file_offset: value,
-                }),
-                2 => Some(BuildIdFrame::Ip(value)),
-                _ => None,
-            }
-        });
-        Ok(frames.collect())
-    }
-
-    /// The addresses of stack `id` in a stack trace map, innermost first;
-    /// empty when the id is unknown.
-    pub fn stack(&self, map: MapId, id: u32) -> Result<Vec<u64>, MapError> {
-        let Some(bytes) = self.stack_entry(map, id)? else {
-            return Ok(Vec::new());
-        };
-        Ok(bytes
-            .chunks_exact(8)
-            .map(|c| u64::from_ne_bytes(c.try_into().expect("chunks of 8")))
-            .take_while(|&ip| ip != 0)
-            .collect())
-    }
 }
 
 fn ignore_not_found(e: libbpf_rs::Error) -> Result<(), libbpf_rs::Error> {
@@ -498,13 +456,10 @@ mod tests {
         assert!(loaded.map_entries(h).expect("entries").is_empty());
     }
 
-    /// Globals slots are written in place; unknown stack ids are empty.
+    /// Globals slots are written in place.
     #[test]
-    fn globals_and_missing_stack() {
-        let maps = vec![
-            map("globals", MapKind::Array, 4, 16, 1),
-            map("stacks", MapKind::StackTrace, 4, 8 * 127, 64),
-        ];
+    fn globals_are_written_in_place() {
+        let maps = vec![map("globals", MapKind::Array, 4, 16, 1)];
         let prog = empty_program("b", "BEGIN", AttachPoint::Begin);
         let loaded = load(&with_ring(maps, vec![prog])).expect("load");
         let globals = MapId(1);
@@ -518,7 +473,6 @@ mod tests {
         let value = &entries[0].1[0];
         assert_eq!(value[..8], 5u64.to_ne_bytes());
         assert_eq!(value[8..], 99u64.to_ne_bytes());
-        assert!(loaded.stack(MapId(2), 12345).expect("lookup").is_empty());
     }
 
     /// A per-CPU array counter bumped by a tracepoint sums to the call count.
@@ -551,17 +505,4 @@ mod tests {
         );
         assert_eq!(sum_u64(&entries), 5);
     }
-}
-
-/// A user frame as the kernel left it in a build-id stack map.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BuildIdFrame {
-    /// In a file with this build id (zero-padded to 20 bytes), at this offset.
-    File {
-        build_id: [u8; 20],
-        file_offset: u64,
-    },
-    /// The kernel could not find a build id (no file, or the lookup would
-    /// have had to sleep): the raw address.
-    Ip(u64),
 }

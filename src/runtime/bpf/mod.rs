@@ -11,5 +11,6 @@ pub mod loader;
 mod map_btf;
 pub mod maps_read;
 pub(crate) mod perf_event;
+pub mod stack_skip;
 #[cfg(test)]
 pub(crate) mod test_support;

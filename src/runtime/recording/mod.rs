@@ -6,6 +6,7 @@
 
 mod decode;
 mod stacks;
+mod tables;
 mod threads;
 
 use std::collections::{HashMap, VecDeque};
@@ -15,7 +16,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use self::decode::{FieldDecoder, IdentityRecord, decoders, identity_record, malformed, u64_at};
-use self::stacks::{RawStack, probed_binaries};
+use self::stacks::{RawStack, StackHeader, digest, probed_binaries, raw_stack};
+use self::tables::Tables;
 use self::threads::{Comm, ThreadTable};
 use crate::capture::model::{
     CaptureInfo, CaptureStats, DropReason, Event, FieldValue, RecordId, RecordKind, StackId,
@@ -23,8 +25,9 @@ use crate::capture::model::{
 use crate::capture::writer::CaptureWriter;
 use crate::codegen::program::Compiled;
 use crate::runtime::bpf::loader::Loaded;
-use crate::symbols::{AddrKind, KernelSymbols, ModuleIndex, StackNormalizer};
-use crate::vocab::{MapId, MapKind, Message, record_header as header};
+use crate::symbols::{AddrKind, KernelSymbols, ModuleIndex};
+use crate::unwind::maps::flags;
+use crate::vocab::{Message, record_header as header};
 
 /// How far back events may arrive out of order: a probe reads the clock
 /// before it sends, and may be preempted in between.
@@ -36,16 +39,14 @@ const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 pub enum RecordError {
     #[error(transparent)]
     Capture(#[from] crate::capture::format::CaptureError),
-    #[error("cannot read a stack: {0}")]
-    Stack(#[from] crate::runtime::bpf::maps_read::MapError),
     #[error("malformed record message: {0}")]
     Malformed(String),
 }
 
-/// An event whose stack ids still need the stack map.
+/// An event whose stack is not resolved yet: a stack not seen before.
 struct Pending {
     event: Event,
-    stack: RawStack,
+    stack: Option<(u128, RawStack)>,
 }
 
 /// Most value vectors kept for reuse.
@@ -57,6 +58,8 @@ pub struct Recorder {
     start_ns: u64,
     /// Per message (index in `Compiled::messages`), how its fields decode.
     fields: Vec<Vec<FieldDecoder>>,
+    /// Per message, where its frames start (records with stacks).
+    frames_at: Vec<Option<u32>>,
     /// Per record kind, whether it is a span.
     spans: Vec<bool>,
     /// The trackers' `task` record, which sets thread identities.
@@ -64,17 +67,16 @@ pub struct Recorder {
     threads: ThreadTable,
     /// Names `ksym()` fields and, at the end, kernel frames.
     kernel_symbols: KernelSymbols,
-    kernel_stacks: Option<MapId>,
-    user_stacks: Option<MapId>,
-    /// User stacks hold build ids (else plain addresses).
-    user_build_ids: bool,
+    /// The unwind tables of the processes stacks are taken in.
+    tables: Option<Tables>,
+    /// How user stacks were walked and how they ended.
+    stack_counts: tables::StackCounts,
     /// Which file each build id names.
     modules: ModuleIndex,
-    /// Raw stacks already stored (pid 0 for kernel-only stacks).
-    stacks: HashMap<RawStack, Option<StackId>>,
+    /// Digests of the raw stacks already stored, and their stacks.
+    stacks: HashMap<u128, StackId>,
     /// How each frame was first seen (innermost or return address).
     frame_kinds: Vec<AddrKind>,
-    normalizer: StackNormalizer,
     pending: Vec<Pending>,
     /// Events in time order until they leave the reorder window.
     ordered: VecDeque<Event>,
@@ -95,14 +97,23 @@ impl Recorder {
             .messages
             .iter()
             .map(|m| match m {
-                Message::Record { record, fields } => decoders(&compiled.records, *record, fields),
+                Message::Record { record, fields, .. } => {
+                    decoders(&compiled.records, *record, fields)
+                }
                 _ => Vec::new(),
+            })
+            .collect();
+        let frames_at = (compiled.messages.iter())
+            .map(|m| match m {
+                Message::Record { frames_at, .. } => *frames_at,
+                _ => None,
             })
             .collect();
         Ok(Recorder {
             writer,
             start_ns: info.start_monotonic_ns,
             fields,
+            frames_at,
             spans: compiled
                 .records
                 .iter()
@@ -111,15 +122,11 @@ impl Recorder {
             identity: identity_record(&compiled.records),
             threads: ThreadTable::default(),
             kernel_symbols: KernelSymbols::default(),
-            kernel_stacks: compiled.kernel_stacks,
-            user_stacks: compiled.user_stacks,
-            user_build_ids: compiled.user_stacks.is_some_and(|map| {
-                compiled.maps[map.0 as usize].kind == MapKind::BuildIdStackTrace
-            }),
+            tables: compiled.unwind.map(Tables::new),
+            stack_counts: tables::StackCounts::default(),
             modules: probed_binaries(compiled),
             stacks: HashMap::new(),
             frame_kinds: Vec::new(),
-            normalizer: StackNormalizer::new(),
             pending: Vec::new(),
             ordered: VecDeque::new(),
             spare: Vec::new(),
@@ -147,11 +154,7 @@ impl Recorder {
             return Ok(());
         }
         let thread = self.threads.of_header(&mut self.writer, tid, pid, &comm);
-        if self.user_stacks.is_some() {
-            // While the process lives: its files name the build ids of its frames.
-            self.modules.add_process(pid);
-        }
-        let event = Event {
+        let mut event = Event {
             ts_ns: ts.saturating_sub(self.start_ns),
             cpu,
             thread,
@@ -165,14 +168,47 @@ impl Recorder {
             values,
             stack: None,
         };
-        let stack = RawStack {
-            pid,
-            kernel: u64_at(header::KERNEL_STACK)? as i64,
-            user: u64_at(header::USER_STACK)? as i64,
-            entry_return: u64_at(header::ENTRY_RETURN)?,
+        let stack = match self.frames_at.get(message).copied().flatten() {
+            Some(frames_at) => self.message_stack(bytes, frames_at, pid, &mut event)?,
+            None => None,
         };
         self.pending.push(Pending { event, stack });
         Ok(())
+    }
+
+    /// The stack a message carries: the event's stack when it is known,
+    /// else the raw stack to resolve (with its digest).
+    fn message_stack(
+        &mut self,
+        bytes: &[u8],
+        frames_at: u32,
+        pid: u32,
+        event: &mut Event,
+    ) -> Result<Option<(u128, RawStack)>, RecordError> {
+        let desc = StackHeader::read(bytes)?;
+        if desc.user_frames > 0 {
+            self.stack_counts.count(desc.flags);
+        }
+        if desc.flags & (flags::NO_PROCESS | flags::UNKNOWN_MAPPING) != 0
+            && let Some(tables) = &mut self.tables
+        {
+            tables.want(pid);
+        }
+        if desc.kernel_frames == 0 && desc.user_frames == 0 {
+            return Ok(None);
+        }
+        let user_pid = if desc.user_frames > 0 { pid } else { 0 };
+        let stack_bytes = bytes.get(frames_at as usize..).unwrap_or_default();
+        let key = digest(stack_bytes, user_pid, 0, &desc);
+        if let Some(&known) = self.stacks.get(&key) {
+            event.stack = Some(known);
+            return Ok(None);
+        }
+        if user_pid != 0 {
+            // While the process lives: its files name the build ids of its frames.
+            self.modules.add_process(pid);
+        }
+        Ok(Some((key, raw_stack(bytes, frames_at, &desc, pid)?)))
     }
 
     fn recycle(&mut self, mut values: Vec<FieldValue>) {
@@ -185,9 +221,23 @@ impl Recorder {
     /// Resolve the stacks of pending events (while their processes live) and
     /// write what has left the reorder window.
     pub fn process(&mut self, loaded: &Loaded) -> Result<(), RecordError> {
+        if let Some(tables) = &mut self.tables {
+            tables.update(loaded);
+        }
         let mut batch = Vec::with_capacity(self.pending.len());
         for mut pending in std::mem::take(&mut self.pending) {
-            pending.event.stack = self.stack(loaded, pending.stack)?;
+            if let Some((key, raw)) = pending.stack {
+                pending.event.stack = match self.stacks.get(&key) {
+                    Some(&known) => Some(known),
+                    None => {
+                        let stack = self.resolve_stack(&raw);
+                        if let Some(stack) = stack {
+                            self.stacks.insert(key, stack);
+                        }
+                        stack
+                    }
+                };
+            }
             batch.push(pending.event);
         }
         // The ring buffer delivers in reservation order, which is nearly
@@ -222,6 +272,13 @@ impl Recorder {
         self.modules.add_path(&path.to_string_lossy());
     }
 
+    /// Loads the unwind tables of process `pid` at the next `process`.
+    pub fn add_process(&mut self, pid: u32) {
+        if let Some(tables) = &mut self.tables {
+            tables.want(pid);
+        }
+    }
+
     pub fn events(&self) -> u64 {
         self.writer.events_written() + self.ordered.len() as u64
     }
@@ -238,10 +295,12 @@ impl Recorder {
     ) -> Result<CaptureStats, RecordError> {
         self.write_older_than(u64::MAX)?;
         let symbols = self.symbols();
+        let stacks = (self.stack_counts).finish(self.tables.as_ref().map(Tables::stats));
         let stats = CaptureStats {
             events: self.writer.events_written(),
             drops,
             duration_ns,
+            stacks,
         };
         self.writer.finish(&symbols, &stats)?;
         Ok(stats)

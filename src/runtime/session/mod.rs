@@ -18,10 +18,12 @@ use std::time::{Duration, Instant};
 
 use crate::capture::model::{CaptureInfo, CaptureStats, DropReason};
 use crate::codegen::program::Compiled;
+use crate::codegen::stack_layout::GLUE_BYTES;
 use crate::output::printer::Printer;
 use crate::providers;
 use crate::runtime::bpf::counters;
 use crate::runtime::bpf::loader::{self, AttachOptions, Loaded};
+use crate::runtime::bpf::stack_skip;
 use crate::runtime::recording::{RecordError, Recorder};
 use crate::vocab::{AttachPoint, GlobalSlot, MapId, ProbeState};
 use activation::{Interrupt, Phases};
@@ -128,6 +130,9 @@ pub fn run(
     }
     let mut loaded = loader::load(compiled)?;
     counters::install(&loaded, &compiled.counters)?;
+    // Kept until the teardown hands off its descriptors.
+    let _skip_programs = measure_stack_skip(compiled, &loaded)?;
+    write_tracepoint_glue(compiled, &loaded)?;
     interrupt.forward_to(loaded.stopper());
     let stopper = loaded.stopper();
     if let Some(pid) = options.pid {
@@ -220,6 +225,52 @@ pub fn run(
     Ok(RunSummary { capture })
 }
 
+/// Measures the tracer's kernel frames when raw tracepoint programs take
+/// kernel stacks; without a measurement their stacks start with them.
+fn measure_stack_skip(compiled: &Compiled, loaded: &Loaded) -> Result<Option<Loaded>, RunError> {
+    if compiled.kernel_stack_skips.is_empty() {
+        return Ok(None);
+    }
+    let globals = compiled
+        .globals
+        .expect("the code generator always makes a globals map");
+    match stack_skip::measure() {
+        Ok(measured) => {
+            loaded.set_global(globals, GlobalSlot::RawTracepointStackSkip, measured.skip)?;
+            Ok(Some(measured.programs))
+        }
+        Err(error) => {
+            eprintln!(
+                "wprof: cannot measure the tracer's own kernel frames ({error}): \
+                 kernel stacks of tracepoints start with them"
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// Writes the address ranges of the tracepoint iterators whose frames raw
+/// tracepoint programs drop from their kernel stacks; without
+/// `/proc/kallsyms` addresses (a non-root reader sees zeros) their stacks
+/// keep that frame.
+fn write_tracepoint_glue(compiled: &Compiled, loaded: &Loaded) -> Result<(), RunError> {
+    let Some((map, probes)) = &compiled.tracepoint_glue else {
+        return Ok(());
+    };
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    let names: Vec<&str> = probes.iter().map(|(_, name)| name.as_str()).collect();
+    let ranges = stack_skip::iterator_ranges(&kallsyms, &names);
+    let mut value = vec![0u8; compiled.maps[map.0 as usize].value_size as usize];
+    for (probe, name) in probes {
+        let at = GLUE_BYTES as usize * *probe as usize;
+        let found = ranges.iter().find(|(n, _, _)| n == name);
+        if let (Some((_, start, end)), Some(slot)) = (found, value.get_mut(at..at + 16)) {
+            slot.copy_from_slice(&[start.to_ne_bytes(), end.to_ne_bytes()].concat());
+        }
+    }
+    Ok(loaded.update(*map, &0u32.to_ne_bytes(), &value)?)
+}
+
 /// Ctrl-C before activation: nothing was recorded, but a capture that was
 /// asked for is still written (empty), so outputs render and an older file
 /// at the same path is not mistaken for this run's.
@@ -248,6 +299,9 @@ fn create_recorder(
     info.start_monotonic_ns = start_ns;
     info.start_realtime_ns = realtime_ns();
     let mut recorder = Recorder::create(&target.path, compiled, &info)?;
+    if let Some(pid) = options.pid {
+        recorder.add_process(pid as u32);
+    }
     let command = options.command.as_ref().and_then(|argv| argv.first());
     if let Some(path) =
         command.and_then(|c| crate::runtime::targets::elf::resolve_binary(c, None).ok())

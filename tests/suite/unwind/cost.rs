@@ -10,7 +10,7 @@ use wprof::unwind::bpf::LoopKind;
 use wprof::unwind::maps::{MAX_FRAMES, UnwindLimits};
 use wprof::unwind::sampler::{StackSource, cpu_clock, sampler};
 
-use super::kernel::{Sampling, short, spawn, symbolize, wait_until_mapped};
+use super::kernel::{Sampling, mm_layout, short, spawn, symbolize, wait_until_mapped};
 use super::proof::SERIAL;
 use super::workloads::c_chain_with_frame_pointers;
 use crate::require_bpf;
@@ -24,6 +24,7 @@ fn try_load(source: StackSource) -> Result<u32, String> {
         &attach,
         &[source],
         UnwindLimits::default(),
+        mm_layout(),
     )
     .expect("assemble");
     let loaded = load(&compiled).map_err(|e| short(&e))?;

@@ -15,7 +15,9 @@ use blazesym::Pid;
 use blazesym::symbolize::source::{Process, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 use wprof::runtime::bpf::loader::{AttachOptions, Loaded, load};
+use wprof::runtime::targets::environment::SystemEnvironment;
 use wprof::unwind::bpf::LoopKind;
+use wprof::unwind::layout::MmLayout;
 use wprof::unwind::manager::TableManager;
 use wprof::unwind::maps::{UnwindLimits, UnwindMaps, flags};
 use wprof::unwind::sampler::{MapStore, SampledStack, StackSource, cpu_clock, sampler};
@@ -26,6 +28,11 @@ pub const SOURCES: [StackSource; 2] = [
     StackSource::Table(LoopKind::BpfLoop),
     StackSource::KernelFramePointers,
 ];
+
+/// This kernel's `task_struct`/`mm_struct` offsets, for the unwinder.
+pub fn mm_layout() -> MmLayout {
+    MmLayout::resolve(&SystemEnvironment::default()).expect("kernel BTF")
+}
 
 /// A workload process killed when dropped.
 pub struct Workload(pub Child);
@@ -81,10 +88,11 @@ impl Sampling {
     #[track_caller]
     pub fn start_with(pid: u32, attach: &AttachPoint, sources: &[StackSource]) -> Sampling {
         let limits = UnwindLimits::default();
-        let (compiled, maps) = sampler(pid, attach, sources, limits).expect("assemble the sampler");
+        let (compiled, maps) =
+            sampler(pid, attach, sources, limits, mm_layout()).expect("assemble the sampler");
         let mut loaded =
             load(&compiled).unwrap_or_else(|e| panic!("load the sampler: {}", short(&e)));
-        let mut manager = TableManager::new(limits);
+        let mut manager = TableManager::building_in_place(limits);
         let report = manager
             .add_process(
                 &mut MapStore {
@@ -141,7 +149,7 @@ pub fn symbolize(pid: u32, stacks: &[Vec<u64>], demangle: bool) -> Vec<Vec<Strin
         .flat_map(|s| {
             s.iter()
                 .enumerate()
-                .map(|(i, &a)| if i == 0 { a } else { a - 1 })
+                .map(|(i, &a)| if i == 0 { a } else { a.saturating_sub(1) })
         })
         .collect();
     lookups.sort_unstable();

@@ -1,0 +1,630 @@
+//! Lowering the stacks of records into their messages (`docs/unwinding.md`,
+//! "Record stacks"): the per-CPU scratch buffer a record with a stack is
+//! built in, the user stack (the table unwinder; the kernel's frame-pointer
+//! walk for processes without tables; a task's cached off-CPU stack), the
+//! kernel stack (the tracer's own frames skipped in the kernel), and the
+//! stack description of the header (frame counts, flags, kernel error).
+
+use crate::codegen::helpers::*;
+use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, UnwinderSpec, VReg};
+use crate::codegen::lower::Lowerer;
+use crate::codegen::stack_layout::{
+    BUILD_ID_STACK_MAX, GLUE_BYTES, KERNEL_FRAMES_BYTES, KERNEL_STACK_MAX, NEST_LEVELS, STATE_AT,
+    StackMaps, USER_FRAMES_BYTES, offcpu,
+};
+use crate::frontend::checked::{StackKind, SwitchStack};
+use crate::providers;
+use crate::unwind::maps::{MAX_FRAMES, flags, input, state};
+use crate::vocab::{AttachPoint, MapId, record_header as header, x86_64};
+
+/// A scratch buffer taken for one record.
+pub(super) struct Scratch {
+    nest: VReg,
+    level: VReg,
+    /// The buffer (a map value pointer).
+    pub(super) buf: VReg,
+}
+
+/// Where a record's stack goes: its frames into `buf` from `frames_at` on
+/// (user frames, then kernel frames), its description at `buf + desc_at`
+/// (laid out as the header from `KERNEL_FRAMES` to `ENTRY_RETURN`).
+#[derive(Clone, Copy)]
+pub(super) struct StackTarget {
+    pub(super) buf: VReg,
+    pub(super) frames_at: u32,
+    pub(super) desc_at: i16,
+}
+
+impl StackTarget {
+    /// The offset of a header field of the description.
+    fn desc(&self, field: u32) -> i16 {
+        self.desc_at + (field - header::KERNEL_FRAMES) as i16
+    }
+}
+
+/// `bpf_get_stack` flags: the user stack, as build ids and file offsets.
+const BPF_F_USER_BUILD_ID: i32 = 1 << 11;
+/// `bpf_get_stack` flags: the low byte is the number of frames to skip.
+const SKIP_MASK: i32 = 0xff;
+
+impl Lowerer<'_> {
+    fn stack_maps(&self) -> StackMaps {
+        self.maps
+            .stacks
+            .expect("records with stacks have the stack maps")
+    }
+
+    /// This CPU's scratch buffer for the next nesting level; jumps to
+    /// `full` when every level is in use.
+    pub(super) fn scratch_acquire(&mut self, full: Label) -> Scratch {
+        let maps = self.stack_maps();
+        self.comment("take this CPU's scratch buffer for the nesting level");
+        let key = self.alloc(8);
+        self.emit(Inst::Store {
+            base: Base::Frame,
+            offset: key,
+            src: Src::Imm(0),
+            size: Size::U32,
+        });
+        let nest = self.array_lookup(maps.nest, key);
+        self.branch(Cond::Eq, nest, Src::Imm(0), full);
+        let level = self.load_sized(Base::Reg(nest), 0, Size::U64);
+        self.branch(Cond::Ge, level, Src::Imm(NEST_LEVELS as i32), full);
+        let next = self.vreg();
+        self.mov(next, level);
+        self.alu(AluOp::Add, next, Src::Imm(1));
+        self.store_reg(Base::Reg(nest), 0, next, Size::U64);
+        self.store_reg(Base::Frame, key, level, Size::U32);
+        let buf = self.array_lookup(maps.scratch, key);
+        let found = self.label();
+        self.branch(Cond::Ne, buf, Src::Imm(0), found);
+        self.store_reg(Base::Reg(nest), 0, level, Size::U64);
+        self.emit(Inst::Jump(full));
+        self.emit(Inst::Bind(found));
+        Scratch { nest, level, buf }
+    }
+
+    /// Gives the buffer back to the level below.
+    pub(super) fn scratch_release(&mut self, scratch: &Scratch) {
+        self.store_reg(Base::Reg(scratch.nest), 0, scratch.level, Size::U64);
+    }
+
+    /// Takes the record's stack into `target`; returns the bytes of frames
+    /// written. `now` is the record's time (off-CPU blocks are measured to it).
+    pub(super) fn take_stack(
+        &mut self,
+        parts: StackKind,
+        switch: Option<&SwitchStack>,
+        target: StackTarget,
+        now: VReg,
+    ) -> VReg {
+        let buf = Base::Reg(target.buf);
+        for field in [
+            header::KERNEL_FRAMES,
+            header::STACK_FLAGS,
+            header::ENTRY_RETURN,
+        ] {
+            self.store_imm(buf, target.desc(field), 0, Size::U64);
+        }
+        let user = UserFrames::empty(self);
+        match switch {
+            Some(switch) => self.switch_stack(parts, switch, target, now, &user),
+            None => {
+                if parts.user() {
+                    self.current_user_stack(target, &user);
+                }
+                if parts.kernel() {
+                    let source = KernelSource::Current { caller_frames: 0 };
+                    self.kernel_stack(target, &user, source);
+                }
+            }
+        }
+        self.store_reg(buf, target.desc(header::USER_FRAMES), user.count, Size::U32);
+        self.store_reg(buf, target.desc(header::STACK_FLAGS), user.flags, Size::U32);
+        let bytes = self.load_sized(buf, target.desc(header::KERNEL_FRAMES), Size::U32);
+        self.alu(AluOp::Lsh, bytes, Src::Imm(3));
+        self.alu(AluOp::Add, bytes, Src::Reg(user.bytes));
+        bytes
+    }
+
+    /// The current task's user stack through the unwinder, into the
+    /// message; for a process without tables, the kernel's frame-pointer
+    /// walk with build ids (its frames then name their files even if the
+    /// process is gone before user space reads them).
+    fn current_user_stack(&mut self, target: StackTarget, user: &UserFrames) {
+        let buf = target.buf;
+        let state = self.offset_pointer(buf, STATE_AT);
+        let entry = if self.probe.function_entry {
+            input::FUNCTION_ENTRY
+        } else {
+            0
+        };
+        self.unwind(state, entry);
+        let walked = self.label();
+        let done = self.label();
+        let unwound_flags = self.load_sized(Base::Reg(state), state::FLAGS, Size::U32);
+        self.mov(user.flags, unwound_flags);
+        self.bit_clear_branch(user.flags, flags::NO_PROCESS, walked);
+        self.comment("no unwind tables for the process: the kernel walks frame pointers");
+        let to = self.offset_pointer(buf, target.frames_at);
+        let user_flags = BPF_F_USER_STACK as i32 | BPF_F_USER_BUILD_ID;
+        let got = self.get_stack(to, BUILD_ID_STACK_MAX, Src::Imm(user_flags));
+        self.clamp_bytes(got, USER_FRAMES_BYTES);
+        self.mov(user.bytes, got);
+        self.mov(user.count, got);
+        self.alu(AluOp::Rsh, user.count, Src::Imm(5));
+        self.alu(
+            AluOp::Or,
+            user.flags,
+            Src::Imm((flags::KERNEL_WALK | flags::BUILD_ID) as i32),
+        );
+        if self.probe.function_entry {
+            self.entry_return_address(buf, target.desc(header::ENTRY_RETURN));
+        }
+        self.emit(Inst::Jump(done));
+        self.emit(Inst::Bind(walked));
+        self.copy_state_frames(state, target, user);
+        self.emit(Inst::Bind(done));
+    }
+
+    /// `*(u64 *)regs->sp` at a function's first instruction: the return
+    /// address into its caller, which a frame-pointer walk misses.
+    fn entry_return_address(&mut self, buf: VReg, at: i16) {
+        let ctx = self.ctx;
+        let sp = self.load_sized(Base::Reg(ctx), x86_64::STACK_POINTER as i16, Size::U64);
+        let to = self.offset_pointer(buf, at as u32);
+        self.call(
+            PROBE_READ_USER,
+            vec![Arg::Reg(to), Arg::Imm(8), Arg::Reg(sp)],
+        );
+    }
+
+    /// Copies an unwind state's frames to the target; sets the count and
+    /// bytes in `user`.
+    fn copy_state_frames(&mut self, state: VReg, target: StackTarget, user: &UserFrames) {
+        let count = self.load_sized(Base::Reg(state), state::FRAMES, Size::U32);
+        self.alu(AluOp::And, count, Src::Imm(MAX_FRAMES as i32));
+        self.mov(user.count, count);
+        self.mov(user.bytes, count);
+        self.alu(AluOp::Lsh, user.bytes, Src::Imm(3));
+        let none = self.label();
+        self.branch(Cond::Eq, count, Src::Imm(0), none);
+        let to = self.offset_pointer(target.buf, target.frames_at);
+        let from = self.offset_pointer(state, state::STACK as u32);
+        self.call(
+            PROBE_READ_KERNEL,
+            vec![Arg::Reg(to), Arg::Reg(user.bytes), Arg::Reg(from)],
+        );
+        self.emit(Inst::Bind(none));
+    }
+
+    /// The kernel stack after the user frames: of the current task (the
+    /// tracer's own frames skipped), or of a task off the CPU.
+    fn kernel_stack(&mut self, target: StackTarget, user: &UserFrames, source: KernelSource) {
+        let to = self.offset_pointer(target.buf, target.frames_at);
+        let user_bytes = self.vreg();
+        self.mov(user_bytes, user.bytes);
+        self.alu(
+            AluOp::And,
+            user_bytes,
+            Src::Imm(USER_FRAMES_BYTES as i32 - 1),
+        );
+        self.alu(AluOp::Add, to, Src::Reg(user_bytes));
+        let got = match source {
+            KernelSource::Current { caller_frames } => {
+                let skip = self.kernel_skip();
+                let got = self.get_stack(to, KERNEL_STACK_MAX, Src::Reg(skip));
+                self.drop_glue_frames(to, got, caller_frames);
+                got
+            }
+            KernelSource::Task(task) => {
+                let got = self.vreg();
+                let args = vec![
+                    Arg::Reg(task),
+                    Arg::Reg(to),
+                    Arg::Imm(i64::from(KERNEL_STACK_MAX)),
+                    Arg::Imm(0),
+                ];
+                self.emit(Inst::Call {
+                    helper: GET_TASK_STACK,
+                    args,
+                    ret: Some(got),
+                });
+                got
+            }
+        };
+        let fine = self.label();
+        self.branch(Cond::Sge, got, Src::Imm(0), fine);
+        let buf = Base::Reg(target.buf);
+        self.store_reg(buf, target.desc(header::KERNEL_ERROR), got, Size::U32);
+        self.emit(Inst::Bind(fine));
+        self.clamp_bytes(got, KERNEL_FRAMES_BYTES);
+        self.alu(AluOp::Rsh, got, Src::Imm(3));
+        self.store_reg(buf, target.desc(header::KERNEL_FRAMES), got, Size::U32);
+    }
+
+    /// Removes the first frames of the `got` bytes of frames at `to`: at a
+    /// raw tracepoint the tracepoint's iterator when the first frame is in
+    /// it (`stack_layout::tracepoint_glue`), then `caller_frames` more. The
+    /// frames move down (`bpf_probe_read_kernel` copies upwards, so the
+    /// overlap is safe).
+    fn drop_glue_frames(&mut self, to: VReg, got: VReg, caller_frames: i32) {
+        let raw_tracepoint = matches!(
+            self.probe.attach,
+            AttachPoint::TpBtf { .. } | AttachPoint::RawTracepoint { .. }
+        );
+        let glue = self.stack_maps().glue.filter(|_| raw_tracepoint);
+        if glue.is_none() && caller_frames == 0 {
+            return;
+        }
+        let done = self.label();
+        let dropped = self.vreg();
+        self.mov_imm(dropped, 8 * caller_frames);
+        if let Some(glue) = glue {
+            let counted = self.label();
+            self.branch(Cond::Slt, got, Src::Imm(8), counted);
+            let range = self.vreg();
+            self.emit(Inst::MapValueAddr {
+                dst: range,
+                map: glue,
+                offset: GLUE_BYTES * self.probe_index as u32,
+            });
+            let start = self.load_sized(Base::Reg(range), 0, Size::U64);
+            let end = self.load_sized(Base::Reg(range), 8, Size::U64);
+            let first = self.load_sized(Base::Reg(to), 0, Size::U64);
+            self.branch(Cond::Lt, first, Src::Reg(start), counted);
+            self.branch(Cond::Ge, first, Src::Reg(end), counted);
+            self.alu(AluOp::Add, dropped, Src::Imm(8));
+            self.emit(Inst::Bind(counted));
+        }
+        self.branch(Cond::Eq, dropped, Src::Imm(0), done);
+        self.branch(Cond::Sle, got, Src::Reg(dropped), done);
+        self.comment("drop the tracepoint's glue and caller frames");
+        self.alu(AluOp::Sub, got, Src::Reg(dropped));
+        let bytes = self.vreg();
+        self.mov(bytes, got);
+        self.alu(AluOp::And, bytes, Src::Imm(KERNEL_FRAMES_BYTES as i32 - 1));
+        self.alu(
+            AluOp::And,
+            dropped,
+            Src::Imm(KERNEL_FRAMES_BYTES as i32 - 1),
+        );
+        let from = self.vreg();
+        self.mov(from, to);
+        self.alu(AluOp::Add, from, Src::Reg(dropped));
+        self.call(
+            PROBE_READ_KERNEL,
+            vec![Arg::Reg(to), Arg::Reg(bytes), Arg::Reg(from)],
+        );
+        self.emit(Inst::Bind(done));
+    }
+
+    /// `bpf_get_stack(ctx, to, max, flags)`.
+    fn get_stack(&mut self, to: VReg, max: u32, flags: Src) -> VReg {
+        let flags = match flags {
+            Src::Imm(imm) => Arg::Imm(i64::from(imm)),
+            Src::Reg(reg) => Arg::Reg(reg),
+        };
+        let got = self.vreg();
+        let args = vec![
+            Arg::Reg(self.ctx),
+            Arg::Reg(to),
+            Arg::Imm(i64::from(max)),
+            flags,
+        ];
+        self.emit(Inst::Call {
+            helper: GET_STACK,
+            args,
+            ret: Some(got),
+        });
+        got
+    }
+
+    /// The skip count of this probe's kernel stacks (the tracer's frames,
+    /// measured at start-up per program type).
+    fn kernel_skip(&mut self) -> VReg {
+        match providers::of(&self.probe.attach).kernel_stack_skip() {
+            Some(slot) => {
+                let skip = self.global(slot);
+                self.alu(AluOp::And, skip, Src::Imm(SKIP_MASK));
+                skip
+            }
+            None => self.constant(0),
+        }
+    }
+
+    /// Sets the state's input and walks the current task's user stack.
+    fn unwind(&mut self, state: VReg, input_bits: u32) {
+        let maps = self.stack_maps();
+        let (Some(unwind), Some(mm)) = (maps.unwind, self.program.mm_layout) else {
+            unreachable!("records with user stacks have unwind maps and the mm layout")
+        };
+        self.function.unwinder = Some(UnwinderSpec { maps: unwind, mm });
+        self.store_imm(Base::Reg(state), state::INPUT, input_bits as i32, Size::U32);
+        self.emit(Inst::Unwind { state });
+    }
+
+    /// `stack(offcpu, NEXT)` at a context switch. The task switched out
+    /// (the current one) leaves its switch-out time and its user stack in
+    /// its own storage (walked only when its registers changed since the
+    /// last walk). Without a threshold the record takes that stack and the
+    /// kernel stack below the switch; with `-S offcpu=DUR` it takes, when
+    /// `NEXT` was off the CPU at least DUR, `NEXT`'s cached user stack and
+    /// its kernel stack as it sleeps.
+    fn switch_stack(
+        &mut self,
+        parts: StackKind,
+        switch: &SwitchStack,
+        target: StackTarget,
+        now: VReg,
+        user: &UserFrames,
+    ) {
+        let map = self
+            .stack_maps()
+            .offcpu
+            .expect("`stack(offcpu, NEXT)` has its task storage");
+        let no_cache = self.label();
+        let prev_selected = self.int_expr(&switch.prev_selected);
+        self.branch(Cond::Eq, prev_selected, Src::Imm(0), no_cache);
+        let prev = self.curtask();
+        let cache = self.task_storage(map, prev, true);
+        self.branch(Cond::Eq, cache, Src::Imm(0), no_cache);
+        self.store_reg(Base::Reg(cache), offcpu::OUT_NS, now, Size::U64);
+        let prev_state = self.offset_pointer(cache, offcpu::STATE as u32);
+        let threshold = self.program.offcpu_min_block_ns;
+        if parts.user() {
+            let cached = self.cached_user_stack(prev_state);
+            if threshold.is_none() {
+                self.copy_state_frames(prev_state, target, user);
+                let stored = self.load_sized(Base::Reg(prev_state), state::FLAGS, Size::U32);
+                self.mov(user.flags, stored);
+                self.alu(AluOp::Or, user.flags, Src::Reg(cached));
+            }
+        }
+        self.emit(Inst::Bind(no_cache));
+        let Some(min_block_ns) = threshold else {
+            if parts.kernel() {
+                // The tracepoint is in `__schedule`: drop it too.
+                let source = KernelSource::Current { caller_frames: 1 };
+                self.kernel_stack(target, user, source);
+            }
+            return;
+        };
+        let done = self.label();
+        let next_selected = self.int_expr(&switch.next_selected);
+        self.branch(Cond::Eq, next_selected, Src::Imm(0), done);
+        let next = self.int_expr(&switch.next);
+        let next_cache = self.task_storage(map, next, false);
+        self.branch(Cond::Eq, next_cache, Src::Imm(0), done);
+        let out = self.load_sized(Base::Reg(next_cache), offcpu::OUT_NS, Size::U64);
+        self.branch(Cond::Eq, out, Src::Imm(0), done);
+        let blocked = self.vreg();
+        self.mov(blocked, now);
+        self.alu(AluOp::Sub, blocked, Src::Reg(out));
+        let min = self.constant(min_block_ns);
+        self.branch(Cond::Lt, blocked, Src::Reg(min), done);
+        self.comment("a long block: the stacks of the task switched in");
+        if parts.user() {
+            let next_state = self.offset_pointer(next_cache, offcpu::STATE as u32);
+            self.copy_state_frames(next_state, target, user);
+            let stored = self.load_sized(Base::Reg(next_state), state::FLAGS, Size::U32);
+            self.mov(user.flags, stored);
+        }
+        if parts.kernel() {
+            self.kernel_stack(target, user, KernelSource::Task(next));
+        }
+        self.emit(Inst::Bind(done));
+    }
+
+    /// Brings the current task's cached user stack in `state` up to date:
+    /// kept when the task's user registers are those it was unwound from
+    /// and the first return address is still where it was read, walked
+    /// again otherwise. Walks that may go better later (no tables yet, a
+    /// failed read) are not kept. Returns `flags::CACHED` when the cached
+    /// stack was kept, else 0.
+    fn cached_user_stack(&mut self, state: VReg) -> VReg {
+        let walk = self.label();
+        let done = self.label();
+        let cached = self.vreg();
+        self.mov_imm(cached, flags::CACHED as i32);
+        let regs = self.user_regs();
+        let valid = self.load_sized(Base::Reg(state), state::CALLER_U32, Size::U32);
+        self.branch(Cond::Eq, valid, Src::Imm(0), walk);
+        for (index, reg) in regs.iter().enumerate() {
+            let key = self.load_sized(Base::Reg(state), state::KEY + 8 * index as i16, Size::U64);
+            self.branch(Cond::Ne, key, Src::Reg(*reg), walk);
+        }
+        let frames = self.load_sized(Base::Reg(state), state::FRAMES, Size::U32);
+        self.branch(Cond::Lt, frames, Src::Imm(2), done);
+        let slot = self.load_sized(Base::Reg(state), state::FIRST_SLOT, Size::U64);
+        let word = self.alloc(8);
+        let read = self.vreg();
+        self.emit(Inst::Call {
+            helper: PROBE_READ_USER,
+            args: vec![Arg::Frame(word), Arg::Imm(8), Arg::Reg(slot)],
+            ret: Some(read),
+        });
+        self.branch(Cond::Ne, read, Src::Imm(0), walk);
+        let seen = self.load_sized(Base::Frame, word, Size::U64);
+        let first = self.load_sized(Base::Reg(state), state::STACK + 8, Size::U64);
+        self.branch(Cond::Eq, seen, Src::Reg(first), done);
+        self.emit(Inst::Bind(walk));
+        self.comment("walk the user stack into the task's cache");
+        self.mov_imm(cached, 0);
+        self.unwind(state, 0);
+        let unwound = self.load_sized(Base::Reg(state), state::FLAGS, Size::U32);
+        let walked = self.label();
+        self.bit_clear_branch(unwound, flags::NO_PROCESS, walked);
+        let to = self.offset_pointer(state, state::STACK as u32);
+        let got = self.get_stack(to, KERNEL_STACK_MAX, Src::Imm(BPF_F_USER_STACK as i32));
+        self.clamp_bytes(got, KERNEL_FRAMES_BYTES);
+        self.alu(AluOp::Rsh, got, Src::Imm(3));
+        self.store_reg(Base::Reg(state), state::FRAMES, got, Size::U32);
+        self.alu(AluOp::Or, unwound, Src::Imm(flags::KERNEL_WALK as i32));
+        self.store_reg(Base::Reg(state), state::FLAGS, unwound, Size::U32);
+        self.emit(Inst::Bind(walked));
+        for (index, reg) in regs.iter().enumerate() {
+            self.store_reg(
+                Base::Reg(state),
+                state::KEY + 8 * index as i16,
+                *reg,
+                Size::U64,
+            );
+        }
+        let keep = self.vreg();
+        self.mov_imm(keep, 1);
+        let cacheable = self.label();
+        self.bit_clear_branch(unwound, flags::NOT_CACHEABLE, cacheable);
+        self.mov_imm(keep, 0);
+        self.emit(Inst::Bind(cacheable));
+        self.store_reg(Base::Reg(state), state::CALLER_U32, keep, Size::U32);
+        self.emit(Inst::Bind(done));
+        cached
+    }
+
+    /// The current task's user `ip`, `sp`, `bp` (`bpf_task_pt_regs`).
+    fn user_regs(&mut self) -> [VReg; 3] {
+        let task = self.vreg();
+        self.emit(Inst::Call {
+            helper: GET_CURRENT_TASK_BTF,
+            args: vec![],
+            ret: Some(task),
+        });
+        let regs = self.vreg();
+        self.emit(Inst::Call {
+            helper: TASK_PT_REGS,
+            args: vec![Arg::Reg(task)],
+            ret: Some(regs),
+        });
+        [x86_64::RIP, x86_64::RSP, x86_64::RBP]
+            .map(|at| self.load_sized(Base::Reg(regs), at as i16, Size::U64))
+    }
+
+    /// `bpf_task_storage_get(map, task, NULL, create ? F_CREATE : 0)`.
+    fn task_storage(&mut self, map: MapId, task: VReg, create: bool) -> VReg {
+        let flags = if create {
+            LOCAL_STORAGE_GET_F_CREATE
+        } else {
+            0
+        };
+        let pointer = self.vreg();
+        self.emit(Inst::Call {
+            helper: TASK_STORAGE_GET,
+            args: vec![Arg::Map(map), Arg::Reg(task), Arg::Imm(0), Arg::Imm(flags)],
+            ret: Some(pointer),
+        });
+        pointer
+    }
+
+    /// Negative byte counts (helper errors) become 0, and every count is
+    /// masked below `room`, a power of two, for the verifier.
+    fn clamp_bytes(&mut self, bytes: VReg, room: u32) {
+        let positive = self.label();
+        self.branch(Cond::Sge, bytes, Src::Imm(0), positive);
+        self.mov_imm(bytes, 0);
+        self.emit(Inst::Bind(positive));
+        self.alu(AluOp::And, bytes, Src::Imm(room as i32 - 1));
+    }
+
+    /// Bounds `value` (unsigned) by `max`, which the verifier then knows.
+    pub(super) fn clamp_max(&mut self, value: VReg, max: u32) {
+        let fits = self.label();
+        self.branch(Cond::Le, value, Src::Imm(max as i32), fits);
+        self.mov_imm(value, max as i32);
+        self.emit(Inst::Bind(fits));
+    }
+
+    /// Jumps to `target` when none of `bits` is set in `value`.
+    fn bit_clear_branch(&mut self, value: VReg, bits: u32, target: Label) {
+        let masked = self.vreg();
+        self.mov(masked, value);
+        self.alu(AluOp::And, masked, Src::Imm(bits as i32));
+        self.branch(Cond::Eq, masked, Src::Imm(0), target);
+    }
+
+    /// `bpf_map_lookup_elem(map, r10 + key)`.
+    fn array_lookup(&mut self, map: MapId, key: i16) -> VReg {
+        let found = self.vreg();
+        self.emit(Inst::Call {
+            helper: MAP_LOOKUP_ELEM,
+            args: vec![Arg::Map(map), Arg::Frame(key)],
+            ret: Some(found),
+        });
+        found
+    }
+
+    /// A new register holding `pointer + offset`.
+    pub(super) fn offset_pointer(&mut self, pointer: VReg, offset: u32) -> VReg {
+        let at = self.vreg();
+        self.mov(at, pointer);
+        self.alu(AluOp::Add, at, Src::Imm(offset as i32));
+        at
+    }
+
+    fn call(&mut self, helper: u32, args: Vec<Arg>) {
+        self.emit(Inst::Call {
+            helper,
+            args,
+            ret: None,
+        });
+    }
+
+    pub(super) fn load_sized(&mut self, base: Base, offset: i16, size: Size) -> VReg {
+        let dst = self.vreg();
+        self.emit(Inst::Load {
+            dst,
+            base,
+            offset,
+            size,
+        });
+        dst
+    }
+
+    pub(super) fn store_reg(&mut self, base: Base, offset: i16, src: VReg, size: Size) {
+        self.emit(Inst::Store {
+            base,
+            offset,
+            src: Src::Reg(src),
+            size,
+        });
+    }
+
+    pub(super) fn store_imm(&mut self, base: Base, offset: i16, value: i32, size: Size) {
+        self.emit(Inst::Store {
+            base,
+            offset,
+            src: Src::Imm(value),
+            size,
+        });
+    }
+}
+
+/// Whose kernel stack: the current task's, without the tracer's frames
+/// and `caller_frames` frames of the traced event's callers, or a task's
+/// that is off the CPU.
+enum KernelSource {
+    Current { caller_frames: i32 },
+    Task(VReg),
+}
+
+/// The user part of a stack as it is taken: count, bytes and flags.
+struct UserFrames {
+    count: VReg,
+    bytes: VReg,
+    flags: VReg,
+}
+
+impl UserFrames {
+    fn empty(cx: &mut Lowerer<'_>) -> Self {
+        let [count, bytes, flags] = [(); 3].map(|()| {
+            let reg = cx.vreg();
+            cx.mov_imm(reg, 0);
+            reg
+        });
+        UserFrames {
+            count,
+            bytes,
+            flags,
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! The maps and byte layouts of records with stacks (`docs/unwinding.md`,
+//! "Record stacks"). A record with a stack is built in a per-CPU scratch
+//! buffer rather than on the 512-byte BPF stack, because its frames follow
+//! its fields in the message: up to 127 user frames (8-byte addresses, or
+//! 32-byte build-id frames when the kernel walked them) and 127 kernel
+//! frames. Programs can interrupt each other on one CPU (a timer sample
+//! during a uprobe), so each CPU has one buffer per nesting level and a
+//! counter of the level in use.
+//!
+//! Input: the checked program's records. Output: the map specs and the
+//! [`StackMaps`] the lowering uses.
+
+use crate::frontend::checked::{
+    CheckedProbe, CheckedProgram, CheckedRecord, StackKind, TStmt, TStmtKind,
+};
+use crate::unwind::maps::{MAX_FRAMES, UnwindLimits, UnwindMaps, state};
+use crate::vocab::{
+    AttachPoint, BUILD_ID_FRAME_BYTES, MapId, MapKind, MapSpec, record_header as header,
+};
+
+/// Programs that may run nested on one CPU: task context, soft IRQ, hard
+/// IRQ, NMI.
+pub const NEST_LEVELS: u32 = 4;
+/// Most bytes of fields a record with a stack may have (a span's start
+/// and end fields together).
+pub const MAX_STACK_RECORD_FIELDS: u32 = 1024;
+/// Room for the user frames: 127 build-id frames, rounded up to a power
+/// of two so that a mask bounds the length for the verifier.
+pub const USER_FRAMES_BYTES: u32 = 4096;
+/// Room for the kernel frames (127 addresses), likewise.
+pub const KERNEL_FRAMES_BYTES: u32 = 1024;
+/// The most bytes the kernel stack helpers write.
+pub const KERNEL_STACK_MAX: u32 = 8 * MAX_FRAMES;
+/// The most bytes a build-id user walk writes.
+pub const BUILD_ID_STACK_MAX: u32 = BUILD_ID_FRAME_BYTES * MAX_FRAMES;
+/// A scratch buffer: the message (header, fields, frames), then the
+/// unwind state of the current task's user stack.
+pub const STATE_AT: u32 =
+    header::FIELDS + MAX_STACK_RECORD_FIELDS + USER_FRAMES_BYTES + KERNEL_FRAMES_BYTES;
+pub const SCRATCH_BYTES: u32 = STATE_AT + state::BYTES;
+/// Bytes of frames a span start with a stack keeps until its end.
+pub const SPAN_FRAMES_BYTES: u32 = USER_FRAMES_BYTES + KERNEL_FRAMES_BYTES;
+
+/// A task's off-CPU bookkeeping (task storage), for `stack(offcpu, NEXT)`:
+/// when it last left the CPU, and its user stack then, cached with the
+/// registers it was unwound from (`state::KEY`; `state::CALLER_U32` is 1
+/// while the cache is valid).
+pub mod offcpu {
+    use crate::unwind::maps::state;
+
+    pub const OUT_NS: i16 = 0;
+    pub const STATE: i16 = 8;
+    pub const BYTES: u32 = STATE as u32 + state::BYTES;
+}
+
+/// The maps records with stacks use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackMaps {
+    /// Per-CPU u64: the nesting level in use.
+    pub nest: MapId,
+    /// Per-CPU, [`NEST_LEVELS`] buffers of [`SCRATCH_BYTES`].
+    pub scratch: MapId,
+    /// The unwinder's tables, when a record has a user stack.
+    pub unwind: Option<UnwindMaps>,
+    /// Task storage of [`offcpu::BYTES`], when a record has `stack(offcpu, NEXT)`.
+    pub offcpu: Option<MapId>,
+    /// One value, [`GLUE_BYTES`] per probe: the `[start, end)` addresses of
+    /// the raw tracepoint's iterator (`__traceiter_NAME`), when a raw tracepoint
+    /// probe takes a kernel stack ([`tracepoint_glue`]).
+    pub glue: Option<MapId>,
+}
+
+/// Bytes of a [`StackMaps::glue`] value: start and end address.
+pub const GLUE_BYTES: u32 = 16;
+
+/// The raw tracepoint probes that take kernel stacks of the current task,
+/// by probe index, with their tracepoint. With more than one handler
+/// attached, a tracepoint calls them through its iterator, whose frame sits
+/// between the tracer's (skipped by count) and the event's caller; the
+/// program drops it when its first frame is in the iterator, whose address
+/// range user space writes at start-up (it is absent with one handler,
+/// which the tracepoint's static call reaches directly).
+pub fn tracepoint_glue(program: &CheckedProgram) -> Vec<(u32, String)> {
+    (program.probes.iter().enumerate())
+        .filter(|(_, probe)| records_of(probe).any(|r| r.stack.is_some_and(StackKind::kernel)))
+        .filter_map(|(index, probe)| match &probe.attach {
+            AttachPoint::TpBtf { name } | AttachPoint::RawTracepoint { name } => {
+                Some((index as u32, name.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Adds the maps the program's stack records need to `specs`; `None`
+/// when no record has a stack.
+pub fn add_maps(program: &CheckedProgram, specs: &mut Vec<MapSpec>) -> Option<StackMaps> {
+    let wants = |f: fn(StackKind) -> bool| program.records.iter().any(|r| r.stack.is_some_and(f));
+    if !wants(|_| true) {
+        return None;
+    }
+    let mut add = |name: &str, kind, key_size, value_size, max_entries| {
+        MapSpec::add_internal(specs, name, kind, key_size, value_size, max_entries)
+    };
+    let nest = add("wprof_nest", MapKind::PerCpuArray, 4, 8, 1);
+    let scratch = add(
+        "wprof_scratch",
+        MapKind::PerCpuArray,
+        4,
+        SCRATCH_BYTES,
+        NEST_LEVELS,
+    );
+    let offcpu = has_switch_stack(program)
+        .then(|| add("wprof_offcpu", MapKind::TaskStorage, 4, offcpu::BYTES, 0));
+    let glue = (!tracepoint_glue(program).is_empty()).then(|| {
+        let probes = program.probes.len() as u32;
+        add("wprof_tp_glue", MapKind::Array, 4, GLUE_BYTES * probes, 1)
+    });
+    let unwind =
+        wants(StackKind::user).then(|| UnwindMaps::add_specs(specs, UnwindLimits::default()));
+    Some(StackMaps {
+        nest,
+        scratch,
+        unwind,
+        offcpu,
+        glue,
+    })
+}
+
+/// Whether a probe records `stack(offcpu, NEXT)`.
+fn has_switch_stack(program: &CheckedProgram) -> bool {
+    (program.probes.iter())
+        .any(|probe| records_of(probe).any(|record| record.switch_stack.is_some()))
+}
+
+/// Every record a probe may send: its record block and `record` statements.
+pub fn records_of(probe: &CheckedProbe) -> impl Iterator<Item = &CheckedRecord> {
+    fn walk<'a>(stmts: &'a [TStmt], out: &mut Vec<&'a CheckedRecord>) {
+        for stmt in stmts {
+            match &stmt.kind {
+                TStmtKind::Record(record) => out.push(record),
+                TStmtKind::If {
+                    then, otherwise, ..
+                } => {
+                    walk(then, out);
+                    walk(otherwise, out);
+                }
+                TStmtKind::While { body, .. } | TStmtKind::Unroll { body, .. } => walk(body, out),
+                _ => {}
+            }
+        }
+    }
+    let mut records: Vec<&CheckedRecord> = probe.record.iter().collect();
+    walk(&probe.body, &mut records);
+    records.into_iter()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The largest message and the state fit the scratch buffer, and every
+    /// region the verifier bounds with a mask holds its largest write.
+    #[test]
+    fn regions_hold_their_largest_writes() {
+        assert!(BUILD_ID_STACK_MAX <= USER_FRAMES_BYTES && USER_FRAMES_BYTES.is_power_of_two());
+        assert!(KERNEL_STACK_MAX <= KERNEL_FRAMES_BYTES && KERNEL_FRAMES_BYTES.is_power_of_two());
+        assert!(STATE_AT.is_multiple_of(8));
+        assert_eq!(SCRATCH_BYTES, STATE_AT + state::BYTES);
+    }
+}

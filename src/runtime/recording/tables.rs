@@ -1,0 +1,180 @@
+//! When the unwind tables of processes load (`docs/unwinding.md`, "When
+//! tables load"): a process is added when the capture starts with it named
+//! (`-p`, the `-c` command), and whenever a stack says its tables are
+//! missing or stale (`NO_PROCESS`: never added, or exec'd since) or that
+//! it ran code mapped since its mappings were read (`UNKNOWN_MAPPING`:
+//! `dlopen`, JIT). Signals are rate-limited per process; processes that
+//! are gone are forgotten every second, freeing tables no one maps.
+//!
+//! Input: signals from the stacks the recorder decodes. Output: writes to
+//! the unwinder's maps through the table manager, and the counts of how
+//! stacks were walked for the capture's stats.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use crate::capture::model::StackCount;
+use crate::runtime::bpf::loader::Loaded;
+use crate::unwind::manager::{ManagerStats, TableManager};
+use crate::unwind::maps::{UnwindLimits, UnwindMaps, flags};
+use crate::unwind::sampler::MapStore;
+
+/// A process is read again at most this often.
+const READ_INTERVAL: Duration = Duration::from_millis(20);
+/// How often processes that are gone are forgotten.
+const GC_INTERVAL: Duration = Duration::from_secs(1);
+
+pub(super) struct Tables {
+    manager: TableManager,
+    maps: UnwindMaps,
+    /// Processes to read at the next update.
+    wanted: BTreeSet<u32>,
+    last_read: HashMap<u32, Instant>,
+    last_gc: Instant,
+    /// Processes whose mappings could not be read (gone, or not allowed).
+    pub(super) failed_reads: u64,
+    /// Process reads (first adds and re-reads).
+    pub(super) reads: u64,
+}
+
+impl Tables {
+    pub(super) fn new(maps: UnwindMaps) -> Tables {
+        Tables {
+            manager: TableManager::new(UnwindLimits::default()),
+            maps,
+            wanted: BTreeSet::new(),
+            last_read: HashMap::new(),
+            last_gc: Instant::now(),
+            failed_reads: 0,
+            reads: 0,
+        }
+    }
+
+    /// Reads `pid`'s mappings at the next update, unless it was read
+    /// moments ago. Kernel threads and the idle task have none.
+    pub(super) fn want(&mut self, pid: u32) {
+        if pid == 0 {
+            return;
+        }
+        let recent = (self.last_read.get(&pid)).is_some_and(|at| at.elapsed() < READ_INTERVAL);
+        if !recent {
+            self.wanted.insert(pid);
+        }
+    }
+
+    /// Reads the wanted processes and forgets those that are gone.
+    pub(super) fn update(&mut self, loaded: &Loaded) {
+        let mut store = MapStore {
+            loaded,
+            maps: self.maps,
+        };
+        // A failed write leaves the process on frame pointers until it is read again.
+        let _ = self.manager.place_built(&mut store, false);
+        for pid in std::mem::take(&mut self.wanted) {
+            self.last_read.insert(pid, Instant::now());
+            self.reads += 1;
+            if self.manager.add_process(&mut store, pid).is_err() {
+                self.failed_reads += 1;
+            }
+        }
+        if self.last_gc.elapsed() >= GC_INTERVAL {
+            self.last_gc = Instant::now();
+            let gone: Vec<u32> = (self.last_read.keys())
+                .copied()
+                .filter(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+                .collect();
+            for pid in gone {
+                self.last_read.remove(&pid);
+                // A failed write leaves a stale entry; a new process with
+                // this pid has another address space, so it is not used.
+                let _ = self.manager.remove_process(&mut store, pid);
+            }
+        }
+    }
+
+    pub(super) fn stats(&self) -> &ManagerStats {
+        self.manager.stats()
+    }
+}
+
+/// How the user stacks of events were walked and how they ended (their
+/// `unwind::maps::flags`), for the capture's stats.
+#[derive(Debug, Default)]
+pub(super) struct StackCounts {
+    counts: HashMap<StackCount, u64>,
+}
+
+impl StackCounts {
+    pub(super) fn count(&mut self, stack_flags: u32) {
+        let walk = if stack_flags & flags::CACHED != 0 {
+            StackCount::Cached
+        } else if stack_flags & flags::KERNEL_WALK != 0 {
+            StackCount::KernelWalk
+        } else if stack_flags & flags::TABLE != 0 {
+            StackCount::Table
+        } else {
+            StackCount::FramePointer
+        };
+        *self.counts.entry(walk).or_default() += 1;
+        for (bit, ending) in [
+            (flags::OUTERMOST, StackCount::Outermost),
+            (flags::TRUNCATED, StackCount::Truncated),
+            (flags::READ_FAILED, StackCount::ReadFailed),
+            (flags::NO_PROGRESS, StackCount::NoProgress),
+        ] {
+            if stack_flags & bit != 0 {
+                *self.counts.entry(ending).or_default() += 1;
+            }
+        }
+    }
+
+    /// The counts, with the table manager's when tables were used.
+    pub(super) fn finish(&self, tables: Option<&ManagerStats>) -> Vec<(StackCount, u64)> {
+        let mut all = self.counts.clone();
+        if let Some(tables) = tables {
+            all.insert(StackCount::TablesBuilt, tables.built as u64);
+            all.insert(StackCount::TablesDropped, tables.dropped_tables as u64);
+            all.insert(StackCount::TableRows, u64::from(tables.peak_rows));
+            all.insert(StackCount::TableTextBytes, tables.text_bytes);
+        }
+        let mut counts: Vec<_> = all.into_iter().collect();
+        counts.sort();
+        counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stack counts once by how it was walked (a cached or kernel walk
+    /// before the flags of the walk) and once per way it ended.
+    #[test]
+    fn counts_walks_and_endings() {
+        let mut counts = StackCounts::default();
+        counts.count(flags::TABLE | flags::FRAME_POINTER | flags::OUTERMOST);
+        counts.count(flags::FRAME_POINTER | flags::TRUNCATED);
+        counts.count(flags::CACHED | flags::TABLE | flags::OUTERMOST);
+        counts.count(flags::KERNEL_WALK | flags::NO_PROCESS);
+        let stats = ManagerStats {
+            built: 3,
+            peak_rows: 100,
+            ..ManagerStats::default()
+        };
+        assert_eq!(
+            counts.finish(Some(&stats)),
+            [
+                (StackCount::Table, 1),
+                (StackCount::FramePointer, 1),
+                (StackCount::KernelWalk, 1),
+                (StackCount::Cached, 1),
+                (StackCount::Outermost, 2),
+                (StackCount::Truncated, 1),
+                (StackCount::TablesBuilt, 3),
+                (StackCount::TablesDropped, 0),
+                (StackCount::TableRows, 100),
+                (StackCount::TableTextBytes, 0),
+            ]
+        );
+    }
+}

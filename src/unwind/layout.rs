@@ -1,0 +1,74 @@
+//! Where the unwinder reads the current address space's identity in kernel
+//! memory: `task_struct.mm`, then `mm_struct.start_stack` and `end_code`
+//! (offsets from the kernel's BTF, through the checker's
+//! [`Environment`]). The table manager writes the same two values, read
+//! from `/proc/PID/stat`, into a process's mappings entry; an `exec`
+//! changes both, so an entry read before it no longer matches.
+
+use crate::vocab::Environment;
+use crate::vocab::kernel_types::{KernelKind, find_member};
+
+/// Byte offsets of the members the unwinder reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MmLayout {
+    /// `struct task_struct`'s `mm` (a `struct mm_struct *`, NULL for kernel threads).
+    pub task_mm: u32,
+    pub mm_start_stack: u32,
+    pub mm_end_code: u32,
+}
+
+impl MmLayout {
+    /// The offsets on the machine `env` describes.
+    pub fn resolve(env: &dyn Environment) -> Result<MmLayout, String> {
+        let task_mm = member_offset(env, "struct task_struct", "mm")?;
+        let mm_start_stack = member_offset(env, "struct mm_struct", "start_stack")?;
+        let mm_end_code = member_offset(env, "struct mm_struct", "end_code")?;
+        Ok(MmLayout {
+            task_mm,
+            mm_start_stack,
+            mm_end_code,
+        })
+    }
+}
+
+/// The byte offset of `member` in struct `type_name`, looking into
+/// anonymous members.
+fn member_offset(env: &dyn Environment, type_name: &str, member: &str) -> Result<u32, String> {
+    let members = |id| match env.kernel_type(id).ok()?.kind {
+        KernelKind::Struct { members, .. } => Some(members),
+        _ => None,
+    };
+    let id = env.kernel_type_named(type_name)?;
+    let top = members(id).ok_or_else(|| format!("`{type_name}` is not a struct"))?;
+    let found = find_member(&top, member, &members)
+        .ok_or_else(|| format!("`{type_name}` has no member `{member}`"))?;
+    Ok(found.offset_bits / 8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontend::fake_machine::FakeMachine;
+
+    /// The offsets come from the machine's types.
+    #[test]
+    fn resolves_on_the_fake_machine() {
+        let layout = MmLayout::resolve(&FakeMachine).expect("the fake kernel has them");
+        assert_eq!(
+            layout,
+            MmLayout {
+                task_mm: 416,
+                mm_start_stack: 312,
+                mm_end_code: 272
+            }
+        );
+    }
+
+    /// This kernel's BTF has them too.
+    #[test]
+    fn resolves_on_this_kernel() {
+        let env = crate::runtime::targets::environment::SystemEnvironment::default();
+        let layout = MmLayout::resolve(&env).expect("kernel BTF");
+        assert!(layout.task_mm > 0 && layout.mm_start_stack > layout.mm_end_code);
+    }
+}
