@@ -41,7 +41,9 @@ pub fn sources(tracking: &Tracking) -> Result<Vec<Source>, String> {
         .collect();
     for kind in &tracking.stacks {
         let text = match kind {
-            StackKind::Timer { hz } => format!("profile:hz:{hz} {{ record timer < stack > }}\n"),
+            StackKind::Timer { hz } => {
+                format!("profile:hz:{hz} /selected(curtask)/ {{ record timer < stack > }}\n")
+            }
             StackKind::Pmu { event, rate } => pmu_sampler(event, *rate),
             _ => continue,
         };
@@ -65,7 +67,7 @@ fn pmu_sampler(event: &str, rate: PerfSample) -> String {
         PerfSample::FrequencyHz(hz) => format!("{hz}hz"),
         PerfSample::Period(count) => count.to_string(),
     };
-    format!("{probe}:{rate} {{ record pmu_sample < stack > }}\n")
+    format!("{probe}:{rate} /selected(curtask)/ {{ record pmu_sample < stack > }}\n")
 }
 
 #[cfg(test)]
@@ -112,15 +114,15 @@ mod tests {
         assert!(sources[1].text.contains("span wq"));
         assert_eq!(
             sources[2].text,
-            "profile:hz:99 { record timer < stack > }\n"
+            "profile:hz:99 /selected(curtask)/ { record timer < stack > }\n"
         );
         assert_eq!(
             sources[3].text,
-            "software:page-faults:10 { record pmu_sample < stack > }\n"
+            "software:page-faults:10 /selected(curtask)/ { record pmu_sample < stack > }\n"
         );
         assert_eq!(
             sources[4].text,
-            "hardware:cycles:4000hz { record pmu_sample < stack > }\n"
+            "hardware:cycles:4000hz /selected(curtask)/ { record pmu_sample < stack > }\n"
         );
     }
 
