@@ -217,10 +217,7 @@ impl Measurement {
                 kind: Some(MetricKind::Func),
                 subject: function.name.clone(),
             };
-            if let (Some(self_ns), Some(total_ns)) = (
-                self.samples_ns(function.self_samples),
-                self.samples_ns(function.total_samples),
-            ) {
+            if let (Some(self_ns), Some(total_ns)) = (function.self_ns, function.total_ns) {
                 named.time("self", self_ns);
                 named.time("total", total_ns);
             }
