@@ -31,8 +31,8 @@ mod scan;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 
-pub use json::{Metrics, MetricsOptions};
-pub use named::{Metric, field_dimension};
+pub use json::{Metrics, MetricsOptions, number};
+pub use named::{Distribution, Metric, NamedMetrics, field_dimension};
 
 use crate::analysis::stats::LogHistogram;
 use crate::analysis::wallclock::{ThreadTimes, Window};
