@@ -19,6 +19,7 @@ pub mod analysis;
 pub mod builtins;
 pub mod capture;
 pub mod cli;
+pub mod cli_compare;
 pub mod cli_profile;
 pub mod codegen;
 pub mod driver;
