@@ -42,6 +42,7 @@ pub use settings::Difference;
 pub use table::{CompareTable, TableFormat};
 
 use crate::analysis::gate::Gate;
+use crate::analysis::stats::can_reach;
 use crate::render::{Capture, RenderError};
 
 /// What the command line asks of a comparison.
@@ -74,6 +75,8 @@ impl Default for CompareOptions {
 pub struct OneSided {
     /// The canonical name.
     pub name: String,
+    /// Its subject's stats: `KIND:SUBJECT.*`.
+    pub group: String,
     /// Whether it is the baseline's (else the candidate's).
     pub baseline: bool,
 }
@@ -145,11 +148,11 @@ impl Comparison {
     }
 
     /// Why no verdict could be significant, when the numbers of runs are too
-    /// small for the test to ever reach `alpha` (3 + 3 runs and fewer).
+    /// small for the test to ever reach `alpha` (3 + 3 runs and fewer). A
+    /// metric some runs lack has fewer values: its verdict shows its `n`.
     pub fn power_warning(&self) -> Option<String> {
-        let blind = (self.rows.iter())
-            .filter_map(|row| row.verdict)
-            .any(|verdict| !verdict.could_detect());
+        let (base, new) = (self.baseline.len(), self.candidate.len());
+        let blind = base > 0 && (base, new) != (1, 1) && !can_reach(base, new, self.alpha);
         blind.then(|| {
             format!(
                 "with {} baseline and {} candidate runs no change can reach p < {}: \

@@ -55,6 +55,15 @@ pub struct Row {
     pub uncompared: Option<&'static str>,
 }
 
+/// `KIND:SUBJECT.*`: every stat of the metric's subject.
+pub(super) fn stats_of(name: &MetricName) -> String {
+    let all = MetricName {
+        stat: "*".to_owned(),
+        ..name.clone()
+    };
+    all.to_string()
+}
+
 /// Whether a run without the metric had a value of 0 (a count, a sum, a
 /// time) rather than no value (a percentile of nothing).
 pub(super) fn absent_is_zero(name: &MetricName) -> bool {
@@ -90,8 +99,12 @@ pub(super) fn compare(
         let in_base = baseline.iter().any(|run| run.metrics.contains_key(name));
         let in_new = candidate.iter().any(|run| run.metrics.contains_key(name));
         if !in_new || (!baseline.is_empty() && !in_base) {
+            let metric = (baseline.iter().chain(candidate))
+                .find_map(|run| run.metrics.get(name))
+                .expect("a run has the metric");
             one_sided.push(OneSided {
                 name: name.clone(),
+                group: stats_of(&metric.name),
                 baseline: in_base,
             });
             continue;

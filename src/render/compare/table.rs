@@ -5,9 +5,11 @@
 //! the change, the verdict as benchstat prints it), the metrics of one side
 //! only, and the gates.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use super::rows::stats_of;
 use super::{CompareOptions, Comparison, Row, Side};
 use crate::analysis::gate::{Dimension, format_value};
 use crate::render::format::Table;
@@ -170,17 +172,8 @@ pub fn text(comparison: &Comparison, select: &[glob::Pattern]) -> String {
         .map(|row| cells(row, compared))
         .collect();
     table.write(&mut out);
-    for (baseline, label) in [
-        (true, "only in the baseline"),
-        (false, "only in the candidate"),
-    ] {
-        let names: Vec<&str> = (comparison.one_sided.iter())
-            .filter(|m| m.baseline == baseline && selects(select, &m.name))
-            .map(|m| m.name.as_str())
-            .collect();
-        if !names.is_empty() {
-            writeln!(out, "\n{label}: {}", names.join(", ")).ok();
-        }
+    for (label, names) in one_sided(comparison, select) {
+        writeln!(out, "\n{label}: {}", names.join(", ")).ok();
     }
     if !comparison.gates.is_empty() {
         out.push_str("\ngates\n");
@@ -197,6 +190,43 @@ pub fn text(comparison: &Comparison, select: &[glob::Pattern]) -> String {
 
 fn selects(select: &[glob::Pattern], name: &str) -> bool {
     select.is_empty() || select.iter().any(|glob| glob.matches(name))
+}
+
+/// The selected metrics of one side only, per side that has any: a
+/// subject's stats as one `KIND:SUBJECT.*` when all of them are one-sided.
+fn one_sided(
+    comparison: &Comparison,
+    select: &[glob::Pattern],
+) -> Vec<(&'static str, Vec<String>)> {
+    let compared: HashSet<String> = (comparison.rows.iter())
+        .map(|row| stats_of(&row.name))
+        .collect();
+    let sides = [
+        (true, "only in the baseline"),
+        (false, "only in the candidate"),
+    ];
+    (sides.into_iter())
+        .filter_map(|(baseline, label)| {
+            let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+            let metrics = (comparison.one_sided.iter())
+                .filter(|m| m.baseline == baseline && selects(select, &m.name));
+            for metric in metrics {
+                match groups.last_mut() {
+                    Some((group, names)) if *group == metric.group => names.push(&metric.name),
+                    _ => groups.push((&metric.group, vec![&metric.name])),
+                }
+            }
+            let names: Vec<String> = (groups.into_iter())
+                .flat_map(
+                    |(group, names)| match names.len() > 1 && !compared.contains(group) {
+                        true => vec![group.to_owned()],
+                        false => names.into_iter().map(str::to_owned).collect(),
+                    },
+                )
+                .collect();
+            (!names.is_empty()).then_some((label, names))
+        })
+        .collect()
 }
 
 /// A Markdown table cell: pipes escaped, code in backticks where asked.
@@ -297,6 +327,10 @@ pub fn markdown(comparison: &Comparison, select: &[glob::Pattern]) -> String {
         if !changed.is_empty() {
             md_table(&mut out, &changed, compared);
         }
+    }
+    for (label, names) in one_sided(comparison, select) {
+        let names: Vec<String> = names.iter().map(|n| format!("`{}`", md(n))).collect();
+        writeln!(out, "\n_{label}_: {}", names.join(", ")).ok();
     }
     writeln!(
         out,

@@ -249,7 +249,8 @@ fn bad_input_is_refused() {
     );
 }
 
-/// Too few runs for any verdict to be significant are said to be so.
+/// Too few runs for any verdict to be significant are said to be so; 5 + 5
+/// runs are enough even when a metric is missing from some of them.
 #[test]
 fn warns_about_too_few_runs() {
     let comparison = compare(&runs(3, 1.0, 1), &runs(3, 1.5, 100), &[]).expect("compares");
@@ -258,6 +259,18 @@ fn warns_about_too_few_runs() {
         warning.starts_with("with 3 baseline and 3 candidate runs no change"),
         "{warning}"
     );
+    let comparison = compare(&runs(1, 1.0, 1), &runs(5, 1.5, 100), &[]).expect("compares");
+    assert!(comparison.power_warning().is_some());
+    let mut sparse = runs(5, 1.0, 100);
+    for (i, capture) in sparse.iter_mut().take(3).enumerate() {
+        *capture = run(1.0, 100 + i as u64, 0);
+    }
+    let comparison = compare(&runs(5, 1.0, 1), &sparse, &[]).expect("compares");
+    let retry = row(&comparison, "span:retry.p50")
+        .verdict
+        .expect("a verdict");
+    assert!(!retry.could_detect());
+    assert_eq!(comparison.power_warning(), None);
 }
 
 /// The outputs: text and Markdown tables and JSON, written through the
