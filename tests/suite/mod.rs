@@ -10,6 +10,7 @@ mod hostile;
 mod load;
 mod profiles;
 mod records;
+mod regress;
 mod replay;
 mod system;
 mod unwind;
