@@ -245,45 +245,22 @@ fn bad_input_exits_2_and_budgets_gate_one_capture() {
         path_str(&other),
         path_str(&damaged),
     );
-    let compare = |extra: &[&str]| -> Vec<String> {
-        let base = ["-R", "-D", &a, "--baseline", &b];
+    let against = |baseline: &str, extra: &[&str]| -> Vec<String> {
+        let base = ["-R", "-D", &a, "--baseline", baseline];
         base.iter().chain(extra).map(|s| s.to_string()).collect()
     };
+    let compare = |extra: &[&str]| against(&b, extra);
     let run = |args: Vec<String>, code: i32, message: &str| {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         expect_exit(&args, code, message);
     };
     run(compare(&["--report", "-"]), 0, "");
-    run(
-        vec![
-            "-R".into(),
-            "-D".into(),
-            a.clone(),
-            "--baseline".into(),
-            damaged.clone(),
-        ],
-        2,
-        &format!("wprof: cannot compare {damaged}: "),
-    );
-    run(
-        vec![
-            "-R".into(),
-            "-D".into(),
-            a.clone(),
-            "--baseline".into(),
-            other.clone(),
-        ],
-        2,
-        "were recorded with different scripts",
-    );
-    let allowed = [
-        "-R",
-        "-D",
-        &a,
-        "--baseline",
-        &other,
-        "--allow-different-scripts",
-    ];
+    let cannot_compare = format!("wprof: cannot compare {damaged}: ");
+    run(against(&damaged, &[]), 2, &cannot_compare);
+    let different = "were recorded with different scripts";
+    run(against(&other, &[]), 2, different);
+    let allowed = against(&other, &["--allow-different-scripts"]);
+    let allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
     let shared = wprof(&allowed);
     assert_eq!(exit_code(&shared), Some(0), "{}", shared.stderr);
     assert!(

@@ -135,3 +135,63 @@ fn side(
     let spec = spec.expect("a side has at least one capture");
     Ok((Folded::from_lines(lines), spec))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::filter::Filter;
+    use crate::render::source::FakeCapture;
+
+    /// One run of `server` (a different tid each run): `parse` timer samples
+    /// under `main`, and `render` samples under `main`.
+    fn run(tid: u32, parse: u64, render: u64) -> FakeCapture {
+        let mut capture = FakeCapture::new();
+        let server = capture.add_thread(tid, tid, "server", "server");
+        let timer = capture.add_tracker_schema("timer");
+        let main = capture.add_user_frame("/bin/server", 0x100, "main", 0, None);
+        let mut stack = |function: &str, at: u64| {
+            let frame = capture.add_user_frame("/bin/server", at, function, 0, None);
+            capture.add_stack(&[frame, main])
+        };
+        let (parse_stack, render_stack) = (stack("parse", 0x200), stack("render", 0x300));
+        let samples = (0..parse)
+            .map(|_| parse_stack)
+            .chain((0..render).map(|_| render_stack));
+        for (i, stack) in samples.enumerate() {
+            let values = capture.values(timer, &[]);
+            let event = capture.add_event(1_000 + i as u64 * 1_000, server, timer, values);
+            event.stack = Some(stack);
+        }
+        capture
+    }
+
+    fn captures(fakes: &[FakeCapture]) -> Vec<Capture<'_>> {
+        (fakes.iter())
+            .map(|fake| Capture::test(fake, Filter::default()))
+            .collect()
+    }
+
+    /// The folded output sums each side's runs, divides by their number and
+    /// merges a thread's runs under its name: `stack baseline candidate`.
+    #[test]
+    fn folds_each_side_per_run() {
+        let baseline = [run(10, 100, 50), run(11, 102, 50)];
+        let candidate = [run(20, 130, 50), run(21, 131, 51), run(22, 129, 49)];
+        let captures = Captures::new(captures(&candidate), captures(&baseline));
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("diff.folded");
+        let render = DifferentialProfile {
+            shape: ProfileShape::Folded,
+            profile: ProfileOptions::default(),
+        };
+        render
+            .render(&captures, &Destination::File(path.clone()))
+            .expect("renders");
+        let text = std::fs::read_to_string(path).expect("read back");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            ["server;main;parse 101 130", "server;main;render 50 50"]
+        );
+    }
+}
