@@ -186,10 +186,12 @@ fn ci_recipe_passes_the_same_and_a_faster_build() {
     assert!(change.is_some_and(|c| c < -0.08), "{change:?}");
 }
 
-/// Records `bench -n 20` with `script` into `data`.
+/// Records `bench -n 20` with `script` and `flags` into `data`.
 #[track_caller]
-fn record(bench: &str, script: &str, data: &Path) {
-    let run = wprof(&["-e", script, "-D", &path_str(data), "--", bench, "-n", "20"]);
+fn record(bench: &str, script: &str, data: &Path, flags: &[&str]) {
+    let data = path_str(data);
+    let args = ["-e", script, "-D", &data, "--", bench, "-n", "20"];
+    let run = wprof(&[flags, &args].concat());
     assert!(run.success(), "recording failed:\n{}", run.stderr);
 }
 
@@ -233,9 +235,9 @@ fn bad_input_exits_2_and_budgets_gate_one_capture() {
         format!("span {name} {{ uprobe:{bench}:{name} < > uretprobe:{bench}:{name} }}")
     };
     let (a, b, other) = (dir.join("a.data"), dir.join("b.data"), dir.join("c.data"));
-    record(&bench, &span("request"), &a);
-    record(&bench, &span("request"), &b);
-    record(&bench, &span("compact"), &other);
+    record(&bench, &span("request"), &a, &[]);
+    record(&bench, &span("request"), &b, &[]);
+    record(&bench, &span("compact"), &other, &[]);
     let damaged = dir.join("damaged.data");
     let bytes = fs::read(&a).expect("a capture");
     fs::write(&damaged, &bytes[..bytes.len() / 2]).expect("written");
@@ -308,5 +310,59 @@ fn bad_input_exits_2_and_budgets_gate_one_capture() {
         one("--budget", "span:request.count < 21"),
         0,
         "pass  --budget",
+    );
+}
+
+/// Captures recorded with different settings are compared, the difference
+/// printed and the metrics it changes left uncompared: a gate on one of
+/// those is an error.
+#[test]
+fn different_settings_are_reported() {
+    require_bpf!();
+    let dir = fresh_dir("regress-settings");
+    let bench = build_bench(&dir);
+    let script = format!("span request {{ uprobe:{bench}:request < > uretprobe:{bench}:request }}");
+    let (plain, sampled) = (dir.join("plain.data"), dir.join("sampled.data"));
+    record(&bench, &script, &plain, &["-n", "bench"]);
+    record(
+        &bench,
+        &script,
+        &sampled,
+        &["-n", "bench", "-S", "timer=99hz"],
+    );
+    let (plain, sampled) = (path_str(&plain), path_str(&sampled));
+    let compare = [
+        "-R",
+        "-D",
+        &sampled,
+        "--baseline",
+        &plain,
+        "--metric",
+        "process:bench.*",
+    ];
+    let out = wprof(&compare);
+    assert_eq!(exit_code(&out), Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.contains(
+            "differs    stacks: baseline none; candidate timer=99hz (*.samples, record:timer.*, \
+             record:pmu_sample.* not compared: the sampling settings differ)"
+        ),
+        "{}",
+        out.stdout
+    );
+    let samples = out
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("process:bench.samples"));
+    let samples = samples.unwrap_or_else(|| panic!("no samples row in:\n{}", out.stdout));
+    assert!(
+        samples.ends_with("not compared: the sampling settings differ"),
+        "{samples}"
+    );
+    let gated = [&compare[..], &["--fail-if", "process:bench.samples > +5%"]].concat();
+    expect_exit(
+        &gated,
+        2,
+        "`process:bench.samples` is not compared: the sampling settings differ",
     );
 }

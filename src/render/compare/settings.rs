@@ -58,12 +58,12 @@ const PROPERTIES: [Property; 9] = [
     },
     Property {
         what: "features",
-        value: |info| info.settings.features.join(" "),
+        value: |info| list(&info.settings.features),
         uncompared: None,
     },
     Property {
         what: "stacks",
-        value: |info| info.settings.stacks.join(" "),
+        value: |info| list(&info.settings.stacks),
         uncompared: Some((
             &["*.samples", "record:timer.*", "record:pmu_sample.*"],
             "the sampling settings differ",
@@ -71,15 +71,23 @@ const PROPERTIES: [Property; 9] = [
     },
     Property {
         what: "counters",
-        value: |info| info.settings.pmu.join(" "),
+        value: |info| list(&info.settings.pmu),
         uncompared: None,
     },
     Property {
         what: "filters",
-        value: |info| info.settings.filters.join(" "),
+        value: |info| list(&info.settings.filters),
         uncompared: Some((&["cpu.*"], "the task filters differ")),
     },
 ];
+
+/// Settings as one value: `none`, or the items space-separated.
+fn list(items: &[String]) -> String {
+    match items {
+        [] => "none".to_owned(),
+        _ => items.join(" "),
+    }
+}
 
 /// A script on one line, cut to a length a message can show.
 fn short_script(script: &str) -> String {
