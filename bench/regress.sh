@@ -11,7 +11,8 @@
 #   -n ROUNDS comparisons timed per size, the median reported (default 3)
 #
 # Each capture records a span per getppid(2) call of bench/syscall_load.c
-# (one thread, paced): its durations feed every percentile, so the
+# (one thread, paced; its duration calibrated by a first 1 s capture, as a
+# busy machine runs it slower): its durations feed every percentile, so the
 # comparison's work is per event. Environment: WPROF (default
 # target/release/wprof). Needs root, cc and /usr/bin/time.
 set -euo pipefail
@@ -51,12 +52,20 @@ events() {
   "$WPROF" -R -D "$1" -I 2>&1 | sed -n 's/^ *events *\([0-9]*\).*/\1/p' | head -n 1
 }
 
+# calibrate: events a capture of the paced load gets per second on this
+# machine now (a busy machine runs the load slower than RATE).
+calibrate() {
+  "$WPROF" -e "$SCRIPT" -D "$OUT/calibrate.data" -- "$OUT/syscall_load" 1 1 "$RATE" \
+    >>"$OUT/record.log" 2>&1 || die "recording the calibration failed (see $OUT/record.log)"
+  events "$OUT/calibrate.data"
+}
+
 # record_side PREFIX MILLIONS: RUNS captures PREFIX-I.data of about MILLIONS
-# million spans each.
+# million events each.
 record_side() {
   local prefix=$1 millions=$2 i
   local secs
-  secs=$(awk "BEGIN {print $millions * 1000000 / $RATE}")
+  secs=$(awk "BEGIN {print $millions * 1000000 / $PER_SECOND}")
   for ((i = 1; i <= RUNS; i++)); do
     "$WPROF" -e "$SCRIPT" -D "$prefix-$i.data" -- "$OUT/syscall_load" 1 "$secs" "$RATE" \
       >>"$OUT/record.log" 2>&1 || die "recording $prefix-$i.data failed (see $OUT/record.log)"
@@ -83,6 +92,8 @@ compare() {
 
 half=$(awk "BEGIN {print $MILLIONS / 2}")
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/summary.txt"
+PER_SECOND=$(calibrate)
+echo "calibration: $PER_SECOND events per second of load" | tee -a "$OUT/summary.txt"
 record_side "$OUT/full-base" "$MILLIONS"
 record_side "$OUT/full-new" "$MILLIONS"
 record_side "$OUT/half-base" "$half"
