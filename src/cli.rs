@@ -144,9 +144,10 @@ pub struct Cli {
     #[arg(long = "include", value_name = "FILE")]
     pub include_files: Vec<PathBuf>,
 
-    /// The capture file written by record blocks, and read by -R.
-    #[arg(short = 'D', value_name = "PATH [default: wprof.data]")]
-    pub data: Option<PathBuf>,
+    /// The capture file written by record blocks, and read by -R (with -R,
+    /// repeatable: the candidate's runs of a comparison).
+    #[arg(short = 'D', value_name = "PATH [default: wprof.data]", action = clap::ArgAction::Append)]
+    pub data: Vec<PathBuf>,
 
     /// Write a Perfetto trace of the capture.
     #[arg(short = 'T', value_name = "PATH")]
@@ -179,6 +180,10 @@ pub struct Cli {
     /// Profiles, the wall-clock report and metrics.
     #[command(flatten)]
     pub profile: crate::cli_profile::ProfileArgs,
+
+    /// Comparisons of captures and the gates of a CI job.
+    #[command(flatten)]
+    pub compare: crate::cli_compare::CompareArgs,
 
     /// Print the JSON Schema of the NDJSON output, and exit.
     #[arg(long = "json-schema")]
@@ -255,9 +260,31 @@ impl Cli {
         })
     }
 
-    /// The capture file: `-D`, or `wprof.data`.
+    /// The capture file: the first `-D`, or `wprof.data`.
     pub fn data_path(&self) -> &Path {
-        self.data.as_deref().unwrap_or(Path::new("wprof.data"))
+        self.data
+            .first()
+            .map_or(Path::new("wprof.data"), PathBuf::as_path)
+    }
+
+    /// The captures `-R` renders: every `-D` and, with -R, every further
+    /// argument (`-D new-*.data` expands to one `-D` and the rest of the
+    /// files); `wprof.data` when none is given.
+    pub fn replay_captures(&self) -> Vec<PathBuf> {
+        let mut captures = self.data.clone();
+        if self.replay {
+            captures.extend(self.script.iter().cloned());
+            captures.extend(self.params.iter().map(PathBuf::from));
+        }
+        if captures.is_empty() {
+            captures.push(PathBuf::from("wprof.data"));
+        }
+        captures
+    }
+
+    /// Whether the outputs compare captures: baselines, or several captures.
+    pub fn compares(&self) -> bool {
+        !self.compare.baseline.is_empty() || self.replay_captures().len() > 1
     }
 
     /// The process uprobes attach to and whose exit stops tracing: the only `-p`.

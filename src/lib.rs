@@ -20,6 +20,7 @@ pub mod builtins;
 pub mod capture;
 pub mod cli;
 pub mod cli_bpftrace;
+pub mod cli_compare;
 pub mod cli_profile;
 pub mod codegen;
 pub mod driver;

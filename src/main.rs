@@ -31,23 +31,34 @@ const DEFAULT_CAPTURE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
     let cli = wprof::front_door::parse_command_line();
+    // With gates, CI scripts tell a regression (1) from a broken job (2).
+    let error = match cli.compare.gating() {
+        true => ExitCode::from(2),
+        false => ExitCode::FAILURE,
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Script(errors)) => {
             eprintln!("{}", render(errors));
-            ExitCode::FAILURE
+            error
         }
         Err(Failure::Message(message)) => {
             eprintln!("wprof: {message}");
+            error
+        }
+        Err(Failure::Regression(message)) => {
+            eprintln!("wprof: regression: {message}");
             ExitCode::FAILURE
         }
     }
 }
 
-/// Why wprof stops with an error: diagnostics on the script, or a plain message.
+/// Why wprof stops with an error: diagnostics on the script, a plain
+/// message, or a gate that failed.
 enum Failure {
     Script(ScriptErrors),
     Message(String),
+    Regression(String),
 }
 
 impl From<ScriptErrors> for Failure {
@@ -93,6 +104,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
     }
     if cli.replay {
         return replay::replay(&cli);
+    }
+    if cli.data.len() > 1 {
+        return Err(
+            "a capture is written to one -D file; several are read with -R"
+                .to_string()
+                .into(),
+        );
     }
     // Everything the command line says is checked before any setup.
     let tracking = cli.tracking()?;

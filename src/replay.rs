@@ -1,14 +1,18 @@
-//! Rendering captures, after a capture or with `-R`: open `wprof.data`, apply
-//! the window and task filters, and run every renderer the command line asks
-//! for (`OUTPUTS`).
+//! Rendering captures, after a capture or with `-R`: open `wprof.data` (or
+//! the candidate and baseline captures of a comparison), apply the window and
+//! task filters, run every renderer the command line asks for (`OUTPUTS`),
+//! then check the gates (`--fail-if`, `--budget`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use wprof::capture::model::{CaptureInfo, CaptureStats, DropReason};
 use wprof::capture::reader::CaptureReader;
 use wprof::cli::{Cli, task_filter_from_args};
 use wprof::driver::Source;
 use wprof::frontend::options::TaskFilter;
+use wprof::render::compare::{
+    CompareError, CompareJson, CompareTable, DifferentialProfile, ProfileShape, TableFormat,
+};
 use wprof::render::filter::{Filter, TaskSelector, descendants};
 use wprof::render::flamegraph::FlameGraph;
 use wprof::render::folded::FoldedStacks;
@@ -34,7 +38,10 @@ struct OutputKind {
 }
 
 /// Every output, in the order they are written. A new output is one entry.
-const OUTPUTS: [OutputKind; 9] = [
+/// Comparing captures (`Cli::compares`), `--folded`, `--flamegraph`,
+/// `--report` (standard output by default) and `--metrics` show the
+/// comparison instead of one capture.
+const OUTPUTS: [OutputKind; 10] = [
     OutputKind {
         flag: "-T",
         example: " trace.pb",
@@ -57,20 +64,28 @@ const OUTPUTS: [OutputKind; 9] = [
         flag: "--folded",
         example: " out.folded",
         asked: |cli| cli.profile.outputs.folded.as_deref(),
-        renderer: |cli| {
-            Box::new(FoldedStacks {
+        renderer: |cli| match cli.compares() {
+            true => Box::new(DifferentialProfile {
+                shape: ProfileShape::Folded,
+                profile: cli.profile.profile_options(),
+            }),
+            false => Box::new(FoldedStacks {
                 options: cli.profile.profile_options(),
-            })
+            }),
         },
     },
     OutputKind {
         flag: "--flamegraph",
         example: " out.svg",
         asked: |cli| cli.profile.flamegraph.as_deref(),
-        renderer: |cli| {
-            Box::new(FlameGraph {
+        renderer: |cli| match cli.compares() {
+            true => Box::new(DifferentialProfile {
+                shape: ProfileShape::Svg,
+                profile: cli.profile.profile_options(),
+            }),
+            false => Box::new(FlameGraph {
                 options: cli.profile.profile_options(),
-            })
+            }),
         },
     },
     OutputKind {
@@ -86,10 +101,28 @@ const OUTPUTS: [OutputKind; 9] = [
     OutputKind {
         flag: "--report",
         example: " -",
-        asked: |cli| cli.profile.outputs.report.as_deref(),
-        renderer: |cli| {
-            Box::new(Report {
+        asked: |cli| {
+            let report = cli.profile.outputs.report.as_deref();
+            report.or_else(|| (cli.compares() && !stdout_taken(cli)).then_some(Path::new("-")))
+        },
+        renderer: |cli| match cli.compares() {
+            true => Box::new(CompareTable {
+                format: TableFormat::Text,
+                options: cli.compare.options(&cli.profile.metric),
+            }),
+            false => Box::new(Report {
                 options: cli.profile.report_options(),
+            }),
+        },
+    },
+    OutputKind {
+        flag: "--report-md",
+        example: " summary.md",
+        asked: |cli| cli.compare.report_md.as_deref(),
+        renderer: |cli| {
+            Box::new(CompareTable {
+                format: TableFormat::Markdown,
+                options: cli.compare.options(&cli.profile.metric),
             })
         },
     },
@@ -107,10 +140,13 @@ const OUTPUTS: [OutputKind; 9] = [
         flag: "--metrics",
         example: " metrics.json",
         asked: |cli| cli.profile.metrics.as_deref(),
-        renderer: |cli| {
-            Box::new(Metrics {
+        renderer: |cli| match cli.compares() {
+            true => Box::new(CompareJson {
+                options: cli.compare.options(&cli.profile.metric),
+            }),
+            false => Box::new(Metrics {
                 options: cli.profile.metrics_options(),
-            })
+            }),
         },
     },
 ];
@@ -120,10 +156,19 @@ pub fn any_output(cli: &Cli) -> bool {
     OUTPUTS.iter().any(|output| (output.asked)(cli).is_some())
 }
 
+/// Whether an output other than the comparison's text table was asked to
+/// write to standard output (then the table is only written with `--report`).
+fn stdout_taken(cli: &Cli) -> bool {
+    let others = OUTPUTS.iter().filter(|output| output.flag != "--report");
+    others
+        .filter_map(|output| (output.asked)(cli))
+        .any(|path| path == Path::new("-"))
+}
+
 /// Whether the command line asks for a capture (then the built-in trackers
-/// run): `-D`, or an output.
+/// run): `-D`, an output, or a gate.
 pub fn wants_capture(cli: &Cli) -> bool {
-    cli.data.is_some() || any_output(cli)
+    !cli.data.is_empty() || any_output(cli) || cli.compare.gating()
 }
 
 /// The error of outputs asked for without a capture to render.
@@ -136,9 +181,9 @@ pub fn nothing_to_render() -> String {
     )
 }
 
-/// `-R`: render the capture in `-D` with the options given.
+/// `-R`: render the captures in `-D` with the options given.
 pub fn replay(cli: &Cli) -> Result<(), Failure> {
-    if !any_output(cli) {
+    if !any_output(cli) && !cli.compare.gating() {
         let options: Vec<String> = (OUTPUTS.iter())
             .map(|output| format!("{}{}", output.flag, output.example))
             .collect();
@@ -155,37 +200,104 @@ pub fn replay(cli: &Cli) -> Result<(), Failure> {
     render_outputs(cli, window)
 }
 
-/// Write every output asked for from the capture at `-D`, in `window`, for
-/// the tasks selected both by the capture's own filters and by the command line's.
+/// Write every output asked for from the captures at `-D` (and
+/// `--baseline`), in `window`, for the tasks selected both by each capture's
+/// own filters and by the command line's; then check the gates.
 pub fn render_outputs(cli: &Cli, window: Filter) -> Result<(), Failure> {
-    let path = cli.data_path();
-    let reader = CaptureReader::open(path).map_err(|e| RenderError::from(e).chain())?;
-    if let Some(damage) = reader.damage() {
-        eprintln!("wprof: {}: {damage}", path.display());
-    }
-    let filter = capture_filter(cli, &reader, window).map_err(|e| e.chain())?;
-    let captures = Captures::one(Capture {
-        path,
-        source: &reader,
-        filter,
-    });
+    let candidates = match cli.replay {
+        true => cli.replay_captures(),
+        false => vec![cli.data_path().to_path_buf()],
+    };
+    let baselines = &cli.compare.baseline;
+    let (main, base) = (open(cli, &candidates)?, open(cli, baselines)?);
+    let captures = Captures::new(
+        select(cli, &candidates, &main, &window)?,
+        select(cli, baselines, &base, &window)?,
+    );
     for output in &OUTPUTS {
         if let Some(destination) = (output.asked)(cli) {
             (output.renderer)(cli)
                 .render(&captures, &Destination::new(destination))
-                .map_err(|e| e.chain())?;
+                .map_err(message)?;
         }
+    }
+    if cli.compare.gating() {
+        check_gates(cli, &captures)?;
     }
     Ok(())
 }
 
-/// `window` with the task filters saved in the capture and those given.
+/// Opens the captures at `paths`; a damaged one (read up to its damage) is
+/// reported, or, when gating, left for the comparison to refuse.
+fn open(cli: &Cli, paths: &[PathBuf]) -> Result<Vec<CaptureReader>, Failure> {
+    (paths.iter())
+        .map(|path| {
+            let reader = CaptureReader::open(path).map_err(|e| RenderError::from(e).chain())?;
+            if let (Some(damage), false) = (reader.damage(), cli.compare.gating()) {
+                eprintln!("wprof: {}: {damage}", path.display());
+            }
+            Ok(reader)
+        })
+        .collect()
+}
+
+/// Each capture with its window and task filters.
+fn select<'a>(
+    cli: &Cli,
+    paths: &'a [PathBuf],
+    readers: &'a [CaptureReader],
+    window: &Filter,
+) -> Result<Vec<Capture<'a>>, Failure> {
+    (paths.iter().zip(readers))
+        .map(|(path, reader)| {
+            let filter =
+                capture_filter(cli, path, reader, window.clone()).map_err(|e| e.chain())?;
+            Ok(Capture {
+                path,
+                source: reader,
+                filter,
+            })
+        })
+        .collect()
+}
+
+/// An error as wprof prints it; a gate's with its expression and a caret.
+fn message(error: RenderError) -> Failure {
+    match error {
+        RenderError::Compare(CompareError::Gate(gate)) => Failure::Message(gate.render()),
+        other => Failure::Message(other.chain()),
+    }
+}
+
+/// Prints every gate's outcome on standard error; a failed gate is a
+/// regression (exit status 1).
+fn check_gates(cli: &Cli, captures: &Captures<'_>) -> Result<(), Failure> {
+    let options = cli.compare.options(&cli.profile.metric);
+    let comparison = captures.comparison(&options).map_err(message)?;
+    if let Some(warning) = comparison.power_warning() {
+        eprintln!("wprof: warning: {warning}");
+    }
+    for gate in &comparison.gates {
+        let (head, details) = gate.summary();
+        eprintln!("wprof: {head}: {}", details.join("; "));
+    }
+    let failed = comparison.failed_gates().count();
+    match failed {
+        0 => Ok(()),
+        _ => Err(Failure::Regression(format!(
+            "{failed} of {} gates failed",
+            comparison.gates.len()
+        ))),
+    }
+}
+
+/// `window` with the task filters saved in the capture at `path` and those given.
 fn capture_filter(
     cli: &Cli,
+    path: &Path,
     reader: &CaptureReader,
     window: Filter,
 ) -> Result<Filter, RenderError> {
-    let path = cli.data_path();
     let error = |message| RenderError::Filter {
         path: path.to_path_buf(),
         message,

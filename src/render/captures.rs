@@ -1,11 +1,14 @@
 //! What a renderer reads: [`Captures`], the captures of one command line,
 //! each a [`Capture`] (a [`CaptureSource`] with its path and the [`Filter`]
 //! that selects its events). Most outputs read one capture; a comparison
-//! reads the `main` captures against the `baselines`.
+//! reads the `main` captures against the `baselines`, and is computed once
+//! for all the outputs and gates of a command line.
 
+use std::cell::OnceCell;
 use std::path::Path;
 
 use crate::render::RenderError;
+use crate::render::compare::{CompareOptions, Comparison};
 use crate::render::filter::Filter;
 use crate::render::source::CaptureSource;
 
@@ -24,15 +27,33 @@ pub struct Captures<'a> {
     pub main: Vec<Capture<'a>>,
     /// The captures a comparison measures `main` against; empty otherwise.
     pub baselines: Vec<Capture<'a>>,
+    comparison: OnceCell<Comparison>,
 }
 
 impl<'a> Captures<'a> {
     /// The captures of an output that reads one.
     pub fn one(capture: Capture<'a>) -> Self {
+        Self::new(vec![capture], Vec::new())
+    }
+
+    /// `main` (the candidate's runs) and the `baselines` to compare them with.
+    pub fn new(main: Vec<Capture<'a>>, baselines: Vec<Capture<'a>>) -> Self {
         Captures {
-            main: vec![capture],
-            baselines: Vec::new(),
+            main,
+            baselines,
+            comparison: OnceCell::new(),
         }
+    }
+
+    /// The comparison of `main` with `baselines`, measured by the first
+    /// output (or gate check) that asks; the others, which come from the
+    /// same command line with the same options, get the same one.
+    pub fn comparison(&self, options: &CompareOptions) -> Result<&Comparison, RenderError> {
+        if let Some(comparison) = self.comparison.get() {
+            return Ok(comparison);
+        }
+        let comparison = Comparison::of(&self.baselines, &self.main, options)?;
+        Ok(self.comparison.get_or_init(|| comparison))
     }
 
     /// The capture of an output that reads exactly one; `output` names the
@@ -74,13 +95,13 @@ mod tests {
         let fake = FakeCapture::sample();
         let one = Captures::one(Capture::test(&fake, Filter::default()));
         assert!(one.single("-T").is_ok());
-        let two = Captures {
-            main: vec![
+        let two = Captures::new(
+            vec![
                 Capture::test(&fake, Filter::default()),
                 Capture::test(&fake, Filter::default()),
             ],
-            baselines: Vec::new(),
-        };
+            Vec::new(),
+        );
         let error = two.single("-T").err().expect("two captures");
         assert_eq!(
             error.chain(),

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use crate::capture::files::FileError;
 use crate::capture::format::CaptureError;
+use crate::render::compare::CompareError;
 use crate::render::profile::ProfileError;
 
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
@@ -41,6 +42,9 @@ pub enum RenderError {
     /// The profile asked for cannot be made from the capture.
     #[error(transparent)]
     Profile(#[from] ProfileError),
+    /// The captures cannot be compared, or a gate not evaluated.
+    #[error(transparent)]
+    Compare(#[from] CompareError),
     /// The output cannot be made from the captures given.
     #[error("{output} {problem}")]
     Captures {

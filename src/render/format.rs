@@ -1,5 +1,8 @@
-//! How text outputs write times, and what they say about a selection: one
-//! spelling for `-I`, reports, flame graph subtitles.
+//! How text outputs write times, tables, and what they say about a
+//! selection: one spelling for `-I`, reports, comparisons, flame graph
+//! subtitles.
+
+use std::fmt::Write as _;
 
 use crate::render::filter::{Filter, TaskSelector};
 
@@ -60,6 +63,61 @@ pub fn describe_tasks(filter: &Filter) -> Option<String> {
         .filter_map(TaskSelector::describe)
         .collect();
     (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// A table column: its header, and whether it is left-aligned (text).
+struct Column {
+    header: String,
+    left: bool,
+}
+
+/// Rows of cells under aligned columns, two spaces apart.
+pub struct Table {
+    columns: Vec<Column>,
+    /// One cell per column.
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with `headers`, each `(text, left-aligned)`.
+    pub fn new(headers: &[(&str, bool)]) -> Self {
+        let columns = (headers.iter())
+            .map(|&(header, left)| Column {
+                header: header.to_owned(),
+                left,
+            })
+            .collect();
+        Table {
+            columns,
+            rows: Vec::new(),
+        }
+    }
+
+    /// Appends the header line and the rows to `out`.
+    pub fn write(&self, out: &mut String) {
+        let widths: Vec<usize> = (self.columns.iter().enumerate())
+            .map(|(i, column)| {
+                let cells = self.rows.iter().map(|row| row[i].chars().count());
+                cells
+                    .chain([column.header.chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let header: Vec<String> = self.columns.iter().map(|c| c.header.clone()).collect();
+        for row in std::iter::once(&header).chain(&self.rows) {
+            let mut line = String::from(" ");
+            for ((cell, column), &width) in row.iter().zip(&self.columns).zip(&widths) {
+                if column.left {
+                    write!(line, " {cell:<width$} ").expect("writing to a String");
+                } else {
+                    write!(line, " {cell:>width$} ").expect("writing to a String");
+                }
+            }
+            out.push_str(line.trim_end());
+            out.push('\n');
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! `Options`; the replay runs the list of those the command line asks for.
 
 pub mod captures;
+pub mod compare;
 pub mod error;
 pub mod filter;
 pub mod flamegraph;
@@ -93,10 +94,10 @@ mod tests {
     #[test]
     fn carries_outputs_of_every_shape() {
         let (sample, empty) = (FakeCapture::sample(), FakeCapture::new());
-        let captures = Captures {
-            main: vec![Capture::test(&sample, Filter::default())],
-            baselines: vec![Capture::test(&empty, Filter::default())],
-        };
+        let captures = Captures::new(
+            vec![Capture::test(&sample, Filter::default())],
+            vec![Capture::test(&empty, Filter::default())],
+        );
         let dir = tempfile::tempdir().expect("temporary directory");
         let to = Destination::File(dir.path().join("counts"));
         EventsPerCapture.render(&captures, &to).expect("renders");

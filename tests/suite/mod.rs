@@ -12,6 +12,7 @@ mod load;
 mod probe_forms;
 mod profiles;
 mod records;
+mod regress;
 mod replay;
 mod system;
 mod tools;

@@ -1,7 +1,9 @@
 //! Evaluating a parsed gate against the metrics of a comparison (or of one
 //! capture, for budgets).
 
-use super::{Condition, Dimension, Gate, GateError, MetricName, Node, Quantity, Threshold};
+use super::{
+    Condition, Dimension, Gate, GateError, GateKind, MetricName, Node, Quantity, Threshold,
+};
 use crate::analysis::stats::{Change, Verdict};
 
 /// One metric as the comparison computed it.
@@ -30,7 +32,8 @@ pub struct ConditionOutcome {
 /// How a whole gate came out.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GateOutcome {
-    /// The expression is true: the build fails.
+    /// The build fails: a `--fail-if` expression is true, or a `--budget`
+    /// expression false.
     pub failed: bool,
     /// Every condition, in the order written.
     pub conditions: Vec<ConditionOutcome>,
@@ -67,7 +70,11 @@ impl Gate {
             .map(|condition| self.evaluate_condition(condition, &lookup))
             .collect::<Result<Vec<_>, _>>()?;
         let mut next = conditions.iter().map(|c| c.holds);
-        let failed = combine(&self.root, &mut next);
+        let holds = combine(&self.root, &mut next);
+        let failed = match self.kind {
+            GateKind::FailIf => holds,
+            GateKind::Budget => !holds,
+        };
         Ok(GateOutcome { failed, conditions })
     }
 
@@ -78,14 +85,14 @@ impl Gate {
     ) -> Result<ConditionOutcome, GateError> {
         let metric = &condition.metric;
         let Some(observation) = lookup(metric) else {
-            return Err(GateError::new(
-                &self.text,
-                condition.metric_span,
+            return Err(self.metric_error(
+                condition,
                 format!("no metric `{metric}` in the captures"),
-            )
-            .with_help("`--metrics -` lists the metrics a capture has"));
+                "`--metrics -` lists the metrics a capture has",
+            ));
         };
-        self.check_dimension(condition, observation.dimension)?;
+        self.check_dimension(condition, observation.dimension)
+            .map_err(|e| e.in_gate(self.kind))?;
         let spelled = format!(
             "{metric} {} {}",
             condition.op.symbol(),
@@ -192,7 +199,7 @@ fn change_outcome(
 }
 
 /// `(candidate − baseline) / |baseline|`; ±∞ from a zero baseline.
-fn relative_change(baseline: f64, candidate: f64) -> f64 {
+pub fn relative_change(baseline: f64, candidate: f64) -> f64 {
     if baseline == 0.0 {
         match candidate.partial_cmp(&0.0) {
             Some(std::cmp::Ordering::Greater) => f64::INFINITY,
@@ -219,7 +226,8 @@ fn combine(node: &Node, holds: &mut impl Iterator<Item = bool>) -> bool {
     }
 }
 
-/// A value in a readable unit: `1.50ms`, `12.0KiB`, `0.93`, `95.0%`.
+/// A value in a readable unit, to four significant digits: `1.5ms`,
+/// `377.9us`, `12KiB`, `0.250`, `95.0%`.
 pub fn format_value(value: f64, dimension: Dimension) -> String {
     let scaled = |units: &[(f64, &str)]| {
         let (scale, unit) = units
@@ -227,7 +235,13 @@ pub fn format_value(value: f64, dimension: Dimension) -> String {
             .rev()
             .find(|(scale, _)| value.abs() >= *scale)
             .unwrap_or(&units[0]);
-        let number = format!("{:.3}", value / scale);
+        let scaled = value / scale;
+        let decimals = match scaled.abs() {
+            v if v >= 100.0 => 1,
+            v if v >= 10.0 => 2,
+            _ => 3,
+        };
+        let number = format!("{scaled:.decimals$}");
         let number = number.trim_end_matches('0').trim_end_matches('.');
         format!("{number}{unit}")
     };

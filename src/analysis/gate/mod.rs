@@ -32,6 +32,10 @@
 //! that direction, so noise never fails a build. Without a verdict (one run
 //! per side, nothing to test) the threshold alone decides, and the outcome
 //! says so. A budget (unsigned threshold) compares the candidate's value.
+//!
+//! `--budget` expressions ([`parse_budget`]) state what must hold instead,
+//! SLO-style (`span:request.p99 < 5ms`): only budgets are allowed, and the
+//! gate fails when the expression is false.
 
 mod eval;
 mod parse;
@@ -41,15 +45,35 @@ use std::fmt;
 use miette::{Diagnostic, LabeledSpan, SourceCode};
 use thiserror::Error;
 
-pub use eval::{ConditionOutcome, GateOutcome, Observation};
-pub use parse::parse;
+pub use eval::{ConditionOutcome, GateOutcome, Observation, format_value, relative_change};
+pub use parse::{parse, parse_budget};
 
-/// A parsed `--fail-if` expression.
+/// A parsed `--fail-if` or `--budget` expression.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Gate {
     /// The expression as given.
     pub text: String,
+    pub kind: GateKind,
     root: Node,
+}
+
+/// What an expression states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GateKind {
+    /// `--fail-if`: the failure; the gate fails when it is true.
+    FailIf,
+    /// `--budget`: what must hold; the gate fails when it is false.
+    Budget,
+}
+
+impl GateKind {
+    /// Its command-line option.
+    pub fn option(self) -> &'static str {
+        match self {
+            GateKind::FailIf => "--fail-if",
+            GateKind::Budget => "--budget",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -205,8 +229,9 @@ impl fmt::Display for Threshold {
 
 /// A malformed gate or one that cannot be evaluated, pointing at the column.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
-#[error("--fail-if `{expression}`: {message} (column {column})", column = self.column())]
+#[error("{option} `{expression}`: {message} (column {column})", option = self.kind.option(), column = self.column())]
 pub struct GateError {
+    pub kind: GateKind,
     pub expression: String,
     pub message: String,
     /// Byte range of the offending text.
@@ -218,6 +243,7 @@ pub struct GateError {
 impl GateError {
     fn new(expression: &str, (start, end): (usize, usize), message: impl Into<String>) -> Self {
         GateError {
+            kind: GateKind::FailIf,
             expression: expression.to_owned(),
             message: message.into(),
             start,
@@ -231,11 +257,45 @@ impl GateError {
         self
     }
 
+    fn in_gate(mut self, kind: GateKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Renders the error as text, the expression with a caret under the
+    /// problem (for messages that are not miette reports).
+    pub fn render(&self) -> String {
+        let handler =
+            miette::GraphicalReportHandler::new_themed(miette::GraphicalTheme::unicode_nocolor())
+                .with_links(false)
+                .with_width(100);
+        let mut out = String::new();
+        handler
+            .render_report(&mut out, self)
+            .expect("rendering into a String cannot fail");
+        out
+    }
+
     /// The 1-based column (in characters) where the problem starts.
     pub fn column(&self) -> usize {
         self.expression
             .get(..self.start)
             .map_or(1, |before| before.chars().count() + 1)
+    }
+}
+
+impl Gate {
+    /// An error about the metric of `condition` (one of this gate's), e.g.
+    /// that the captures cannot compare it.
+    pub fn metric_error(
+        &self,
+        condition: &Condition,
+        message: impl Into<String>,
+        help: impl Into<String>,
+    ) -> GateError {
+        GateError::new(&self.text, condition.metric_span, message)
+            .with_help(help)
+            .in_gate(self.kind)
     }
 }
 

@@ -3,8 +3,28 @@
 //! range it is about.
 
 use super::{
-    Condition, Dimension, Gate, GateError, MetricKind, MetricName, Node, Op, Quantity, Threshold,
+    Condition, Dimension, Gate, GateError, GateKind, MetricKind, MetricName, Node, Op, Quantity,
+    Threshold,
 };
+
+/// Parses one `--budget` expression: conditions on values (`5ms`, `90%`),
+/// not changes, that must hold.
+pub fn parse_budget(text: &str) -> Result<Gate, GateError> {
+    let mut gate = parse(text).map_err(|e| e.in_gate(GateKind::Budget))?;
+    gate.kind = GateKind::Budget;
+    for condition in gate.conditions() {
+        if !matches!(condition.threshold, Threshold::Budget(_)) {
+            return Err(GateError::new(
+                text,
+                condition.threshold_span,
+                "a budget compares a value, not a change",
+            )
+            .with_help("give a value (5ms, 90%); gate on changes with --fail-if")
+            .in_gate(GateKind::Budget));
+        }
+    }
+    Ok(gate)
+}
 
 /// Parses one `--fail-if` expression.
 pub fn parse(text: &str) -> Result<Gate, GateError> {
@@ -22,6 +42,7 @@ pub fn parse(text: &str) -> Result<Gate, GateError> {
     }
     Ok(Gate {
         text: text.to_owned(),
+        kind: GateKind::FailIf,
         root,
     })
 }

@@ -18,4 +18,4 @@ mod verdict;
 pub use bootstrap::{BootstrapCi, Statistic, bootstrap_difference};
 pub use histogram::LogHistogram;
 pub use mann_whitney::{MannWhitney, Method, mann_whitney, mann_whitney_binned};
-pub use verdict::{Change, Evidence, Verdict};
+pub use verdict::{Change, Evidence, Verdict, can_reach};

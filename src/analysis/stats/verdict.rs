@@ -114,9 +114,7 @@ impl Verdict {
     pub fn could_detect(&self) -> bool {
         match self.evidence {
             Evidence::MannWhitney(test) if test.method == Method::Exact => {
-                let (a, b) = (test.n_baseline, test.n_candidate);
-                let arrangements = (1..=a).fold(1.0, |c, k| c * (b + k) as f64 / k as f64);
-                2.0 / arrangements < self.alpha
+                can_reach(test.n_baseline, test.n_candidate, self.alpha)
             }
             _ => true,
         }
@@ -130,6 +128,13 @@ impl Verdict {
             Change::Unchanged => "~",
         }
     }
+}
+
+/// Whether the exact two-sided Mann-Whitney test of `a` against `b` values
+/// can reach p < `alpha` at all: its smallest p is 2 / C(a + b, a).
+pub fn can_reach(a: usize, b: usize, alpha: f64) -> bool {
+    let arrangements = (1..=a).fold(1.0, |c, k| c * (b + k) as f64 / k as f64);
+    2.0 / arrangements < alpha
 }
 
 impl fmt::Display for Verdict {

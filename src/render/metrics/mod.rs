@@ -31,8 +31,8 @@ mod scan;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 
-pub use json::{Metrics, MetricsOptions};
-pub use named::{Metric, field_dimension};
+pub use json::{Metrics, MetricsOptions, number};
+pub use named::{Distribution, Metric, NamedMetrics, field_dimension};
 
 use crate::analysis::stats::LogHistogram;
 use crate::analysis::wallclock::{ThreadTimes, Window};
@@ -58,8 +58,6 @@ pub struct Measurement {
     pub functions: Vec<FunctionTimes>,
     /// Timer samples of selected threads (with or without a stack).
     pub timer_samples: u64,
-    /// What one timer sample stands for.
-    pub period_ns: Option<u64>,
     pub system: System,
 }
 
@@ -110,12 +108,16 @@ pub struct ThreadRow {
 }
 
 /// Timer samples in which a function was the innermost (self) or anywhere
-/// on the stack (total).
+/// on the stack (total), and the on-CPU time they stand for (each sample its
+/// thread's on-CPU time over its samples; the timer period for threads
+/// without scheduler accounting; `None` when neither is known).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FunctionTimes {
     pub name: String,
     pub self_samples: u64,
     pub total_samples: u64,
+    pub self_ns: Option<u64>,
+    pub total_ns: Option<u64>,
 }
 
 /// System-wide numbers.
@@ -139,13 +141,6 @@ pub fn measure(capture: &Capture<'_>) -> (Measurement, Result<(), CaptureError>)
         ControlFlow::Continue(())
     });
     (scanner.finish(), read.and(events))
-}
-
-impl Measurement {
-    /// `samples` timer samples as time, when the capture's timer rate is known.
-    pub fn samples_ns(&self, samples: u64) -> Option<u64> {
-        Some(samples * self.period_ns?)
-    }
 }
 
 #[cfg(test)]

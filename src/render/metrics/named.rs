@@ -36,9 +36,48 @@ pub fn field_dimension(field: &str) -> Dimension {
 /// Percentile stats of a distribution, with their quantiles.
 const PERCENTILES: [(&str, f64); 4] = [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999)];
 
+/// The per-event values behind a group of metrics (`span:request.p50` …
+/// `.mean`, or `thread:worker.wakeup.p50` …), for testing two runs' values
+/// against each other when each side has one run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Distribution {
+    pub kind: Option<MetricKind>,
+    pub subject: String,
+    /// The stats' common prefix: empty, or `wakeup.`.
+    pub prefix: &'static str,
+    pub histogram: LogHistogram,
+}
+
+impl Distribution {
+    /// Whether `name` is one of this distribution's stats.
+    pub fn covers(&self, name: &MetricName) -> bool {
+        let stat = name.stat.strip_prefix(self.prefix);
+        name.kind == self.kind
+            && name.subject == self.subject
+            && stat.is_some_and(|stat| {
+                PERCENTILES.iter().any(|(p, _)| *p == stat) || stat == "max" || stat == "mean"
+            })
+    }
+}
+
+/// A capture's metrics, and (when asked for) the distributions behind them.
+#[derive(Clone, Debug, Default)]
+pub struct NamedMetrics {
+    /// Sorted by name.
+    pub metrics: Vec<Metric>,
+    pub distributions: Vec<Distribution>,
+}
+
+/// Where metrics are collected.
+struct Sink {
+    metrics: Vec<Metric>,
+    /// `None` when distributions are not wanted.
+    distributions: Option<Vec<Distribution>>,
+}
+
 /// Collects metrics under one kind and subject.
 struct Named<'m> {
-    out: &'m mut Vec<Metric>,
+    out: &'m mut Sink,
     kind: Option<MetricKind>,
     subject: String,
 }
@@ -52,7 +91,7 @@ impl Named<'_> {
             Dimension::Number => "count",
             Dimension::Ratio => "ratio",
         };
-        self.out.push(Metric {
+        self.out.metrics.push(Metric {
             name: MetricName {
                 kind: self.kind,
                 subject: self.subject.clone(),
@@ -73,7 +112,17 @@ impl Named<'_> {
     }
 
     /// `PREFIXp50` … `PREFIXmax`, `PREFIXmean` of a non-empty distribution.
-    fn distribution(&mut self, prefix: &str, histogram: &LogHistogram) {
+    fn distribution(&mut self, prefix: &'static str, histogram: &LogHistogram) {
+        if let Some(distributions) = &mut self.out.distributions
+            && !histogram.is_empty()
+        {
+            distributions.push(Distribution {
+                kind: self.kind,
+                subject: self.subject.clone(),
+                prefix,
+                histogram: histogram.clone(),
+            });
+        }
         for (stat, q) in PERCENTILES {
             if let Some(value) = histogram.quantile(q) {
                 self.time(&format!("{prefix}{stat}"), value);
@@ -91,16 +140,29 @@ impl Named<'_> {
 impl Measurement {
     /// Every metric of the capture, sorted by name.
     pub fn metrics(&self, source: &dyn CaptureSource) -> Vec<Metric> {
-        let mut out = Vec::new();
+        self.named(source, false).metrics
+    }
+
+    /// Every metric of the capture, sorted by name, and with
+    /// `distributions` the per-event values behind percentile stats.
+    pub fn named(&self, source: &dyn CaptureSource, distributions: bool) -> NamedMetrics {
+        let mut out = Sink {
+            metrics: Vec::new(),
+            distributions: distributions.then(Vec::new),
+        };
         self.record_metrics(source, &mut out);
         self.thread_metrics(source, &mut out);
         self.function_metrics(&mut out);
         self.system_metrics(&mut out);
-        out.sort_by_cached_key(|metric| metric.name.to_string());
-        out
+        out.metrics
+            .sort_by_cached_key(|metric| metric.name.to_string());
+        NamedMetrics {
+            metrics: out.metrics,
+            distributions: out.distributions.unwrap_or_default(),
+        }
     }
 
-    fn record_metrics(&self, source: &dyn CaptureSource, out: &mut Vec<Metric>) {
+    fn record_metrics(&self, source: &dyn CaptureSource, out: &mut Sink) {
         let schemas = source.schemas();
         let mut groups: BTreeMap<(bool, &str), Vec<usize>> = BTreeMap::new();
         for (index, schema) in schemas.iter().enumerate() {
@@ -150,7 +212,7 @@ impl Measurement {
         }
     }
 
-    fn thread_metrics(&self, source: &dyn CaptureSource, out: &mut Vec<Metric>) {
+    fn thread_metrics(&self, source: &dyn CaptureSource, out: &mut Sink) {
         let mut by_thread: BTreeMap<&str, Vec<&ThreadRow>> = BTreeMap::new();
         let mut by_process: BTreeMap<&str, Vec<&ThreadRow>> = BTreeMap::new();
         for row in self.threads.values() {
@@ -210,24 +272,21 @@ impl Measurement {
         }
     }
 
-    fn function_metrics(&self, out: &mut Vec<Metric>) {
+    fn function_metrics(&self, out: &mut Sink) {
         for function in &self.functions {
             let mut named = Named {
                 out: &mut *out,
                 kind: Some(MetricKind::Func),
                 subject: function.name.clone(),
             };
-            if let (Some(self_ns), Some(total_ns)) = (
-                self.samples_ns(function.self_samples),
-                self.samples_ns(function.total_samples),
-            ) {
+            if let (Some(self_ns), Some(total_ns)) = (function.self_ns, function.total_ns) {
                 named.time("self", self_ns);
                 named.time("total", total_ns);
             }
         }
     }
 
-    fn system_metrics(&self, out: &mut Vec<Metric>) {
+    fn system_metrics(&self, out: &mut Sink) {
         let mut named = Named {
             out,
             kind: None,

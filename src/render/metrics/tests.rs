@@ -67,8 +67,10 @@ fn record_function_and_system_metrics() {
     assert!((p99 - 10_000.0).abs() <= 40.0, "{p99}");
     assert_eq!(value(&metrics, "record:timer.count"), 10.0);
     assert_eq!(value(&metrics, "record:timer.rate"), 10.0 / 0.6);
-    assert_eq!(value(&metrics, "func:main.self"), (100 * MS) as f64);
-    assert_eq!(value(&metrics, "func:main.total"), (100 * MS) as f64);
+    // Every sample is the sleeper's, in main: its 10 ms on a CPU (not 10
+    // samples × the 10 ms period).
+    assert_eq!(value(&metrics, "func:main.self"), (10 * MS) as f64);
+    assert_eq!(value(&metrics, "func:main.total"), (10 * MS) as f64);
     assert_eq!(value(&metrics, "cpu.context_switches"), 35.0);
     assert!(
         metrics.iter().all(|m| m.name.to_string() != "cpu.idle"),

@@ -131,6 +131,18 @@ impl Profile {
         options: &ProfileOptions,
         keep: impl Fn(&SampleKey) -> bool,
     ) -> Folded {
+        self.fold_threads(source, options, keep, |id| thread_frame(source, id))
+    }
+
+    /// [`Profile::fold`] with the thread frame `thread` names (e.g. a name
+    /// without ids, to merge the threads of several runs).
+    pub fn fold_threads(
+        &self,
+        source: &dyn CaptureSource,
+        options: &ProfileOptions,
+        keep: impl Fn(&SampleKey) -> bool,
+        thread: impl Fn(ThreadId) -> String,
+    ) -> Folded {
         let mut folder = Folder::new();
         for (key, values) in &self.samples {
             if keep(key) && values[self.spec.weight] > 0 {
@@ -142,7 +154,7 @@ impl Profile {
             if let Some(state) = key.state {
                 builder.state(state);
             }
-            builder.thread(&thread_frame(source, key.thread));
+            builder.thread(&thread(key.thread));
             frames.describe(key.stack, builder);
         })
     }

@@ -370,8 +370,8 @@ fn functions(m: &Measurement, top: usize) -> Vec<FunctionRow> {
             function: f.name.clone(),
             self_samples: f.self_samples,
             total_samples: f.total_samples,
-            self_ns: m.samples_ns(f.self_samples),
-            total_ns: m.samples_ns(f.total_samples),
+            self_ns: f.self_ns,
+            total_ns: f.total_ns,
         })
         .collect();
     rows.sort_by(|a, b| {

@@ -69,7 +69,8 @@ fn json_rows() {
     assert_eq!(sleeper["coverage"], 1.0);
     assert_eq!(sleeper["pmu"]["cpu-cycles"], 20 * MS);
     assert_eq!(json["functions"][0]["function"], "main");
-    assert_eq!(json["functions"][0]["self_ns"], 100 * MS);
+    // The sleeper's 10 samples, all in main, stand for its 10 ms on a CPU.
+    assert_eq!(json["functions"][0]["self_ns"], 10 * MS);
     assert_eq!(json["offcpu_stacks"], "every block");
 }
 

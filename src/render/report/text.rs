@@ -5,59 +5,7 @@
 use std::fmt::Write as _;
 
 use super::{FunctionRow, ReportData, Row};
-use crate::render::format::{seconds, short_duration};
-
-/// A table column: its header, and whether it is left-aligned (text).
-struct Column {
-    header: String,
-    left: bool,
-}
-
-/// Rows of cells under aligned columns, two spaces apart.
-struct Table {
-    columns: Vec<Column>,
-    rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    fn new(headers: &[(&str, bool)]) -> Self {
-        let columns = (headers.iter())
-            .map(|&(header, left)| Column {
-                header: header.to_owned(),
-                left,
-            })
-            .collect();
-        Table {
-            columns,
-            rows: Vec::new(),
-        }
-    }
-
-    fn write(&self, out: &mut String) {
-        let widths: Vec<usize> = (self.columns.iter().enumerate())
-            .map(|(i, column)| {
-                let cells = self.rows.iter().map(|row| row[i].chars().count());
-                cells
-                    .chain([column.header.chars().count()])
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        let header: Vec<String> = self.columns.iter().map(|c| c.header.clone()).collect();
-        for row in std::iter::once(&header).chain(&self.rows) {
-            let mut line = String::from(" ");
-            for ((cell, column), &width) in row.iter().zip(&self.columns).zip(&widths) {
-                if column.left {
-                    write!(line, " {cell:<width$} ").expect("writing to a String");
-                } else {
-                    write!(line, " {cell:>width$} ").expect("writing to a String");
-                }
-            }
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
-    }
-}
+use crate::render::format::{Table, seconds, short_duration};
 
 /// The whole report.
 pub fn render(data: &ReportData) -> String {

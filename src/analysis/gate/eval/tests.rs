@@ -214,6 +214,8 @@ fn zero_baseline() {
 fn formats_values() {
     assert_eq!(format_value(1_500_000.0, Dimension::Time), "1.5ms");
     assert_eq!(format_value(999.0, Dimension::Time), "999ns");
+    assert_eq!(format_value(377_856.0, Dimension::Time), "377.9us");
+    assert_eq!(format_value(17_472.0, Dimension::Time), "17.47us");
     assert_eq!(format_value(12_288.0, Dimension::Bytes), "12KiB");
     assert_eq!(format_value(0.931, Dimension::Ratio), "93.1%");
     assert_eq!(format_value(42.0, Dimension::Number), "42");
