@@ -77,7 +77,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
         tracking.activate.as_ref(),
         &chrono::Local::now(),
     )?;
-    let compile_options = tracking.compile_options()?;
+    let compile_options = CompileOptions {
+        unsafe_builtins: cli.unsafe_builtins,
+        ..tracking.compile_options()?
+    };
     let user = read_source(&cli)?;
     let no_script = user.is_none();
     let _ = tracefs::ensure_mounted();
@@ -134,6 +137,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         duration: cli.duration.or(open_ended.then_some(DEFAULT_CAPTURE)),
         capture,
         phases: Phases::from_schedule(launch, schedule),
+        format: cli.output_format(),
     };
     let summary = {
         let mut out = io::stdout().lock();

@@ -124,17 +124,14 @@ impl<'a> Lowerer<'a> {
         let ctx = self.ctx;
         self.emit(Inst::Ctx { dst: ctx });
         for ty in &self.probe.variables {
-            let slot = match ty {
-                Type::Str { .. } | Type::Tuple(_) => {
-                    let offset = self.alloc(ty.size());
-                    self.zero(Base::Frame, offset, ty.size());
-                    VarSlot::Mem(offset)
-                }
-                _ => {
-                    let reg = self.vreg();
-                    self.mov_imm(reg, 0);
-                    VarSlot::Reg(reg)
-                }
+            let slot = if ty.in_memory() {
+                let offset = self.alloc(ty.size());
+                self.zero(Base::Frame, offset, ty.size());
+                VarSlot::Mem(offset)
+            } else {
+                let reg = self.vreg();
+                self.mov_imm(reg, 0);
+                VarSlot::Reg(reg)
             };
             self.vars.push(slot);
         }
@@ -228,7 +225,7 @@ impl<'a> Lowerer<'a> {
     }
 
     /// Copy `bytes` (a multiple of 8) between buffers through a register.
-    pub(super) fn copy(&mut self, to: (Base, i16), from: (Base, i16), bytes: u32) {
+    pub(crate) fn copy(&mut self, to: (Base, i16), from: (Base, i16), bytes: u32) {
         let temp = self.vreg();
         for at in (0..bytes).step_by(8) {
             let at = at as i16;
@@ -283,19 +280,17 @@ impl<'a> Lowerer<'a> {
     /// A field of a tuple held in a frame buffer.
     pub(super) fn field_value(&mut self, tuple: i16, field_offset: u32, ty: &Type) -> Value {
         let at = tuple + field_offset as i16;
-        match ty {
-            Type::Str { .. } | Type::Tuple(_) => Value::Mem(at),
-            _ => {
-                let reg = self.vreg();
-                self.emit(Inst::Load {
-                    dst: reg,
-                    base: Base::Frame,
-                    offset: at,
-                    size: Size::U64,
-                });
-                Value::Int(reg)
-            }
+        if ty.in_memory() {
+            return Value::Mem(at);
         }
+        let reg = self.vreg();
+        self.emit(Inst::Load {
+            dst: reg,
+            base: Base::Frame,
+            offset: at,
+            size: Size::U64,
+        });
+        Value::Int(reg)
     }
 
     fn stmts(&mut self, stmts: &[TStmt]) {

@@ -35,6 +35,21 @@ pub struct MapLayouts {
     pub globs: Option<MapId>,
     /// One perf event array per counter, in `CheckedProgram::counters` order.
     pub counters: Vec<MapId>,
+    /// The stack trace maps of `kstack`/`ustack` values, by depth.
+    pub value_stacks: Vec<(u32, MapId)>,
+    /// Threads that took a user address, reported once each (see
+    /// `Message::ThreadSeen`).
+    pub seen_threads: Option<MapId>,
+    /// A one-element per-CPU array large messages are built in.
+    pub scratch: Option<MapId>,
+}
+
+impl MapLayouts {
+    /// The stack trace map of stack values of `depth` frames.
+    pub fn value_stack(&self, depth: u32) -> MapId {
+        let found = self.value_stacks.iter().find(|(d, _)| *d == depth);
+        found.expect("the checker declares every stack depth").1
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -158,6 +173,35 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
             )
         })
         .collect();
+    let value_stacks = program
+        .values
+        .stack_depths
+        .iter()
+        .map(|&depth| {
+            let map = internal(
+                format!("wprof_vstacks_{depth}"),
+                MapKind::StackTrace,
+                4,
+                8 * depth,
+                MAX_MAP_KEYS,
+            );
+            (depth, map)
+        })
+        .collect();
+    let seen_threads = program
+        .values
+        .user_addresses
+        .then(|| internal("wprof_threads".into(), MapKind::LruHash, 8, 8, SEEN_THREADS));
+    let scratch_bytes = program.values.scratch_bytes;
+    let scratch = (scratch_bytes > 0).then(|| {
+        internal(
+            "wprof_scratch".into(),
+            MapKind::PerCpuArray,
+            4,
+            scratch_bytes.next_multiple_of(8),
+            1,
+        )
+    });
     let layouts = MapLayouts {
         script,
         ringbuf,
@@ -170,6 +214,9 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         glob_set,
         globs,
         counters,
+        value_stacks,
+        seen_threads,
+        scratch,
     };
     (specs, layouts)
 }
@@ -182,6 +229,9 @@ fn possible_cpus() -> u32 {
 
 /// Distinct stacks of each kind a capture can hold (the kernel preallocates them).
 const STACK_ENTRIES: u32 = 4096;
+/// Threads remembered as having taken user addresses; the least recently
+/// seen are forgotten (and reported again if seen again).
+const SEEN_THREADS: u32 = 16384;
 /// Spans open at the same time, per span.
 const OPEN_SPANS: u32 = 16384;
 /// Counters in the drops map, one per `DropReason`.

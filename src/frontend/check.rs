@@ -84,6 +84,7 @@ pub fn check(
             spans: checker.spans,
             filter: options.filter.clone(),
             user_stacks: options.user_stacks,
+            values: checker.values,
             counters: match checker.reads_counters {
                 true => options.pmu.clone(),
                 false => Vec::new(),
@@ -130,7 +131,7 @@ pub(super) enum SourceRole<'a> {
 
 pub(crate) struct Checker<'e> {
     /// The machine: kernel types come from here on demand.
-    pub(super) env: &'e dyn Environment,
+    pub(crate) env: &'e dyn Environment,
     pub(crate) options: &'e CompileOptions,
     pub(super) errors: Vec<ScriptError>,
     /// In the first pass errors are dropped and unknown types are assumed.
@@ -146,6 +147,8 @@ pub(crate) struct Checker<'e> {
     /// Variable types per (probe block, name), collected over both passes.
     var_types: HashMap<(usize, String), Type>,
     pub(super) probe: ProbeState,
+    /// What the values used so far need (stack maps, texts).
+    pub(crate) values: ValueNeeds,
 }
 
 /// What the checker knows while inside one attach point's body.
@@ -175,6 +178,7 @@ impl<'e> Checker<'e> {
             reads_counters: false,
             var_types: HashMap::new(),
             probe: ProbeState::default(),
+            values: ValueNeeds::default(),
         }
     }
 
@@ -231,6 +235,13 @@ impl<'e> Checker<'e> {
     pub(crate) fn error(&mut self, error: ScriptError) {
         if self.final_pass {
             self.errors.push(error);
+        }
+    }
+
+    /// An error for when the program is run, not when it is compiled.
+    pub(crate) fn defer_error(&mut self, error: ScriptError) {
+        if self.final_pass {
+            self.values.unrunnable.push(error);
         }
     }
 

@@ -1,18 +1,22 @@
 //! A fake machine for front-end tests: the checker asks it what a real
 //! system would answer from tracefs and ELF files.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::vocab::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType, close_names};
 use crate::vocab::{
-    BtfArg, Environment, FieldKind, FunctionTarget, TracepointField, UsdtArgSpec, UsdtTarget,
+    BtfArg, Environment, FieldKind, FunctionTarget, ObjectSymbol, TracepointField, UsdtArgSpec,
+    UsdtTarget,
 };
 
 /// A machine with a few tracepoints (`syscalls:sys_enter_openat`,
 /// `syscalls:sys_enter_write`, `syscalls:sys_exit_read`, `sched:named`),
 /// every function in every binary, 64 bytes at file offset 0x1000, and a little
 /// kernel BTF: `struct task_struct` (see [`kernel_type`]) and the BTF
-/// tracepoints `sched_switch` and `sched_wakeup`.
+/// tracepoints `sched_switch` and `sched_wakeup`; the kernel symbol
+/// `do_nanosleep`, and a 4-byte data symbol `counter` at 0x4010 in every
+/// binary (relocatable in binaries whose name ends in `pie`), and the root
+/// cgroup `/sys/fs/cgroup` (id 1).
 pub struct FakeMachine;
 
 /// Type ids of the fake kernel BTF.
@@ -243,6 +247,35 @@ impl Environment for FakeMachine {
             "struct task_struct" => Ok(ids::TASK),
             "int" => Ok(ids::INT),
             _ => Err(format!("no kernel type `{name}`")),
+        }
+    }
+
+    fn kernel_symbol(&self, name: &str) -> Result<u64, String> {
+        match name {
+            "do_nanosleep" => Ok(0xffff_ffff_8226_ce00),
+            _ => Err("it is not in /proc/kallsyms".into()),
+        }
+    }
+
+    fn object_symbol(&self, binary: &Path, name: &str) -> Result<ObjectSymbol, String> {
+        match name {
+            "counter" => Ok(ObjectSymbol {
+                address: 0x4010,
+                size: 4,
+                relocatable: binary.ends_with("pie"),
+            }),
+            _ => Err(format!("no data symbol `{name}` in {}", binary.display())),
+        }
+    }
+
+    fn code_address(&self, _binary: &Path, file_offset: u64) -> Result<u64, String> {
+        Ok(file_offset)
+    }
+
+    fn cgroup_id(&self, path: &str) -> Result<u64, String> {
+        match path {
+            "/sys/fs/cgroup" => Ok(1),
+            _ => Err(format!("no cgroup at {path}")),
         }
     }
 }

@@ -16,6 +16,9 @@ pub struct CompileOptions {
     /// The tasks `selected(task)` accepts.
     pub filter: TaskFilter,
     pub user_stacks: UserStacks,
+    /// `--unsafe`: allow built-ins that act on the system (`system()`,
+    /// `signal()`, `override()`), as bpftrace does.
+    pub unsafe_builtins: bool,
 }
 
 /// How the kernel records user stacks.

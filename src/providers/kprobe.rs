@@ -14,6 +14,10 @@ use crate::vocab::{ArgRead, AttachPoint, Context, Environment, KernelFeature};
 pub struct Kprobe;
 
 impl Provider for Kprobe {
+    fn registers(&self) -> bool {
+        true
+    }
+
     fn types(&self) -> &'static [ProbeType] {
         &[
             ProbeType {

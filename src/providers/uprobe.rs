@@ -17,6 +17,10 @@ use crate::vocab::{ArgRead, AttachPoint, Context, Environment, FunctionTarget, K
 pub struct Uprobe;
 
 impl Provider for Uprobe {
+    fn registers(&self) -> bool {
+        true
+    }
+
     fn types(&self) -> &'static [ProbeType] {
         &[
             ProbeType {

@@ -50,6 +50,7 @@ impl Tracking {
                 true => UserStacks::Addresses,
                 false => UserStacks::BuildId,
             },
+            unsafe_builtins: false,
         })
     }
 

@@ -15,9 +15,11 @@ pub enum GlobalSlot {
     /// wprof's own pid: probes ignore wprof, which would otherwise trace
     /// itself (a system-wide `malloc` probe fires on every event it handles).
     SelfPid = 3,
+    /// Messages the ring buffer had no room for (printed as `Lost N events`).
+    LostMessages = 4,
 }
 
-pub const GLOBAL_SLOTS: u32 = 4;
+pub const GLOBAL_SLOTS: u32 = 5;
 
 /// The values of [`GlobalSlot::State`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

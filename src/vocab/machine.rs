@@ -2,7 +2,7 @@
 //! formats, functions and USDT probes of binaries, kernel types. The running
 //! system answers (`runtime::environment`), and tests answer with a fake.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::context::{BtfArg, TracepointField, UsdtArgSpec};
 use super::kernel_types::{KTypeId, KernelType};
@@ -24,6 +24,17 @@ pub struct UsdtTarget {
     pub file_offset: u64,
     pub semaphore_offset: u64,
     pub args: Vec<UsdtArgSpec>,
+}
+
+/// A data symbol (`STT_OBJECT`) of a binary, for `uaddr()`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObjectSymbol {
+    /// The link-time virtual address.
+    pub address: u64,
+    pub size: u64,
+    /// Whether the binary is position independent (`ET_DYN`): its symbols
+    /// are then relative to where it is loaded.
+    pub relocatable: bool,
 }
 
 /// What the checker may ask about the machine. Errors are messages for a
@@ -56,4 +67,13 @@ pub trait Environment {
     fn kernel_type(&self, id: KTypeId) -> Result<KernelType, String>;
     /// A kernel type by its C name: `struct task_struct`, `int`.
     fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String>;
+    /// The address of kernel symbol `name` (`kaddr()`); the error says why
+    /// it is not known.
+    fn kernel_symbol(&self, name: &str) -> Result<u64, String>;
+    /// Data symbol `name` of `binary` (`uaddr()`).
+    fn object_symbol(&self, binary: &Path, name: &str) -> Result<ObjectSymbol, String>;
+    /// The link-time virtual address of byte `file_offset` of `binary`'s code.
+    fn code_address(&self, binary: &Path, file_offset: u64) -> Result<u64, String>;
+    /// The id of the cgroup at `path` (`cgroupid()`): its inode number.
+    fn cgroup_id(&self, path: &str) -> Result<u64, String>;
 }

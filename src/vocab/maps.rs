@@ -10,6 +10,8 @@ pub struct MapId(pub u32);
 pub enum MapKind {
     Hash,
     PerCpuHash,
+    /// A hash that evicts its least recently used entry when full.
+    LruHash,
     Array,
     PerCpuArray,
     RingBuf,

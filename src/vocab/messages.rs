@@ -29,6 +29,10 @@ pub enum Message {
         record: u32,
         fields: Vec<(u32, ValueType)>,
     },
+    /// A thread took a user address (`ustack`, `usym()`) for the first time:
+    /// its u64 `pid_tgid` at offset 8. User space keeps its process's
+    /// mappings, so the address still names its function after the exit.
+    ThreadSeen,
 }
 
 /// What a built-in statement sends and keeps for user space; each built-in

@@ -21,8 +21,8 @@ pub use attach::{
 };
 pub use context::{ArgRead, BtfArg, Context, FieldKind, TracepointField, UsdtArgSpec};
 pub use globals::{GLOBAL_SLOTS, GlobalSlot, ProbeState};
-pub use layout::ValueType;
-pub use machine::{Environment, FunctionTarget, UsdtTarget};
+pub use layout::{StackMode, StackType, ValueType};
+pub use machine::{Environment, FunctionTarget, ObjectSymbol, UsdtTarget};
 pub use maps::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
 pub use messages::{
     BUILD_ID_FRAME_BYTES, BuiltinId, BuiltinMessage, MAX_STACK_DEPTH, Message, MessageId,

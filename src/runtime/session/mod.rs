@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 
 use crate::capture::model::{CaptureInfo, CaptureStats, DropReason};
 use crate::codegen::program::Compiled;
-use crate::output::printer::{MapOp, Printed, Printer};
+use crate::output::printer::{MapOp, OutputFormat, Printed, Printer};
 use crate::runtime::bpf::counters;
 use crate::runtime::bpf::loader::{self, AttachOptions, Loaded};
 use crate::runtime::recording::{RecordError, Recorder};
-use crate::symbols::KernelSymbols;
+use crate::runtime::values::SystemValues;
 use crate::vocab::{AttachPoint, GlobalSlot, MapId, Message, ProbeState};
 use activation::{Interrupt, Phases};
 use child::TracedCommand;
@@ -36,6 +36,8 @@ pub struct RunOptions {
     pub capture: Option<CaptureTarget>,
     /// When to load and attach, and when to start recording.
     pub phases: Phases,
+    /// Text or JSON lines (`-f json`).
+    pub format: OutputFormat,
 }
 
 /// Where a capture goes and what it says about itself; the start times are
@@ -117,12 +119,9 @@ pub fn run(
         }
         None => None,
     };
-    let probes = compiled.programs.len();
-    writeln!(
-        out,
-        "Attaching {probes} probe{}...",
-        if probes == 1 { "" } else { "s" }
-    )?;
+    let values = SystemValues::new(compiled, &loaded)?;
+    let printer = Printer::new(compiled, &values, options.format);
+    printer.attached_probes(compiled.programs.len(), out)?;
     out.flush()?;
     let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
     loaded.attach_all(AttachOptions { pid })?;
@@ -140,7 +139,7 @@ pub fn run(
     loaded.set_global(globals, GlobalSlot::StartNs, start_ns)?;
     let recorder = create_recorder(compiled, options, start_ns)?;
     loaded.set_state(globals, ProbeState::Active)?;
-    let mut receiver = Receiver::new(compiled, recorder);
+    let mut receiver = Receiver::new(compiled, &values, printer, recorder);
     for index in loaded.programs_at(&AttachPoint::Begin) {
         loaded.run_once(index)?;
     }
@@ -399,6 +398,8 @@ fn print_exit_maps(
 /// since they need the loaded maps.
 struct Receiver<'a> {
     compiled: &'a Compiled,
+    /// Told about threads that take user addresses.
+    values: &'a SystemValues,
     printer: Printer<'a>,
     map_ops: Vec<MapOp>,
     paused: bool,
@@ -410,15 +411,16 @@ struct Receiver<'a> {
 }
 
 impl<'a> Receiver<'a> {
-    fn new(compiled: &'a Compiled, recorder: Option<Recorder>) -> Self {
-        // Names of `ksym()` addresses.
-        let kernel_symbols = KernelSymbols::default();
+    fn new(
+        compiled: &'a Compiled,
+        values: &'a SystemValues,
+        printer: Printer<'a>,
+        recorder: Option<Recorder>,
+    ) -> Self {
         Receiver {
             compiled,
-            printer: Printer::new(
-                compiled,
-                Box::new(move |addr| kernel_symbols.function(addr).into_bytes()),
-            ),
+            values,
+            printer,
             map_ops: Vec::new(),
             paused: false,
             ending: Ending::Running,
@@ -459,13 +461,25 @@ impl<'a> Receiver<'a> {
             )));
         };
         let index = id.unwrap_or_default() as usize;
-        if let Message::Record { record, .. } = message {
-            return match &mut self.recorder {
-                Some(recorder) => recorder
-                    .push(index, *record, bytes)
-                    .map_err(io::Error::other),
-                None => Ok(()),
-            };
+        match message {
+            Message::Record { record, .. } => {
+                return match &mut self.recorder {
+                    Some(recorder) => recorder
+                        .push(index, *record, bytes)
+                        .map_err(io::Error::other),
+                    None => Ok(()),
+                };
+            }
+            Message::ThreadSeen => {
+                let pid_tgid = bytes.get(8..16).ok_or_else(|| {
+                    io::Error::other(format!("thread report of {} bytes", bytes.len()))
+                })?;
+                let pid_tgid = u64::from_le_bytes(pid_tgid.try_into().expect("8 bytes"));
+                self.values
+                    .remember_thread(pid_tgid as u32, (pid_tgid >> 32) as u32);
+                return Ok(());
+            }
+            Message::Builtin(_) => {}
         }
         if self.quiet {
             return Ok(());

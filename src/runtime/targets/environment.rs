@@ -2,14 +2,15 @@
 //! tracefs, functions and USDT probes from ELF files.
 
 use std::cell::OnceCell;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use super::{elf, tracefs, usdt};
+use super::{elf, kallsyms, tracefs, usdt};
 use crate::runtime::targets::kernel_btf::KernelBtf;
 use crate::runtime::targets::usdt::{UsdtArg, UsdtArgLocation};
 use crate::vocab::kernel_types::{KTypeId, KernelType};
 use crate::vocab::{
-    BtfArg, Environment, FieldKind, FunctionTarget, TracepointField, UsdtArgSpec, UsdtTarget,
+    BtfArg, Environment, FieldKind, FunctionTarget, ObjectSymbol, TracepointField, UsdtArgSpec,
+    UsdtTarget,
 };
 
 /// Answers the checker's questions from this machine.
@@ -112,6 +113,24 @@ impl Environment for SystemEnvironment {
 
     fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String> {
         self.btf()?.named(name)
+    }
+
+    fn kernel_symbol(&self, name: &str) -> Result<u64, String> {
+        kallsyms::address(name)
+    }
+
+    fn object_symbol(&self, binary: &Path, name: &str) -> Result<ObjectSymbol, String> {
+        elf::find_object(binary, name).map_err(|e| e.to_string())
+    }
+
+    fn code_address(&self, binary: &Path, file_offset: u64) -> Result<u64, String> {
+        elf::code_address(binary, file_offset).map_err(|e| e.to_string())
+    }
+
+    fn cgroup_id(&self, path: &str) -> Result<u64, String> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+        Ok(meta.ino())
     }
 }
 

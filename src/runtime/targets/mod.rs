@@ -7,6 +7,7 @@
 pub mod elf;
 pub mod environment;
 pub mod features;
+mod kallsyms;
 mod kernel_btf;
 pub mod tracefs;
 pub mod usdt;
