@@ -80,17 +80,29 @@ impl UserSymbols {
         if let Some(known) = self.known.get(&key) {
             return known.clone();
         }
-        let source = Source::Elf(Elf::new(path));
+        // The file's own symbols first: where several names share an address,
+        // they hold the exported one bpftrace prints (`clock_nanosleep`, not
+        // the debug file's `__GI___clock_nanosleep`); debug files fill in the rest.
+        let own = Elf {
+            debug_syms: false,
+            ..Elf::new(path)
+        };
         let found = self
-            .symbolizer
-            .symbolize_single(&source, Input::FileOffset(offset))
-            .ok()
-            .and_then(|found| match found {
-                Symbolized::Sym(sym) => Some((sym.name.to_string(), sym.offset as u64)),
-                Symbolized::Unknown(_) => None,
-            });
+            .lookup(&Source::Elf(own), offset)
+            .or_else(|| self.lookup(&Source::Elf(Elf::new(path)), offset));
         self.known.insert(key, found.clone());
         found
+    }
+
+    fn lookup(&self, source: &Source, offset: u64) -> Option<(String, u64)> {
+        match self
+            .symbolizer
+            .symbolize_single(source, Input::FileOffset(offset))
+            .ok()?
+        {
+            Symbolized::Sym(sym) => Some((sym.name.to_string(), sym.offset as u64)),
+            Symbolized::Unknown(_) => None,
+        }
     }
 }
 
