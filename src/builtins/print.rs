@@ -184,8 +184,8 @@ impl Statement for Print {
     }
 }
 
-/// `exit()`: ends tracing once user space reads the message; the probe
-/// returns at once.
+/// `exit()`: ends tracing once user space reads the message; its block
+/// ends at once.
 pub struct Exit;
 
 impl Statement for Exit {
@@ -199,7 +199,7 @@ impl Statement for Exit {
     fn lower(&self, cx: &mut Lowerer, call: &TCall) {
         let message = cx.message(call.builtin);
         cx.send_message(message, &[]);
-        cx.return_from_probe();
+        cx.return_from_block();
     }
 
     fn print(

@@ -253,6 +253,7 @@ impl Assembled {
             name,
             probe,
             attach,
+            blocks: 1,
             insns: self.insns,
             map_relocs: self.map_relocs,
             spans: self.spans,

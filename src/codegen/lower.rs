@@ -45,63 +45,88 @@ pub(crate) struct Lowerer<'a> {
     vars: Vec<VarSlot>,
     /// (continue target, break target) of the enclosing loops.
     loops: Vec<(Label, Label)>,
-    exit_label: Label,
+    /// Where the current block ends: its predicate, `return` and `exit()` jump here.
+    block_end: Label,
 }
 
 impl<'a> Lowerer<'a> {
+    /// One program for every block at one attach point: `blocks` (each with
+    /// its index in `program.probes`) run in script order. Each block has its
+    /// own predicate, variables and frame (blocks reuse the same stack bytes),
+    /// and `return` or `exit()` end only that block, as when bpftrace gives
+    /// each block a program of its own, but the order no longer depends on
+    /// how the kernel orders programs on one attach point.
     pub(super) fn lower(
-        probe: &'a CheckedProbe,
-        probe_index: usize,
+        blocks: &[(usize, &'a CheckedProbe)],
         program: &'a CheckedProgram,
         maps: &'a MapLayouts,
         messages: &'a mut Vec<Message>,
     ) -> (Function, (u32, Option<Span>)) {
+        let &(first_index, first) = blocks.first().expect("a program has at least one block");
         let mut lowerer = Lowerer {
-            probe,
-            probe_index,
+            probe: first,
+            probe_index: first_index,
             program,
             maps,
             messages,
             function: Function::default(),
-            span: Some(probe.span),
+            span: Some(first.span),
             pending_comment: None,
             frame_top: 0,
             frame_peak: (0, None),
             ctx: VReg(0),
             vars: Vec::new(),
             loops: Vec::new(),
-            exit_label: Label(0),
+            block_end: Label(0),
         };
         lowerer.ctx = lowerer.vreg();
-        lowerer.exit_label = lowerer.label();
-        lowerer.prologue();
-        if !providers::of(&probe.attach).runs_once() {
-            lowerer.gate();
+        let program_exit = lowerer.label();
+        let ctx = lowerer.ctx;
+        lowerer.emit(Inst::Ctx { dst: ctx });
+        if !providers::of(&first.attach).runs_once() {
+            lowerer.gate(program_exit);
         }
-        if let Some(predicate) = &probe.predicate {
-            lowerer.span = Some(predicate.span);
-            lowerer.comment("predicate");
-            let exit = lowerer.exit_label;
-            lowerer.branch_unless(predicate, exit);
+        for (position, &(index, probe)) in blocks.iter().enumerate() {
+            if blocks.len() > 1 {
+                lowerer.comment(format!("block {} of {}", position + 1, blocks.len()));
+            }
+            lowerer.block(index, probe);
         }
-        if let Some(record) = &probe.record {
-            lowerer.span = Some(probe.span);
-            lowerer.record(record);
-        }
-        lowerer.stmts(&probe.body);
         lowerer.span = None;
-        let exit = lowerer.exit_label;
-        lowerer.emit(Inst::Bind(exit));
+        lowerer.emit(Inst::Bind(program_exit));
         lowerer.emit(Inst::Exit);
         lowerer.function.frame_bytes = lowerer.frame_peak.0;
         (lowerer.function, lowerer.frame_peak)
     }
 
+    /// One block: predicate, record, statements; its end is where its
+    /// predicate, `return` and `exit()` jump.
+    fn block(&mut self, index: usize, probe: &'a CheckedProbe) {
+        self.probe = probe;
+        self.probe_index = index;
+        self.span = Some(probe.span);
+        self.frame_top = 0;
+        self.block_end = self.label();
+        self.variables();
+        if let Some(predicate) = &probe.predicate {
+            self.span = Some(predicate.span);
+            self.comment("predicate");
+            let end = self.block_end;
+            self.branch_unless(predicate, end);
+        }
+        if let Some(record) = &probe.record {
+            self.span = Some(probe.span);
+            self.record(record);
+        }
+        self.stmts(&probe.body);
+        let end = self.block_end;
+        self.emit(Inst::Bind(end));
+    }
+
     /// Return at once unless tracing is active, and for wprof's own events
     /// in the user's probes. Trackers record wprof like any task: a switch
     /// away from it is the next task's switch-in.
-    fn gate(&mut self) {
-        let exit = self.exit_label;
+    fn gate(&mut self, exit: Label) {
         self.comment("return unless tracing is active");
         let state = self.global(GlobalSlot::State);
         self.branch(Cond::Ne, state, Src::Imm(ProbeState::Active as i32), exit);
@@ -120,9 +145,9 @@ impl<'a> Lowerer<'a> {
         self.branch(Cond::Eq, task, Src::Reg(me), exit);
     }
 
-    fn prologue(&mut self) {
-        let ctx = self.ctx;
-        self.emit(Inst::Ctx { dst: ctx });
+    /// The block's scratch variables, zeroed (bpftrace reads an unassigned one as 0).
+    fn variables(&mut self) {
+        self.vars.clear();
         for ty in &self.probe.variables {
             let slot = if ty.in_memory() {
                 let offset = self.alloc(ty.size());
@@ -141,8 +166,8 @@ impl<'a> Lowerer<'a> {
         &self.program.maps
     }
 
-    pub(super) fn exit_label(&self) -> Label {
-        self.exit_label
+    pub(super) fn block_end(&self) -> Label {
+        self.block_end
     }
 
     pub(crate) fn vreg(&mut self) -> VReg {
@@ -293,7 +318,7 @@ impl<'a> Lowerer<'a> {
         Value::Int(reg)
     }
 
-    fn stmts(&mut self, stmts: &[TStmt]) {
+    pub(super) fn stmts(&mut self, stmts: &[TStmt]) {
         for stmt in stmts {
             let mark = self.frame_top;
             self.span = Some(stmt.span);
@@ -365,7 +390,7 @@ impl<'a> Lowerer<'a> {
                 self.emit(Inst::Jump(target));
             }
             TStmtKind::Return => {
-                let exit = self.exit_label;
+                let exit = self.block_end;
                 self.emit(Inst::Jump(exit));
             }
         }

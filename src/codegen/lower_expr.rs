@@ -62,6 +62,10 @@ impl Lowerer<'_> {
                 let value = self.int_expr(inner);
                 Value::Int(self.convert(value, &expr.ty))
             }
+            TExprKind::Sequence { effects, value } => {
+                self.stmts(effects);
+                self.expr(value)
+            }
             TExprKind::KernelRead {
                 ptr,
                 offset,

@@ -142,6 +142,14 @@ impl Lowerer<'_> {
             return self.task_storage_delete(map, task);
         }
         let key = self.key(map, key, None);
+        let layout = &self.maps.script[map.0];
+        if layout.single_slot {
+            // An array entry cannot be deleted: zero it (this CPU's, as bpftrace).
+            let size = layout.value_size;
+            let zeros = self.alloc(size);
+            self.zero(Base::Frame, zeros, size);
+            return self.update(map, key, zeros);
+        }
         let args = vec![Arg::Map(self.maps.script[map.0].id), Arg::Frame(key)];
         self.emit(Inst::Call {
             helper: MAP_DELETE_ELEM,
@@ -375,10 +383,11 @@ impl Lowerer<'_> {
         self.output(Arg::Frame(buffer), size);
     }
 
-    /// Return from the probe at once (`exit()`).
-    pub(crate) fn return_from_probe(&mut self) {
-        let exit = self.exit_label();
-        self.emit(Inst::Jump(exit));
+    /// End the current block at once (`exit()`); the attach point's later
+    /// blocks still run, as bpftrace's separate programs do.
+    pub(crate) fn return_from_block(&mut self) {
+        let end = self.block_end();
+        self.emit(Inst::Jump(end));
     }
 }
 

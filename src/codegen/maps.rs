@@ -5,7 +5,7 @@ use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind, StackKind}
 use crate::frontend::options::UserStacks;
 use crate::frontend::types::{KernelPtr, Type};
 use crate::vocab::{
-    BUILD_ID_FRAME_BYTES, MAX_STACK_DEPTH, MapId, MapKind, MapSpec, MapValue, ScriptMap,
+    AggFunc, BUILD_ID_FRAME_BYTES, MAX_STACK_DEPTH, MapId, MapKind, MapSpec, MapValue, ScriptMap,
 };
 
 /// Entries per script map, as bpftrace's default `max_map_keys`.
@@ -62,6 +62,8 @@ pub struct ScriptMapLayout {
     pub per_cpu: bool,
     /// Keyed by a task: values live in the task (`bpf_task_storage_get`).
     pub task_storage: bool,
+    /// A one-element array whose only entry always exists: `delete` zeroes it.
+    pub single_slot: bool,
 }
 
 /// Lay out every map of `program`, returning the specs in `MapId` order.
@@ -249,18 +251,27 @@ fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
         }
     };
     let per_cpu = matches!(decl.value, MapValueKind::Aggregate(_)) && !decl.read_in_kernel;
-    // A map without keys still needs a key: a single zero u64.
-    let key_size = (key_bytes + if bucketed { 8 } else { 0 }).max(8);
+    // bpftrace keeps a keyless count() in a one-element array, so it exists
+    // (and prints `@: 0`) before the first event and delete or clear zero it;
+    // scripts such as pidpersec print it before anything counted.
+    let single_slot = decl.key.is_none() && decl.value == MapValueKind::Aggregate(AggFunc::Count);
+    // A map without keys still needs a key: a single zero u64 (u32 for an array).
+    let key_size = match single_slot {
+        true => 4,
+        false => (key_bytes + if bucketed { 8 } else { 0 }).max(8),
+    };
+    let kind = match (single_slot, per_cpu) {
+        (true, true) => MapKind::PerCpuArray,
+        (true, false) => MapKind::Array,
+        (false, true) => MapKind::PerCpuHash,
+        (false, false) => MapKind::Hash,
+    };
     let spec = MapSpec {
         name: decl.name.clone(),
-        kind: if per_cpu {
-            MapKind::PerCpuHash
-        } else {
-            MapKind::Hash
-        },
+        kind,
         key_size,
         value_size,
-        max_entries: MAX_MAP_KEYS,
+        max_entries: if single_slot { 1 } else { MAX_MAP_KEYS },
         script_map: Some(ScriptMap {
             key: decl.key.as_ref().map(|k| k.layout()),
             value,
@@ -291,6 +302,50 @@ fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
         value_size,
         per_cpu,
         task_storage,
+        single_slot,
     };
     (spec, layout)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::capture::model::RecordOrigin;
+    use crate::driver::{Source, compile};
+    use crate::frontend::fake_machine::FakeMachine;
+    use crate::vocab::MapKind;
+
+    /// The kind, key size and entries of each script map of `text`, by name.
+    fn script_maps(text: &str) -> Vec<(String, MapKind, u32, u32)> {
+        let source = Source {
+            name: "t.bt".into(),
+            text: text.into(),
+            origin: RecordOrigin::Script,
+        };
+        let (_, compiled) = compile(&[source], &[], &FakeMachine, &Default::default())
+            .unwrap_or_else(|e| panic!("{}", e.render()));
+        compiled
+            .maps
+            .iter()
+            .filter(|m| m.script_map.is_some())
+            .map(|m| (m.name.clone(), m.kind, m.key_size, m.max_entries))
+            .collect()
+    }
+
+    /// Only a keyless count() is a one-element array (per CPU unless read
+    /// in the kernel); keyed counts and keyless sums stay hash maps.
+    #[test]
+    fn keyless_count_is_a_single_slot_array() {
+        let maps = script_maps(
+            "BEGIN { @c = count(); @r = count(); @k[1] = count(); @s = sum(1); $x = @r; }",
+        );
+        assert_eq!(
+            maps,
+            [
+                ("@c".to_string(), MapKind::PerCpuArray, 4, 1),
+                ("@r".to_string(), MapKind::Array, 4, 1),
+                ("@k".to_string(), MapKind::PerCpuHash, 8, 4096),
+                ("@s".to_string(), MapKind::PerCpuHash, 8, 4096),
+            ]
+        );
+    }
 }

@@ -25,7 +25,7 @@ mod prune;
 pub mod regalloc;
 
 use crate::capture::model::{FieldSchema, FieldType, RecordKind, RecordSchema};
-use crate::frontend::checked::{CheckedProgram, RecordDecl};
+use crate::frontend::checked::{CheckedProbe, CheckedProgram, RecordDecl};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::types::Type;
 use program::{Compiled, CounterMap};
@@ -40,6 +40,7 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
         ringbuf: Some(layouts.ringbuf),
         globals: Some(layouts.globals),
         records: program.records.iter().map(record_schema).collect(),
+        probe_names: program.probes.iter().map(|p| p.name.clone()).collect(),
         kernel_stacks: layouts.kernel_stacks,
         user_stacks: layouts.user_stacks,
         drops: layouts.drops,
@@ -63,9 +64,10 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
         ..Compiled::default()
     };
     let mut errors = Vec::new();
-    for (index, probe) in program.probes.iter().enumerate() {
+    for (index, blocks) in programs_by_attach_point(program).into_iter().enumerate() {
+        let probe = blocks[0].1;
         let (mut function, (_, peak_span)) =
-            lower::Lowerer::lower(probe, index, program, &layouts, &mut compiled.messages);
+            lower::Lowerer::lower(&blocks, program, &layouts, &mut compiled.messages);
         prune::remove_unreachable(&mut function);
         let allocation = regalloc::allocate(&function);
         if allocation.frame_bytes > STACK_LIMIT {
@@ -80,11 +82,10 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
         match emit::emit(&function, &allocation) {
             Ok(assembled) => {
                 let name = program_name(index, &probe.name);
-                compiled.programs.push(assembled.into_program(
-                    name,
-                    probe.name.clone(),
-                    probe.attach.clone(),
-                ));
+                let mut bpf =
+                    assembled.into_program(name, probe.name.clone(), probe.attach.clone());
+                bpf.blocks = blocks.len();
+                compiled.programs.push(bpf);
             }
             Err(error) => errors.push(ScriptError::new(
                 probe.span,
@@ -97,6 +98,25 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
     } else {
         Err(errors)
     }
+}
+
+/// The checked probes grouped into programs: one per attach point (and
+/// author: the trackers' blocks keep programs of their own), holding its
+/// blocks in script order, each with its index in `program.probes`.
+/// Programs come in the order of their first block.
+fn programs_by_attach_point(program: &CheckedProgram) -> Vec<Vec<(usize, &CheckedProbe)>> {
+    let mut groups: Vec<Vec<(usize, &CheckedProbe)>> = Vec::new();
+    for (index, probe) in program.probes.iter().enumerate() {
+        let same_point = |group: &&mut Vec<(usize, &CheckedProbe)>| {
+            let first = group[0].1;
+            first.attach == probe.attach && first.origin == probe.origin
+        };
+        match groups.iter_mut().find(same_point) {
+            Some(group) => group.push((index, probe)),
+            None => groups.push(vec![(index, probe)]),
+        }
+    }
+    groups
 }
 
 /// How a record kind is described in captures.
@@ -140,4 +160,90 @@ fn program_name(index: usize, probe: &str) -> String {
     let mut name = format!("p{index}_{tail}");
     name.truncate(15);
     name
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::capture::model::RecordOrigin;
+    use crate::codegen::program::Compiled;
+    use crate::driver::{Source, compile};
+    use crate::frontend::fake_machine::FakeMachine;
+    use crate::frontend::options::CompileOptions;
+    use crate::vocab::AttachPoint;
+
+    fn compiled(sources: &[(&str, RecordOrigin)]) -> Compiled {
+        let sources: Vec<Source> = sources
+            .iter()
+            .enumerate()
+            .map(|(i, (text, origin))| Source {
+                name: format!("s{i}.bt"),
+                text: (*text).into(),
+                origin: *origin,
+            })
+            .collect();
+        let (_, compiled) = compile(&sources, &[], &FakeMachine, &CompileOptions::default())
+            .unwrap_or_else(|e| panic!("{}", e.render()));
+        compiled
+    }
+
+    fn script(text: &str) -> Compiled {
+        compiled(&[(text, RecordOrigin::Script)])
+    }
+
+    /// Blocks on one attach point share one program, in the order of their
+    /// first block; `Attaching N probes` still counts every block.
+    #[test]
+    fn blocks_on_one_attach_point_share_a_program() {
+        let compiled = script(
+            "BEGIN { @a = 1; } kprobe:f { @b = 1; } BEGIN { @c = 1; } kprobe:f { @d = 1; } \
+             kprobe:g { @e = 1; }",
+        );
+        let programs: Vec<(&str, usize)> = compiled
+            .programs
+            .iter()
+            .map(|p| (p.probe.as_str(), p.blocks))
+            .collect();
+        assert_eq!(programs, [("BEGIN", 2), ("kprobe:f", 2), ("kprobe:g", 1)]);
+        assert_eq!(compiled.programs[0].attach, AttachPoint::Begin);
+        assert_eq!(
+            compiled.probe_names,
+            ["BEGIN", "kprobe:f", "BEGIN", "kprobe:f", "kprobe:g"]
+        );
+    }
+
+    /// A block on several attach points is in each point's program.
+    #[test]
+    fn a_block_with_several_points_joins_each_program() {
+        let compiled = script("kprobe:f, kprobe:g { @a = 1; } kprobe:g { @b = 1; }");
+        let programs: Vec<(&str, usize)> = compiled
+            .programs
+            .iter()
+            .map(|p| (p.probe.as_str(), p.blocks))
+            .collect();
+        assert_eq!(programs, [("kprobe:f", 1), ("kprobe:g", 2)]);
+    }
+
+    /// The built-in trackers' blocks keep programs apart from the user's
+    /// blocks on the same point (they are gated differently).
+    #[test]
+    fn tracker_blocks_keep_their_own_programs() {
+        let compiled = compiled(&[
+            ("kprobe:f { @a = 1; }", RecordOrigin::Script),
+            ("kprobe:f { @b = 1; }", RecordOrigin::Tracker),
+        ]);
+        assert_eq!(compiled.programs.len(), 2);
+    }
+
+    /// Blocks reuse the same stack bytes: two blocks that each need most of
+    /// the 512 bytes fit in one program.
+    #[test]
+    fn blocks_reuse_the_stack() {
+        let text = |c: char| {
+            let long = c.to_string().repeat(120);
+            format!("BEGIN {{ $a = \"{long}\"; $b = $a; printf(\"%s\\n\", $b); }}\n")
+        };
+        let compiled = script(&format!("{}{}", text('a'), text('b')));
+        assert_eq!(compiled.programs.len(), 1);
+        assert_eq!(compiled.programs[0].blocks, 2);
+    }
 }

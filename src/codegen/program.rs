@@ -12,6 +12,9 @@ pub struct Compiled {
     pub programs: Vec<BpfProgram>,
     pub maps: Vec<MapSpec>,
     pub messages: Vec<Message>,
+    /// The name of each block at each of its attach points (after wildcard
+    /// expansion), indexed by the number the `probe` built-in sends.
+    pub probe_names: Vec<String>,
     /// The ring buffer every program writes its messages to.
     pub ringbuf: Option<MapId>,
     /// A one-element array of `GlobalSlot`s written by user space before any probe fires.
@@ -54,6 +57,10 @@ pub struct BpfProgram {
     /// The probe as the user wrote it (after wildcard expansion), for messages.
     pub probe: String,
     pub attach: AttachPoint,
+    /// How many script blocks it runs, in order: one program serves every
+    /// block on its attach point. `Attaching N probes...` counts blocks, as
+    /// bpftrace (one program per block) does.
+    pub blocks: usize,
     pub insns: Vec<Insn>,
     /// `ld_imm64` instructions (map fd or map value) whose `imm` must become
     /// a map fd before loading.

@@ -237,6 +237,76 @@ pub enum ExprKind {
     },
 }
 
+impl Expr {
+    /// The expressions directly inside this one, in source order.
+    pub fn children(&self) -> Vec<&Expr> {
+        match &self.kind {
+            ExprKind::Map { keys: list, .. }
+            | ExprKind::Call { args: list, .. }
+            | ExprKind::Tuple(list) => list.iter().collect(),
+            ExprKind::Unary { expr: inner, .. }
+            | ExprKind::Field { expr: inner, .. }
+            | ExprKind::TupleIndex { expr: inner, .. }
+            | ExprKind::Cast { expr: inner, .. }
+            | ExprKind::IncDec { target: inner, .. } => vec![inner],
+            ExprKind::Binary { lhs, rhs, .. }
+            | ExprKind::Index {
+                expr: lhs,
+                index: rhs,
+            } => vec![lhs, rhs],
+            ExprKind::Ternary {
+                cond,
+                then,
+                otherwise,
+            } => vec![cond, then, otherwise],
+            ExprKind::Int(_)
+            | ExprKind::Str(_)
+            | ExprKind::Bool(_)
+            | ExprKind::Ident(_)
+            | ExprKind::Var(_)
+            | ExprKind::Positional(_)
+            | ExprKind::PositionalCount => Vec::new(),
+        }
+    }
+
+    /// The expressions directly inside this one, to rewrite in place.
+    pub fn children_mut(&mut self) -> Vec<&mut Expr> {
+        match &mut self.kind {
+            ExprKind::Map { keys: list, .. }
+            | ExprKind::Call { args: list, .. }
+            | ExprKind::Tuple(list) => list.iter_mut().collect(),
+            ExprKind::Unary { expr: inner, .. }
+            | ExprKind::Field { expr: inner, .. }
+            | ExprKind::TupleIndex { expr: inner, .. }
+            | ExprKind::Cast { expr: inner, .. }
+            | ExprKind::IncDec { target: inner, .. } => vec![inner],
+            ExprKind::Binary { lhs, rhs, .. }
+            | ExprKind::Index {
+                expr: lhs,
+                index: rhs,
+            } => vec![lhs, rhs],
+            ExprKind::Ternary {
+                cond,
+                then,
+                otherwise,
+            } => vec![cond, then, otherwise],
+            ExprKind::Int(_)
+            | ExprKind::Str(_)
+            | ExprKind::Bool(_)
+            | ExprKind::Ident(_)
+            | ExprKind::Var(_)
+            | ExprKind::Positional(_)
+            | ExprKind::PositionalCount => Vec::new(),
+        }
+    }
+
+    /// Whether this expression or one inside it reads or writes map `@name`.
+    pub fn mentions_map(&self, name: &str) -> bool {
+        matches!(&self.kind, ExprKind::Map { name: n, .. } if n == name)
+            || self.children().into_iter().any(|e| e.mentions_map(name))
+    }
+}
+
 /// A type as written in a cast: `uint32`, `int8`, `struct task_struct *`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TypeName {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use crate::builtins;
 use crate::capture::model::RecordOrigin;
 use crate::frontend::ast::{
-    BinOp, Block, Expr, ExprKind, ProbeSpec, Record, Script, Span, Stmt, StmtKind,
+    Block, Expr, ExprKind, ProbeSpec, Record, Script, Span, Stmt, StmtKind,
 };
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
@@ -325,17 +325,17 @@ impl<'e> Checker<'e> {
         })
     }
 
+    /// The repeat count of `unroll(N)`: a literal from 1 to 100, as bpftrace
+    /// (whose messages name the bound broken).
     fn unroll_count(&mut self, count: &Expr) -> Option<u32> {
-        match count.kind {
-            ExprKind::Int(n) if (1..=100).contains(&n) => Some(n as u32),
-            _ => {
-                self.error(ScriptError::new(
-                    count.span,
-                    "unroll needs an integer literal from 1 to 100",
-                ));
-                None
-            }
-        }
+        let message = match count.kind {
+            ExprKind::Int(n) if (1..=100).contains(&n) => return Some(n as u32),
+            ExprKind::Int(0) => "unroll minimum value is 1",
+            ExprKind::Int(_) => "unroll maximum value is 100",
+            _ => "unroll needs an integer literal from 1 to 100",
+        };
+        self.error(ScriptError::new(count.span, message));
+        None
     }
 
     /// `x++` as a statement, function calls, and other expressions for effect.
@@ -343,15 +343,32 @@ impl<'e> Checker<'e> {
         match &expr.kind {
             ExprKind::IncDec {
                 target, increment, ..
+            } => self.inc_dec(target, *increment, expr.span),
+            ExprKind::Call { name, args } => self.call_stmt(name, args, expr.span),
+            // As in bpftrace, a statement `c ? printf(..) : printf(..)` runs one
+            // branch for its effect: the branches need no value.
+            ExprKind::Ternary {
+                cond,
+                then,
+                otherwise,
             } => {
-                let op = if *increment { BinOp::Add } else { BinOp::Sub };
-                let one = Expr {
-                    kind: ExprKind::Int(1),
+                let branch = |e: &Expr| Block {
+                    stmts: vec![Stmt {
+                        kind: StmtKind::Expr(e.clone()),
+                        span: e.span,
+                    }],
+                    span: e.span,
+                };
+                let as_if = Stmt {
+                    kind: StmtKind::If {
+                        cond: (**cond).clone(),
+                        then: branch(then),
+                        otherwise: Some(branch(otherwise)),
+                    },
                     span: expr.span,
                 };
-                self.compound(target, op, one, expr.span)
+                self.stmt(&as_if).map(|s| s.kind)
             }
-            ExprKind::Call { name, args } => self.call_stmt(name, args, expr.span),
             _ => {
                 let checked = self.expr(expr)?;
                 Some(TStmtKind::Expr(checked))
@@ -359,27 +376,7 @@ impl<'e> Checker<'e> {
         }
     }
 
-    /// `target op= value`, `target++`: a map updated this way holds integers
-    /// even when nothing else assigns it.
-    fn compound(&mut self, target: &Expr, op: BinOp, value: Expr, span: Span) -> Option<TStmtKind> {
-        if let ExprKind::Map { name, keys } = &target.kind {
-            let key = self.map_key(keys, target.span)?;
-            self.declare_map(
-                name,
-                key.as_ref().map(|k| &k.ty),
-                MapValueKind::Plain(Type::I64),
-                target.span,
-            )?;
-        }
-        let kind = ExprKind::Binary {
-            op,
-            lhs: Box::new(target.clone()),
-            rhs: Box::new(value),
-        };
-        self.assign(target, &Expr { kind, span })
-    }
-
-    fn assign(&mut self, target: &Expr, value: &Expr) -> Option<TStmtKind> {
+    pub(super) fn assign(&mut self, target: &Expr, value: &Expr) -> Option<TStmtKind> {
         match &target.kind {
             ExprKind::Var(name) => {
                 let value = self.expr(value)?;
@@ -404,6 +401,9 @@ impl<'e> Checker<'e> {
                         func: agg,
                         arg,
                     });
+                }
+                if value.mentions_map(name) && !self.map_index.contains_key(name) {
+                    self.declare_int_map(name, keys, target.span)?;
                 }
                 let value = self.expr(value)?;
                 if value.ty == Type::Void {

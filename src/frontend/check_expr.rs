@@ -108,12 +108,11 @@ impl Checker<'_> {
                 (TExprKind::Tuple(items), ty)
             }
             ExprKind::Cast { ty, expr } => return self.cast(ty, expr, span),
-            ExprKind::IncDec { .. } => {
-                return self.fail(
-                    span,
-                    "`++`/`--` changes a variable or map; use it as a statement",
-                );
-            }
+            ExprKind::IncDec {
+                target,
+                increment,
+                prefix,
+            } => return self.inc_dec_value(target, *increment, *prefix, span),
         };
         Some(TExpr { kind, ty, span })
     }

@@ -308,6 +308,11 @@ pub enum TExprKind {
     },
     /// Integer truncation/extension to `ty`.
     Cast(Box<TExpr>),
+    /// Statements run for their effect, then `value`: `x++` used as a value.
+    Sequence {
+        effects: Vec<TStmt>,
+        value: Box<TExpr>,
+    },
     /// A member of a kernel struct at `offset` bytes from `ptr`.
     KernelRead {
         ptr: Box<TExpr>,

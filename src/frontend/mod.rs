@@ -5,6 +5,7 @@ pub mod check;
 pub mod check_expr;
 mod check_kernel;
 pub(crate) mod check_record;
+mod check_update;
 pub mod checked;
 pub mod diag;
 // Fuzz targets (`fuzz/`, built with `--cfg fuzzing`) compile on it too.

@@ -80,43 +80,10 @@ impl Shift {
     }
 
     fn expr(&self, expr: &mut Expr) {
-        match &mut expr.kind {
-            ExprKind::Map { keys: list, .. }
-            | ExprKind::Call { args: list, .. }
-            | ExprKind::Tuple(list) => list.iter_mut().for_each(|e| self.expr(e)),
-            ExprKind::Unary { expr: inner, .. }
-            | ExprKind::Field { expr: inner, .. }
-            | ExprKind::TupleIndex { expr: inner, .. }
-            | ExprKind::IncDec { target: inner, .. } => self.expr(inner),
-            ExprKind::Cast { ty, expr: inner } => {
-                self.span(&mut ty.span);
-                self.expr(inner);
-            }
-            ExprKind::Binary { lhs, rhs, .. }
-            | ExprKind::Index {
-                expr: lhs,
-                index: rhs,
-            } => {
-                self.expr(lhs);
-                self.expr(rhs);
-            }
-            ExprKind::Ternary {
-                cond,
-                then,
-                otherwise,
-            } => {
-                self.expr(cond);
-                self.expr(then);
-                self.expr(otherwise);
-            }
-            ExprKind::Int(_)
-            | ExprKind::Str(_)
-            | ExprKind::Bool(_)
-            | ExprKind::Ident(_)
-            | ExprKind::Var(_)
-            | ExprKind::Positional(_)
-            | ExprKind::PositionalCount => {}
+        if let ExprKind::Cast { ty, .. } = &mut expr.kind {
+            self.span(&mut ty.span);
         }
+        expr.children_mut().into_iter().for_each(|e| self.expr(e));
         self.span(&mut expr.span);
     }
 }

@@ -77,9 +77,9 @@ impl Resolve for Printer<'_> {
 
     fn probe(&self, index: u64) -> Vec<u8> {
         self.compiled
-            .programs
+            .probe_names
             .get(index as usize)
-            .map_or_else(|| format!("probe#{index}"), |p| p.probe.clone())
+            .map_or_else(|| format!("probe#{index}"), Clone::clone)
             .into_bytes()
     }
 

@@ -22,7 +22,7 @@ pub enum ValueType {
     Symbol {
         kernel: bool,
     },
-    /// A probe name, stored as a u64 index into `Compiled::programs`.
+    /// A probe name, stored as a u64 index into `Compiled::probe_names`.
     Probe,
     /// `kstack`/`ustack`: a u64 whose low 32 bits are an id into the stack
     /// trace map of the stack's depth (negative: no stack); a user stack has

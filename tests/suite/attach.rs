@@ -378,3 +378,30 @@ fn ustack_keys_resolve_after_the_process_exits() {
     );
     assert!(out.stdout.ends_with("\n]: 1\n"), "{}", out.stdout);
 }
+
+/// With `__BPFTRACE_NOTIFY_PROBES_ATTACHED` set (bpftrace's runtime-test runner
+/// sets it), wprof says on stderr, once, that the probes are attached; without
+/// it, it says nothing.
+#[test]
+fn notifies_attachment_when_asked() {
+    require_bpf!();
+    let t = workload("uprobe_target");
+    let script = format!("uprobe:{t}:answer {{ printf(\"answered\\n\"); }}");
+    let run = |notify: bool| {
+        let mut cmd = Command::new(wprof_bin());
+        cmd.args(["-e", &script, "-c", &format!("{t} 1")]);
+        if notify {
+            cmd.env("__BPFTRACE_NOTIFY_PROBES_ATTACHED", "1");
+        } else {
+            cmd.env_remove("__BPFTRACE_NOTIFY_PROBES_ATTACHED");
+        }
+        let out = crate::common::run_with_timeout(&mut cmd, RUN_TIMEOUT).expect("wprof runs");
+        assert!(out.success(), "{}", out.stderr);
+        assert!(out.stdout.contains("answered\n"), "{}", out.stdout);
+        out.stderr
+            .matches("__BPFTRACE_NOTIFY_PROBES_ATTACHED\n")
+            .count()
+    };
+    assert_eq!(run(true), 1);
+    assert_eq!(run(false), 0);
+}

@@ -12,6 +12,7 @@ mod profiles;
 mod records;
 mod replay;
 mod system;
+mod tools;
 mod unwind;
 
 use std::collections::BTreeMap;

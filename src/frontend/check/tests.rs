@@ -310,3 +310,27 @@ fn checks_operand_types() {
     let (message, _, _) = error(r#"BEGIN { @a = comm < "x"; }"#);
     assert_eq!(message, "`<` cannot combine string[16] and string[2]");
 }
+
+/// unroll counts outside 1..=100 name the bound broken, in bpftrace's words.
+#[test]
+fn unroll_bounds_are_named() {
+    let (message, under, _) = error("BEGIN { unroll(101) { @x = 1; } }");
+    assert_eq!(
+        (message.as_str(), under.as_str()),
+        ("unroll maximum value is 100", "101")
+    );
+    let (message, _, _) = error("BEGIN { unroll(0) { @x = 1; } }");
+    assert_eq!(message, "unroll minimum value is 1");
+    let (message, _, _) = error("BEGIN { $n = 2; unroll($n) { @x = 1; } }");
+    assert_eq!(message, "unroll needs an integer literal from 1 to 100");
+}
+
+/// A ternary statement runs one branch for its effect, so branches without a
+/// value (printf) are accepted; a ternary used as a value still needs values.
+#[test]
+fn ternary_statement_branches_need_no_value() {
+    checks(r#"BEGIN { $a = 1; $a == 1 ? printf("yes\n") : printf("no\n"); }"#);
+    let (message, under, _) = error(r#"BEGIN { $b = 1 ? printf("yes\n") : 2; }"#);
+    assert_eq!(message, "printf() has no value");
+    assert_eq!(under, r#"printf("yes\n")"#);
+}

@@ -121,7 +121,8 @@ pub fn run(
     };
     let values = SystemValues::new(compiled, &loaded)?;
     let printer = Printer::new(compiled, &values, options.format);
-    printer.attached_probes(compiled.programs.len(), out)?;
+    let probes: usize = compiled.programs.iter().map(|p| p.blocks).sum();
+    printer.attached_probes(probes, out)?;
     out.flush()?;
     let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
     loaded.attach_all(AttachOptions { pid })?;
@@ -151,6 +152,7 @@ pub fn run(
             source,
         })?;
 
+    notify_attached();
     trace(&mut loaded, &mut receiver, options.duration, start_ns, out)?;
     let stopped_ns = monotonic_ns();
     loaded.set_state(globals, ProbeState::Stopped)?;
@@ -171,6 +173,17 @@ pub fn run(
     print_exit_maps(compiled, &loaded, &receiver.printer, out)?;
     out.flush()?;
     Ok(RunSummary { capture })
+}
+
+/// The variable bpftrace's runtime-test runner sets to learn when the probes
+/// are attached (and the `-c` command started): it then starts the test's
+/// workload. wprof answers it the same way, on stderr.
+const NOTIFY_ATTACHED: &str = "__BPFTRACE_NOTIFY_PROBES_ATTACHED";
+
+fn notify_attached() {
+    if std::env::var_os(NOTIFY_ATTACHED).is_some() {
+        eprintln!("{NOTIFY_ATTACHED}");
+    }
 }
 
 /// Ctrl-C before activation: nothing was recorded, but a capture that was
