@@ -92,7 +92,6 @@ impl Statement for Join {
             }
             text.extend_from_slice(&element[..end]);
         }
-        text.push(b'\n');
         cx.write_text(TextKind::Join, &text, out)?;
         Ok(Printed::Done)
     }

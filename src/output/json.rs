@@ -38,6 +38,12 @@ impl TextKind {
             TextKind::Syscall => "syscall",
         }
     }
+
+    /// Whether text mode ends the text with a newline that the JSON line's
+    /// data leaves out (bpftrace's `join()`).
+    pub fn ends_line(self) -> bool {
+        self == TextKind::Join
+    }
 }
 
 /// `{"type": "printf", "data": "..."}` and the like, with its newline.

@@ -70,6 +70,10 @@ impl<'a> Printer<'a> {
     /// a JSON line of its kind.
     pub fn write_text(&self, kind: TextKind, text: &[u8], out: &mut dyn Write) -> io::Result<()> {
         match self.format {
+            OutputFormat::Text if kind.ends_line() => {
+                out.write_all(text)?;
+                out.write_all(b"\n")
+            }
             OutputFormat::Text => out.write_all(text),
             OutputFormat::Json => out.write_all(&json::text_line(kind, text)),
         }
