@@ -363,13 +363,15 @@ fn signal_kills_the_probed_task() {
 }
 
 /// A user stack kept as a map key names its functions when printed at exit,
-/// after the process is gone (bpftrace prints raw addresses then).
+/// after the process is gone (bpftrace prints raw addresses then). The
+/// workload lives 300 ms after the call: wprof reads its mappings when it
+/// handles the thread's first report, which a loaded machine can delay.
 #[test]
 fn ustack_keys_resolve_after_the_process_exits() {
     require_bpf!();
     let t = workload("uprobe_target");
     let script = format!("uprobe:{t}:answer {{ @[ustack(2)] = count(); }}");
-    let out = wprof_ok(&["-e", &script, "-c", &format!("{t} 2")]);
+    let out = wprof_ok(&["-e", &script, "-c", &format!("{t} 2 300")]);
     // The caller is libc's start code, whose offset depends on the libc build.
     assert!(
         out.stdout
