@@ -46,6 +46,11 @@ cc -O2 -Wall -o "$OUT/launch" "$ROOT/bench/launch.c"
 # The measured program: every tool runs exactly these.
 SCHED='tracepoint:sched:sched_switch { @[comm] = count(); }'
 START_PROG="BEGIN { printf(\"ready\\n\"); } $SCHED"
+# Stack values as map keys (bpftrace keeps a stack id from a stack trace map;
+# a user stack's key also holds the thread id).
+KSTACK_KEYS='tracepoint:sched:sched_switch { @[kstack] = count(); }'
+USTACK_KEYS='tracepoint:sched:sched_switch { @[ustack] = count(); }'
+ready() { echo "BEGIN { printf(\"ready\\n\"); } $1"; }
 EXIT_PROG="$SCHED interval:ms:200 { printf(\"bye\\n\"); exit(); }"
 
 tool_bin() { if [[ $1 == wprof ]]; then echo "$WPROF"; else echo "$BPFTRACE"; fi; }
@@ -81,12 +86,13 @@ busiest_prog() {
   awk '/^run_time_ns:/ {t=$2} /^run_cnt:/ {c=$2} /^verified_insns:/ {i=$2} END {print t, c, i}' "$best"
 }
 
-# Per-event cost of the generated sched_switch program, from kernel.bpf_stats_enabled.
+# Per-event cost of the generated sched_switch program $4 (metrics prefixed $3),
+# from kernel.bpf_stats_enabled.
 run_event_round() {
-  local tool=$1 round=$2 bin pid out stats i
+  local tool=$1 round=$2 prefix=$3 prog=$4 bin pid out stats i
   bin=$(tool_bin "$tool")
-  out=$OUT/event-$tool-$round.out
-  "$bin" -e "$START_PROG" >"$out" 2>>"$LOG" &
+  out=$OUT/event-$tool-$prefix$round.out
+  "$bin" -e "$prog" >"$out" 2>>"$LOG" &
   pid=$!
   for ((i = 0; i < 300; i++)); do
     grep -q ready "$out" 2>/dev/null && break
@@ -100,9 +106,9 @@ run_event_round() {
   wait "$pid" || true
   read -r ns cnt insns <<<"$stats"
   ((cnt > 0)) || die "$tool: sched_switch program never ran (is kernel.bpf_stats_enabled on?)"
-  record "$tool" "$round" ns_per_event "$(awk -v t="$ns" -v c="$cnt" 'BEGIN {printf "%.1f", t / c}')"
-  record "$tool" "$round" events "$cnt"
-  record "$tool" "$round" verified_insns "${insns:-0}"
+  record "$tool" "$round" "${prefix}ns_per_event" "$(awk -v t="$ns" -v c="$cnt" 'BEGIN {printf "%.1f", t / c}')"
+  record "$tool" "$round" "${prefix}events" "$cnt"
+  record "$tool" "$round" "${prefix}verified_insns" "${insns:-0}"
 }
 
 median() {
@@ -120,7 +126,11 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 sysctl -q -w kernel.bpf_stats_enabled=1
 for ((r = 1; r <= EVENT_ROUNDS; r++)); do
-  for t in "${TOOLS[@]}"; do run_event_round "$t" "$r"; done
+  for t in "${TOOLS[@]}"; do
+    run_event_round "$t" "$r" "" "$START_PROG"
+    run_event_round "$t" "$r" kstack_ "$(ready "$KSTACK_KEYS")"
+    run_event_round "$t" "$r" ustack_ "$(ready "$USTACK_KEYS")"
+  done
   echo "  per-event round $r/$EVENT_ROUNDS done" >&2
 done
 
@@ -157,6 +167,8 @@ row() {
   row "SIGINT -> process exit (ms)" sigint_exit_ms
   row "sched_switch cost (ns/event)" ns_per_event
   row "sched_switch prog verified insns" verified_insns
+  row "@[kstack] = count() (ns/event)" kstack_ns_per_event
+  row "@[ustack] = count() (ns/event)" ustack_ns_per_event
   bt_bin=$(stat -c %s "$BPFTRACE")
   if [[ -x $WPROF ]]; then
     w_bin=$(stat -c %s "$WPROF")

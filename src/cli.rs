@@ -7,6 +7,7 @@ use clap::Parser;
 
 use crate::cli_bpftrace::{BpftraceArgs, parse_pid};
 use crate::frontend::options::{Includes, TaskFilter};
+use crate::output::printer::OutputFormat;
 use crate::tracking::Tracking;
 use crate::tracking::options::{
     FeatureSwitch, StackKind, features, parse_feature_switch, parse_stack_arg, stack_kinds,
@@ -103,10 +104,11 @@ pub struct Cli {
     #[arg(long = "no-kthread", overrides_with = "kthread")]
     pub no_kthread: bool,
 
-    /// Turn a built-in tracker on (NAME) or off (no-NAME): sched, wakeup, task-life,
-    /// hardirq, softirq (on by default), wq (off); `none` turns all off, `all` on.
-    #[arg(short = 'f', value_name = "[no-]NAME", value_parser = parse_feature_switch)]
-    pub features: Vec<FeatureSwitch>,
+    /// Output format: `text` (the default) or `json` (bpftrace's JSON lines); any
+    /// other NAME turns a built-in tracker on (NAME) or off (no-NAME): sched, wakeup,
+    /// task-life, hardirq, softirq (on by default), wq (off); `none` turns all off, `all` on.
+    #[arg(short = 'f', value_name = "FORMAT|[no-]NAME", value_parser = parse_format_or_feature)]
+    pub features: Vec<FormatOrFeature>,
 
     /// Capture stacks (repeatable): timer[=Nhz], offcpu, waker, probe, pmu=EVENT[@RATE];
     /// bare -S is timer + offcpu.
@@ -130,6 +132,10 @@ pub struct Cli {
     /// Stop after this long: a number of milliseconds, or 500ms, 5s, 2m.
     #[arg(short = 'd', value_name = "DURATION", value_parser = parse_duration)]
     pub duration: Option<Duration>,
+
+    /// Allow built-ins that act on the system: system(), signal(), override().
+    #[arg(long = "unsafe")]
+    pub unsafe_builtins: bool,
 
     /// Print the generated BPF programs next to the script lines they came from, and exit.
     #[arg(long = "dump-bpf")]
@@ -198,6 +204,23 @@ pub struct Cli {
     pub command_args: Vec<String>,
 }
 
+/// One `-f`: an output format (bpftrace's meaning) or a tracker switch.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FormatOrFeature {
+    Format(OutputFormat),
+    Feature(FeatureSwitch),
+}
+
+fn parse_format_or_feature(text: &str) -> Result<FormatOrFeature, String> {
+    match text {
+        "text" => Ok(FormatOrFeature::Format(OutputFormat::Text)),
+        "json" => Ok(FormatOrFeature::Format(OutputFormat::Json)),
+        _ => parse_feature_switch(text)
+            .map(FormatOrFeature::Feature)
+            .map_err(|e| format!("{e}; output formats are `text` and `json`")),
+    }
+}
+
 /// The stack kinds of one `-S`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StackKinds(pub Vec<StackKind>);
@@ -251,13 +274,31 @@ impl Cli {
         }
         let stacks: Vec<Vec<StackKind>> = self.stacks.iter().map(|s| s.0.clone()).collect();
         Ok(Tracking {
-            features: features(&self.features),
+            features: features(&self.feature_switches()),
             stacks: stack_kinds(&stacks),
             pmu: self.pmu.clone(),
             filter: self.task_filter(),
             prepare: self.prepare,
             activate: self.activate,
         })
+    }
+
+    /// The tracker switches among the `-f` values.
+    fn feature_switches(&self) -> Vec<FeatureSwitch> {
+        let switches = self.features.iter().filter_map(|f| match f {
+            FormatOrFeature::Feature(switch) => Some(*switch),
+            FormatOrFeature::Format(_) => None,
+        });
+        switches.collect()
+    }
+
+    /// The output format: the last `-f text` or `-f json`.
+    pub fn output_format(&self) -> OutputFormat {
+        let mut formats = self.features.iter().filter_map(|f| match f {
+            FormatOrFeature::Format(format) => Some(*format),
+            FormatOrFeature::Feature(_) => None,
+        });
+        formats.next_back().unwrap_or_default()
     }
 
     /// The capture file: the first `-D`, or `wprof.data`.

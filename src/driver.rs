@@ -138,6 +138,7 @@ pub fn check_kernel_support(
             ));
         }
     }
+    errors.extend(checked.values.unrunnable.iter().cloned());
     if errors.is_empty() {
         Ok(())
     } else {

@@ -82,9 +82,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         print!("{}", wprof::builtins::reference());
         return Ok(());
     }
-    cli.bpftrace
-        .validate()
-        .map_err(|e| e.to_string())?;
+    cli.bpftrace.validate().map_err(|e| e.to_string())?;
     if cli.bpftrace.info {
         print!(
             "{}",
@@ -120,7 +118,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
         tracking.activate.as_ref(),
         &chrono::Local::now(),
     )?;
-    let mut compile_options = tracking.compile_options()?;
+    let mut compile_options = CompileOptions {
+        unsafe_builtins: cli.unsafe_builtins,
+        ..tracking.compile_options()?
+    };
     compile_options.includes = cli.includes();
     compile_options.map_keys_max = cli_bpftrace::env_number(cli_bpftrace::MAP_KEYS_MAX_VAR)?;
     let user = read_source(&cli)?;
@@ -185,6 +186,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         phases: Phases::from_schedule(launch, schedule),
         notify_attached: std::env::var_os(session::NOTIFY_ATTACHED).is_some(),
         quiet: cli.bpftrace.quiet,
+        format: cli.output_format(),
     };
     let summary = {
         let mut out = cli.bpftrace.output_sink()?;

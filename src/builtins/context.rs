@@ -1,15 +1,19 @@
 //! Built-ins about where the probe fired: `probe`, `func`, `retval`,
-//! `argN`, `args`, `ctx`, `cpu`, `rand`. Arguments are read as the probe's
-//! provider says ([`crate::providers::Provider::arg`]).
+//! `argN`, `sargN`, `args`, `reg(name)`, `cpu`, `numaid`, `rand`.
+//! Arguments are read as the probe's provider says
+//! ([`crate::providers::Provider::arg`]).
 
 use super::{Entry, Expression, Kind, Site, Written};
-use crate::codegen::helpers::{GET_PRANDOM_U32, GET_SMP_PROCESSOR_ID};
+use crate::codegen::helpers::{GET_NUMA_NODE_ID, GET_PRANDOM_U32, GET_SMP_PROCESSOR_ID};
+use crate::codegen::ir::{AluOp, Src};
 use crate::codegen::lower::{Lowerer, Value};
+use crate::frontend::ast::{Expr, ExprKind};
 use crate::frontend::check::Checker;
 use crate::frontend::checked::{TCall, TExpr, TExprKind};
+use crate::frontend::diag::ScriptError;
 use crate::frontend::types::Type;
 use crate::providers;
-use crate::vocab::Context;
+use crate::vocab::{Context, x86_64};
 
 /// `probe`: the probe that fired, sent as its index and printed as its name.
 pub struct Probe;
@@ -87,6 +91,87 @@ impl Expression for Arg {
             }),
             Err(why) => cx.fail(site.span, &format!("`arg{n}` is not available here: {why}")),
         }
+    }
+}
+
+/// `sargN`: argument N passed on the stack (after the six in registers),
+/// at a kprobe's or uprobe's function entry: the u64 at `sp + 8 * (N + 1)`
+/// (the return address is at `sp`). The call's const is N.
+pub struct Sarg;
+
+impl Expression for Sarg {
+    fn check(&self, cx: &mut Checker, site: &Site) -> Option<TExpr> {
+        let probe = cx.resolved();
+        let at_entry = matches!(probe.context, Context::PtRegs) && !probe.is_return;
+        if !at_entry {
+            let message = format!(
+                "`sarg{}` is only available in kprobe and uprobe probes",
+                site.index
+            );
+            return cx.fail(site.span, &message);
+        }
+        let mut call = TCall::new(site.id, Vec::new());
+        call.consts = vec![u64::from(site.index)];
+        Some(TExpr {
+            kind: TExprKind::Call(Box::new(call)),
+            ty: Type::U64,
+            span: site.span,
+        })
+    }
+
+    fn lower(&self, cx: &mut Lowerer, call: &TCall, _ty: &Type) -> Value {
+        let sp = cx.context_u64(x86_64::STACK_POINTER);
+        let offset = 8 * (call.consts[0] + 1);
+        let offset = cx.constant(offset);
+        cx.alu(AluOp::Add, sp, Src::Reg(offset));
+        let user = cx.probe.user_memory;
+        Value::Int(cx.read_u64(sp, user))
+    }
+}
+
+/// `reg(name)`: a register of the interrupted task, in probes whose context
+/// holds them (kprobe, uprobe, usdt, perf events). The call's const is its
+/// offset in `struct pt_regs`.
+pub struct Reg;
+
+impl Expression for Reg {
+    fn check(&self, cx: &mut Checker, site: &Site) -> Option<TExpr> {
+        let [
+            Expr {
+                kind: ExprKind::Str(name),
+                ..
+            },
+        ] = site.args
+        else {
+            return cx.fail(site.span, "reg() takes a register name as a string literal");
+        };
+        let Some(offset) = x86_64::pt_regs_offset(name) else {
+            let error = ScriptError::new(
+                site.span,
+                format!("'{name}' is not a valid register on this architecture (x86_64)"),
+            )
+            .with_help(format!("registers: {}", x86_64::pt_regs_names().join(", ")));
+            cx.error(error);
+            return None;
+        };
+        if !providers::of(&cx.resolved().attach).registers() {
+            let probe = cx.resolved().name.clone();
+            let message = format!(
+                "reg() reads the registers of kprobe, uprobe, usdt and perf event probes; `{probe}` has none"
+            );
+            return cx.fail(site.span, &message);
+        }
+        let mut call = TCall::new(site.id, Vec::new());
+        call.consts = vec![u64::from(offset)];
+        Some(TExpr {
+            kind: TExprKind::Call(Box::new(call)),
+            ty: Type::U64,
+            span: site.span,
+        })
+    }
+
+    fn lower(&self, cx: &mut Lowerer, call: &TCall, _ty: &Type) -> Value {
+        Value::Int(cx.context_u64(call.consts[0] as u16))
     }
 }
 
@@ -173,6 +258,24 @@ pub(super) const TABLE: &[Entry] = &[
         kind: Kind::Expression(&Arg),
     },
     Entry {
+        name: "sarg",
+        written: Written::Word,
+        indexed: true,
+        signature: "sargN",
+        doc: "Argument N passed on the stack, at a kprobe's or uprobe's function entry.",
+        example: "uprobe:/bin/x:f { printf(\"%d\\n\", sarg0); }",
+        kind: Kind::Expression(&Sarg),
+    },
+    Entry {
+        name: "reg",
+        written: Written::Call,
+        indexed: false,
+        signature: "reg(name)",
+        doc: "A register of the interrupted task (`ip`, `sp`, `ax`, `di`, ...), where the probe has them.",
+        example: "uprobe:/bin/x:f { @[reg(\"sp\") % 16] = count(); }",
+        kind: Kind::Expression(&Reg),
+    },
+    Entry {
         name: "args",
         written: Written::Word,
         indexed: false,
@@ -199,6 +302,17 @@ pub(super) const TABLE: &[Entry] = &[
         example: "profile:hz:99 { @[cpu] = count(); }",
         kind: Kind::Expression(&Helper0 {
             helper: GET_SMP_PROCESSOR_ID,
+        }),
+    },
+    Entry {
+        name: "numaid",
+        written: Written::Word,
+        indexed: false,
+        signature: "numaid",
+        doc: "The NUMA node of the CPU the probe runs on.",
+        example: "profile:hz:99 { @[numaid] = count(); }",
+        kind: Kind::Expression(&Helper0 {
+            helper: GET_NUMA_NODE_ID,
         }),
     },
     Entry {

@@ -1,34 +1,15 @@
-//! Built-ins on kernel memory: `ksym(addr)` and `selected(task)`.
+//! Built-ins on memory: `selected(task)`, `path(p)` (a kernel path's
+//! text) and `uptr(p)`/`kptr(p)` (which memory a pointer points into).
 
 use super::{Entry, Expression, Kind, Site, Written};
+use crate::codegen::helpers::D_PATH;
+use crate::codegen::ir::{Arg, Base, Inst};
 use crate::codegen::lower::{Lowerer, Value};
 use crate::frontend::check::Checker;
 use crate::frontend::checked::{TCall, TExpr, TExprKind};
-use crate::frontend::types::Type;
-
-/// `ksym(addr)`: an address printed as its kernel symbol (a cast to the
-/// symbol type; user space names it).
-pub struct Ksym;
-
-impl Expression for Ksym {
-    fn check(&self, cx: &mut Checker, site: &Site) -> Option<TExpr> {
-        let [addr] = site.args else {
-            return cx.fail(site.span, "ksym() takes one kernel address");
-        };
-        let addr = cx.expr(addr)?;
-        if !addr.ty.is_int() {
-            return cx.fail(
-                addr.span,
-                &format!("ksym() needs an address, not {}", addr.ty),
-            );
-        }
-        Some(TExpr {
-            kind: TExprKind::Cast(Box::new(addr)),
-            ty: Type::KernelSymbol,
-            span: site.span,
-        })
-    }
-}
+use crate::frontend::diag::ScriptError;
+use crate::frontend::types::{STRING_LEN, Type};
+use crate::vocab::AttachPoint;
 
 /// `selected(task)`: whether the task passes the command line's task
 /// filters (1 when there are none). The call's args are the task's tgid,
@@ -66,16 +47,89 @@ impl Expression for Selected {
     }
 }
 
+/// `path(p)`: the text of a `struct path *` (`bpf_d_path`), in fentry and
+/// fexit probes of the functions the kernel allows it in (the verifier
+/// says which).
+pub struct Path;
+
+impl Expression for Path {
+    fn check(&self, cx: &mut Checker, site: &Site) -> Option<TExpr> {
+        if !matches!(cx.resolved().attach, AttachPoint::Fentry { .. }) {
+            let error = ScriptError::new(
+                site.span,
+                "path() can only be used in fentry and fexit (kfunc, kretfunc) probes",
+            )
+            .with_help("bpf_d_path, which path() calls, is a helper of BPF tracing programs only");
+            cx.error(error);
+            return None;
+        }
+        let [path] = site.args else {
+            return cx.fail(site.span, "path() takes one `struct path *`");
+        };
+        let path = cx.expr(path)?;
+        // An fentry argument is BTF-typed for the verifier even when the
+        // script sees a u64 (`arg0`); the verifier checks it is a path.
+        let is_path = match path.ty.pointer() {
+            Some(pointer) => pointer.name == "struct path",
+            None => matches!(path.ty, Type::Int { .. }),
+        };
+        if !is_path {
+            let message = format!("path() needs a `struct path *`, not {}", path.ty);
+            return cx.fail(path.span, &message);
+        }
+        Some(site.value(vec![path], Type::Str { len: STRING_LEN }))
+    }
+
+    fn lower(&self, cx: &mut Lowerer, call: &TCall, _ty: &Type) -> Value {
+        let path = cx.int_expr(&call.args[0]);
+        let buffer = cx.alloc(STRING_LEN);
+        cx.zero(Base::Frame, buffer, STRING_LEN);
+        let args = vec![
+            Arg::Reg(path),
+            Arg::Frame(buffer),
+            Arg::Imm(i64::from(STRING_LEN)),
+        ];
+        cx.emit(Inst::Call {
+            helper: D_PATH,
+            args,
+            ret: None,
+        });
+        Value::Mem(buffer)
+    }
+}
+
+/// `uptr(p)` and `kptr(p)`: `p`, read as a pointer into user (or kernel)
+/// memory by `str()`, `buf()`, `macaddr()` and `join()` that take it
+/// directly. The call's arg is `p`.
+pub struct AddressSpace {
+    pub user: bool,
+}
+
+impl Expression for AddressSpace {
+    fn check(&self, cx: &mut Checker, site: &Site) -> Option<TExpr> {
+        let name = if self.user { "uptr" } else { "kptr" };
+        let [pointer] = site.args else {
+            return cx.fail(site.span, &format!("{name}() takes one pointer"));
+        };
+        let pointer = cx.expr(pointer)?;
+        if !pointer.ty.is_int() {
+            let message = format!("{name}() needs a pointer or an integer, not {}", pointer.ty);
+            return cx.fail(pointer.span, &message);
+        }
+        let ty = pointer.ty.clone();
+        Some(site.value(vec![pointer], ty))
+    }
+
+    fn lower(&self, cx: &mut Lowerer, call: &TCall, _ty: &Type) -> Value {
+        Value::Int(cx.int_expr(&call.args[0]))
+    }
+
+    fn user_memory(&self) -> Option<bool> {
+        Some(self.user)
+    }
+}
+
 pub(super) const TABLE: &[Entry] = &[
-    Entry {
-        name: "ksym",
-        written: Written::Call,
-        indexed: false,
-        signature: "ksym(addr)",
-        doc: "A kernel address, printed as the name of its symbol.",
-        example: "kprobe:call_rcu { @[ksym(arg1)] = count(); }",
-        kind: Kind::Expression(&Ksym),
-    },
     Entry {
         name: "selected",
         written: Written::Call,
@@ -84,5 +138,32 @@ pub(super) const TABLE: &[Entry] = &[
         doc: "1 when the task passes the task filters (`-p`, `-n`, `--tid`, ...), else 0.",
         example: "tp_btf:sched_switch /selected(args.next)/ { @[args.next->comm] = count(); }",
         kind: Kind::Expression(&Selected),
+    },
+    Entry {
+        name: "path",
+        written: Written::Call,
+        indexed: false,
+        signature: "path(p)",
+        doc: "The text of a `struct path *` (fentry/fexit probes of functions bpf_d_path allows).",
+        example: "fentry:vfs_open { printf(\"%s\\n\", path(arg0)); }",
+        kind: Kind::Expression(&Path),
+    },
+    Entry {
+        name: "uptr",
+        written: Written::Call,
+        indexed: false,
+        signature: "uptr(p)",
+        doc: "`p`, read as a pointer into user memory by str(), buf(), macaddr() and join().",
+        example: "kprobe:do_sys_openat2 { printf(\"%s\\n\", str(uptr(arg1))); }",
+        kind: Kind::Expression(&AddressSpace { user: true }),
+    },
+    Entry {
+        name: "kptr",
+        written: Written::Call,
+        indexed: false,
+        signature: "kptr(p)",
+        doc: "`p`, read as a pointer into kernel memory by str(), buf(), macaddr() and join().",
+        example: "uprobe:/bin/x:f { printf(\"%s\\n\", str(kptr(arg0))); }",
+        kind: Kind::Expression(&AddressSpace { user: false }),
     },
 ];

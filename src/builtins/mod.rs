@@ -10,17 +10,22 @@
 //! check that names are unique where they are looked up, that every entry
 //! is documented and that every example compiles.
 
+mod actions;
 mod agg;
+mod cgroup;
 mod context;
 mod kernel;
 mod maps;
+mod net;
 mod print;
 mod record;
+mod stacks;
+mod symbols;
 mod task;
 mod text;
 mod time;
-mod watch;
 mod types;
+mod watch;
 
 use std::io::{self, Write};
 use std::sync::LazyLock;
@@ -124,6 +129,13 @@ pub(crate) trait Expression: Sync {
         unreachable!("{} is checked into other nodes", get(call.builtin).name)
     }
 
+    /// Whether its value is a pointer into user memory (`Some(true)`) or
+    /// kernel memory (`Some(false)`) whatever the probe's pointers are
+    /// (`uptr()`, `kptr()`); `None` leaves it to the probe.
+    fn user_memory(&self) -> Option<bool> {
+        None
+    }
+
     /// Whether a bare record item `name(x)` is named as `x` would be
     /// (`< str(args.filename) >` is `filename`).
     fn names_items_after_arg(&self) -> bool {
@@ -166,13 +178,18 @@ pub(crate) trait RecordItem: Sync {
 }
 
 /// Every family's table.
-const FAMILIES: [&[Entry]; 11] = [
+const FAMILIES: [&[Entry]; 16] = [
     context::TABLE,
+    cgroup::TABLE,
+    stacks::TABLE,
+    symbols::TABLE,
     task::TABLE,
     time::TABLE,
     text::TABLE,
+    net::TABLE,
     kernel::TABLE,
     print::TABLE,
+    actions::TABLE,
     maps::TABLE,
     agg::TABLE,
     record::TABLE,
@@ -323,6 +340,18 @@ pub(crate) fn misplaced_call(name: &str) -> Option<String> {
         Some(format!("{name}() has no value"))
     } else {
         None
+    }
+}
+
+/// bpftrace built-ins wprof does not have, and why: the help of the
+/// "unknown function" error.
+pub(crate) fn unsupported(name: &str) -> Option<&'static str> {
+    match name {
+        "skboutput" => Some(
+            "wprof does not support skboutput(): bpftrace writes packets to a pcap file with it \
+             (bpf_skb_output, a helper of fentry/fexit programs); capture packets with tcpdump",
+        ),
+        _ => None,
     }
 }
 

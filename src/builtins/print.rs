@@ -9,7 +9,9 @@ use crate::codegen::lower::Lowerer;
 use crate::frontend::ast::{Expr, ExprKind};
 use crate::frontend::check::Checker;
 use crate::frontend::checked::TCall;
+use crate::frontend::diag::ScriptError;
 use crate::frontend::types::Type;
+use crate::output::json::TextKind;
 use crate::output::maps::PrintOptions;
 use crate::output::printer::{MapOp, Printed, Printer};
 use crate::output::printf;
@@ -22,54 +24,11 @@ pub struct Printf;
 
 impl Statement for Printf {
     fn check(&self, cx: &mut Checker, site: &Site) -> Option<TCall> {
-        let Some((
-            Expr {
-                kind: ExprKind::Str(format),
-                span: format_span,
-            },
-            rest,
-        )) = site.args.split_first()
-        else {
-            return cx.fail(site.span, "printf() needs a format string literal first");
-        };
-        let pieces = match parse_format(format) {
-            Ok(pieces) => pieces,
-            Err(error) => return cx.fail(*format_span, &format!("bad printf format: {error}")),
-        };
-        let wanted: Vec<bool> = specs(&pieces)
-            .map(|s| s.arg_kind() == ArgKind::Text)
-            .collect();
-        if wanted.len() != rest.len() {
-            let message = format!(
-                "the format has {} conversions but {} arguments follow",
-                wanted.len(),
-                rest.len()
-            );
-            return cx.fail(site.span, &message);
-        }
-        let mut args = Vec::new();
-        for (arg, wants_string) in rest.iter().zip(wanted) {
-            let arg = cx.expr(arg)?;
-            let ok = match &arg.ty {
-                Type::Str { .. } => wants_string,
-                Type::Tuple(_) | Type::Void => false,
-                _ => true,
-            };
-            if !ok {
-                return cx.fail(arg.span, &format!("printf cannot format {} here", arg.ty));
-            }
-            args.push(arg);
-        }
-        let mut call = TCall::new(site.id, args);
-        call.text = Some(format.clone());
-        Some(call)
+        format_call(cx, site, "printf")
     }
 
     fn lower(&self, cx: &mut Lowerer, call: &TCall) {
-        let mut message = cx.message(call.builtin);
-        let format = call.text.as_deref().unwrap_or_default();
-        message.format = parse_format(format).expect("the checker parsed the format");
-        cx.send_message(message, &call.args);
+        send_formatted(cx, call);
     }
 
     fn print(
@@ -79,9 +38,90 @@ impl Statement for Printf {
         bytes: &[u8],
         out: &mut dyn Write,
     ) -> io::Result<Printed> {
-        let values = cx.decode(bytes, &message.args)?;
-        out.write_all(&printf::format(&message.format, &values, cx))?;
+        let text = formatted(cx, message, bytes)?;
+        cx.write_text(TextKind::Printf, &text, out)?;
         Ok(Printed::Done)
+    }
+}
+
+/// `name(fmt, args...)` (`printf`, `cat`, `system`): a format string
+/// literal whose conversions match the arguments in number and kind. The
+/// call keeps the format as its text and the arguments as its args.
+pub(super) fn format_call(cx: &mut Checker, site: &Site, name: &str) -> Option<TCall> {
+    let Some((
+        Expr {
+            kind: ExprKind::Str(format),
+            span: format_span,
+        },
+        rest,
+    )) = site.args.split_first()
+    else {
+        return cx.fail(
+            site.span,
+            &format!("{name}() needs a format string literal first"),
+        );
+    };
+    let pieces = match parse_format(format) {
+        Ok(pieces) => pieces,
+        Err(error) => return cx.fail(*format_span, &format!("bad {name} format: {error}")),
+    };
+    let wanted: Vec<ArgKind> = specs(&pieces).map(|s| s.arg_kind()).collect();
+    if wanted.len() != rest.len() {
+        let message = format!(
+            "the format has {} conversions but {} arguments follow",
+            wanted.len(),
+            rest.len()
+        );
+        return cx.fail(site.span, &message);
+    }
+    let mut args = Vec::new();
+    for (arg, kind) in rest.iter().zip(wanted) {
+        let arg = cx.expr(arg)?;
+        if !formats(kind, &arg.ty) {
+            let help = match &arg.ty {
+                Type::Buffer { .. } => "print buf() values with `%r`, `%rx` or `%rh`",
+                ty if ty.is_text() => "print text with `%s`",
+                ty if ty.is_int() => "print integers with `%d`, `%u`, `%x`...",
+                _ => "print() shows values of any type",
+            };
+            let message = format!("{name} cannot format {} here", arg.ty);
+            cx.error(ScriptError::new(arg.span, message).with_help(help));
+            return None;
+        }
+        args.push(arg);
+    }
+    let mut call = TCall::new(site.id, args);
+    call.text = Some(format.clone());
+    Some(call)
+}
+
+/// Sends a call checked by [`format_call`]: its arguments, with the parsed
+/// format kept for user space.
+pub(super) fn send_formatted(cx: &mut Lowerer, call: &TCall) {
+    let mut message = cx.message(call.builtin);
+    let format = call.text.as_deref().unwrap_or_default();
+    message.format = parse_format(format).expect("the checker parsed the format");
+    cx.send_message(message, &call.args);
+}
+
+/// The text of a message sent by [`send_formatted`].
+pub(super) fn formatted(
+    cx: &Printer,
+    message: &BuiltinMessage,
+    bytes: &[u8],
+) -> io::Result<Vec<u8>> {
+    let values = cx.decode(bytes, &message.args)?;
+    Ok(printf::format(&message.format, &values, cx))
+}
+
+/// Whether a conversion of `kind` prints values of type `ty`: integers with
+/// integer conversions, text with `%s` (integers too, in decimal: an
+/// extension), buffers with `%r`.
+fn formats(kind: ArgKind, ty: &Type) -> bool {
+    match kind {
+        ArgKind::Integer => ty.is_int(),
+        ArgKind::Text => ty.is_text() || ty.is_int(),
+        ArgKind::Buffer => matches!(ty, Type::Buffer { .. }),
     }
 }
 

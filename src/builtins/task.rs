@@ -1,5 +1,5 @@
-//! Built-ins about the current task: `pid`, `tid`, `uid`, `gid`, `comm`,
-//! `cpid` and `curtask`.
+//! Built-ins about the current task: `pid`, `tid`, `uid`, `gid`,
+//! `username`, `comm`, `cpid` and `curtask`.
 
 use super::{Entry, Expression, Kind, Site, Written};
 use crate::codegen::helpers::{GET_CURRENT_COMM, GET_CURRENT_PID_TGID, GET_CURRENT_UID_GID};
@@ -37,6 +37,21 @@ impl Expression for HelperHalf {
             Half::Low => cx.low32(reg),
         }
         Value::Int(reg)
+    }
+}
+
+/// `username`: the uid, printed as the user's name.
+pub struct Username;
+
+impl Expression for Username {
+    fn check(&self, _cx: &mut Checker, site: &Site) -> Option<TExpr> {
+        Some(site.value(Vec::new(), Type::Username))
+    }
+
+    fn lower(&self, cx: &mut Lowerer, _call: &TCall, _ty: &Type) -> Value {
+        let uid = cx.call0(GET_CURRENT_UID_GID);
+        cx.low32(uid);
+        Value::Int(uid)
     }
 }
 
@@ -141,6 +156,15 @@ pub(super) const TABLE: &[Entry] = &[
             helper: GET_CURRENT_UID_GID,
             half: Half::High,
         }),
+    },
+    Entry {
+        name: "username",
+        written: Written::Word,
+        indexed: false,
+        signature: "username",
+        doc: "The user's name (the uid, named from /etc/passwd when printed).",
+        example: "tracepoint:syscalls:sys_enter_write { @[username] = count(); }",
+        kind: Kind::Expression(&Username),
     },
     Entry {
         name: "comm",

@@ -1,4 +1,5 @@
-//! Built-ins on strings: `str(ptr[, len])` and `strncmp(a, b, n)`.
+//! Built-ins on strings and bytes: `str(ptr[, len])`, `strncmp(a, b, n)`,
+//! `strcontains(haystack, needle)`, `buf(ptr[, len])` and `strerror(errno)`.
 
 use super::{Entry, Expression, Kind, Site, Written};
 use crate::codegen::helpers::{PROBE_READ_KERNEL_STR, PROBE_READ_USER_STR};
@@ -65,7 +66,7 @@ impl Expression for Str {
         };
         let buffer = cx.alloc(buffer_len);
         cx.zero(Base::Frame, buffer, buffer_len);
-        let helper = if cx.probe.user_memory {
+        let helper = if cx.reads_user_memory(&call.args[0]) {
             PROBE_READ_USER_STR
         } else {
             PROBE_READ_KERNEL_STR
@@ -130,6 +131,143 @@ impl Expression for Strncmp {
     }
 }
 
+/// `strcontains(haystack, needle)`: 1 when `needle` occurs in `haystack`,
+/// else 0; folded when both are literals. The call's args are the strings.
+pub struct Strcontains;
+
+impl Expression for Strcontains {
+    fn check(&self, cx: &mut Checker, site: &Site) -> Option<TExpr> {
+        let [haystack, needle] = site.args else {
+            return cx.fail(site.span, "strcontains() takes two strings");
+        };
+        let (haystack, needle) = (cx.expr(haystack)?, cx.expr(needle)?);
+        for side in [&haystack, &needle] {
+            if !matches!(side.ty, Type::Str { .. }) {
+                let message = format!("strcontains() searches strings, not {}", side.ty);
+                return cx.fail(side.span, &message);
+            }
+        }
+        if let (TExprKind::Str(h), TExprKind::Str(n)) = (&haystack.kind, &needle.kind) {
+            return Some(TExpr {
+                kind: TExprKind::Int(u64::from(h.contains(n.as_str()))),
+                ty: Type::I64,
+                span: site.span,
+            });
+        }
+        Some(site.value(vec![haystack, needle], Type::I64))
+    }
+
+    fn lower(&self, cx: &mut Lowerer, call: &TCall, _ty: &Type) -> Value {
+        Value::Int(cx.string_contains(&call.args[0], &call.args[1]))
+    }
+}
+
+/// `strerror(errno)`: an errno, printed as its message.
+pub struct Strerror;
+
+impl Expression for Strerror {
+    fn check(&self, cx: &mut Checker, site: &Site) -> Option<TExpr> {
+        let [errno] = site.args else {
+            return cx.fail(site.span, "strerror() takes one errno value");
+        };
+        let errno = cx.expr(errno)?;
+        if !errno.ty.is_int() {
+            let message = format!("strerror() needs an integer, not {}", errno.ty);
+            return cx.fail(errno.span, &message);
+        }
+        Some(TExpr {
+            kind: TExprKind::Cast(Box::new(errno)),
+            ty: Type::Strerror,
+            span: site.span,
+        })
+    }
+}
+
+/// `buf(ptr[, len])`: `len` bytes (at most [`STRING_LEN`]) read from memory
+/// at `ptr` or taken from a string, printed with non-printable bytes
+/// escaped (`%r` in printf). The call's args are the source and the length
+/// (when not a literal); its const the literal length.
+pub struct Buf;
+
+impl Expression for Buf {
+    fn check(&self, cx: &mut Checker, site: &Site) -> Option<TExpr> {
+        let (source, len) = match site.args {
+            [source] => (source, None),
+            [source, len] => (source, Some(len)),
+            _ => return cx.fail(site.span, "buf() takes a pointer or string and a length"),
+        };
+        let source = cx.expr(source)?;
+        // A string's whole buffer counts: bytes past its NUL are zeros, as
+        // `buf("ok_key", 8)` shows in bpftrace.
+        let whole = match source.ty {
+            Type::Str { .. } => Some(source.ty.size()),
+            ref ty if ty.is_int() => None,
+            ref ty => {
+                let message = format!("buf() reads a pointer or a string, not {ty}");
+                return cx.fail(source.span, &message);
+            }
+        };
+        let mut args = vec![source];
+        let len = match (len, whole) {
+            (None, Some(whole)) => whole,
+            (None, None) => {
+                return cx.fail(
+                    site.span,
+                    "buf() of a pointer needs a length: `buf(ptr, len)`",
+                );
+            }
+            (Some(len), _) => {
+                let len = cx.expr(len)?;
+                if !len.ty.is_int() {
+                    let message = format!("buf()'s length must be an integer, not {}", len.ty);
+                    return cx.fail(len.span, &message);
+                }
+                match len.kind {
+                    TExprKind::Int(n) => n.min(u64::from(STRING_LEN)) as u32,
+                    _ => {
+                        args.push(len);
+                        STRING_LEN
+                    }
+                }
+            }
+        };
+        let len = whole.map_or(len, |whole| len.min(whole));
+        let mut call = TCall::new(site.id, args);
+        call.consts = vec![u64::from(len)];
+        Some(TExpr {
+            kind: TExprKind::Call(Box::new(call)),
+            ty: Type::Buffer { len },
+            span: site.span,
+        })
+    }
+
+    fn lower(&self, cx: &mut Lowerer, call: &TCall, ty: &Type) -> Value {
+        let len = call.consts[0] as u32;
+        let buffer = cx.alloc(ty.size());
+        cx.zero(Base::Frame, buffer, ty.size());
+        let kept = match call.args.get(1) {
+            Some(len_expr) => {
+                let requested = cx.int_expr(len_expr);
+                cx.clamp(requested, len)
+            }
+            None => cx.constant(u64::from(len)),
+        };
+        cx.store(Base::Frame, buffer, Src::Reg(kept));
+        let source = &call.args[0];
+        match cx.expr(source) {
+            Value::Mem(string) => {
+                let bytes = len.next_multiple_of(8).min(source.ty.size());
+                cx.copy((Base::Frame, buffer + 8), (Base::Frame, string), bytes);
+            }
+            Value::Int(address) => {
+                let user = cx.reads_user_memory(source);
+                cx.read_memory(buffer + 8, len, address, user);
+            }
+        }
+        Value::Mem(buffer)
+    }
+}
+
 pub(super) const TABLE: &[Entry] = &[
     Entry {
         name: "str",
@@ -148,5 +286,32 @@ pub(super) const TABLE: &[Entry] = &[
         doc: "0 when strings `a` and `b` agree in their first `n` bytes, else 1.",
         example: "tracepoint:syscalls:sys_enter_write /strncmp(comm, \"bash\", 4) == 0/ { @ = count(); }",
         kind: Kind::Expression(&Strncmp),
+    },
+    Entry {
+        name: "strcontains",
+        written: Written::Call,
+        indexed: false,
+        signature: "strcontains(haystack, needle)",
+        doc: "1 when string `needle` occurs in string `haystack`, else 0.",
+        example: "tracepoint:syscalls:sys_enter_openat /strcontains(str(args.filename), \"lib\")/ { @ = count(); }",
+        kind: Kind::Expression(&Strcontains),
+    },
+    Entry {
+        name: "buf",
+        written: Written::Call,
+        indexed: false,
+        signature: "buf(ptr[, len])",
+        doc: "`len` raw bytes (at most 64) at `ptr` or of a string, printed escaped (`%r`, `%rx`, `%rh`).",
+        example: "tracepoint:syscalls:sys_enter_write { printf(\"%r\\n\", buf(args.buf, 16)); }",
+        kind: Kind::Expression(&Buf),
+    },
+    Entry {
+        name: "strerror",
+        written: Written::Call,
+        indexed: false,
+        signature: "strerror(errno)",
+        doc: "An errno value, printed as its message (`No such file or directory`).",
+        example: "tracepoint:syscalls:sys_exit_read /args.ret < 0/ { @[strerror(-args.ret)] = count(); }",
+        kind: Kind::Expression(&Strerror),
     },
 ];

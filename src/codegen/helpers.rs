@@ -25,6 +25,12 @@ pub const BPF_RB_FORCE_WAKEUP: i32 = 2;
 /// `flags` for `bpf_map_update_elem`: create or replace.
 pub const BPF_ANY: i64 = 0;
 
+pub const GET_STACKID: u32 = 27;
+pub const GET_NUMA_NODE_ID: u32 = 42;
+pub const OVERRIDE_RETURN: u32 = 58;
+pub const GET_CURRENT_CGROUP_ID: u32 = 80;
+pub const SEND_SIGNAL: u32 = 109;
+pub const D_PATH: u32 = 147;
 pub const PERF_EVENT_READ_VALUE: u32 = 55;
 /// `flags` for `bpf_perf_event_read_value`: the entry of the current CPU.
 pub const BPF_F_CURRENT_CPU: i64 = 0xffff_ffff;

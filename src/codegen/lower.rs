@@ -282,7 +282,7 @@ impl<'a> Lowerer<'a> {
     }
 
     /// Copy `bytes` (a multiple of 8) between buffers through a register.
-    pub(super) fn copy(&mut self, to: (Base, i16), from: (Base, i16), bytes: u32) {
+    pub(crate) fn copy(&mut self, to: (Base, i16), from: (Base, i16), bytes: u32) {
         let temp = self.vreg();
         for at in (0..bytes).step_by(8) {
             let at = at as i16;

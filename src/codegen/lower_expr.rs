@@ -11,7 +11,7 @@ use crate::frontend::types::Type;
 use crate::vocab::{ArgRead, FieldKind, GlobalSlot, TracepointField, UsdtArgSpec};
 
 impl Lowerer<'_> {
-    pub(super) fn expr(&mut self, expr: &TExpr) -> Value {
+    pub(crate) fn expr(&mut self, expr: &TExpr) -> Value {
         self.with_span(expr.span, |this| this.expr_inner(expr))
     }
 
@@ -26,7 +26,8 @@ impl Lowerer<'_> {
     fn expr_inner(&mut self, expr: &TExpr) -> Value {
         match &expr.kind {
             TExprKind::Int(n) => Value::Int(self.constant(*n)),
-            TExprKind::Str(text) => Value::Mem(self.string_literal(text, &expr.ty)),
+            TExprKind::Str(text) => Value::Mem(self.string_literal(text.as_bytes(), &expr.ty)),
+            TExprKind::Bytes(bytes) => Value::Mem(self.string_literal(bytes, &expr.ty)),
             TExprKind::Call(call) => {
                 builtins::expression_hooks(call.builtin).lower(self, call, &expr.ty)
             }
@@ -93,9 +94,9 @@ impl Lowerer<'_> {
         reg
     }
 
-    fn string_literal(&mut self, text: &str, ty: &Type) -> i16 {
+    fn string_literal(&mut self, text: &[u8], ty: &Type) -> i16 {
         let offset = self.alloc(ty.size());
-        let mut bytes = text.as_bytes().to_vec();
+        let mut bytes = text.to_vec();
         bytes.resize(ty.size() as usize, 0);
         for (i, chunk) in bytes.chunks(4).enumerate() {
             let word = i32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);

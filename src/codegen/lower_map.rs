@@ -91,15 +91,15 @@ impl Lowerer<'_> {
         };
         let missing = self.label();
         let done = self.label();
-        let result = match ty {
-            ty if ty.in_memory() => {
+        let result = match ty.in_memory() {
+            true => {
                 let buffer = self.alloc(ty.size());
                 self.zero(Base::Frame, buffer, ty.size());
                 self.branch(Cond::Eq, pointer, Src::Imm(0), missing);
                 self.copy((Base::Frame, buffer), (Base::Reg(pointer), 0), ty.size());
                 Value::Mem(buffer)
             }
-            _ => {
+            false => {
                 let reg = self.vreg();
                 self.mov_imm(reg, 0);
                 self.branch(Cond::Eq, pointer, Src::Imm(0), missing);
@@ -380,17 +380,7 @@ impl Lowerer<'_> {
         for ((value, arg), at) in values.into_iter().zip(args).zip(offsets) {
             self.store_value(value, &arg.ty, Base::Frame, buffer + at as i16, &arg.ty);
         }
-        let args = vec![
-            Arg::Map(self.maps.ringbuf),
-            Arg::Frame(buffer),
-            Arg::Imm(i64::from(size)),
-            Arg::Imm(0),
-        ];
-        self.emit(Inst::Call {
-            helper: RINGBUF_OUTPUT,
-            args,
-            ret: None,
-        });
+        self.output(Arg::Frame(buffer), size);
     }
 
     /// End the current block at once (`exit()`); the attach point's later

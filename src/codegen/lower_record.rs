@@ -475,7 +475,7 @@ impl Lowerer<'_> {
         self.emit(Inst::Bind(missing));
     }
 
-    fn call_result(&mut self, helper: u32, args: Vec<Arg>) -> VReg {
+    pub(crate) fn call_result(&mut self, helper: u32, args: Vec<Arg>) -> VReg {
         let result = self.vreg();
         self.emit(Inst::Call {
             helper,
@@ -485,7 +485,7 @@ impl Lowerer<'_> {
         result
     }
 
-    fn load(&mut self, base: Base, offset: i16) -> VReg {
+    pub(crate) fn load(&mut self, base: Base, offset: i16) -> VReg {
         let dst = self.vreg();
         self.emit(Inst::Load {
             dst,
@@ -496,11 +496,11 @@ impl Lowerer<'_> {
         dst
     }
 
-    fn store(&mut self, base: Base, offset: i16, src: Src) {
+    pub(crate) fn store(&mut self, base: Base, offset: i16, src: Src) {
         self.store_sized(base, offset, src, Size::U64);
     }
 
-    fn store_sized(&mut self, base: Base, offset: i16, src: Src, size: Size) {
+    pub(crate) fn store_sized(&mut self, base: Base, offset: i16, src: Src, size: Size) {
         self.emit(Inst::Store {
             base,
             offset,

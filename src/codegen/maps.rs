@@ -6,6 +6,10 @@ use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind};
 use crate::frontend::types::{Pointer, Type};
 use crate::vocab::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
 
+/// Threads remembered as having taken user addresses; the least recently
+/// seen are forgotten (and reported again if seen again).
+const SEEN_THREADS: u32 = 16384;
+
 /// Entries per script map, as bpftrace's default `max_map_keys`.
 pub const MAX_MAP_KEYS: u32 = 4096;
 /// Ring buffer size for printed output: small, as creating it is part of
@@ -55,6 +59,21 @@ pub struct MapLayouts {
     pub globs: Option<MapId>,
     /// One perf event array per counter, in `CheckedProgram::counters` order.
     pub counters: Vec<MapId>,
+    /// The stack trace maps of `kstack`/`ustack` values, by depth.
+    pub value_stacks: Vec<(u32, MapId)>,
+    /// Threads that took a user address, reported once each (see
+    /// `Message::ThreadSeen`).
+    pub seen_threads: Option<MapId>,
+    /// A one-element per-CPU array large messages are built in.
+    pub scratch: Option<MapId>,
+}
+
+impl MapLayouts {
+    /// The stack trace map of stack values of `depth` frames.
+    pub fn value_stack(&self, depth: u32) -> MapId {
+        let found = self.value_stacks.iter().find(|(d, _)| *d == depth);
+        found.expect("the checker declares every stack depth").1
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -157,6 +176,35 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
             )
         })
         .collect();
+    let value_stacks = program
+        .values
+        .stack_depths
+        .iter()
+        .map(|&depth| {
+            let map = internal(
+                format!("wprof_vstacks_{depth}"),
+                MapKind::StackTrace,
+                4,
+                8 * depth,
+                MAX_MAP_KEYS,
+            );
+            (depth, map)
+        })
+        .collect();
+    let seen_threads = program
+        .values
+        .user_addresses
+        .then(|| internal("wprof_threads".into(), MapKind::LruHash, 8, 8, SEEN_THREADS));
+    let scratch_bytes = program.values.scratch_bytes;
+    let scratch = (scratch_bytes > 0).then(|| {
+        internal(
+            "wprof_scratch".into(),
+            MapKind::PerCpuArray,
+            4,
+            scratch_bytes.next_multiple_of(8),
+            1,
+        )
+    });
     let layouts = MapLayouts {
         script,
         ringbuf,
@@ -168,6 +216,9 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         glob_set,
         globs,
         counters,
+        value_stacks,
+        seen_threads,
+        scratch,
     };
     (specs, layouts)
 }

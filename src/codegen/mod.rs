@@ -11,14 +11,16 @@ pub(crate) mod helpers;
 pub mod ir;
 pub mod listing;
 pub(crate) mod lower;
+mod lower_bytes;
 mod lower_expr;
 mod lower_map;
-mod lower_provider;
 mod lower_memory;
+mod lower_provider;
 mod lower_record;
 mod lower_selected;
 mod lower_stack;
 mod lower_task_storage;
+mod lower_values;
 mod maps;
 pub mod program;
 mod prune;
@@ -53,6 +55,8 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
             .map(|map| (map, layouts.glob_set.table_bytes()))
             .into_iter()
             .collect(),
+        texts: program.values.texts.clone(),
+        value_stacks: layouts.value_stacks.clone(),
         counters: program
             .counters
             .iter()

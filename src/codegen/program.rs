@@ -37,6 +37,11 @@ pub struct Compiled {
     /// Values of one-element arrays written at load, before any program
     /// runs (the task-name filter tables).
     pub initial_values: Vec<(MapId, Vec<u8>)>,
+    /// Texts values refer to by index: `strftime()` formats and
+    /// `cgroup_path()` filters.
+    pub texts: Vec<String>,
+    /// The stack trace maps `kstack`/`ustack` values are ids into, by depth.
+    pub value_stacks: Vec<(u32, MapId)>,
     /// The `--pmu` counters records read, each from its perf event array,
     /// which user space fills with one event per CPU after loading.
     pub counters: Vec<CounterMap>,

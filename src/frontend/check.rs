@@ -117,6 +117,7 @@ pub fn check(
             spans: checker.spans,
             filter: options.filter.clone(),
             map_keys_max: options.map_keys_max,
+            values: checker.values,
             counters: match checker.reads_counters {
                 true => options.pmu.clone(),
                 false => Vec::new(),
@@ -236,7 +237,7 @@ pub(super) enum SourceRole<'a> {
 
 pub(crate) struct Checker<'e> {
     /// The machine: kernel types come from here on demand.
-    pub(super) env: &'e dyn Environment,
+    pub(crate) env: &'e dyn Environment,
     pub(crate) options: &'e CompileOptions,
     pub(super) errors: Vec<ScriptError>,
     /// In the first pass errors are dropped and unknown types are assumed.
@@ -254,6 +255,8 @@ pub(crate) struct Checker<'e> {
     pub(super) probe: ProbeState,
     /// The C types the script can name: its own definitions, then BTF.
     pub(crate) types: TypeTable<'e>,
+    /// What the values used so far need (stack maps, texts).
+    pub(crate) values: ValueNeeds,
 }
 
 /// What the checker knows while inside one attach point's body.
@@ -284,6 +287,7 @@ impl<'e> Checker<'e> {
             var_types: HashMap::new(),
             probe: ProbeState::default(),
             types: TypeTable::new(env),
+            values: ValueNeeds::default(),
         }
     }
 
@@ -340,6 +344,13 @@ impl<'e> Checker<'e> {
     pub(crate) fn error(&mut self, error: ScriptError) {
         if self.final_pass {
             self.errors.push(error);
+        }
+    }
+
+    /// An error for when the program is run, not when it is compiled.
+    pub(crate) fn defer_error(&mut self, error: ScriptError) {
+        if self.final_pass {
+            self.values.unrunnable.push(error);
         }
     }
 

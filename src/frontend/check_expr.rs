@@ -382,10 +382,15 @@ impl Checker<'_> {
         if let Some(found) = builtins::expression(name, true) {
             return found.hooks.check(self, &found.site(args, span));
         }
-        match builtins::misplaced_call(name) {
-            Some(why) => self.fail(span, &why),
-            None => self.fail(span, &format!("unknown function `{name}`")),
+        if let Some(why) = builtins::misplaced_call(name) {
+            return self.fail(span, &why);
         }
+        let error = ScriptError::new(span, format!("unknown function `{name}`"));
+        match builtins::unsupported(name) {
+            Some(why) => self.error(error.with_help(why)),
+            None => self.error(error),
+        }
+        None
     }
 
     /// The argument of an aggregation, which must be an integer.

@@ -3,8 +3,11 @@
 //! builtins, variables and maps, and each probe block is expanded to one
 //! `CheckedProbe` per attach point.
 
+use std::collections::BTreeSet;
+
 use crate::capture::model::RecordOrigin;
 use crate::frontend::ast::{BinOp, Span, UnOp};
+use crate::frontend::diag::ScriptError;
 use crate::frontend::options::PmuCounter;
 use crate::frontend::options::TaskFilter;
 use crate::frontend::types::Type;
@@ -33,6 +36,41 @@ pub struct CheckedProgram {
     pub mm_layout: Option<MmLayout>,
     /// `-S offcpu=DUR` in ns (see `CompileOptions::offcpu_min_block_ns`).
     pub offcpu_min_block_ns: Option<u64>,
+    /// What the values scripts print need besides maps.
+    pub values: ValueNeeds,
+}
+
+/// What printed values need besides maps: stack trace maps, texts they
+/// refer to, and whether threads that take user addresses are reported.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ValueNeeds {
+    /// The depths of `kstack`/`ustack` values: one stack trace map each.
+    pub stack_depths: BTreeSet<u32>,
+    /// `strftime()` formats and `cgroup_path()` filters, by index.
+    pub texts: Vec<String>,
+    /// Some value holds user addresses (`ustack`, `usym()`): each thread
+    /// taking one is reported once, so its process's mappings are kept.
+    pub user_addresses: bool,
+    /// Bytes of the per-CPU scratch buffer large messages (`join()`) are
+    /// built in; 0 for none.
+    pub scratch_bytes: u32,
+    /// What the program cannot do on this machine (a kernel symbol that is
+    /// not there): reported when it is run, so `--dump-bpf` still shows it.
+    pub unrunnable: Vec<ScriptError>,
+}
+
+impl ValueNeeds {
+    /// The index of `text` in [`ValueNeeds::texts`], added when new.
+    pub fn text(&mut self, text: &str) -> u64 {
+        let index = match self.texts.iter().position(|t| t == text) {
+            Some(index) => index,
+            None => {
+                self.texts.push(text.to_string());
+                self.texts.len() - 1
+            }
+        };
+        index as u64
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -259,6 +297,8 @@ pub struct TExpr {
 pub enum TExprKind {
     Int(u64),
     Str(String),
+    /// Constant raw bytes (`pton("::1")`), laid out as a string of their length.
+    Bytes(Vec<u8>),
     /// A built-in value (`pid`, `str(p)`, `selected(task)`).
     Call(Box<TCall>),
     /// A probe argument (`argN`, `retval`, a `tp_btf` argument), read as its

@@ -1,12 +1,12 @@
 //! A fake machine for front-end tests: the checker asks it what a real
 //! system would answer from tracefs and ELF files.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::vocab::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType, close_names};
 use crate::vocab::{
     BtfArg, BtfFunction, Environment, FieldKind, FunctionTarget, KernelFunction,
-    KernelFunctionMatches, TracepointField, UsdtArgSpec, UsdtTarget,
+    KernelFunctionMatches, ObjectSymbol, TracepointField, UsdtArgSpec, UsdtTarget,
 };
 
 /// A machine with a few tracepoints (`syscalls:sys_enter_openat`,
@@ -15,8 +15,10 @@ use crate::vocab::{
 /// kernel function (64 bytes; wildcards see `vfs_read`, `vfs_readv`,
 /// `vfs_write`; these three are typed in BTF as `vfs_read` is), and a little
 /// kernel BTF: `struct task_struct` (see [`kernel_type`]), `struct
-/// bpf_iter__task` and the BTF
-/// tracepoints `sched_switch` and `sched_wakeup`.
+/// bpf_iter__task` and the BTF tracepoints `sched_switch` and `sched_wakeup`;
+/// the kernel symbol `do_nanosleep`, and a 4-byte data symbol `counter` at
+/// 0x4010 in every binary (relocatable in binaries whose name ends in `pie`),
+/// and the root cgroup `/sys/fs/cgroup` (id 1).
 pub struct FakeMachine;
 
 /// Type ids of the fake kernel BTF.
@@ -347,5 +349,34 @@ impl Environment for FakeMachine {
 
     fn has_btf(&self) -> bool {
         true
+    }
+
+    fn kernel_symbol(&self, name: &str) -> Result<u64, String> {
+        match name {
+            "do_nanosleep" => Ok(0xffff_ffff_8226_ce00),
+            _ => Err("it is not in /proc/kallsyms".into()),
+        }
+    }
+
+    fn object_symbol(&self, binary: &Path, name: &str) -> Result<ObjectSymbol, String> {
+        match name {
+            "counter" => Ok(ObjectSymbol {
+                address: 0x4010,
+                size: 4,
+                relocatable: binary.ends_with("pie"),
+            }),
+            _ => Err(format!("no data symbol `{name}` in {}", binary.display())),
+        }
+    }
+
+    fn code_address(&self, _binary: &Path, file_offset: u64) -> Result<u64, String> {
+        Ok(file_offset)
+    }
+
+    fn cgroup_id(&self, path: &str) -> Result<u64, String> {
+        match path {
+            "/sys/fs/cgroup" => Ok(1),
+            _ => Err(format!("no cgroup at {path}")),
+        }
     }
 }

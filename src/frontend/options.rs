@@ -23,6 +23,9 @@ pub struct CompileOptions {
     pub includes: Includes,
     /// `BPFTRACE_MAP_KEYS_MAX`: entries a script map holds (`None`: 4096).
     pub map_keys_max: Option<u32>,
+    /// `--unsafe`: allow built-ins that act on the system (`system()`,
+    /// `signal()`, `override()`), as bpftrace does.
+    pub unsafe_builtins: bool,
 }
 
 /// `--include-dir DIR` and `--include FILE`, as bpftrace's `-I` and `--include`.

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use crate::vocab::ValueType;
 use crate::vocab::kernel_types::KTypeId;
+use crate::vocab::{StackMode, StackType, ValueType};
 
 /// Length of a string produced by `str()` and of string literals' buffers, as in bpftrace.
 pub const STRING_LEN: u32 = 64;
@@ -30,6 +30,26 @@ pub enum Type {
     Object(CObject),
     /// A kernel address printed as its symbol (`ksym`).
     KernelSymbol,
+    /// A user address and its process, printed as a symbol (`usym`).
+    UserSymbol,
+    /// `kstack`/`ustack`: a stack id, printed as the stack's frames.
+    Stack(StackType),
+    /// `ntop()`: an IPv4 or IPv6 address, printed as text.
+    Inet,
+    /// `username`: a uid, printed as its name.
+    Username,
+    /// `buf()`: up to `len` raw bytes, printed escaped.
+    Buffer {
+        len: u32,
+    },
+    /// `strftime()`: a time since boot, printed with a format.
+    Timestamp,
+    /// `macaddr()`: 6 bytes, printed as `AA:BB:CC:DD:EE:FF`.
+    MacAddr,
+    /// `cgroup_path()`: a cgroup id, printed as its paths.
+    CgroupPath,
+    /// `strerror()`: an errno, printed as its message.
+    Strerror,
     /// Statements and functions without a value.
     Void,
 }
@@ -87,9 +107,48 @@ impl Type {
         }
     }
 
-    /// Whether values of this type live in a frame buffer, not a register.
+    /// Whether values of this type live in a stack buffer rather than a
+    /// register while a probe computes with them.
     pub fn in_memory(&self) -> bool {
-        matches!(self, Type::Str { .. } | Type::Tuple(_) | Type::Object(_))
+        matches!(
+            self,
+            Type::Str { .. }
+                | Type::Tuple(_)
+                | Type::Object(_)
+                | Type::UserSymbol
+                | Type::Inet
+                | Type::Buffer { .. }
+                | Type::Timestamp
+                | Type::CgroupPath
+        )
+    }
+
+    /// Values printed as text by user space (`printf`'s `%s`, bpftrace's
+    /// "string-like" types): strings, symbols, stacks, names.
+    pub fn is_text(&self) -> bool {
+        matches!(
+            self,
+            Type::Str { .. }
+                | Type::Probe
+                | Type::KernelSymbol
+                | Type::UserSymbol
+                | Type::Stack(_)
+                | Type::Inet
+                | Type::Username
+                | Type::Timestamp
+                | Type::MacAddr
+                | Type::CgroupPath
+                | Type::Strerror
+        )
+    }
+
+    /// The default stack of `kstack`/`ustack` without arguments.
+    pub fn stack(user: bool) -> Type {
+        Type::Stack(StackType {
+            user,
+            mode: StackMode::Bpftrace,
+            depth: StackType::DEFAULT_DEPTH,
+        })
     }
 
     pub fn is_signed(&self) -> bool {
@@ -135,6 +194,9 @@ impl Type {
                 signed: *a && *b,
             }),
             (Type::Str { len: a }, Type::Str { len: b }) => Some(Type::Str { len: *a.max(b) }),
+            (Type::Buffer { len: a }, Type::Buffer { len: b }) => {
+                Some(Type::Buffer { len: *a.max(b) })
+            }
             (Type::Tuple(a), Type::Tuple(b)) if a.len() == b.len() => a
                 .iter()
                 .zip(b)
@@ -178,6 +240,15 @@ impl Type {
             },
             Type::Object(object) => object.layout.clone(),
             Type::KernelSymbol => ValueType::Symbol { kernel: true },
+            Type::UserSymbol => ValueType::Symbol { kernel: false },
+            Type::Stack(stack) => ValueType::Stack(*stack),
+            Type::Inet => ValueType::Inet,
+            Type::Username => ValueType::Username,
+            Type::Buffer { len } => ValueType::Buffer { len: *len },
+            Type::Timestamp => ValueType::Timestamp,
+            Type::MacAddr => ValueType::MacAddr,
+            Type::CgroupPath => ValueType::CgroupPath,
+            Type::Strerror => ValueType::Strerror,
             Type::Void => ValueType::Int {
                 size: 8,
                 signed: false,
@@ -220,6 +291,8 @@ impl Type {
             Type::Object(object) => (object.layout.size(), object.layout.align()),
             Type::Probe | Type::Ptr(_) | Type::KernelSymbol => (8, 8),
             Type::Void => (0, 1),
+            // Values only built-ins make (stacks, symbols, addresses): as stored.
+            _ => (self.size(), 8),
         }
     }
 }
@@ -245,6 +318,15 @@ impl fmt::Display for Type {
             Type::Ptr(ptr) => write!(f, "{} *", ptr.name),
             Type::Object(object) => f.write_str(&object.name),
             Type::KernelSymbol => f.write_str("ksym"),
+            Type::UserSymbol => f.write_str("usym"),
+            Type::Stack(stack) => f.write_str(stack.name()),
+            Type::Inet => f.write_str("inet"),
+            Type::Username => f.write_str("username"),
+            Type::Buffer { len } => write!(f, "buffer[{len}]"),
+            Type::Timestamp => f.write_str("timestamp"),
+            Type::MacAddr => f.write_str("mac_address"),
+            Type::CgroupPath => f.write_str("cgroup_path"),
+            Type::Strerror => f.write_str("strerror"),
             Type::Void => f.write_str("void"),
         }
     }

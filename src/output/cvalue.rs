@@ -2,7 +2,8 @@
 //! [`Value`], and the text bpftrace prints for them: `{ .a = 1, .b = x }`
 //! and `[1,2,3]` as values, `{.a=1,.b=x}` in map keys.
 
-use super::value::{DecodeError, Resolve, Value, decode_at, write_styled};
+use super::text::{Place, Resolve, write_value};
+use super::value::{DecodeError, Value, decode_at};
 use crate::vocab::{StructField, ValueType};
 
 /// The struct of `size` bytes at `offset` with these fields.
@@ -76,12 +77,12 @@ fn bitfield(
 pub(super) fn write_struct(
     out: &mut Vec<u8>,
     fields: &[(String, Value)],
+    place: Place,
     resolver: &dyn Resolve,
-    key: bool,
 ) {
-    let (open, separator, equals, close) = match key {
-        true => ("{", ",", "=", "}"),
-        false => ("{ ", ", ", " = ", " }"),
+    let (open, separator, equals, close) = match place {
+        Place::Key => ("{", ",", "=", "}"),
+        Place::Value => ("{ ", ", ", " = ", " }"),
     };
     out.extend_from_slice(open.as_bytes());
     for (i, (name, value)) in fields.iter().enumerate() {
@@ -91,26 +92,32 @@ pub(super) fn write_struct(
         out.push(b'.');
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(equals.as_bytes());
-        write_styled(out, value, resolver, key);
+        write_value(out, value, place, resolver);
     }
     out.extend_from_slice(close.as_bytes());
 }
 
 /// `[1,2,3]`, in keys and values alike.
-pub(super) fn write_array(out: &mut Vec<u8>, items: &[Value], resolver: &dyn Resolve, key: bool) {
+pub(super) fn write_array(
+    out: &mut Vec<u8>,
+    items: &[Value],
+    place: Place,
+    resolver: &dyn Resolve,
+) {
     out.push(b'[');
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        write_styled(out, item, resolver, key);
+        write_value(out, item, place, resolver);
     }
     out.push(b']');
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::value::{RawIds, decode, write_value};
+    use super::super::text::RawIds;
+    use super::super::value::decode;
     use super::*;
 
     fn int(size: u8, signed: bool) -> ValueType {
@@ -167,13 +174,13 @@ mod tests {
     fn prints_structs_as_values_and_keys() {
         let value = decode(&bytes(), &layout()).expect("decodes");
         let mut text = Vec::new();
-        write_value(&mut text, &value, &RawIds);
+        write_value(&mut text, &value, Place::Value, &RawIds);
         assert_eq!(
             String::from_utf8(text).unwrap(),
             "{ .m = -2, .c = 65, .a = 5, .b = 17, .arr = [7,-1], .name = hi }"
         );
         let mut key = Vec::new();
-        super::super::value::write_key_value(&mut key, &value, &RawIds);
+        write_value(&mut key, &value, Place::Key, &RawIds);
         assert_eq!(
             String::from_utf8(key).unwrap(),
             "{.m=-2,.c=65,.a=5,.b=17,.arr=[7,-1],.name=hi}"
@@ -196,7 +203,12 @@ mod tests {
             .flat_map(|v| v.to_le_bytes())
             .collect();
         let mut text = Vec::new();
-        write_value(&mut text, &decode(&bytes, &ty).unwrap(), &RawIds);
+        write_value(
+            &mut text,
+            &decode(&bytes, &ty).unwrap(),
+            Place::Value,
+            &RawIds,
+        );
         assert_eq!(String::from_utf8(text).unwrap(), "[[5,6],[7,8]]");
     }
 }

@@ -19,13 +19,11 @@
 use std::cmp::Ordering;
 use std::io::{self, Write};
 
-use crate::vocab::{AggFunc, MapValue, ScriptMap};
+use crate::vocab::{AggFunc, MapValue, ScriptMap, ValueType};
 
 use super::hist::{HistLayout, hist_label, hist_total, lhist_label, write_hist};
-use super::value::{
-    Resolve, Value, div_signed, key_order, numeric_order, write_fields, write_key_value,
-    write_value,
-};
+use super::text::{Place, Resolve, write_fields, write_value};
+use super::value::{Value, div_signed, key_order, numeric_order};
 use crate::vocab::hist::lhist_len;
 
 /// One map entry's value, combined across CPUs.
@@ -114,7 +112,7 @@ pub fn print_exit_maps(
 /// `print(value)` of a non-map value: its text and a newline (`(1, abc)`).
 pub fn print_value(out: &mut impl Write, value: &Value, resolver: &dyn Resolve) -> io::Result<()> {
     let mut text = Vec::new();
-    write_value(&mut text, value, resolver);
+    write_value(&mut text, value, Place::Value, resolver);
     text.push(b'\n');
     out.write_all(&text)
 }
@@ -143,9 +141,11 @@ pub fn render_map(
         out.extend_from_slice(b": ");
         write_agg(&mut out, value, &spec.value, opts.div, resolver);
     }
+    // bpftrace 0.17 ends avg and stats maps with a blank line, and joins the
+    // entries of stack-valued maps without a newline (each stack ends with one).
     if matches!(
         spec.value,
-        MapValue::Aggregate(AggFunc::Avg | AggFunc::Stats)
+        MapValue::Aggregate(AggFunc::Avg | AggFunc::Stats) | MapValue::Plain(ValueType::Stack(_))
     ) {
         out.push(b'\n');
     }
@@ -153,7 +153,7 @@ pub fn render_map(
 }
 
 /// bpftrace 0.17 ignores top and div for stats maps, and div for lhist maps.
-fn effective_options(kind: &MapValue, opts: PrintOptions) -> PrintOptions {
+pub(super) fn effective_options(kind: &MapValue, opts: PrintOptions) -> PrintOptions {
     match kind {
         MapValue::Aggregate(AggFunc::Stats) => PrintOptions::default(),
         MapValue::Aggregate(AggFunc::Lhist { .. }) => PrintOptions {
@@ -168,7 +168,7 @@ fn effective_options(kind: &MapValue, opts: PrintOptions) -> PrintOptions {
 }
 
 /// Key order first, then a stable sort by value where the map has an order by value.
-fn sort_entries(entries: &mut [Entry]) {
+pub(super) fn sort_entries(entries: &mut [Entry]) {
     entries.sort_by(|a, b| match (&a.0, &b.0) {
         (Some(x), Some(y)) => key_order(x, y),
         _ => Ordering::Equal,
@@ -210,7 +210,7 @@ fn value_order(a: &AggValue, b: &AggValue) -> Ordering {
 }
 
 /// `total / count`, truncated toward zero; 0 without samples.
-fn average(total: i64, count: u64) -> i64 {
+pub(super) fn average(total: i64, count: u64) -> i64 {
     if count == 0 {
         0
     } else {
@@ -223,8 +223,8 @@ fn write_key(out: &mut Vec<u8>, key: Option<&Value>, resolver: &dyn Resolve) {
     let Some(key) = key else { return };
     out.push(b'[');
     match key {
-        Value::Tuple(fields) => write_fields(out, fields, resolver),
-        other => write_key_value(out, other, resolver),
+        Value::Tuple(fields) => write_fields(out, fields, Place::Key, resolver),
+        other => write_value(out, other, Place::Key, resolver),
     }
     out.push(b']');
 }
@@ -252,8 +252,10 @@ fn write_agg(
             return write_hist_block(out, buckets, kind, div);
         }
     };
-    write_value(out, &line, resolver);
-    out.push(b'\n');
+    write_value(out, &line, Place::Value, resolver);
+    if !matches!(line, Value::Stack { .. }) {
+        out.push(b'\n');
+    }
 }
 
 /// A histogram after its header: newline, rows, blank line.
@@ -288,8 +290,7 @@ fn write_hist_block(out: &mut Vec<u8>, buckets: &[(u64, u64)], kind: &MapValue, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::value::RawIds;
-    use crate::vocab::ValueType;
+    use crate::output::text::RawIds;
 
     const I64: ValueType = ValueType::Int {
         size: 8,

@@ -3,8 +3,11 @@
 pub mod agg;
 mod cvalue;
 pub mod hist;
+pub mod json;
+pub mod lookup;
 pub mod maps;
 pub mod printer;
 pub mod printf;
+pub mod text;
 pub mod time;
 pub mod value;

@@ -1,23 +1,32 @@
 //! Output stage, live text: turns the messages of built-in statements
-//! (`printf`, `print`, `time`, `exit`, `clear`, `zero`) into bpftrace's
-//! text through each built-in's print hook, and prints the maps at exit. Input: a message's bytes and its layout in `Compiled`,
-//! or raw map entries the session read; output: text on a writer. Map
-//! operations come back as [`MapOp`]s for the session, which owns the maps.
+//! (`printf`, `print`, `time`, `exit`, `clear`, `zero`, `cat`, `join`...)
+//! into bpftrace's text (or `-f json` lines) through each built-in's print
+//! hook, and prints the maps at exit. Input: a message's bytes and its
+//! layout in `Compiled`, or raw map entries the session read; output: text
+//! on a writer. Map operations come back as [`MapOp`]s for the session,
+//! which owns the maps; symbols, stacks and names come from a [`System`].
 
 use std::io::{self, Write};
 
 use crate::builtins;
 use crate::codegen::program::Compiled;
 use crate::output::agg;
+use crate::output::json::{self, TextKind};
+use crate::output::lookup::System;
 use crate::output::maps::{self, MapDump, PrintOptions};
-use crate::output::value::{Resolve, Value, decode};
+use crate::output::value::{Value, decode};
 use crate::vocab::{MapId, Message, ValueType};
 
 /// One raw map entry as the kernel returns it: key, value per CPU.
 pub type RawEntry = (Vec<u8>, Vec<Vec<u8>>);
 
-/// Names a kernel address (`ksym()`).
-pub type KernelSymbolNamer<'a> = Box<dyn Fn(u64) -> Vec<u8> + 'a>;
+/// How output is written: bpftrace's text, or its JSON lines (`-f json`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OutputFormat {
+    #[default]
+    Text,
+    Json,
+}
 
 /// What a message asks of the session once printed.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,15 +54,49 @@ pub enum MapOp {
 
 /// Prints the messages and maps of one compiled program.
 pub struct Printer<'a> {
-    compiled: &'a Compiled,
-    kernel_symbol: KernelSymbolNamer<'a>,
+    pub(super) compiled: &'a Compiled,
+    pub(super) system: &'a dyn System,
+    format: OutputFormat,
 }
 
 impl<'a> Printer<'a> {
-    pub fn new(compiled: &'a Compiled, kernel_symbol: KernelSymbolNamer<'a>) -> Self {
+    pub fn new(compiled: &'a Compiled, system: &'a dyn System, format: OutputFormat) -> Self {
         Printer {
             compiled,
-            kernel_symbol,
+            system,
+            format,
+        }
+    }
+
+    /// The text of a text action (`printf`, `time`, `cat`...), as is or as
+    /// a JSON line of its kind.
+    pub fn write_text(&self, kind: TextKind, text: &[u8], out: &mut dyn Write) -> io::Result<()> {
+        match self.format {
+            OutputFormat::Text if kind.ends_line() => {
+                out.write_all(text)?;
+                out.write_all(b"\n")
+            }
+            OutputFormat::Text => out.write_all(text),
+            OutputFormat::Json => out.write_all(&json::text_line(kind, text)),
+        }
+    }
+
+    /// `Attaching N probes...`, or its JSON line.
+    pub fn attached_probes(&self, probes: usize, out: &mut dyn Write) -> io::Result<()> {
+        match self.format {
+            OutputFormat::Text => {
+                let plural = if probes == 1 { "" } else { "s" };
+                writeln!(out, "Attaching {probes} probe{plural}...")
+            }
+            OutputFormat::Json => out.write_all(json::attached_probes(probes).as_bytes()),
+        }
+    }
+
+    /// `Lost N events` when messages could not be sent, or its JSON line.
+    pub fn lost_events(&self, events: u64, out: &mut dyn Write) -> io::Result<()> {
+        match self.format {
+            OutputFormat::Text => writeln!(out, "Lost {events} events"),
+            OutputFormat::Json => out.write_all(json::lost_events(events).as_bytes()),
         }
     }
 
@@ -66,9 +109,11 @@ impl<'a> Printer<'a> {
             Message::Builtin(message) => {
                 builtins::statement_hooks(message.builtin).print(self, message, bytes, out)
             }
-            Message::Record { .. } | Message::Watch { .. } => Err(io::Error::other(
-                "capture records and watchpoint requests are not printed",
-            )),
+            Message::Record { .. } | Message::Watch { .. } | Message::ThreadSeen => {
+                Err(io::Error::other(
+                    "capture records, watchpoint requests and thread reports are not printed",
+                ))
+            }
         }
     }
 
@@ -85,7 +130,10 @@ impl<'a> Printer<'a> {
 
     /// `print(value)`.
     pub fn print_value(&self, value: &Value, out: &mut dyn Write) -> io::Result<()> {
-        maps::print_value(&mut WriteAdapter(out), value, self)
+        match self.format {
+            OutputFormat::Text => maps::print_value(&mut WriteAdapter(out), value, self),
+            OutputFormat::Json => out.write_all(&json::value_line(value, self)),
+        }
     }
 
     /// `print(@m, top, div)` of a script map's raw entries.
@@ -106,14 +154,11 @@ impl<'a> Printer<'a> {
             div: options.div.max(1),
             ..options
         };
-        maps::print_map(
-            &mut WriteAdapter(out),
-            &spec.name,
-            script,
-            entries,
-            options,
-            self,
-        )
+        let text = match self.format {
+            OutputFormat::Text => maps::render_map(&spec.name, script, entries, options, self),
+            OutputFormat::Json => json::map_line(&spec.name, script, entries, options, self),
+        };
+        out.write_all(&text)
     }
 
     /// The maps printed at exit, from the raw entries of each script map;
@@ -139,24 +184,25 @@ impl<'a> Printer<'a> {
                 Err(error) => eprintln!("wprof: cannot decode {}: {error}", spec.name),
             }
         }
-        maps::print_exit_maps(&mut WriteAdapter(out), dumps, self)
-    }
-}
-
-impl Resolve for Printer<'_> {
-    fn symbol(&self, kernel: bool, addr: u64) -> Vec<u8> {
-        if kernel {
-            (self.kernel_symbol)(addr)
-        } else {
-            format!("{addr:#x}").into_bytes()
+        match self.format {
+            OutputFormat::Text => maps::print_exit_maps(&mut WriteAdapter(out), dumps, self),
+            OutputFormat::Json => {
+                // bpftrace prints the two blank lines in JSON mode too.
+                dumps.sort_by(|a, b| a.name.cmp(b.name));
+                let mut text = b"\n\n".to_vec();
+                for map in dumps {
+                    let options = PrintOptions::default();
+                    text.extend(json::map_line(
+                        map.name,
+                        map.spec,
+                        map.entries,
+                        options,
+                        self,
+                    ));
+                }
+                out.write_all(&text)
+            }
         }
-    }
-    fn probe(&self, index: u64) -> Vec<u8> {
-        self.compiled
-            .probe_names
-            .get(index as usize)
-            .map_or_else(|| format!("probe#{index}"), Clone::clone)
-            .into_bytes()
     }
 }
 

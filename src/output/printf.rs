@@ -5,7 +5,8 @@
 //!   so `%d` of `1 << 40` prints `0` and `%x` of `-1` prints `ffffffff`;
 //! - output stops at a NUL produced by `%c` of 0.
 
-use super::value::{Resolve, Value, write_value};
+use super::text::{Place, Resolve, buffer_text, write_value};
+use super::value::Value;
 use crate::vocab::printf_format::{Conversion, Piece, Spec};
 
 /// Renders a parsed format with its arguments, byte for byte as bpftrace 0.17.
@@ -36,6 +37,14 @@ fn render_spec(spec: &Spec, arg: Option<&Value>, resolver: &dyn Resolve) -> Vec<
     let width = spec.width.unwrap_or(0).min(MAX_FIELD);
     let body = match spec.conversion {
         Conversion::Str => text_arg(spec, arg, resolver),
+        Conversion::Buffer(style) => match arg {
+            Some(Value::Buffer(bytes)) => {
+                let mut text = buffer_text(bytes, style).into_bytes();
+                text.truncate(spec.precision.unwrap_or(usize::MAX));
+                text
+            }
+            _ => text_arg(spec, arg, resolver),
+        },
         Conversion::Char => vec![int_arg(arg, resolver) as u8],
         Conversion::Pointer => pointer(spec, int_arg(arg, resolver), width),
         _ => integer(spec, int_arg(arg, resolver), width),
@@ -47,7 +56,7 @@ fn render_spec(spec: &Spec, arg: Option<&Value>, resolver: &dyn Resolve) -> Vec<
 fn text_arg(spec: &Spec, arg: Option<&Value>, resolver: &dyn Resolve) -> Vec<u8> {
     let mut text = Vec::new();
     if let Some(v) = arg {
-        write_value(&mut text, v, resolver);
+        write_value(&mut text, v, Place::Value, resolver);
     }
     if let Some(p) = spec.precision {
         text.truncate(p);
@@ -62,7 +71,7 @@ fn int_arg(arg: Option<&Value>, resolver: &dyn Resolve) -> u64 {
         None => 0,
         Some(v) => v.as_bits().unwrap_or_else(|| {
             let mut text = Vec::new();
-            write_value(&mut text, v, resolver);
+            write_value(&mut text, v, Place::Value, resolver);
             text.len() as u64
         }),
     }
@@ -176,7 +185,7 @@ fn pad(mut body: Vec<u8>, width: usize, left: bool) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::value::RawIds;
+    use crate::output::text::RawIds;
     use crate::vocab::printf_format::parse_format;
 
     fn s(text: &str) -> Value {
@@ -354,5 +363,14 @@ mod tests {
             "[probe#2][(1, 2)]"
         );
         assert_eq!(run("[%s][%d]", &[]), "[][0]");
+    }
+
+    /// `%r` family on `buf()` bytes, with width (bpftrace turns them into `%s`).
+    #[test]
+    fn buffers() {
+        let buf = || vec![Value::Buffer(b"hi\x01".to_vec())];
+        assert_eq!(run("[%r]", &buf()), "[hi\\x01]");
+        assert_eq!(run("[%rx]", &buf()), "[\\x68\\x69\\x01]");
+        assert_eq!(run("[%12rh]", &buf()), "[    68 69 01]");
     }
 }

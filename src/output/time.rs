@@ -1,8 +1,9 @@
 //! Output stage: `time(fmt)` → the local wall-clock time formatted with C
-//! `strftime`, as bpftrace 0.17 prints it when the message reaches user space.
+//! `strftime`, as bpftrace 0.17 prints it when the message reaches user space;
+//! and `strftime(fmt, nsecs)` values, with bpftrace's `%f` (microseconds).
 
 use std::ffi::CString;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use thiserror::Error;
 
@@ -43,6 +44,29 @@ pub fn format_time(fmt: &str, when: SystemTime) -> Result<Vec<u8>, TimeError> {
     Err(TimeError::Empty)
 }
 
+/// `strftime(fmt, nsecs)`: the time `since_epoch_ns` in the local time zone,
+/// where `%f` is its microseconds in 6 digits (`%%f` stays `%f`).
+pub fn format_timestamp(fmt: &str, since_epoch_ns: u64) -> Result<Vec<u8>, TimeError> {
+    let micros = (since_epoch_ns % 1_000_000_000) / 1000;
+    let mut expanded = String::with_capacity(fmt.len());
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        match (c, chars.clone().next()) {
+            ('%', Some('f')) => {
+                chars.next();
+                expanded.push_str(&format!("{micros:06}"));
+            }
+            ('%', Some(next)) => {
+                chars.next();
+                expanded.push('%');
+                expanded.push(next);
+            }
+            _ => expanded.push(c),
+        }
+    }
+    format_time(&expanded, UNIX_EPOCH + Duration::from_nanos(since_epoch_ns))
+}
+
 unsafe extern "C" {
     /// POSIX `tzset` (missing from the `libc` crate): re-reads `TZ`, as `localtime` does.
     fn tzset();
@@ -68,7 +92,6 @@ fn local_tm(when: SystemTime) -> Result<libc::tm, TimeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     /// The tests run with TZ=UTC so that local time is predictable.
     fn at(secs: u64) -> SystemTime {
@@ -98,6 +121,18 @@ mod tests {
             "%|+0000|UTC|1795240084\n"
         );
         assert_eq!(fmt("%H:%M:%S.%f|", 1_795_240_084), "05:48:04.%f|");
+    }
+
+    /// `strftime("%H:%M:%S.%f", ns)` → `05:48:04.123456`; `%%f` prints `%f`
+    /// (bpftrace 0.17 garbles it); `%%%f` a percent and the microseconds.
+    #[test]
+    fn timestamps_with_micros() {
+        at(0);
+        let ns = 1_795_240_084 * 1_000_000_000 + 123_456_789;
+        let text = |f: &str| String::from_utf8(format_timestamp(f, ns).unwrap()).unwrap();
+        assert_eq!(text("%H:%M:%S.%f"), "05:48:04.123456");
+        assert_eq!(text("%%f|%%%f"), "%f|%123456");
+        assert_eq!(text("%Y"), "2026");
     }
 
     /// `time("")` is an error (bpftrace prints `strftime returned 0`); long output still fits.

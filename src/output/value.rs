@@ -1,16 +1,15 @@
 //! Output stage, step one: raw little-endian bytes (a map key, a map value or a
-//! message field) plus their [`ValueType`] → a [`Value`]; and a [`Value`] → the
-//! text bpftrace 0.17 prints for it in map keys, map values and `print(value)`.
+//! message field) plus their [`ValueType`] → a [`Value`], and the order
+//! bpftrace sorts values in. `super::text` turns values into text.
 //!
-//! Symbols and probe names stay unresolved ids here; whoever prints them
-//! supplies a [`Resolve`] implementation that turns the ids into text.
+//! Symbols, stacks and probe names stay unresolved ids here.
 
 use std::cmp::Ordering;
 
 use thiserror::Error;
 
 use super::cvalue;
-use crate::vocab::ValueType;
+use crate::vocab::{StackType, ValueType};
 
 /// A decoded value. Integers keep their signedness so that printing and
 /// `printf` conversions can sign- or zero-extend them the way C does.
@@ -24,10 +23,12 @@ pub enum Value {
     /// UTF-8, and bpftrace prints them byte for byte.
     Str(Vec<u8>),
     Tuple(Vec<Value>),
-    /// A code address printed as a symbol.
-    Symbol {
-        kernel: bool,
+    /// A kernel code address printed as a symbol (`ksym`).
+    KernelSymbol(u64),
+    /// A user code address of process `pid`, printed as a symbol (`usym`).
+    UserSymbol {
         addr: u64,
+        pid: u64,
     },
     /// An index into `Compiled::programs`, printed as the probe name.
     Probe(u64),
@@ -35,6 +36,34 @@ pub enum Value {
     Struct(Vec<(String, Value)>),
     /// A C array held by value.
     Array(Vec<Value>),
+    /// A stack as the probe stored it (see [`ValueType::Stack`]).
+    Stack {
+        stack: StackType,
+        raw: u64,
+    },
+    /// `ntop()`: address family and address bytes.
+    Inet {
+        family: u64,
+        addr: [u8; 16],
+    },
+    /// `username`: a uid.
+    Username(u64),
+    /// `buf()`: the bytes kept.
+    Buffer(Vec<u8>),
+    /// `strftime()`: format index and nanoseconds since boot.
+    Timestamp {
+        format: u64,
+        nsecs: u64,
+    },
+    /// `macaddr()`.
+    MacAddr([u8; 6]),
+    /// `cgroup_path()`: filter index and cgroup id.
+    CgroupPath {
+        filter: u64,
+        id: u64,
+    },
+    /// `strerror()`: an errno.
+    Strerror(u64),
 }
 
 impl Value {
@@ -43,9 +72,10 @@ impl Value {
         match self {
             Value::Int(v) => Some(*v as u64),
             Value::UInt(v) => Some(*v),
-            Value::Symbol { addr, .. } => Some(*addr),
-            Value::Probe(i) => Some(*i),
-            Value::Str(_) | Value::Tuple(_) | Value::Struct(_) | Value::Array(_) => None,
+            Value::KernelSymbol(addr) | Value::Stack { raw: addr, .. } => Some(*addr),
+            Value::UserSymbol { addr, .. } => Some(*addr),
+            Value::Probe(i) | Value::Username(i) | Value::Strerror(i) => Some(*i),
+            _ => None,
         }
     }
 
@@ -103,15 +133,41 @@ pub(super) fn decode_at(bytes: &[u8], offset: usize, ty: &ValueType) -> Result<V
             .map(|(off, fty)| decode_at(bytes, offset + *off as usize, fty))
             .collect::<Result<_, _>>()
             .map(Value::Tuple),
-        ValueType::Symbol { kernel } => Ok(Value::Symbol {
-            kernel: *kernel,
+        ValueType::Symbol { kernel: true } => Ok(Value::KernelSymbol(read_u64(field))),
+        ValueType::Symbol { kernel: false } => Ok(Value::UserSymbol {
             addr: read_u64(field),
+            pid: read_u64(&field[8..]),
         }),
         ValueType::Probe => Ok(Value::Probe(read_u64(field))),
         ValueType::Struct { fields, size, .. } => {
             cvalue::decode_struct(bytes, offset, fields, *size)
         }
         ValueType::Array { elem, len } => cvalue::decode_array(bytes, offset, elem, *len),
+        ValueType::Stack(stack) => Ok(Value::Stack {
+            stack: *stack,
+            raw: read_u64(field),
+        }),
+        ValueType::Inet => Ok(Value::Inet {
+            family: read_u64(field),
+            addr: field[8..24].try_into().expect("24 bytes sliced"),
+        }),
+        ValueType::Username => Ok(Value::Username(read_u64(field))),
+        ValueType::Buffer { len } => {
+            let kept = read_u64(field).min(u64::from(*len)) as usize;
+            Ok(Value::Buffer(field[8..8 + kept].to_vec()))
+        }
+        ValueType::Timestamp => Ok(Value::Timestamp {
+            format: read_u64(field),
+            nsecs: read_u64(&field[8..]),
+        }),
+        ValueType::MacAddr => Ok(Value::MacAddr(
+            field[..6].try_into().expect("8 bytes sliced"),
+        )),
+        ValueType::CgroupPath => Ok(Value::CgroupPath {
+            filter: read_u64(field),
+            id: read_u64(&field[8..]),
+        }),
+        ValueType::Strerror => Ok(Value::Strerror(read_u64(field))),
     }
 }
 
@@ -147,79 +203,16 @@ fn decode_int(field: &[u8], size: u8, signed: bool) -> Result<Value, DecodeError
     Ok(Value::Int(((raw << unused) as i64) >> unused))
 }
 
-/// Turns the ids that only the runtime can interpret into text.
-pub trait Resolve {
-    /// A symbolized address (`func+off`, or the number when unknown).
-    fn symbol(&self, kernel: bool, addr: u64) -> Vec<u8>;
-    /// The name of the probe at this index of `Compiled::programs`.
-    fn probe(&self, index: u64) -> Vec<u8>;
-}
-
-/// A [`Resolve`] that prints raw numbers, for tests.
-#[derive(Clone, Copy, Debug, Default)]
-#[cfg(test)]
-pub struct RawIds;
-
-#[cfg(test)]
-impl Resolve for RawIds {
-    fn symbol(&self, _kernel: bool, addr: u64) -> Vec<u8> {
-        addr.to_string().into_bytes()
-    }
-    fn probe(&self, index: u64) -> Vec<u8> {
-        format!("probe#{index}").into_bytes()
-    }
-}
-
-/// Appends the text of `value` as bpftrace prints it: integers in decimal,
-/// strings raw, tuples as `(1, abc)`, structs as `{ .a = 1 }`.
-pub fn write_value(out: &mut Vec<u8>, value: &Value, resolver: &dyn Resolve) {
-    write_styled(out, value, resolver, false);
-}
-
-/// Appends the text of `value` as bpftrace prints it in a map key, where
-/// structs are compact: `{.a=1,.b=2}`.
-pub fn write_key_value(out: &mut Vec<u8>, value: &Value, resolver: &dyn Resolve) {
-    write_styled(out, value, resolver, true);
-}
-
-/// [`write_value`], or [`write_key_value`] when `key`.
-pub(super) fn write_styled(out: &mut Vec<u8>, value: &Value, resolver: &dyn Resolve, key: bool) {
-    match value {
-        Value::Int(v) => out.extend_from_slice(v.to_string().as_bytes()),
-        Value::UInt(v) => out.extend_from_slice(v.to_string().as_bytes()),
-        Value::Str(s) => out.extend_from_slice(s),
-        Value::Tuple(fields) => {
-            out.push(b'(');
-            write_tuple_fields(out, fields, resolver, key);
-            out.push(b')');
-        }
-        Value::Symbol { kernel, addr } => out.extend(resolver.symbol(*kernel, *addr)),
-        Value::Probe(index) => out.extend(resolver.probe(*index)),
-        Value::Struct(fields) => cvalue::write_struct(out, fields, resolver, key),
-        Value::Array(items) => cvalue::write_array(out, items, resolver, key),
-    }
-}
-
-/// Appends tuple fields separated by `", "`, without parentheses (the form of a
-/// multi-key map key: `@x[1, abc]`).
-pub fn write_fields(out: &mut Vec<u8>, fields: &[Value], resolver: &dyn Resolve) {
-    write_tuple_fields(out, fields, resolver, true);
-}
-
-fn write_tuple_fields(out: &mut Vec<u8>, fields: &[Value], resolver: &dyn Resolve, key: bool) {
-    for (i, field) in fields.iter().enumerate() {
-        if i > 0 {
-            out.extend_from_slice(b", ");
-        }
-        write_styled(out, field, resolver, key);
-    }
-}
-
 /// The order bpftrace 0.17 sorts map keys in: integers as unsigned 64-bit
 /// numbers (so `-1` sorts after `256`), strings bytewise, tuples field by field.
 pub fn key_order(a: &Value, b: &Value) -> Ordering {
     match (a, b) {
         (Value::Str(x), Value::Str(y)) => x.cmp(y),
+        (Value::Timestamp { nsecs: x, .. }, Value::Timestamp { nsecs: y, .. })
+        | (Value::CgroupPath { id: x, .. }, Value::CgroupPath { id: y, .. }) => x.cmp(y),
+        (x, y) if sort_bytes(x).is_some() && sort_bytes(y).is_some() => {
+            sort_bytes(x).cmp(&sort_bytes(y))
+        }
         (Value::Tuple(x), Value::Tuple(y)) | (Value::Array(x), Value::Array(y)) => x
             .iter()
             .zip(y)
@@ -248,6 +241,16 @@ fn rank(v: &Value) -> u8 {
     }
 }
 
+/// The raw bytes of values that sort as bytes (buffers, addresses).
+fn sort_bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::Buffer(bytes) => Some(bytes),
+        Value::Inet { addr, .. } => Some(addr),
+        Value::MacAddr(addr) => Some(addr),
+        _ => None,
+    }
+}
+
 /// Numeric order of integer values (signed ones as signed), `None` otherwise.
 pub fn numeric_order(a: &Value, b: &Value) -> Option<Ordering> {
     let wide = |v: &Value| match v {
@@ -261,12 +264,6 @@ pub fn numeric_order(a: &Value, b: &Value) -> Option<Ordering> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn text(v: &Value) -> String {
-        let mut out = Vec::new();
-        write_value(&mut out, v, &RawIds);
-        String::from_utf8(out).unwrap()
-    }
 
     fn int(size: u8, signed: bool) -> ValueType {
         ValueType::Int { size, signed }
@@ -332,32 +329,26 @@ mod tests {
         assert_eq!(decode(&[0; 3], &int(3, true)), Err(DecodeError::IntSize(3)));
     }
 
-    /// Symbols and probes decode to their raw ids.
+    /// Symbols (user ones with their process) and probes decode to their raw ids.
     #[test]
     fn decodes_ids() {
         assert_eq!(
             decode(&7u64.to_le_bytes(), &ValueType::Symbol { kernel: true }),
-            Ok(Value::Symbol {
-                kernel: true,
-                addr: 7
+            Ok(Value::KernelSymbol(7))
+        );
+        let mut user = 0x4010u64.to_le_bytes().to_vec();
+        user.extend(42u64.to_le_bytes());
+        assert_eq!(
+            decode(&user, &ValueType::Symbol { kernel: false }),
+            Ok(Value::UserSymbol {
+                addr: 0x4010,
+                pid: 42
             })
         );
         assert_eq!(
             decode(&2u64.to_le_bytes(), &ValueType::Probe),
             Ok(Value::Probe(2))
         );
-    }
-
-    /// `print((1, (2, "x"), -3))` prints `(1, (2, x), -3)` (bpftrace 0.17).
-    #[test]
-    fn prints_nested_tuples() {
-        let v = Value::Tuple(vec![
-            Value::Int(1),
-            Value::Tuple(vec![Value::Int(2), Value::Str(b"x".to_vec())]),
-            Value::Int(-3),
-        ]);
-        assert_eq!(text(&v), "(1, (2, x), -3)");
-        assert_eq!(text(&Value::UInt(u64::MAX)), "18446744073709551615");
     }
 
     /// `print(@t, 0, 2)` of `(-7, "a", (int8)-1)` prints `(-3, a, 0)`.
@@ -368,12 +359,44 @@ mod tests {
             Value::Str(b"a".to_vec()),
             Value::Int(-1),
         ]);
-        assert_eq!(text(&v.divided(2)), "(-3, a, 0)");
+        let want = Value::Tuple(vec![
+            Value::Int(-3),
+            Value::Str(b"a".to_vec()),
+            Value::Int(0),
+        ]);
+        assert_eq!(v.divided(2), want);
         assert_eq!(
             Value::UInt(u64::MAX).divided(2),
             Value::UInt(i64::MAX as u64)
         );
         assert_eq!(Value::Int(5).divided(0), Value::Int(5));
+    }
+
+    /// Buffers keep the bytes their length says; an oversized length is
+    /// clamped to the buffer, never read past it.
+    #[test]
+    fn decodes_buffers_by_length() {
+        let ty = ValueType::Buffer { len: 4 };
+        let mut bytes = 3u64.to_le_bytes().to_vec();
+        bytes.extend(b"abcd");
+        assert_eq!(decode(&bytes, &ty), Ok(Value::Buffer(b"abc".to_vec())));
+        bytes[..8].copy_from_slice(&99u64.to_le_bytes());
+        assert_eq!(decode(&bytes, &ty), Ok(Value::Buffer(b"abcd".to_vec())));
+        assert!(decode(&bytes[..10], &ty).is_err());
+    }
+
+    /// Addresses decode with their family; MAC addresses keep 6 bytes.
+    #[test]
+    fn decodes_addresses() {
+        let mut bytes = 2u64.to_le_bytes().to_vec();
+        bytes.extend([127, 0, 0, 1]);
+        bytes.resize(24, 0);
+        let Ok(Value::Inet { family: 2, addr }) = decode(&bytes, &ValueType::Inet) else {
+            panic!("an IPv4 address");
+        };
+        assert_eq!(addr[..4], [127, 0, 0, 1]);
+        let mac = decode(&[1, 2, 3, 4, 5, 6, 0, 0], &ValueType::MacAddr);
+        assert_eq!(mac, Ok(Value::MacAddr([1, 2, 3, 4, 5, 6])));
     }
 
     /// Keys sort as unsigned numbers: 1, 2, 256, -256, -1 (bpftrace 0.17, `@d[256]="a"; ...`).

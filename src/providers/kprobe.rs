@@ -25,7 +25,11 @@ const BANNED_KRETPROBES: [&str; 4] = [
 ];
 
 impl Provider for Kprobe {
-    fn types(&self) -> &'static [super::ProbeType] {
+    fn registers(&self) -> bool {
+        true
+    }
+
+    fn types(&self) -> &'static [ProbeType] {
         &[
             ProbeType {
                 name: "kprobe",

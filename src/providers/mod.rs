@@ -68,6 +68,12 @@ pub trait Provider: Sync {
         None
     }
 
+    /// Whether the context starts with the interrupted task's registers
+    /// (`struct pt_regs`), which `reg()` reads.
+    fn registers(&self) -> bool {
+        false
+    }
+
     /// Whether pointers the probe gets are BTF-typed for the verifier
     /// (`BPF_PROG_TYPE_TRACING` with typed arguments): they can then be read
     /// directly and passed to helpers taking BTF pointers.

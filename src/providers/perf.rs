@@ -21,6 +21,10 @@ use crate::vocab::{
 pub struct Perf;
 
 impl Provider for Perf {
+    fn registers(&self) -> bool {
+        true
+    }
+
     fn types(&self) -> &'static [ProbeType] {
         &[
             ProbeType {

@@ -23,12 +23,7 @@ impl Provider for RawTracepoint {
         Some(crate::vocab::GlobalSlot::RawTracepointStackSkip)
     }
 
-    fn resolve(
-        &self,
-        _ty: &str,
-        spec: &Spec,
-        _env: &dyn Environment,
-    ) -> Result<Resolved, String> {
+    fn resolve(&self, _ty: &str, spec: &Spec, _env: &dyn Environment) -> Result<Resolved, String> {
         let name = match spec.parts.as_slice() {
             [name] | [_, name] => *name,
             _ => return Err(format!("`{spec}`: expected `rawtracepoint:NAME`")),

@@ -22,12 +22,7 @@ impl Provider for TpBtf {
         Some(crate::vocab::GlobalSlot::RawTracepointStackSkip)
     }
 
-    fn resolve(
-        &self,
-        _ty: &str,
-        spec: &Spec,
-        env: &dyn Environment,
-    ) -> Result<Resolved, String> {
+    fn resolve(&self, _ty: &str, spec: &Spec, env: &dyn Environment) -> Result<Resolved, String> {
         spec.expect_parts(1, "tp_btf:NAME")?;
         let name = spec.parts[0];
         let args = env.tp_btf_args(name)?;

@@ -19,6 +19,10 @@ use crate::vocab::{
 pub struct Uprobe;
 
 impl Provider for Uprobe {
+    fn registers(&self) -> bool {
+        true
+    }
+
     fn types(&self) -> &'static [ProbeType] {
         &[
             ProbeType {

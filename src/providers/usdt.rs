@@ -11,6 +11,10 @@ use crate::vocab::{ArgRead, AttachPoint, Context, Environment, KernelFeature};
 pub struct Usdt;
 
 impl Provider for Usdt {
+    fn registers(&self) -> bool {
+        true
+    }
+
     fn types(&self) -> &'static [ProbeType] {
         &[ProbeType {
             name: "usdt",

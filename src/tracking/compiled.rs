@@ -7,7 +7,7 @@
 //! read: their `tp_btf` tracepoints and the struct members they follow,
 //! typed as on Linux 6.x.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate::capture::model::RecordSchema;
@@ -16,7 +16,9 @@ use crate::tracking::Tracking;
 use crate::tracking::options::{Feature, parse_stack_arg};
 use crate::tracking::trackers;
 use crate::vocab::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType};
-use crate::vocab::{BtfArg, Environment, FunctionTarget, TracepointField, UsdtTarget};
+use crate::vocab::{
+    BtfArg, Environment, FunctionTarget, ObjectSymbol, TracepointField, UsdtTarget,
+};
 
 /// The `--pmu` counter the compiled trackers read.
 pub const COUNTER: &str = "cpu-cycles";
@@ -203,6 +205,22 @@ impl Environment for TrackerMachine {
 
     fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String> {
         FakeMachine.kernel_type_named(name)
+    }
+
+    fn kernel_symbol(&self, name: &str) -> Result<u64, String> {
+        FakeMachine.kernel_symbol(name)
+    }
+
+    fn object_symbol(&self, binary: &Path, name: &str) -> Result<ObjectSymbol, String> {
+        FakeMachine.object_symbol(binary, name)
+    }
+
+    fn code_address(&self, binary: &Path, file_offset: u64) -> Result<u64, String> {
+        FakeMachine.code_address(binary, file_offset)
+    }
+
+    fn cgroup_id(&self, path: &str) -> Result<u64, String> {
+        FakeMachine.cgroup_id(path)
     }
 }
 

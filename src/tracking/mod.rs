@@ -50,6 +50,7 @@ impl Tracking {
             }),
             includes: Default::default(),
             map_keys_max: None,
+            unsafe_builtins: false,
         })
     }
 

@@ -21,6 +21,8 @@ pub enum GlobalSlot {
     /// at start-up (`runtime::bpf::stack_skip`) and passed to
     /// `bpf_get_stack` as its skip count.
     RawTracepointStackSkip = 4,
+    /// Messages the ring buffer had no room for (printed as `Lost N events`).
+    LostMessages = 5,
 }
 
 pub const GLOBAL_SLOTS: u32 = 5;

@@ -17,11 +17,12 @@ pub enum ValueType {
         fields: Vec<(u32, ValueType)>,
         size: u32,
     },
-    /// u64 address printed as a symbol.
+    /// A code address printed as a symbol: a u64 (`ksym`), or for user
+    /// addresses (`usym`) the u64 address then the u64 process id.
     Symbol {
         kernel: bool,
     },
-    /// A probe name, stored as a u64 index into `Compiled::programs`.
+    /// A probe name, stored as a u64 index into `Compiled::probe_names`.
     Probe,
     /// A C struct or union as C lays it out; `size` includes padding.
     Struct {
@@ -34,6 +35,29 @@ pub enum ValueType {
         elem: Box<ValueType>,
         len: u32,
     },
+    /// `kstack`/`ustack`: a u64 whose low 32 bits are an id into the stack
+    /// trace map of the stack's depth (negative: no stack); a user stack has
+    /// the thread id in its high 32 bits, as bpftrace stores it.
+    Stack(StackType),
+    /// `ntop()`: the u64 address family (2 or 10), then 16 address bytes
+    /// (an IPv4 address in the first 4).
+    Inet,
+    /// `username`: a u64 uid printed as its name.
+    Username,
+    /// `buf()`: the u64 number of bytes kept, then `len` bytes.
+    Buffer {
+        len: u32,
+    },
+    /// `strftime()`: the u64 index of its format in `Compiled::texts`, then
+    /// u64 nanoseconds since boot.
+    Timestamp,
+    /// `macaddr()`: 6 bytes, padded to 8.
+    MacAddr,
+    /// `cgroup_path()`: the u64 index of its hierarchy filter in
+    /// `Compiled::texts`, then the u64 cgroup id.
+    CgroupPath,
+    /// `strerror()`: a u64 errno printed as its message.
+    Strerror,
 }
 
 /// A member of a [`ValueType::Struct`].
@@ -54,8 +78,17 @@ impl ValueType {
             ValueType::Int { size, .. } => u32::from(*size),
             ValueType::Str { len } => *len,
             ValueType::Tuple { size, .. } | ValueType::Struct { size, .. } => *size,
-            ValueType::Symbol { .. } | ValueType::Probe => 8,
             ValueType::Array { elem, len } => elem.size() * len,
+            ValueType::Symbol { kernel: true } => 8,
+            ValueType::Symbol { kernel: false } => 16,
+            ValueType::Probe
+            | ValueType::Stack(_)
+            | ValueType::Username
+            | ValueType::MacAddr
+            | ValueType::Strerror => 8,
+            ValueType::Inet => 24,
+            ValueType::Buffer { len } => 8 + len,
+            ValueType::Timestamp | ValueType::CgroupPath => 16,
         }
     }
 
@@ -66,7 +99,39 @@ impl ValueType {
             ValueType::Str { .. } => 1,
             ValueType::Struct { align, .. } => *align,
             ValueType::Array { elem, .. } => elem.align(),
-            ValueType::Tuple { .. } | ValueType::Symbol { .. } | ValueType::Probe => 8,
+            _ => 8,
         }
+    }
+}
+
+/// How `kstack`/`ustack` are taken and printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StackType {
+    /// User frames (`ustack`), else kernel frames (`kstack`).
+    pub user: bool,
+    pub mode: StackMode,
+    /// Frames kept: the stack trace map of this depth holds the frames.
+    pub depth: u32,
+}
+
+/// How a stack prints: bpftrace's `kstack(bpftrace)` (the default) or
+/// `kstack(perf)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StackMode {
+    /// One `symbol+offset` per line, indented.
+    Bpftrace,
+    /// `\taddress symbol+offset (module)` per line, as `perf script`.
+    Perf,
+}
+
+impl StackType {
+    /// Frames kept when no depth is given, as bpftrace.
+    pub const DEFAULT_DEPTH: u32 = 127;
+    /// The largest depth bpftrace accepts.
+    pub const MAX_DEPTH: u32 = 1024;
+
+    /// The builtin's name: `kstack` or `ustack`.
+    pub fn name(self) -> &'static str {
+        if self.user { "ustack" } else { "kstack" }
     }
 }

@@ -56,6 +56,17 @@ pub struct UsdtTarget {
     pub args: Vec<UsdtArgSpec>,
 }
 
+/// A data symbol (`STT_OBJECT`) of a binary, for `uaddr()`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObjectSymbol {
+    /// The link-time virtual address.
+    pub address: u64,
+    pub size: u64,
+    /// Whether the binary is position independent (`ET_DYN`): its symbols
+    /// are then relative to where it is loaded.
+    pub relocatable: bool,
+}
+
 /// What the checker may ask about the machine. Errors are messages for a
 /// diagnostic on the probe spec.
 pub trait Environment {
@@ -125,6 +136,15 @@ pub trait Environment {
         let _ = function;
         Err(format!("{} has no debug info", binary.display()))
     }
+    /// The address of kernel symbol `name` (`kaddr()`); the error says why
+    /// it is not known.
+    fn kernel_symbol(&self, name: &str) -> Result<u64, String>;
+    /// Data symbol `name` of `binary` (`uaddr()`).
+    fn object_symbol(&self, binary: &Path, name: &str) -> Result<ObjectSymbol, String>;
+    /// The link-time virtual address of byte `file_offset` of `binary`'s code.
+    fn code_address(&self, binary: &Path, file_offset: u64) -> Result<u64, String>;
+    /// The id of the cgroup at `path` (`cgroupid()`): its inode number.
+    fn cgroup_id(&self, path: &str) -> Result<u64, String>;
 }
 
 /// A function parameter named by a binary's debug info.

@@ -10,9 +10,13 @@ pub struct MapId(pub u32);
 pub enum MapKind {
     Hash,
     PerCpuHash,
+    /// A hash that evicts its least recently used entry when full.
+    LruHash,
     Array,
     PerCpuArray,
     RingBuf,
+    /// Stacks by id (`bpf_get_stackid`), for `kstack`/`ustack` values.
+    StackTrace,
     /// `BPF_MAP_TYPE_TASK_STORAGE`: a value per task, keyed by a BTF task
     /// pointer in BPF. The kernel requires BTF for the key (`int`) and value
     /// types; the loader makes it.

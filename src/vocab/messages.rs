@@ -40,6 +40,10 @@ pub enum Message {
     /// offset 8; user space sets program `program`'s breakpoint on it (and,
     /// for a `watchpoint`, lets the stopped tracee continue).
     Watch { program: u32 },
+    /// A thread took a user address (`ustack`, `usym()`) for the first time:
+    /// its u64 `pid_tgid` at offset 8. User space keeps its process's
+    /// mappings, so the address still names its function after the exit.
+    ThreadSeen,
 }
 
 /// What a built-in statement sends and keeps for user space; each built-in

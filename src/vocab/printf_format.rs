@@ -92,6 +92,20 @@ pub enum Conversion {
     Str,
     /// `p`.
     Pointer,
+    /// `r`, `rx`, `rh`: the bytes of a `buf()`.
+    Buffer(BufferStyle),
+}
+
+/// How `buf()` bytes print: `%r` (and `print`, maps) [`BufferStyle::Escaped`],
+/// `%rx` [`BufferStyle::Hex`], `%rh` [`BufferStyle::Spaced`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufferStyle {
+    /// Printable ASCII (32..=126) as is, other bytes `\xNN`.
+    Escaped,
+    /// Every byte `\xNN`.
+    Hex,
+    /// Every byte `NN`, separated by spaces.
+    Spaced,
 }
 
 /// What kind of argument a conversion consumes.
@@ -101,6 +115,8 @@ pub enum ArgKind {
     Integer,
     /// A string, or anything printed as text: stacks, symbols, probe names (`s`).
     Text,
+    /// A `buf()` (`r`, `rx`, `rh`).
+    Buffer,
 }
 
 impl Spec {
@@ -108,6 +124,7 @@ impl Spec {
     pub fn arg_kind(&self) -> ArgKind {
         match self.conversion {
             Conversion::Str => ArgKind::Text,
+            Conversion::Buffer(_) => ArgKind::Buffer,
             _ => ArgKind::Integer,
         }
     }
@@ -204,6 +221,15 @@ fn scan_percent(s: &str, offset: usize) -> (Token, usize) {
     let length = cur.length();
     let conv_at = cur.pos;
     let conv = cur.next_char();
+    let buffer_style = match (conv, cur.peek()) {
+        (Some('r'), Some(b'x')) => Some(BufferStyle::Hex),
+        (Some('r'), Some(b'h')) => Some(BufferStyle::Spaced),
+        (Some('r'), _) => Some(BufferStyle::Escaped),
+        _ => None,
+    };
+    if matches!(buffer_style, Some(BufferStyle::Hex | BufferStyle::Spaced)) {
+        cur.pos += 1;
+    }
     let spec = |conversion| Spec {
         offset,
         flags,
@@ -214,7 +240,9 @@ fn scan_percent(s: &str, offset: usize) -> (Token, usize) {
     };
     let result = match conv {
         None => Err(FormatError::MissingConversion { offset }),
-        Some(c) => conversion(c)
+        Some(c) => buffer_style
+            .map(Conversion::Buffer)
+            .or_else(|| conversion(c))
             .ok_or(FormatError::UnknownConversion { offset, found: c })
             .and_then(|conversion| check_length(spec(conversion), c, conv_at > cur.len_start)),
     };
@@ -227,9 +255,12 @@ fn scan_percent(s: &str, offset: usize) -> (Token, usize) {
     }
 }
 
-/// `%c` and `%s` take no length modifier (bpftrace 0.17 rejects `%lc`, `%ls`).
+/// `%c`, `%s` and `%r` take no length modifier (bpftrace 0.17 rejects `%lc`, `%ls`).
 fn check_length(spec: Spec, c: char, has_length: bool) -> Result<Spec, FormatError> {
-    let text_like = matches!(spec.conversion, Conversion::Char | Conversion::Str);
+    let text_like = matches!(
+        spec.conversion,
+        Conversion::Char | Conversion::Str | Conversion::Buffer(_)
+    );
     if has_length && text_like {
         return Err(FormatError::LengthNotAllowed {
             offset: spec.offset,
@@ -375,5 +406,24 @@ mod tests {
             (Length::Long, Conversion::Hex, ArgKind::Integer)
         );
         assert_eq!(all[1].arg_kind(), ArgKind::Text);
+    }
+
+    /// `%r`, `%rx`, `%rh` take a buffer; `%-10rh` keeps its width.
+    #[test]
+    fn parses_buffer_conversions() {
+        let pieces = parse_format("%r|%rx|%-10rh|%rq").unwrap();
+        let all: Vec<_> = specs(&pieces).map(|s| s.conversion).collect();
+        assert_eq!(
+            all,
+            [
+                Conversion::Buffer(BufferStyle::Escaped),
+                Conversion::Buffer(BufferStyle::Hex),
+                Conversion::Buffer(BufferStyle::Spaced),
+                Conversion::Buffer(BufferStyle::Escaped),
+            ]
+        );
+        assert_eq!(specs(&pieces).nth(2).unwrap().width, Some(10));
+        assert_eq!(pieces.last(), Some(&Piece::Literal("q".into())));
+        assert!(specs(&pieces).all(|s| s.arg_kind() == ArgKind::Buffer));
     }
 }

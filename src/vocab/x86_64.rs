@@ -23,6 +23,24 @@ pub const RDI: u16 = 112;
 pub const RIP: u16 = 128;
 pub const RSP: u16 = 152;
 
+/// The members of `struct pt_regs` by the names `reg()` takes (bpftrace's,
+/// the kernel's without the `r`/`e` prefix), each 8 bytes from offset 0.
+const PT_REGS_NAMES: [&str; 21] = [
+    "r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8", "ax", "cx", "dx", "si", "di",
+    "orig_ax", "ip", "cs", "flags", "sp", "ss",
+];
+
+/// The `pt_regs` offset of the register `reg(name)` reads.
+pub fn pt_regs_offset(name: &str) -> Option<u16> {
+    let index = PT_REGS_NAMES.iter().position(|n| *n == name)?;
+    Some(index as u16 * 8)
+}
+
+/// Every name [`pt_regs_offset`] knows, for error messages.
+pub fn pt_regs_names() -> &'static [&'static str] {
+    &PT_REGS_NAMES
+}
+
 /// The registers holding a function's first six integer arguments (System V).
 pub const ARGUMENTS: [u16; 6] = [RDI, RSI, RDX, RCX, R8, R9];
 /// The register holding a function's return value.
@@ -88,6 +106,16 @@ impl Register {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `reg()` names agree with the named offsets.
+    #[test]
+    fn register_names() {
+        assert_eq!(pt_regs_offset("ip"), Some(RIP));
+        assert_eq!(pt_regs_offset("sp"), Some(RSP));
+        assert_eq!(pt_regs_offset("di"), Some(RDI));
+        assert_eq!(pt_regs_offset("bp"), Some(RBP));
+        assert_eq!(pt_regs_offset("rip"), None);
+    }
 
     /// Narrow and high-byte names map to their 64-bit register; the argument
     /// registers are rdi, rsi, rdx, rcx, r8, r9.

@@ -337,6 +337,51 @@ fn strings_and_ternaries_at_run_time() {
     assert_eq!(map_lines(&out.stdout), expected, "{}", out.stdout);
 }
 
+/// `signal("SIGKILL")` (with `--unsafe`) kills the task the probe fired in:
+/// the workload never reaches the calls after `answer()` (`@fib` prints 0:
+/// keyless count maps always exist, as in bpftrace).
+#[test]
+fn signal_kills_the_probed_task() {
+    require_bpf!();
+    let t = workload("uprobe_target");
+    let script = format!(
+        "uprobe:{t}:answer {{ @answer = count(); signal(\"SIGKILL\"); }}\n\
+         uprobe:{t}:fib {{ @fib = count(); }}"
+    );
+    let out = wprof_ok(&["--unsafe", "-e", &script, "-c", &format!("{t} 3")]);
+    assert_eq!(
+        map_lines(&out.stdout),
+        entries([("@answer", 1), ("@fib", 0)]),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        !out.stderr.contains("uprobe_target done"),
+        "the workload ran to its end:\n{}",
+        out.stderr
+    );
+}
+
+/// A user stack kept as a map key names its functions when printed at exit,
+/// after the process is gone (bpftrace prints raw addresses then). The
+/// workload lives 300 ms after the call: wprof reads its mappings when it
+/// handles the thread's first report, which a loaded machine can delay.
+#[test]
+fn ustack_keys_resolve_after_the_process_exits() {
+    require_bpf!();
+    let t = workload("uprobe_target");
+    let script = format!("uprobe:{t}:answer {{ @[ustack(2)] = count(); }}");
+    let out = wprof_ok(&["-e", &script, "-c", &format!("{t} 2 300")]);
+    // The caller is libc's start code, whose offset depends on the libc build.
+    assert!(
+        out.stdout
+            .contains("\n@[\n    answer+0\n    __libc_start_call_main+"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.ends_with("\n]: 1\n"), "{}", out.stdout);
+}
+
 /// With `__BPFTRACE_NOTIFY_PROBES_ATTACHED` set (bpftrace's runtime-test runner
 /// sets it), wprof says on stderr, once, that the probes are attached; without
 /// it, it says nothing.

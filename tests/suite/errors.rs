@@ -248,3 +248,59 @@ fn missing_kprobes_exact_message() {
    ╰────",
     );
 }
+
+/// `system()` without `--unsafe` is refused, and the help names the flag.
+#[test]
+fn unsafe_builtin_needs_the_flag() {
+    assert_rejected(
+        r#"BEGIN { system("ls"); }"#,
+        r#"  × system() is an unsafe function: it runs a shell command for each event
+   ╭─[<script>:1:9]
+ 1 │ BEGIN { system("ls"); }
+   ·         ────────────
+   ╰────
+  help: run wprof with --unsafe to allow it"#,
+    );
+}
+
+/// `path()` outside fentry/fexit names the kernel helper it needs.
+#[test]
+fn path_needs_a_tracing_program() {
+    assert_rejected(
+        r#"tracepoint:syscalls:sys_enter_openat { printf("%s", path(args->filename)); }"#,
+        r#"  × path() can only be used in fentry and fexit (kfunc, kretfunc) probes
+   ╭─[<script>:1:53]
+ 1 │ tracepoint:syscalls:sys_enter_openat { printf("%s", path(args->filename)); }
+   ·                                                     ────────────────────
+   ╰────
+  help: bpf_d_path, which path() calls, is a helper of BPF tracing programs only"#,
+    );
+}
+
+/// `skboutput()` is unknown, and the help says which helper it would need.
+#[test]
+fn skboutput_names_its_helper() {
+    assert_rejected(
+        r#"BEGIN { @x = skboutput("f", 0, 1, 0); }"#,
+        r#"  × unknown function `skboutput`
+   ╭─[<script>:1:14]
+ 1 │ BEGIN { @x = skboutput("f", 0, 1, 0); }
+   ·              ───────────────────────
+   ╰────
+  help: wprof does not support skboutput(): bpftrace writes packets to a pcap file with it
+        (bpf_skb_output, a helper of fentry/fexit programs); capture packets with tcpdump"#,
+    );
+}
+
+/// A stack deeper than bpftrace's limit is refused on the depth.
+#[test]
+fn stack_depth_limit() {
+    assert_rejected(
+        r#"BEGIN { printf("%s\n", kstack(2000)); }"#,
+        r#"  × kstack's depth must be from 1 to 1024, not 2000
+   ╭─[<script>:1:31]
+ 1 │ BEGIN { printf("%s\n", kstack(2000)); }
+   ·                               ────
+   ╰────"#,
+    );
+}

@@ -110,28 +110,17 @@ pub const TOOLS: &[(&str, Kind)] = &[
 /// Tools that need a construct another issue-13 branch adds: (tool, the
 /// construct and its branch, the first error wprof reports without it).
 pub const PENDING: &[(&str, &str, &str)] = &[
-    (
-        "biostacks",
-        "kstack as a map value (lang-values)",
-        "unknown identifier `kstack`",
-    ),
     ("dcsnoop", "#ifndef/#endif (lang-types)", "found `path`"),
     (
-        "execsnoop",
-        "join() (lang-values)",
-        "unknown function `join`",
-    ),
-    (
         "loads",
-        "kaddr() and integer deref (lang-values)",
-        "unknown function `kaddr`",
+        "dereference of an integer address (lang-types)",
+        "pointer dereference needs typed pointers",
     ),
     (
         "naptime",
         "BTF-typed tracepoint pointer args (lang-types)",
         "has no field `tv_sec`",
     ),
-    ("oomkill", "cat() (lang-values)", "unknown function `cat`"),
     (
         "runqlat",
         "TASK_RUNNING from <linux/sched.h> (lang-types)",
@@ -176,11 +165,6 @@ pub const PENDING: &[(&str, &str, &str)] = &[
         "tcpretrans",
         "AF_INET from <sys/socket.h> (lang-types)",
         "unknown identifier `AF_INET`",
-    ),
-    (
-        "undump",
-        "buf() and %r (lang-values)",
-        "3 conversions but 4 arguments",
     ),
 ];
 

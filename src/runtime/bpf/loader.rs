@@ -247,10 +247,12 @@ fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {
     let (ty, key_size, value_size) = match spec.kind {
         MapKind::Hash => (MapType::Hash, spec.key_size, spec.value_size),
         MapKind::PerCpuHash => (MapType::PercpuHash, spec.key_size, spec.value_size),
+        MapKind::LruHash => (MapType::LruHash, spec.key_size, spec.value_size),
         MapKind::Array => (MapType::Array, 4, spec.value_size),
         MapKind::PerCpuArray => (MapType::PercpuArray, 4, spec.value_size),
         MapKind::RingBuf => (MapType::RingBuf, 0, 0),
         MapKind::PerfEventArray => (MapType::PerfEventArray, 4, 4),
+        MapKind::StackTrace => (MapType::StackTrace, 4, spec.value_size),
         MapKind::TaskStorage => unreachable!("created by create_task_storage"),
     };
     let fail = |reason: String| LoadError::CreateMap {

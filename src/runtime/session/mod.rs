@@ -19,12 +19,13 @@ use std::time::{Duration, Instant};
 use crate::capture::model::{CaptureInfo, CaptureStats, DropReason};
 use crate::codegen::program::Compiled;
 use crate::codegen::stack_layout::GLUE_BYTES;
-use crate::output::printer::Printer;
+use crate::output::printer::{OutputFormat, Printer};
 use crate::providers;
 use crate::runtime::bpf::counters;
 use crate::runtime::bpf::loader::{self, AttachOptions, Loaded};
 use crate::runtime::bpf::stack_skip;
 use crate::runtime::recording::{RecordError, Recorder};
+use crate::runtime::values::SystemValues;
 use crate::vocab::{AttachPoint, GlobalSlot, MapId, ProbeState};
 use activation::{Interrupt, Phases};
 use child::TracedCommand;
@@ -47,28 +48,23 @@ pub struct RunOptions {
     pub notify_attached: bool,
     /// `-q`: no `Attaching N probes...` line.
     pub quiet: bool,
+    /// Text or JSON lines (`-f json`).
+    pub format: OutputFormat,
 }
 
 /// The line `notify_attached` prints, and the environment variable that
 /// asks for it.
 pub const NOTIFY_ATTACHED: &str = "__BPFTRACE_NOTIFY_PROBES_ATTACHED";
 
-/// `Attaching N probes...`: the programs attached or run now (watchpoints
-/// on function arguments are set later).
-fn print_attaching(compiled: &Compiled, out: &mut dyn Write) -> Result<(), RunError> {
-    let probes: usize = compiled
+/// The probes `Attaching N probes...` counts: the blocks attached or run
+/// now (watchpoints on function arguments are set later).
+fn attached_now(compiled: &Compiled) -> usize {
+    compiled
         .programs
         .iter()
         .filter(|p| !providers::of(&p.attach).attached_later(&p.attach))
         .map(|p| p.blocks)
-        .sum();
-    writeln!(
-        out,
-        "Attaching {probes} probe{}...",
-        if probes == 1 { "" } else { "s" }
-    )?;
-    out.flush()?;
-    Ok(())
+        .sum()
 }
 
 /// Where a capture goes and what it says about itself; the start times are
@@ -155,8 +151,11 @@ pub fn run(
         }
         None => None,
     };
+    let values = SystemValues::new(compiled, &loaded)?;
+    let printer = Printer::new(compiled, &values, options.format);
     if !options.quiet {
-        print_attaching(compiled, out)?;
+        printer.attached_probes(attached_now(compiled), out)?;
+        out.flush()?;
     }
     usr1::install()?;
     let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
@@ -179,7 +178,7 @@ pub fn run(
     let start_ns = monotonic_ns();
     loaded.set_global(globals, GlobalSlot::StartNs, start_ns)?;
     let recorder = create_recorder(compiled, options, start_ns)?;
-    let mut receiver = Receiver::new(compiled, recorder, pid);
+    let mut receiver = Receiver::new(compiled, &values, printer, recorder, pid);
     // As in bpftrace, BEGIN runs before any other probe, and timers count
     // from after it (`interval:ms:500` fires 500 ms after BEGIN).
     for index in loaded.programs_at(&AttachPoint::Begin) {

@@ -12,7 +12,7 @@ use crate::codegen::program::Compiled;
 use crate::output::printer::{MapOp, Printed, Printer};
 use crate::runtime::bpf::loader::Loaded;
 use crate::runtime::recording::Recorder;
-use crate::symbols::KernelSymbols;
+use crate::runtime::values::SystemValues;
 use crate::vocab::Message;
 
 /// What a message asks of the session once the ring buffer is released.
@@ -30,6 +30,8 @@ enum SessionOp {
 
 pub(super) struct Receiver<'a> {
     pub(super) compiled: &'a Compiled,
+    /// Told about threads that take user addresses.
+    values: &'a SystemValues,
     pub(super) printer: Printer<'a>,
     ops: Vec<SessionOp>,
     paused: bool,
@@ -45,17 +47,15 @@ impl<'a> Receiver<'a> {
     /// `tracee` is the process function watchpoints watch (`-p` or `-c`).
     pub(super) fn new(
         compiled: &'a Compiled,
+        values: &'a SystemValues,
+        printer: Printer<'a>,
         recorder: Option<Recorder>,
         tracee: Option<i32>,
     ) -> Self {
-        // Names of `ksym()` addresses.
-        let kernel_symbols = KernelSymbols::default();
         Receiver {
             compiled,
-            printer: Printer::new(
-                compiled,
-                Box::new(move |addr| kernel_symbols.function(addr).into_bytes()),
-            ),
+            values,
+            printer,
             ops: Vec::new(),
             paused: false,
             ending: Ending::Running,
@@ -122,6 +122,15 @@ impl<'a> Receiver<'a> {
                     program: *program,
                     address,
                 });
+                return Ok(());
+            }
+            Message::ThreadSeen => {
+                let pid_tgid = bytes.get(8..16).ok_or_else(|| {
+                    io::Error::other(format!("thread report of {} bytes", bytes.len()))
+                })?;
+                let pid_tgid = u64::from_le_bytes(pid_tgid.try_into().expect("8 bytes"));
+                self.values
+                    .remember_thread(pid_tgid as u32, (pid_tgid >> 32) as u32);
                 return Ok(());
             }
             Message::Builtin(_) => {}

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use object::read::elf::{FileHeader, ProgramHeader, Sym};
 use object::{Endianness, FileKind, elf};
 
+use crate::vocab::ObjectSymbol;
+
 /// Everything that can go wrong while resolving binaries and their symbols.
 #[derive(Debug, thiserror::Error)]
 pub enum ElfError {
@@ -30,6 +32,9 @@ pub enum ElfError {
     /// No defined function matched the pattern.
     #[error("no function matching `{pattern}` in {}", path.display())]
     NoFunction { pattern: String, path: PathBuf },
+    /// No defined data symbol has the name.
+    #[error("no data symbol `{name}` in {}", path.display())]
+    NoObject { name: String, path: PathBuf },
     /// The function pattern is not a valid glob.
     #[error("invalid function pattern `{pattern}`: {reason}")]
     BadPattern { pattern: String, reason: String },
@@ -118,6 +123,80 @@ impl ElfVisitor for FunctionCollector<'_> {
             }
         }
         Ok(found)
+    }
+}
+
+/// Data symbol `name` (`STT_OBJECT`, defined) of `binary`, from `.symtab`
+/// or `.dynsym`, with whether the binary is position independent.
+pub fn find_object(binary: &Path, name: &str) -> Result<ObjectSymbol, ElfError> {
+    let data = read_file(binary)?;
+    let found = visit_elf(binary, &data, ObjectFinder { name })?;
+    found.ok_or_else(|| ElfError::NoObject {
+        name: name.into(),
+        path: binary.into(),
+    })
+}
+
+/// The link-time virtual address of file offset `offset` of `binary`.
+pub fn code_address(binary: &Path, offset: u64) -> Result<u64, ElfError> {
+    let data = read_file(binary)?;
+    let segments = visit_elf(binary, &data, SegmentReader)?;
+    segments
+        .iter()
+        .find(|s| offset >= s.file_offset && offset - s.file_offset < s.file_size)
+        .map(|s| offset - s.file_offset + s.vaddr)
+        .ok_or_else(|| ElfError::Malformed {
+            path: binary.into(),
+            reason: format!("no loaded segment holds file offset {offset:#x}"),
+        })
+}
+
+/// Finds one data symbol.
+struct ObjectFinder<'a> {
+    name: &'a str,
+}
+
+impl ElfVisitor for ObjectFinder<'_> {
+    type Output = Option<ObjectSymbol>;
+
+    fn visit<Elf: FileHeader<Endian = Endianness>>(
+        self,
+        data: &[u8],
+    ) -> object::read::Result<Self::Output> {
+        let header = Elf::parse(data)?;
+        let endian = header.endian()?;
+        let relocatable = header.e_type(endian) == elf::ET_DYN;
+        let sections = header.sections(endian, data)?;
+        for table in [elf::SHT_SYMTAB, elf::SHT_DYNSYM] {
+            let symbols = sections.symbols(endian, data, table)?;
+            for sym in symbols.symbols() {
+                let defined =
+                    sym.st_type() == elf::STT_OBJECT && sym.st_shndx(endian) != elf::SHN_UNDEF;
+                if defined && symbols.symbol_name(endian, sym)? == self.name.as_bytes() {
+                    return Ok(Some(ObjectSymbol {
+                        address: sym.st_value(endian).into(),
+                        size: sym.st_size(endian).into(),
+                        relocatable,
+                    }));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Reads the `PT_LOAD` segments.
+struct SegmentReader;
+
+impl ElfVisitor for SegmentReader {
+    type Output = Vec<LoadSegment>;
+
+    fn visit<Elf: FileHeader<Endian = Endianness>>(
+        self,
+        data: &[u8],
+    ) -> object::read::Result<Self::Output> {
+        let header = Elf::parse(data)?;
+        load_segments(header, header.endian()?, data)
     }
 }
 

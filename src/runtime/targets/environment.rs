@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::debug_info::{self, DebugTypes};
-use super::{elf, tracefs, usdt};
+use super::{elf, kallsyms, tracefs, usdt};
 use crate::runtime::targets::kernel_btf::KernelBtf;
 use crate::runtime::targets::kernel_functions::KernelFunctions;
 use crate::runtime::targets::usdt::{UsdtArg, UsdtArgLocation};
@@ -15,7 +15,7 @@ use crate::vocab::kernel_types::{
 };
 use crate::vocab::{
     BtfArg, BtfFunction, Environment, FieldKind, FunctionParam, FunctionTarget,
-    KernelFunctionMatches, TracepointField, UsdtArgSpec, UsdtTarget,
+    KernelFunctionMatches, ObjectSymbol, TracepointField, UsdtArgSpec, UsdtTarget,
 };
 
 /// A function's parameters, or why its debug info does not give them.
@@ -231,6 +231,24 @@ impl Environment for SystemEnvironment {
         let params = debug_info::function_params(binary, function, &mut types);
         self.params.borrow_mut().insert(key, params.clone());
         params
+    }
+
+    fn kernel_symbol(&self, name: &str) -> Result<u64, String> {
+        kallsyms::address(name)
+    }
+
+    fn object_symbol(&self, binary: &Path, name: &str) -> Result<ObjectSymbol, String> {
+        elf::find_object(binary, name).map_err(|e| e.to_string())
+    }
+
+    fn code_address(&self, binary: &Path, file_offset: u64) -> Result<u64, String> {
+        elf::code_address(binary, file_offset).map_err(|e| e.to_string())
+    }
+
+    fn cgroup_id(&self, path: &str) -> Result<u64, String> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+        Ok(meta.ino())
     }
 }
 

@@ -9,6 +9,7 @@ pub mod elf;
 pub mod environment;
 pub mod features;
 pub mod info;
+mod kallsyms;
 mod kernel_btf;
 pub mod kernel_functions;
 pub mod probe_load;

@@ -1,0 +1,226 @@
+//! Lowering printed values that the kernel can only half compute: stacks
+//! (`kstack`, `ustack`) as ids into stack trace maps, and user addresses,
+//! whose threads are reported once so user space keeps their mappings.
+
+use crate::builtins;
+use crate::codegen::helpers::*;
+use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
+use crate::codegen::lower::Lowerer;
+use crate::frontend::checked::{TExpr, TExprKind};
+use crate::vocab::{BuiltinMessage, GlobalSlot, Message, MessageId, StackType};
+
+impl Lowerer<'_> {
+    /// `kstack`/`ustack`: `bpf_get_stackid` into the map of the stack's
+    /// depth; a user stack carries the thread id in its high half, as
+    /// bpftrace's does (so map keys are per thread).
+    pub(crate) fn stack_value(&mut self, stack: StackType) -> VReg {
+        let map = self.maps.value_stack(stack.depth);
+        let flags = if stack.user { BPF_F_USER_STACK } else { 0 };
+        let ctx = self.ctx;
+        self.comment(format!("{} ({} frames)", stack.name(), stack.depth));
+        let id = self.call_result(
+            GET_STACKID,
+            vec![Arg::Reg(ctx), Arg::Map(map), Arg::Imm(flags)],
+        );
+        if stack.user {
+            let thread = self.remember_thread();
+            self.alu(AluOp::Lsh, thread, Src::Imm(32));
+            self.alu(AluOp::Or, id, Src::Reg(thread));
+        }
+        id
+    }
+
+    /// The u64 at byte `offset` of the probe's context (a `pt_regs` register).
+    pub(crate) fn context_u64(&mut self, offset: u16) -> VReg {
+        let ctx = self.ctx;
+        self.load(Base::Reg(ctx), offset as i16)
+    }
+
+    /// Whether `pointer` points into user memory: as `uptr()`/`kptr()` say,
+    /// else as the probe's pointers do.
+    pub(crate) fn reads_user_memory(&self, pointer: &TExpr) -> bool {
+        let annotated = match &pointer.kind {
+            TExprKind::Call(call) => builtins::expression_hooks(call.builtin).user_memory(),
+            _ => None,
+        };
+        annotated.unwrap_or(self.probe.user_memory)
+    }
+
+    /// `bpf_probe_read_user` (or `_kernel`) of `len` bytes at `address` into
+    /// the frame buffer at `buffer`.
+    pub(crate) fn read_memory(&mut self, buffer: i16, len: u32, address: VReg, user: bool) {
+        let helper = if user {
+            PROBE_READ_USER
+        } else {
+            PROBE_READ_KERNEL
+        };
+        let args = vec![
+            Arg::Frame(buffer),
+            Arg::Imm(i64::from(len)),
+            Arg::Reg(address),
+        ];
+        self.emit(Inst::Call {
+            helper,
+            args,
+            ret: None,
+        });
+    }
+
+    /// The u64 at `address` in user or kernel memory (0 when unreadable).
+    pub(crate) fn read_u64(&mut self, address: VReg, user: bool) -> VReg {
+        let buffer = self.alloc(8);
+        self.store(Base::Frame, buffer, Src::Imm(0));
+        self.read_memory(buffer, 8, address, user);
+        self.load(Base::Frame, buffer)
+    }
+
+    /// Reports the current thread to user space the first time it takes a
+    /// user address; returns `bpf_get_current_pid_tgid()`.
+    pub(crate) fn remember_thread(&mut self) -> VReg {
+        let pid_tgid = self.call0(GET_CURRENT_PID_TGID);
+        let map = self
+            .maps
+            .seen_threads
+            .expect("the checker asks for the thread map with user addresses");
+        let key = self.alloc(8);
+        self.store(Base::Frame, key, Src::Reg(pid_tgid));
+        let known = self.call_result(MAP_LOOKUP_ELEM, vec![Arg::Map(map), Arg::Frame(key)]);
+        let done = self.label();
+        self.branch(Cond::Ne, known, Src::Imm(0), done);
+        let one = self.alloc(8);
+        self.store(Base::Frame, one, Src::Imm(1));
+        self.map_update(map, key, one);
+        let message = self.alloc(16);
+        let id = self.thread_message();
+        self.comment("report the thread");
+        self.store(Base::Frame, message, Src::Imm(id.0 as i32));
+        self.store(Base::Frame, message + 8, Src::Reg(pid_tgid));
+        self.output(Arg::Frame(message), 16);
+        self.emit(Inst::Bind(done));
+        pid_tgid
+    }
+
+    /// Sends `size` bytes at `data` (a message) through the ring buffer,
+    /// counting it as lost when there is no room.
+    pub(crate) fn output(&mut self, data: Arg, size: u32) {
+        let args = vec![
+            Arg::Map(self.maps.ringbuf),
+            data,
+            Arg::Imm(i64::from(size)),
+            Arg::Imm(0),
+        ];
+        let sent = self.call_result(RINGBUF_OUTPUT, args);
+        let done = self.label();
+        self.branch(Cond::Eq, sent, Src::Imm(0), done);
+        let counter = self.vreg();
+        let map = self.maps.globals;
+        self.emit(Inst::MapValueAddr {
+            dst: counter,
+            map,
+            offset: 8 * GlobalSlot::LostMessages as u32,
+        });
+        let one = self.constant(1);
+        self.emit(Inst::AtomicAdd {
+            base: counter,
+            offset: 0,
+            src: one,
+            size: Size::U64,
+        });
+        self.emit(Inst::Bind(done));
+    }
+
+    /// `join()`: the strings of the array at `array` (user memory in probes
+    /// whose pointers are user ones), each in its slot of a message built in
+    /// the scratch buffer, up to the first NULL pointer (whose slot is
+    /// emptied: the buffer keeps older messages' bytes).
+    pub(crate) fn join_strings(
+        &mut self,
+        message: BuiltinMessage,
+        array: &TExpr,
+        elements: u32,
+        element_bytes: u32,
+    ) {
+        let user = self.reads_user_memory(array);
+        let array = {
+            let start = self.int_expr(array);
+            let cursor = self.vreg();
+            self.mov(cursor, start);
+            cursor
+        };
+        let id = MessageId(self.messages.len() as u32);
+        self.messages.push(Message::Builtin(message));
+        let map = self
+            .maps
+            .scratch
+            .expect("the checker asks for a scratch buffer");
+        let key = self.alloc(8);
+        self.store(Base::Frame, key, Src::Imm(0));
+        let buffer = self.call_result(MAP_LOOKUP_ELEM, vec![Arg::Map(map), Arg::Frame(key)]);
+        let (send, done) = (self.label(), self.label());
+        self.branch(Cond::Eq, buffer, Src::Imm(0), done);
+        self.comment(format!("message {}", id.0));
+        self.store(Base::Reg(buffer), 0, Src::Imm(id.0 as i32));
+        let element = self.vreg();
+        let helper = if user {
+            PROBE_READ_USER_STR
+        } else {
+            PROBE_READ_KERNEL_STR
+        };
+        for i in 0..elements {
+            let pointer = self.read_u64(array, user);
+            let slot = 8 + i * element_bytes;
+            let present = self.label();
+            self.branch(Cond::Ne, pointer, Src::Imm(0), present);
+            self.store_sized(Base::Reg(buffer), slot as i16, Src::Imm(0), Size::U8);
+            self.emit(Inst::Jump(send));
+            self.emit(Inst::Bind(present));
+            self.mov(element, buffer);
+            self.alu(AluOp::Add, element, Src::Imm(slot as i32));
+            let args = vec![
+                Arg::Reg(element),
+                Arg::Imm(i64::from(element_bytes)),
+                Arg::Reg(pointer),
+            ];
+            self.emit(Inst::Call {
+                helper,
+                args,
+                ret: None,
+            });
+            self.alu(AluOp::Add, array, Src::Imm(8));
+        }
+        self.emit(Inst::Bind(send));
+        self.output(Arg::Reg(buffer), 8 + elements * element_bytes);
+        self.emit(Inst::Bind(done));
+    }
+
+    /// `signal(sig)`: `bpf_send_signal` to the current task.
+    pub(crate) fn send_signal(&mut self, sig: &TExpr) {
+        let sig = self.int_expr(sig);
+        self.emit(Inst::Call {
+            helper: SEND_SIGNAL,
+            args: vec![Arg::Reg(sig)],
+            ret: None,
+        });
+    }
+
+    /// `override(rc)`: `bpf_override_return` of the probed kernel function.
+    pub(crate) fn override_return(&mut self, rc: &TExpr) {
+        let rc = self.int_expr(rc);
+        let ctx = self.ctx;
+        self.emit(Inst::Call {
+            helper: OVERRIDE_RETURN,
+            args: vec![Arg::Reg(ctx), Arg::Reg(rc)],
+            ret: None,
+        });
+    }
+
+    /// The id of the program set's thread report message.
+    fn thread_message(&mut self) -> MessageId {
+        let index = self.messages.iter().position(|m| *m == Message::ThreadSeen);
+        let index = index.unwrap_or_else(|| {
+            self.messages.push(Message::ThreadSeen);
+            self.messages.len() - 1
+        });
+        MessageId(index as u32)
+    }
+}

@@ -1,0 +1,152 @@
+//! User addresses of printed values (`usym()`, `ustack`) → frames. Each
+//! process's mappings are read when it is first seen and kept (through
+//! `symbols::StackNormalizer`), so addresses of processes that exited before
+//! they are printed still name their functions; the files are symbolized by
+//! file offset with blazesym.
+
+use std::collections::HashMap;
+
+use blazesym::symbolize::source::{Elf, Source};
+use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+
+use crate::output::text::Frame;
+use crate::symbols::{NormalizedAddr, StackNormalizer};
+
+/// User symbols, remembered per process and per file.
+pub struct UserSymbols {
+    /// The process of each thread seen (stacks name their thread).
+    threads: HashMap<u32, u32>,
+    normalizer: StackNormalizer,
+    symbolizer: Symbolizer,
+    /// Symbols by file and offset.
+    known: HashMap<(String, u64), Option<(String, u64)>>,
+}
+
+impl Default for UserSymbols {
+    fn default() -> Self {
+        UserSymbols {
+            threads: HashMap::new(),
+            normalizer: StackNormalizer::new(),
+            // bpftrace prints function names only, C++ names demangled.
+            symbolizer: Symbolizer::builder()
+                .enable_auto_reload(false)
+                .enable_code_info(false)
+                .enable_inlined_fns(false)
+                .enable_demangling(true)
+                .build(),
+            known: HashMap::new(),
+        }
+    }
+}
+
+impl UserSymbols {
+    /// Keeps the mappings of `tgid`, whose thread `tid` was seen.
+    pub fn remember(&mut self, tid: u32, tgid: u32) {
+        if self.threads.insert(tid, tgid).is_none() {
+            // Normalizing any address reads and caches the mappings.
+            self.normalizer.normalize_user(tgid, &[0]);
+        }
+    }
+
+    /// The frames of `addrs` in thread or process `pid`.
+    pub fn frames(&mut self, pid: u32, addrs: &[u64]) -> Vec<Frame> {
+        let tgid = match self.threads.get(&pid) {
+            Some(&tgid) => tgid,
+            None => process_of(pid).unwrap_or(pid),
+        };
+        let normalized = self.normalizer.normalize_user(tgid, addrs);
+        addrs
+            .iter()
+            .zip(normalized)
+            .map(|(&addr, normalized)| match normalized {
+                NormalizedAddr::Normalized {
+                    path, file_offset, ..
+                } => Frame {
+                    addr,
+                    symbol: self.symbol(&path, file_offset),
+                    module: Some(path),
+                },
+                NormalizedAddr::Unknown { .. } => Frame {
+                    addr,
+                    symbol: None,
+                    module: None,
+                },
+            })
+            .collect()
+    }
+
+    fn symbol(&mut self, path: &str, offset: u64) -> Option<(String, u64)> {
+        let key = (path.to_string(), offset);
+        if let Some(known) = self.known.get(&key) {
+            return known.clone();
+        }
+        // The file's own symbols first: where several names share an address,
+        // they hold the exported one bpftrace prints (`clock_nanosleep`, not
+        // the debug file's `__GI___clock_nanosleep`); debug files fill in the rest.
+        let own = Elf {
+            debug_syms: false,
+            ..Elf::new(path)
+        };
+        let found = self
+            .lookup(&Source::Elf(own), offset)
+            .or_else(|| self.lookup(&Source::Elf(Elf::new(path)), offset));
+        self.known.insert(key, found.clone());
+        found
+    }
+
+    fn lookup(&self, source: &Source, offset: u64) -> Option<(String, u64)> {
+        match self
+            .symbolizer
+            .symbolize_single(source, Input::FileOffset(offset))
+            .ok()?
+        {
+            Symbolized::Sym(sym) => Some((sym.name.to_string(), sym.offset as u64)),
+            Symbolized::Unknown(_) => None,
+        }
+    }
+}
+
+/// The process (tgid) of thread `tid`, while it lives.
+fn process_of(tid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Tgid:"))?;
+    line.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This test's own functions resolve from the running process, and keep
+    /// resolving from the cache (the mappings read when it was first seen).
+    #[test]
+    fn resolves_own_functions() {
+        let addr = process_of as fn(u32) -> Option<u32> as usize as u64;
+        let me = std::process::id();
+        let mut users = UserSymbols::default();
+        users.remember(me, me);
+        let frames = users.frames(me, &[addr, 8]);
+        let (name, offset) = frames[0].symbol.clone().expect("own function symbolized");
+        assert!(name.contains("process_of"), "{name}");
+        assert_eq!(offset, 0);
+        assert!(
+            frames[0]
+                .module
+                .as_deref()
+                .is_some_and(|m| m.starts_with('/'))
+        );
+        assert_eq!(frames[1].symbol, None);
+    }
+
+    /// A thread's process is read from `/proc`.
+    #[test]
+    fn finds_the_process_of_a_thread() {
+        let me = std::process::id();
+        let tid = std::thread::spawn(|| unsafe { libc::gettid() } as u32)
+            .join()
+            .expect("thread ran");
+        assert_eq!(process_of(me), Some(me));
+        // The thread is gone once joined: no answer rather than a wrong one.
+        assert!(process_of(tid).is_none_or(|p| p == me));
+    }
+}
