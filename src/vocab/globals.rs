@@ -25,7 +25,7 @@ pub enum GlobalSlot {
     LostMessages = 5,
 }
 
-pub const GLOBAL_SLOTS: u32 = 5;
+pub const GLOBAL_SLOTS: u32 = 6;
 
 /// The values of [`GlobalSlot::State`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
