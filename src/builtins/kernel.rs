@@ -145,7 +145,7 @@ pub(super) const TABLE: &[Entry] = &[
         indexed: false,
         signature: "path(p)",
         doc: "The text of a `struct path *` (fentry/fexit probes of functions bpf_d_path allows).",
-        example: "fentry:vfs_open { printf(\"%s\\n\", path(arg0)); }",
+        example: "fentry:vfs_open { printf(\"%s\\n\", path(args->path)); }",
         kind: Kind::Expression(&Path),
     },
     Entry {

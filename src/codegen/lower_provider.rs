@@ -6,14 +6,12 @@
 //! set the breakpoint and sent SIGCONT (so the access right after the call
 //! is not missed).
 
-use super::helpers::RINGBUF_OUTPUT;
+use super::helpers::{RINGBUF_OUTPUT, SEND_SIGNAL};
 use super::ir::{Arg, Base, Cond, Function, Inst, Size, Src};
 use super::lower::Lowerer;
 use crate::providers::{self, Prologue};
 use crate::vocab::{Message, x86_64};
 
-/// `bpf_send_signal(sig)`: signals the current process.
-const SEND_SIGNAL: u32 = 109;
 /// `bpf_seq_write(seq, data, len)`: iterator output.
 const SEQ_WRITE: u32 = 127;
 

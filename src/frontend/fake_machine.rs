@@ -13,7 +13,8 @@ use crate::vocab::{
 /// `syscalls:sys_enter_write`, `syscalls:sys_exit_read`, `sched:named`),
 /// every function in every binary, 64 bytes at address 0x401000, file offset 0x1000, every
 /// kernel function (64 bytes; wildcards see `vfs_read`, `vfs_readv`,
-/// `vfs_write`; these three are typed in BTF as `vfs_read` is), and a little
+/// `vfs_write`; these three are typed in BTF as `vfs_read` is; `vfs_open` only
+/// by its name), and a little
 /// kernel BTF: `struct task_struct` (see [`kernel_type`]), `struct
 /// bpf_iter__task` and the BTF tracepoints `sched_switch` and `sched_wakeup`;
 /// the kernel symbol `do_nanosleep`, and a 4-byte data symbol `counter` at
@@ -229,6 +230,15 @@ impl Environment for FakeMachine {
             ],
             ret: ids::INT,
         };
+        // Named, not matched by wildcards: `path()`'s example probes it.
+        if pattern == "vfs_open" {
+            return Ok(vec![BtfFunction {
+                name: pattern.into(),
+                // A plain address: the fake BTF has no `struct path`.
+                args: vec![arg("path", ids::U64), arg("file", ids::VOID_PTR)],
+                ret: ids::INT,
+            }]);
+        }
         let glob = glob::Pattern::new(pattern).map_err(|e| e.to_string())?;
         let found: Vec<BtfFunction> = KERNEL_FUNCTIONS
             .iter()
