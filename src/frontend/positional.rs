@@ -88,10 +88,10 @@ fn expr(e: &mut Expr, params: &[String]) {
         ExprKind::Positional(n) => e.kind = value(param(params, *n), e.span),
         ExprKind::PositionalCount => e.kind = ExprKind::Int(params.len() as u64),
         ExprKind::Call { name, args } if name == "str" => {
-            if let Some(first) = args.first_mut() {
-                if let Some(text) = text_argument(first, params) {
-                    first.kind = ExprKind::Str(text);
-                }
+            if let Some(first) = args.first_mut()
+                && let Some(text) = text_argument(first, params)
+            {
+                first.kind = ExprKind::Str(text);
             }
             args.iter_mut().for_each(|x| expr(x, params));
         }

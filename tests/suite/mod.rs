@@ -13,6 +13,7 @@ mod records;
 mod replay;
 mod system;
 mod tools;
+mod tools_run;
 mod unwind;
 
 use std::collections::BTreeMap;
