@@ -172,13 +172,13 @@ fn trace(tool: &Path, script: &str, workload: &str, dir: &Path) -> String {
         .expect("run the workload");
     assert!(status.success(), "workload failed ({status}): {workload}");
     thread::sleep(Duration::from_millis(1500));
-    stop(&mut child);
+    stop(&mut child, tool);
     fs::read_to_string(&out_path).expect("read trace.out")
 }
 
 /// SIGINT (the tools' Ctrl-C), then SIGKILL when it does not end within
-/// 15 s; the tool must exit with status 0.
-fn stop(child: &mut Child) {
+/// 30 s (the machine may be loaded); the tool must exit with status 0.
+fn stop(child: &mut Child, tool: &Path) {
     // SAFETY: kill has no memory-safety preconditions; the process is our child.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
     let start = Instant::now();
@@ -194,7 +194,7 @@ fn stop(child: &mut Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
-    panic!("the tool did not end within 15 s of SIGINT");
+    panic!("{} did not end within 30 s of SIGINT", tool.display());
 }
 
 fn wait_for(path: &Path, text: &str, timeout: Duration) -> bool {
