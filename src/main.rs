@@ -81,8 +81,26 @@ fn run(cli: Cli) -> Result<(), Failure> {
     let user = read_source(&cli)?;
     let no_script = user.is_none();
     let _ = tracefs::ensure_mounted();
-    let env = SystemEnvironment::new(cli.target_pid());
+    let command = match (&cli.command, cli.command_args.is_empty()) {
+        (Some(_), false) => {
+            return Err("give the command either with -c or after `--`, not both"
+                .to_string()
+                .into());
+        }
+        (Some(text), true) => Some(
+            shlex::split(text)
+                .filter(|argv| !argv.is_empty())
+                .ok_or_else(|| format!("cannot split -c command `{text}`"))?,
+        ),
+        (None, false) => Some(cli.command_args.clone()),
+        (None, true) => None,
+    };
+    let mut env = SystemEnvironment::new(cli.target_pid());
+    env.command = command.as_ref().and_then(|argv| argv.first().cloned());
     let (sources, checked, compiled) = compile(&cli, &tracking, user, &env, &compile_options)?;
+    for warning in &checked.warnings {
+        eprintln!("wprof: warning: {warning}");
+    }
     // The kernel's BTF, parsed for typing, is megabytes the capture does not need.
     drop(env);
     let source_map = driver::source_map(&sources);
@@ -102,20 +120,6 @@ fn run(cli: Cli) -> Result<(), Failure> {
         return Ok(());
     }
     driver::check_kernel_support(&source_map, &checked, &features::detect())?;
-    let command = match (&cli.command, cli.command_args.is_empty()) {
-        (Some(_), false) => {
-            return Err("give the command either with -c or after `--`, not both"
-                .to_string()
-                .into());
-        }
-        (Some(text), true) => Some(
-            shlex::split(text)
-                .filter(|argv| !argv.is_empty())
-                .ok_or_else(|| format!("cannot split -c command `{text}`"))?,
-        ),
-        (None, false) => Some(cli.command_args.clone()),
-        (None, true) => None,
-    };
     let capture = (!compiled.records.is_empty()).then(|| {
         let user = sources.iter().find(|s| s.origin == RecordOrigin::Script);
         let mut info = replay::capture_info(user);
@@ -134,6 +138,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         duration: cli.duration.or(open_ended.then_some(DEFAULT_CAPTURE)),
         capture,
         phases: Phases::from_schedule(launch, schedule),
+        notify_attached: std::env::var_os(session::NOTIFY_ATTACHED).is_some(),
     };
     let summary = {
         let mut out = io::stdout().lock();

@@ -1,6 +1,6 @@
 //! Small audited wrappers around raw syscalls that several parts of the
 //! runtime need and that neither `libc`'s safe surface nor libbpf-rs offer:
-//! `perf_event_open`, `eventfd`, `poll`, `BPF_BTF_LOAD`. An unsafe call with
+//! `perf_event_open`, `eventfd`, `poll`, `BPF_BTF_LOAD`, kprobes at an offset. An unsafe call with
 //! a single user stays next to that user with its `SAFETY` comment (process
 //! control in `runtime::session`, feature probes, mounting tracefs, the clock,
 //! `strftime`).
@@ -22,6 +22,42 @@ pub fn btf_load(blob: &[u8]) -> io::Result<OwnedFd> {
     }
     // SAFETY: a non-negative return is a new fd that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Attaches `prog` as a k(ret)probe on `symbol` plus `offset` bytes
+/// (libbpf-rs's own call has no offset).
+pub fn attach_kprobe(
+    prog: &libbpf_rs::ProgramMut<'_>,
+    retprobe: bool,
+    symbol: &str,
+    offset: u64,
+) -> libbpf_rs::Result<libbpf_rs::Link> {
+    use libbpf_rs::AsRawLibbpf;
+    if offset == 0 {
+        return prog.attach_kprobe(retprobe, symbol);
+    }
+    let name = std::ffi::CString::new(symbol)
+        .map_err(|_| libbpf_rs::Error::from(io::Error::other("NUL in a function name")))?;
+    let opts = libbpf_rs::libbpf_sys::bpf_kprobe_opts {
+        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_kprobe_opts>() as _,
+        offset: usize::try_from(offset).map_err(|_| io::Error::other("offset too large"))? as _,
+        retprobe,
+        ..Default::default()
+    };
+    // SAFETY: the program pointer is live for the borrow of `prog`; `name`
+    // and `opts` outlive the call, which copies what it keeps.
+    let link = unsafe {
+        libbpf_rs::libbpf_sys::bpf_program__attach_kprobe_opts(
+            prog.as_libbpf_object().as_ptr(),
+            name.as_ptr(),
+            &opts,
+        )
+    };
+    match std::ptr::NonNull::new(link) {
+        // SAFETY: a non-null return is a new link that nothing else owns.
+        Some(link) => Ok(unsafe { libbpf_rs::Link::from_ptr(link) }),
+        None => Err(io::Error::last_os_error().into()),
+    }
 }
 
 /// `perf_event_open(attr, pid, cpu, group_fd = -1, PERF_FLAG_FD_CLOEXEC)`.

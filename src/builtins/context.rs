@@ -1,5 +1,5 @@
 //! Built-ins about where the probe fired: `probe`, `func`, `retval`,
-//! `argN`, `args`, `cpu`, `rand`. Arguments are read as the probe's
+//! `argN`, `args`, `ctx`, `cpu`, `rand`. Arguments are read as the probe's
 //! provider says ([`crate::providers::Provider::arg`]).
 
 use super::{Entry, Expression, Kind, Site, Written};
@@ -9,6 +9,7 @@ use crate::frontend::check::Checker;
 use crate::frontend::checked::{TCall, TExpr, TExprKind};
 use crate::frontend::types::Type;
 use crate::providers;
+use crate::vocab::Context;
 
 /// `probe`: the probe that fired, sent as its index and printed as its name.
 pub struct Probe;
@@ -56,6 +57,13 @@ impl Expression for Retval {
                 "`retval` is only available in uretprobe, kretprobe and fexit probes",
             );
         };
+        // fexit knows the function's return type from BTF.
+        if let Context::Function { ret, .. } = probe.context {
+            if ret.0 == 0 {
+                return cx.fail(site.span, &format!("{} returns void", probe.name));
+            }
+            return cx.btf_value(read, ret, site.span);
+        }
         Some(TExpr {
             kind: TExprKind::Arg(read),
             ty: Type::U64,
@@ -88,6 +96,27 @@ pub struct Args;
 impl Expression for Args {
     fn check(&self, cx: &mut Checker, site: &Site) -> Option<TExpr> {
         cx.fail(site.span, "`args` needs a field: `args.NAME`")
+    }
+}
+
+/// `ctx`: the program's context, a pointer to the type its provider names
+/// (`struct pt_regs`, `struct bpf_iter__task`...), read member by member.
+pub struct Ctx;
+
+impl Expression for Ctx {
+    fn check(&self, cx: &mut Checker, site: &Site) -> Option<TExpr> {
+        let probe = cx.resolved();
+        let named = providers::of(&probe.attach).context_type(&probe.attach);
+        let name = match named {
+            Ok(name) => name,
+            Err(why) => return cx.fail(site.span, &why),
+        };
+        let ty = cx.kernel_pointer(name, site.span)?;
+        Some(site.value(Vec::new(), ty))
+    }
+
+    fn lower(&self, cx: &mut Lowerer, _call: &TCall, _ty: &Type) -> Value {
+        Value::Int(cx.context())
     }
 }
 
@@ -151,6 +180,15 @@ pub(super) const TABLE: &[Entry] = &[
         doc: "The fields of a tracepoint, typed from its format (or BTF for tp_btf).",
         example: "tracepoint:syscalls:sys_enter_openat { @[str(args.filename)] = count(); }",
         kind: Kind::Expression(&Args),
+    },
+    Entry {
+        name: "ctx",
+        written: Written::Word,
+        indexed: false,
+        signature: "ctx",
+        doc: "The probe's context: `struct bpf_iter__task *` in iter:task, `struct pt_regs *` in kprobes and uprobes.",
+        example: "iter:task { printf(\"%s\\n\", ctx->task->comm); }",
+        kind: Kind::Expression(&Ctx),
     },
     Entry {
         name: "cpu",

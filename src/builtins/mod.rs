@@ -19,6 +19,7 @@ mod record;
 mod task;
 mod text;
 mod time;
+mod watch;
 
 use std::io::{self, Write};
 use std::sync::LazyLock;
@@ -164,7 +165,7 @@ pub(crate) trait RecordItem: Sync {
 }
 
 /// Every family's table.
-const FAMILIES: [&[Entry]; 9] = [
+const FAMILIES: [&[Entry]; 10] = [
     context::TABLE,
     task::TABLE,
     time::TABLE,
@@ -174,6 +175,7 @@ const FAMILIES: [&[Entry]; 9] = [
     maps::TABLE,
     agg::TABLE,
     record::TABLE,
+    watch::TABLE,
 ];
 
 /// The joined table; a [`BuiltinId`] is an index into it.

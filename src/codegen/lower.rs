@@ -45,6 +45,8 @@ pub(crate) struct Lowerer<'a> {
     vars: Vec<VarSlot>,
     /// (continue target, break target) of the enclosing loops.
     loops: Vec<(Label, Label)>,
+    /// The end of the program: the gate and provider prologues jump here.
+    exit_label: Label,
     /// Where the current block ends: its predicate, `return` and `exit()` jump here.
     block_end: Label,
 }
@@ -63,28 +65,12 @@ impl<'a> Lowerer<'a> {
         messages: &'a mut Vec<Message>,
     ) -> (Function, (u32, Option<Span>)) {
         let &(first_index, first) = blocks.first().expect("a program has at least one block");
-        let mut lowerer = Lowerer {
-            probe: first,
-            probe_index: first_index,
-            program,
-            maps,
-            messages,
-            function: Function::default(),
-            span: Some(first.span),
-            pending_comment: None,
-            frame_top: 0,
-            frame_peak: (0, None),
-            ctx: VReg(0),
-            vars: Vec::new(),
-            loops: Vec::new(),
-            block_end: Label(0),
-        };
-        lowerer.ctx = lowerer.vreg();
-        let program_exit = lowerer.label();
+        let mut lowerer = Lowerer::new(first, first_index, program, maps, messages);
         let ctx = lowerer.ctx;
         lowerer.emit(Inst::Ctx { dst: ctx });
+        lowerer.provider_prologue();
         if !providers::of(&first.attach).runs_once() {
-            lowerer.gate(program_exit);
+            lowerer.gate();
         }
         for (position, &(index, probe)) in blocks.iter().enumerate() {
             if blocks.len() > 1 {
@@ -92,11 +78,47 @@ impl<'a> Lowerer<'a> {
             }
             lowerer.block(index, probe);
         }
-        lowerer.span = None;
-        lowerer.emit(Inst::Bind(program_exit));
-        lowerer.emit(Inst::Exit);
-        lowerer.function.frame_bytes = lowerer.frame_peak.0;
-        (lowerer.function, lowerer.frame_peak)
+        lowerer.finish()
+    }
+
+    /// A lowerer for code that runs at `probe`'s attach point, or for it.
+    pub(super) fn new(
+        probe: &'a CheckedProbe,
+        probe_index: usize,
+        program: &'a CheckedProgram,
+        maps: &'a MapLayouts,
+        messages: &'a mut Vec<Message>,
+    ) -> Self {
+        let mut lowerer = Lowerer {
+            probe,
+            probe_index,
+            program,
+            maps,
+            messages,
+            function: Function::default(),
+            span: Some(probe.span),
+            pending_comment: None,
+            frame_top: 0,
+            frame_peak: (0, None),
+            ctx: VReg(0),
+            vars: Vec::new(),
+            loops: Vec::new(),
+            exit_label: Label(0),
+            block_end: Label(0),
+        };
+        lowerer.ctx = lowerer.vreg();
+        lowerer.exit_label = lowerer.label();
+        lowerer
+    }
+
+    /// Ends the program: the exit label, then `exit`.
+    pub(super) fn finish(mut self) -> (Function, (u32, Option<Span>)) {
+        self.span = None;
+        let exit = self.exit_label;
+        self.emit(Inst::Bind(exit));
+        self.emit(Inst::Exit);
+        self.function.frame_bytes = self.frame_peak.0;
+        (self.function, self.frame_peak)
     }
 
     /// One block: predicate, record, statements; its end is where its
@@ -126,11 +148,14 @@ impl<'a> Lowerer<'a> {
     /// Return at once unless tracing is active, and for wprof's own events
     /// in the user's probes. Trackers record wprof like any task: a switch
     /// away from it is the next task's switch-in.
-    fn gate(&mut self, exit: Label) {
+    pub(super) fn gate(&mut self) {
+        let exit = self.exit_label;
         self.comment("return unless tracing is active");
         let state = self.global(GlobalSlot::State);
         self.branch(Cond::Ne, state, Src::Imm(ProbeState::Active as i32), exit);
-        if self.probe.origin == RecordOrigin::Tracker {
+        if self.probe.origin == RecordOrigin::Tracker
+            || providers::of(&self.probe.attach).fires_in_wprof()
+        {
             return;
         }
         self.comment("ignore wprof itself");
@@ -167,6 +192,10 @@ impl<'a> Lowerer<'a> {
 
     pub(super) fn program_maps(&self) -> &'a [MapDecl] {
         &self.program.maps
+    }
+
+    pub(super) fn exit_label(&self) -> Label {
+        self.exit_label
     }
 
     pub(super) fn block_end(&self) -> Label {

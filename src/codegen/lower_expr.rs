@@ -74,6 +74,11 @@ impl Lowerer<'_> {
         }
     }
 
+    /// The register holding the program's context pointer.
+    pub(crate) fn context(&self) -> VReg {
+        self.ctx
+    }
+
     pub(crate) fn constant(&mut self, n: u64) -> VReg {
         let reg = self.vreg();
         match i32::try_from(n as i64) {

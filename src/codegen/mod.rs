@@ -14,6 +14,7 @@ pub(crate) mod lower;
 mod lower_expr;
 mod lower_kernel;
 mod lower_map;
+mod lower_provider;
 mod lower_record;
 mod lower_selected;
 mod lower_task_storage;
@@ -26,7 +27,8 @@ use crate::capture::model::{FieldSchema, FieldType, RecordKind, RecordSchema};
 use crate::frontend::checked::{CheckedProbe, CheckedProgram, RecordDecl};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::types::Type;
-use program::{Compiled, CounterMap};
+use crate::vocab::{AttachPoint, WatchTarget};
+use program::{BpfProgram, Compiled, CounterMap};
 
 /// The most stack a BPF program may use.
 pub const STACK_LIMIT: u32 = 512;
@@ -60,10 +62,11 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
         ..Compiled::default()
     };
     let mut errors = Vec::new();
-    for (index, blocks) in programs_by_attach_point(program).into_iter().enumerate() {
+    let groups = programs_by_attach_point(program);
+    for (index, blocks) in groups.iter().enumerate() {
         let probe = blocks[0].1;
         let (mut function, (_, peak_span)) =
-            lower::Lowerer::lower(&blocks, program, &layouts, &mut compiled.messages);
+            lower::Lowerer::lower(blocks, program, &layouts, &mut compiled.messages);
         prune::remove_unreachable(&mut function);
         let allocation = regalloc::allocate(&function);
         if allocation.frame_bytes > STACK_LIMIT {
@@ -89,6 +92,19 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
             )),
         }
     }
+    // After every attach point's program, so those keep their indices.
+    for (index, blocks) in groups.iter().enumerate() {
+        let (probe_index, probe) = blocks[0];
+        let setup = watch_setup(
+            probe,
+            probe_index,
+            index,
+            program,
+            &layouts,
+            &mut compiled.messages,
+        );
+        compiled.programs.extend(setup);
+    }
     if errors.is_empty() {
         Ok(compiled)
     } else {
@@ -113,6 +129,45 @@ fn programs_by_attach_point(program: &CheckedProgram) -> Vec<Vec<(usize, &Checke
         }
     }
     groups
+}
+
+/// The uprobe that sets a function-argument watchpoint, for such a probe
+/// (`index` in `program.probes`) whose breakpoint program is `watching`.
+fn watch_setup(
+    probe: &CheckedProbe,
+    index: usize,
+    watching: usize,
+    program: &CheckedProgram,
+    layouts: &maps::MapLayouts,
+    messages: &mut Vec<crate::vocab::Message>,
+) -> Option<BpfProgram> {
+    let AttachPoint::Watchpoint {
+        target:
+            WatchTarget::FunctionArg {
+                binary,
+                function,
+                file_offset,
+                arg,
+            },
+        sync,
+        ..
+    } = &probe.attach
+    else {
+        return None;
+    };
+    let lowerer = lower::Lowerer::new(probe, index, program, layouts, messages);
+    let mut function_ir = lowerer.lower_watch_setup(watching as u32, *arg, *sync);
+    prune::remove_unreachable(&mut function_ir);
+    let allocation = regalloc::allocate(&function_ir);
+    let assembled = emit::emit(&function_ir, &allocation).expect("the setup program assembles");
+    let attach = AttachPoint::Uprobe {
+        binary: binary.clone(),
+        symbol: function.clone(),
+        offset: *file_offset,
+        retprobe: false,
+    };
+    let name = program_name(index, &format!("w_{function}"));
+    Some(assembled.into_program(name, format!("{} (setup)", probe.name), attach))
 }
 
 /// How a record kind is described in captures.

@@ -15,7 +15,7 @@ use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
 use crate::frontend::options::CompileOptions;
 use crate::frontend::types::Type;
-use crate::providers::{self, ResolvedProbe};
+use crate::providers::{self, Resolved, ResolvedProbe};
 use crate::vocab::Environment;
 
 /// Check a parsed script against the machine described by `env`, with the
@@ -26,11 +26,15 @@ pub fn check(
     options: &CompileOptions,
 ) -> Result<CheckedProgram, Vec<ScriptError>> {
     let mut errors = Vec::new();
+    let mut warnings = Vec::new();
     let mut resolve_all = |specs: &[ProbeSpec]| {
         let mut resolved = Vec::new();
         for spec in specs {
             match resolve(spec, env) {
-                Ok(probes) => resolved.extend(probes),
+                Ok(found) => {
+                    resolved.extend(found.probes);
+                    warnings.extend(found.warnings);
+                }
                 Err(error) => errors.push(error),
             }
         }
@@ -66,6 +70,7 @@ pub fn check(
             });
         }
     }
+    errors.extend(lone_probe_mixed(&sources));
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -77,8 +82,10 @@ pub fn check(
     let probes = checker.check_all(&sources, script);
     checker.check_task_storage_maps();
     if checker.errors.is_empty() {
+        warnings.dedup();
         Ok(CheckedProgram {
             probes,
+            warnings,
             maps: checker.maps,
             records: checker.records,
             spans: checker.spans,
@@ -94,8 +101,35 @@ pub fn check(
     }
 }
 
+/// An error when a probe that must run alone (an iterator) shares the
+/// script with another attached probe (BEGIN and END may surround it).
+fn lone_probe_mixed(sources: &[Source]) -> Option<ScriptError> {
+    let points = || {
+        sources
+            .iter()
+            .flat_map(|s| s.resolved.iter().map(move |p| (s, p)))
+    };
+    let (block, lone) = points().find(|(_, p)| providers::of(&p.attach).runs_alone())?;
+    let others = points()
+        .filter(|(_, p)| !providers::of(&p.attach).runs_once())
+        .count();
+    (others > 1).then(|| {
+        ScriptError::new(
+            block.span,
+            format!(
+                "`{}` must be the only probe besides BEGIN and END",
+                lone.name
+            ),
+        )
+        .with_help(
+            "an iterator runs once over every object when wprof reads it, then tracing ends; \
+             run other probes in another wprof",
+        )
+    })
+}
+
 /// Expands one spec into its attach points through its provider.
-fn resolve(spec: &ProbeSpec, env: &dyn Environment) -> Result<Vec<ResolvedProbe>, ScriptError> {
+fn resolve(spec: &ProbeSpec, env: &dyn Environment) -> Result<Resolved, ScriptError> {
     let parts = spec.parts.iter().map(String::as_str).collect();
     let text = providers::Spec {
         word: &spec.provider,

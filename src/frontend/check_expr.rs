@@ -240,7 +240,7 @@ impl Checker<'_> {
         if !is_args(base) {
             return self.kernel_member(base, field, span);
         }
-        if let Context::Btf(args) = &self.resolved().context {
+        if let Context::Btf(args) | Context::Function { args, .. } = &self.resolved().context {
             return self.btf_arg(&args.clone(), field, span);
         }
         let Context::Tracepoint(fields) = &self.resolved().context else {

@@ -36,7 +36,7 @@ impl Checker<'_> {
         }
     }
 
-    /// `args.NAME` of a `tp_btf` probe: context slot `index`.
+    /// `args.NAME` of a `tp_btf` or fentry probe: context slot `index`.
     pub(super) fn btf_arg(&mut self, args: &[BtfArg], field: &str, span: Span) -> Option<TExpr> {
         let Some(index) = args.iter().position(|a| a.name == field) else {
             let names: Vec<String> = args.iter().map(|a| a.name.clone()).collect();
@@ -46,13 +46,19 @@ impl Checker<'_> {
             self.error(error);
             return None;
         };
+        self.btf_value(ArgRead::Slot(8 * index as u16), args[index].ty, span)
+    }
+
+    /// The value of kernel type `ty` in context slot `read`, as a typed
+    /// expression (`retval` of fexit, BTF arguments).
+    pub(crate) fn btf_value(&mut self, read: ArgRead, ty: KTypeId, span: Span) -> Option<TExpr> {
         let slot = TExpr {
-            kind: TExprKind::Arg(ArgRead::Slot(8 * index as u16)),
+            kind: TExprKind::Arg(read),
             ty: Type::U64,
             span,
         };
-        let ty = self.value_type(args[index].ty, true, span)?;
-        // Each slot is a u64; narrower arguments are truncated to their type.
+        let ty = self.value_type(ty, true, span)?;
+        // Each slot is a u64; narrower values are truncated to their type.
         Some(TExpr {
             kind: TExprKind::Cast(Box::new(slot)),
             ty,
@@ -228,6 +234,19 @@ impl Checker<'_> {
             name: "struct task_struct".into(),
             btf: self.tracing_program(),
         }))
+    }
+
+    /// A pointer to kernel type `name` (`struct bpf_iter__task`); reads
+    /// through it go through `bpf_probe_read_kernel`.
+    pub(crate) fn kernel_pointer(&mut self, name: &str, span: Span) -> Option<Type> {
+        match self.env.kernel_type_named(name) {
+            Ok(target) => Some(Type::KernelPtr(KernelPtr {
+                target,
+                name: name.into(),
+                btf: false,
+            })),
+            Err(message) => self.fail(span, &format!("kernel BTF: {message}")),
+        }
     }
 
     fn task_type(&mut self, span: Span) -> Option<KTypeId> {

@@ -24,6 +24,8 @@ pub struct CheckedProgram {
     /// empty when no record reads any.
     pub counters: Vec<PmuCounter>,
     pub user_stacks: UserStacks,
+    /// What the user should know about how probes were resolved, for stderr.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

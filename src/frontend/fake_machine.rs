@@ -5,13 +5,17 @@ use std::path::PathBuf;
 
 use crate::vocab::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType, close_names};
 use crate::vocab::{
-    BtfArg, Environment, FieldKind, FunctionTarget, TracepointField, UsdtArgSpec, UsdtTarget,
+    BtfArg, BtfFunction, Environment, FieldKind, FunctionTarget, KernelFunction,
+    KernelFunctionMatches, TracepointField, UsdtArgSpec, UsdtTarget,
 };
 
 /// A machine with a few tracepoints (`syscalls:sys_enter_openat`,
 /// `syscalls:sys_enter_write`, `syscalls:sys_exit_read`, `sched:named`),
-/// every function in every binary, 64 bytes at file offset 0x1000, and a little
-/// kernel BTF: `struct task_struct` (see [`kernel_type`]) and the BTF
+/// every function in every binary, 64 bytes at file offset 0x1000, every
+/// kernel function (64 bytes; wildcards see `vfs_read`, `vfs_readv`,
+/// `vfs_write`; these three are typed in BTF as `vfs_read` is), and a little
+/// kernel BTF: `struct task_struct` (see [`kernel_type`]), `struct
+/// bpf_iter__task` and the BTF
 /// tracepoints `sched_switch` and `sched_wakeup`.
 pub struct FakeMachine;
 
@@ -29,6 +33,7 @@ pub mod ids {
     pub const SCHED_ENTITY: KTypeId = KTypeId(9);
     pub const ANON_UNION: KTypeId = KTypeId(10);
     pub const VOID_PTR: KTypeId = KTypeId(11);
+    pub const ITER_TASK: KTypeId = KTypeId(12);
 }
 
 /// `struct task_struct` of the fake kernel: byte offsets chosen for tests.
@@ -62,6 +67,9 @@ fn task_struct() -> KernelKind {
         members,
     }
 }
+
+/// The kernel functions wildcards expand to (any other name exists too).
+const KERNEL_FUNCTIONS: [&str; 3] = ["vfs_read", "vfs_readv", "vfs_write"];
 
 const TRACEPOINTS: [(&str, &str); 4] = [
     ("syscalls", "sys_enter_openat"),
@@ -166,6 +174,63 @@ impl Environment for FakeMachine {
         Ok((PathBuf::from("/bin/x"), vec![target]))
     }
 
+    fn kernel_functions(
+        &self,
+        module: Option<&str>,
+        pattern: &str,
+    ) -> Result<KernelFunctionMatches, String> {
+        if module.is_some_and(|m| m != "vmlinux") {
+            return Err(format!(
+                "no kernel module `{}` is loaded",
+                module.unwrap_or_default()
+            ));
+        }
+        let function = |name: &str| KernelFunction {
+            name: name.into(),
+            module: None,
+            size: 64,
+        };
+        let functions = match pattern.strip_suffix('*') {
+            Some(prefix) => KERNEL_FUNCTIONS
+                .iter()
+                .filter(|f| f.starts_with(prefix))
+                .map(|f| function(f))
+                .collect(),
+            None => vec![function(pattern)],
+        };
+        Ok(KernelFunctionMatches {
+            functions,
+            note: None,
+        })
+    }
+
+    fn btf_functions(&self, pattern: &str) -> Result<Vec<BtfFunction>, String> {
+        let arg = |name: &str, ty| BtfArg {
+            name: name.into(),
+            ty,
+        };
+        let function = |name: &str| BtfFunction {
+            name: name.into(),
+            args: vec![
+                arg("file", ids::VOID_PTR),
+                arg("buf", ids::VOID_PTR),
+                arg("count", ids::U64),
+                arg("pos", ids::VOID_PTR),
+            ],
+            ret: ids::INT,
+        };
+        let glob = glob::Pattern::new(pattern).map_err(|e| e.to_string())?;
+        let found: Vec<BtfFunction> = KERNEL_FUNCTIONS
+            .iter()
+            .filter(|name| glob.matches(name))
+            .map(|name| function(name))
+            .collect();
+        match found.is_empty() {
+            true => Err(format!("no kernel function matches `{pattern}` in BTF")),
+            false => Ok(found),
+        }
+    }
+
     fn tp_btf_args(&self, name: &str) -> Result<Vec<BtfArg>, String> {
         let arg = |name: &str, ty| BtfArg {
             name: name.into(),
@@ -233,6 +298,17 @@ impl Environment for FakeMachine {
                 },
             ),
             ids::VOID_PTR => named("void *", KernelKind::Pointer(KTypeId(0))),
+            ids::ITER_TASK => named(
+                "struct bpf_iter__task",
+                KernelKind::Struct {
+                    union: false,
+                    size: 16,
+                    members: vec![
+                        single("meta", ids::VOID_PTR, 0),
+                        single("task", ids::TASK_PTR, 8),
+                    ],
+                },
+            ),
             KTypeId(0) => named("void", KernelKind::Void),
             KTypeId(other) => return Err(format!("no kernel type {other}")),
         })
@@ -241,6 +317,7 @@ impl Environment for FakeMachine {
     fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String> {
         match name {
             "struct task_struct" => Ok(ids::TASK),
+            "struct bpf_iter__task" => Ok(ids::ITER_TASK),
             "int" => Ok(ids::INT),
             _ => Err(format!("no kernel type `{name}`")),
         }

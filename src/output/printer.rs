@@ -27,6 +27,8 @@ pub enum Printed {
     Exit,
     /// An operation on a map, which only the session can reach.
     Map(MapOp),
+    /// `unwatch(addr)`: remove every watchpoint on this address.
+    Unwatch(u64),
 }
 
 /// A map operation a message asks for.
@@ -64,7 +66,9 @@ impl<'a> Printer<'a> {
             Message::Builtin(message) => {
                 builtins::statement_hooks(message.builtin).print(self, message, bytes, out)
             }
-            Message::Record { .. } => Err(io::Error::other("capture records are not printed")),
+            Message::Record { .. } | Message::Watch { .. } => Err(io::Error::other(
+                "capture records and watchpoint requests are not printed",
+            )),
         }
     }
 

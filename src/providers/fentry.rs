@@ -1,14 +1,15 @@
-//! `fentry:FUNCTION` and `fexit:` (also `f`, `kfunc`, `fr`, `kretfunc`):
-//! kernel functions through BPF trampolines (`BPF_PROG_TYPE_TRACING`). The
-//! context is the function's arguments as an array of u64. Kernels without
-//! trampolines refuse the program at load time; that is reported when the
-//! probe attaches, so the other probes still run.
+//! `fentry:[MODULE:]FUNCTION` and `fexit:` (also `f`, `kfunc`, `fr`,
+//! `kretfunc`): kernel functions through BPF trampolines
+//! (`BPF_PROG_TYPE_TRACING`), with wildcards. The context is the function's
+//! arguments, typed from kernel BTF (`args.file`), one u64 slot each; fexit
+//! has the return value in the next slot (`retval`, typed too). Kernels
+//! without trampolines refuse the program at load time; that is reported
+//! when the probe attaches, so the other probes still run.
 
 use libbpf_rs::{Link, ProgramMut};
 
-use super::raw_tracepoint::u64_slot;
-use super::{ProbeType, Provider, ResolvedProbe, Spec, explain};
-use crate::vocab::{ArgRead, AttachPoint, Context, Environment, KernelFeature, x86_64};
+use super::{ProbeType, Provider, Resolved, ResolvedProbe, Spec, explain};
+use crate::vocab::{ArgRead, AttachPoint, BtfFunction, Context, Environment, KernelFeature};
 
 pub struct Fentry;
 
@@ -26,26 +27,28 @@ impl Provider for Fentry {
         ]
     }
 
-    fn resolve(
-        &self,
-        ty: &str,
-        spec: &Spec,
-        _env: &dyn Environment,
-    ) -> Result<Vec<ResolvedProbe>, String> {
-        spec.expect_parts(1, "fentry:FUNCTION")?;
+    fn resolve(&self, ty: &str, spec: &Spec, env: &dyn Environment) -> Result<Resolved, String> {
         let exit = ty == "fexit";
-        let function = spec.parts[0];
-        let mut probe = ResolvedProbe::new(
-            format!("{ty}:{function}"),
-            AttachPoint::Fentry {
-                function: function.into(),
-                exit,
-            },
-            Context::U64Array,
-        );
-        probe.func = Some(function.into());
-        probe.is_return = exit;
-        Ok(vec![probe])
+        let pattern = match spec.parts[..] {
+            [function] => function,
+            [module, function] if glob_matches(module, "vmlinux") => function,
+            [module, _] => {
+                return Err(format!(
+                    "`{spec}`: only functions of the kernel itself (`vmlinux`) are typed \
+                     here; `{module}` has no BTF in /sys/kernel/btf"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "`{spec}`: {ty} probe type requires 1 or 2 arguments \
+                     (`{ty}:FUNCTION` or `{ty}:vmlinux:FUNCTION`)"
+                ));
+            }
+        };
+        let functions = env
+            .btf_functions(pattern)
+            .map_err(|why| format!("`{spec}`: {why}"))?;
+        Ok(functions.into_iter().map(|f| probe(ty, exit, f)).collect())
     }
 
     fn owns(&self, point: &AttachPoint) -> bool {
@@ -65,17 +68,21 @@ impl Provider for Fentry {
         Some(KernelFeature::Fentry)
     }
 
-    fn arg(&self, probe: &ResolvedProbe, n: u32) -> Result<ArgRead, String> {
-        u64_slot(probe, n)
+    fn arg(&self, _probe: &ResolvedProbe, _n: u32) -> Result<ArgRead, String> {
+        Err("fentry and fexit probes name their arguments: `args.NAME`".into())
     }
 
     fn retval(&self, probe: &ResolvedProbe) -> Option<ArgRead> {
-        // fexit's return value is the u64 after the function's arguments,
-        // which only BTF tells (issue 13 types fentry arguments); until then
-        // this reads slot 10, as wprof always has.
-        probe
-            .is_return
-            .then_some(ArgRead::Slot(x86_64::RETURN_VALUE))
+        match &probe.context {
+            Context::Function { args, .. } if probe.is_return => {
+                Some(ArgRead::Slot(8 * args.len() as u16))
+            }
+            _ => None,
+        }
+    }
+
+    fn btf_pointers(&self) -> bool {
+        true
     }
 
     fn deferred_refusal(&self, reason: &str) -> Option<String> {
@@ -101,21 +108,53 @@ impl Provider for Fentry {
     }
 }
 
+/// Whether `text` matches the glob `pattern` (an invalid glob matches nothing).
+fn glob_matches(pattern: &str, text: &str) -> bool {
+    glob::Pattern::new(pattern).is_ok_and(|p| p.matches(text))
+}
+
+fn probe(ty: &str, exit: bool, function: BtfFunction) -> ResolvedProbe {
+    let mut probe = ResolvedProbe::new(
+        format!("{ty}:{}", function.name),
+        AttachPoint::Fentry {
+            function: function.name.clone(),
+            exit,
+        },
+        Context::Function {
+            args: function.args,
+            ret: function.ret,
+        },
+    );
+    probe.func = Some(function.name);
+    probe.is_return = exit;
+    probe
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::frontend::fake_machine::FakeMachine;
 
-    /// `kretfunc` is fexit, with its section named after the function.
-    #[test]
-    fn aliases_and_section() {
+    fn resolve(ty: &str, parts: &[&str]) -> Result<Resolved, String> {
         let spec = Spec {
-            word: "kretfunc",
-            parts: vec!["vfs_read"],
+            word: ty,
+            parts: parts.to_vec(),
         };
-        let probes = Fentry.resolve("fexit", &spec, &FakeMachine).unwrap();
+        Fentry.resolve(ty, &spec, &FakeMachine)
+    }
+
+    /// fexit's return value follows the arguments; the section names the function.
+    #[test]
+    fn arguments_and_return_value() {
+        let probes = resolve("fexit", &["vmlinux", "vfs_read"]).unwrap().probes;
         assert_eq!(probes[0].name, "fexit:vfs_read");
         assert_eq!(Fentry.section(&probes[0].attach), "fexit/vfs_read");
-        assert_eq!(Fentry.arg(&probes[0], 1), Ok(ArgRead::Slot(8)));
+        assert_eq!(Fentry.retval(&probes[0]), Some(ArgRead::Slot(32)));
+        assert!(Fentry.arg(&probes[0], 0).is_err());
+        let entry = resolve("fentry", &["vfs_*"]).unwrap().probes;
+        assert_eq!(entry.len(), 3);
+        assert_eq!(Fentry.retval(&entry[0]), None);
+        let error = resolve("fentry", &["nf_tables", "f"]).unwrap_err();
+        assert!(error.contains("`nf_tables` has no BTF"), "{error}");
     }
 }

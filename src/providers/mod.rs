@@ -11,6 +11,7 @@
 //! [`PROVIDERS`] and its [`AttachPoint`] variant.
 
 mod fentry;
+mod iter;
 mod kprobe;
 mod perf;
 mod raw_tracepoint;
@@ -19,6 +20,7 @@ mod tp_btf;
 mod tracepoint;
 mod uprobe;
 mod usdt;
+mod watchpoint;
 
 use std::fmt;
 
@@ -33,12 +35,7 @@ pub trait Provider: Sync {
 
     /// Expands a spec whose word is one of this provider's types (`ty` is
     /// that type's name) into attach points; an error is a message for the spec.
-    fn resolve(
-        &self,
-        ty: &str,
-        spec: &Spec,
-        env: &dyn Environment,
-    ) -> Result<Vec<ResolvedProbe>, String>;
+    fn resolve(&self, ty: &str, spec: &Spec, env: &dyn Environment) -> Result<Resolved, String>;
 
     /// Whether `point` is one of this provider's attach points.
     fn owns(&self, point: &AttachPoint) -> bool;
@@ -68,8 +65,43 @@ pub trait Provider: Sync {
         false
     }
 
+    /// The C type `ctx` points to in this probe's programs.
+    fn context_type(&self, _point: &AttachPoint) -> Result<&'static str, String> {
+        Err("`ctx` is not available in these probes".into())
+    }
+
+    /// Code every program of this probe starts with.
+    fn prologue(&self, _point: &AttachPoint) -> Prologue {
+        Prologue::None
+    }
+
+    /// Whether the probe must be the only one attached besides BEGIN and
+    /// END (an iterator runs once, then tracing ends).
+    fn runs_alone(&self) -> bool {
+        false
+    }
+
+    /// Whether the program runs in wprof's own thread (an iterator, as
+    /// wprof reads it), so wprof's own events must not be ignored.
+    fn fires_in_wprof(&self) -> bool {
+        false
+    }
+
     /// Whether the program runs once (BEGIN, END) instead of being attached.
     fn runs_once(&self) -> bool {
+        false
+    }
+
+    /// Whether the probe fires every N events or nanoseconds counted from
+    /// when it is attached (perf events): the session attaches it after
+    /// BEGIN has run, so `interval:ms:500` fires 500 ms after BEGIN.
+    fn counts_from_attach(&self, _point: &AttachPoint) -> bool {
+        false
+    }
+
+    /// Whether the session attaches the program later, when it learns where
+    /// (a watchpoint on a function's argument), instead of with the others.
+    fn attached_later(&self, _point: &AttachPoint) -> bool {
         false
     }
 
@@ -87,6 +119,21 @@ pub trait Provider: Sync {
         point: &AttachPoint,
         pid: i32,
     ) -> Result<Vec<Link>, String>;
+}
+
+/// Code a provider's programs start with, after the context is saved and
+/// before the gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prologue {
+    None,
+    /// BPF iterators: return unless the pointer at `object` in the context
+    /// (the task) is set (the kernel makes one last call with none), then
+    /// write one byte to the iterator's seq file, so that each `read()`
+    /// covers a bounded batch of objects and the ring buffer is drained
+    /// between batches.
+    Iterator {
+        object: u16,
+    },
 }
 
 /// A probe type as scripts name it: `uprobe`, also written `u`.
@@ -107,6 +154,8 @@ pub static PROVIDERS: &[&dyn Provider] = &[
     &kprobe::Kprobe,
     &fentry::Fentry,
     &perf::Perf,
+    &watchpoint::Watchpoint,
+    &iter::Iter,
 ];
 
 /// A probe spec as written: the probe type word and the parts after it, as
@@ -169,6 +218,30 @@ impl ResolvedProbe {
     }
 }
 
+/// What one spec resolves to: its attach points, and what the user should
+/// know about how they were found.
+#[derive(Clone, Debug, Default)]
+pub struct Resolved {
+    pub probes: Vec<ResolvedProbe>,
+    /// Sentences for stderr (`kernel functions are listed from /proc/kallsyms ...`).
+    pub warnings: Vec<String>,
+}
+
+impl From<Vec<ResolvedProbe>> for Resolved {
+    fn from(probes: Vec<ResolvedProbe>) -> Self {
+        Resolved {
+            probes,
+            warnings: Vec::new(),
+        }
+    }
+}
+
+impl FromIterator<ResolvedProbe> for Resolved {
+    fn from_iter<I: IntoIterator<Item = ResolvedProbe>>(probes: I) -> Self {
+        Vec::from_iter(probes).into()
+    }
+}
+
 /// Why a spec did not resolve.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ResolveError {
@@ -177,7 +250,7 @@ pub struct ResolveError {
 }
 
 /// Expands one spec into its attach points, through the provider of its word.
-pub fn resolve(spec: &Spec, env: &dyn Environment) -> Result<Vec<ResolvedProbe>, ResolveError> {
+pub fn resolve(spec: &Spec, env: &dyn Environment) -> Result<Resolved, ResolveError> {
     let found = PROVIDERS.iter().find_map(|provider| {
         let ty = provider
             .types()
@@ -295,7 +368,9 @@ mod tests {
                 assert!(seen.insert(*name), "`{name}` is claimed twice");
             }
         }
-        let probes = resolve(&spec("ur", &["/bin/x", "f"]), &FakeMachine).expect("resolves");
+        let probes = resolve(&spec("ur", &["/bin/x", "f"]), &FakeMachine)
+            .expect("resolves")
+            .probes;
         assert_eq!(of(&probes[0].attach).types()[1].name, "uretprobe");
     }
 
@@ -308,7 +383,8 @@ mod tests {
             error.help.as_deref(),
             Some(
                 "probe types: BEGIN, END, uprobe, uretprobe, usdt, tracepoint, rawtracepoint, \
-                 tp_btf, kprobe, kretprobe, fentry, fexit, profile, interval, software, hardware"
+                 tp_btf, kprobe, kretprobe, fentry, fexit, profile, interval, software, hardware, \
+                 watchpoint, asyncwatchpoint, iter"
             )
         );
     }

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use libbpf_rs::{Link, ProgramMut};
 
-use super::{ProbeType, Provider, ResolvedProbe, Spec, explain, parse_number};
+use super::{ProbeType, Provider, Resolved, ResolvedProbe, Spec, explain, parse_number};
 use crate::runtime::bpf::perf_event::open_per_cpu;
 use crate::runtime::targets::features::online_cpus;
+use crate::vocab::perf_events::{HARDWARE_EVENTS, SOFTWARE_EVENTS, event_names, find_event};
 use crate::vocab::{
     AttachPoint, Context, Environment, KernelFeature, PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE,
     PerfEvent, PerfSample,
@@ -41,19 +42,14 @@ impl Provider for Perf {
         ]
     }
 
-    fn resolve(
-        &self,
-        ty: &str,
-        spec: &Spec,
-        _env: &dyn Environment,
-    ) -> Result<Vec<ResolvedProbe>, String> {
+    fn resolve(&self, ty: &str, spec: &Spec, _env: &dyn Environment) -> Result<Resolved, String> {
         let probe = match ty {
             "profile" => timer(spec, ty, true)?,
             "interval" => timer(spec, ty, false)?,
-            "software" => counter(&spec.parts, PERF_TYPE_SOFTWARE, SOFTWARE_EVENTS)?,
-            _ => counter(&spec.parts, PERF_TYPE_HARDWARE, HARDWARE_EVENTS)?,
+            "software" => counter(&spec.parts, PERF_TYPE_SOFTWARE)?,
+            _ => counter(&spec.parts, PERF_TYPE_HARDWARE)?,
         };
-        Ok(vec![probe])
+        Ok(vec![probe].into())
     }
 
     fn owns(&self, point: &AttachPoint) -> bool {
@@ -64,6 +60,10 @@ impl Provider for Perf {
         "perf_event".into()
     }
 
+    fn counts_from_attach(&self, _point: &AttachPoint) -> bool {
+        true
+    }
+
     fn feature(&self, point: &AttachPoint) -> Option<KernelFeature> {
         match point {
             AttachPoint::PerfEvent { event, .. } if event.needs_pmu() => {
@@ -71,6 +71,10 @@ impl Provider for Perf {
             }
             _ => None,
         }
+    }
+
+    fn context_type(&self, _point: &AttachPoint) -> Result<&'static str, String> {
+        Ok("struct bpf_perf_event_data")
     }
 
     fn attach(
@@ -127,38 +131,8 @@ fn timer(spec: &Spec, ty: &str, all_cpus: bool) -> Result<ResolvedProbe, String>
 const RAW_DEFAULT_PERIOD: u64 = 1_000_000;
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
 
-/// (names, perf config, default period)
-type EventTable = &'static [(&'static [&'static str], u64, u64)];
-
-const SOFTWARE_EVENTS: EventTable = &[
-    (&["cpu-clock", "cpu"], 0, 1_000_000),
-    (&["task-clock"], 1, 1_000_000),
-    (&["page-faults", "faults"], 2, 100),
-    (&["context-switches", "cs"], 3, 1_000),
-    (&["cpu-migrations"], 4, 1),
-    (&["minor-faults"], 5, 100),
-    (&["major-faults"], 6, 1),
-    (&["alignment-faults"], 7, 1),
-    (&["emulation-faults"], 8, 1),
-    (&["dummy"], 9, 1),
-    (&["bpf-output"], 10, 1),
-];
-
-const HARDWARE_EVENTS: EventTable = &[
-    (&["cpu-cycles", "cycles"], 0, 1_000_000),
-    (&["instructions"], 1, 1_000_000),
-    (&["cache-references"], 2, 1_000_000),
-    (&["cache-misses"], 3, 1_000_000),
-    (&["branch-instructions", "branches"], 4, 100_000),
-    (&["branch-misses"], 5, 100_000),
-    (&["bus-cycles"], 6, 100_000),
-    (&["frontend-stalls"], 7, 1_000_000),
-    (&["backend-stalls"], 8, 1_000_000),
-    (&["ref-cycles"], 9, 1_000_000),
-];
-
 /// `software:EVENT[:RATE]` or `hardware:EVENT[:RATE]`.
-fn counter(parts: &[&str], type_: u32, table: EventTable) -> Result<ResolvedProbe, String> {
+fn counter(parts: &[&str], type_: u32) -> Result<ResolvedProbe, String> {
     let provider = if type_ == PERF_TYPE_HARDWARE {
         "hardware"
     } else {
@@ -169,7 +143,7 @@ fn counter(parts: &[&str], type_: u32, table: EventTable) -> Result<ResolvedProb
         [event, rate] => (*event, Some(*rate)),
         _ => return Err(format!("expected `{provider}:EVENT[:COUNT|:Nhz]`")),
     };
-    let (name, event, default_period) = event_named(event, type_, table)?;
+    let (name, event, default_period) = event_named(event, type_)?;
     let sample = match rate {
         Some(text) => parse_rate(text)?,
         None => PerfSample::Period(default_period),
@@ -190,23 +164,15 @@ fn counter(parts: &[&str], type_: u32, table: EventTable) -> Result<ResolvedProb
     ))
 }
 
-/// The event of `name` in `table` (or a raw `rHEX` hardware code): its
-/// canonical name, the event and its default period.
-fn event_named(
-    name: &str,
-    type_: u32,
-    table: EventTable,
-) -> Result<(String, PerfEvent, u64), String> {
-    if let Some((names, config, period)) = table.iter().find(|(names, _, _)| names.contains(&name))
-    {
-        return Ok((
-            names[0].to_string(),
-            PerfEvent {
-                type_,
-                config: *config,
-            },
-            *period,
-        ));
+/// The event of `name` (or a raw `rHEX` hardware code): its canonical
+/// name, the event and its default period.
+fn event_named(name: &str, type_: u32) -> Result<(String, PerfEvent, u64), String> {
+    let (table, provider, raw) = match type_ {
+        PERF_TYPE_HARDWARE => (HARDWARE_EVENTS, "hardware", ", rHEX"),
+        _ => (SOFTWARE_EVENTS, "software", ""),
+    };
+    if let Some(found) = find_event(table, name) {
+        return Ok((found.name.to_string(), found.event, found.default_period));
     }
     // A raw PMU code (`rXXXX`), as `--pmu` takes it.
     if type_ == PERF_TYPE_HARDWARE
@@ -214,14 +180,9 @@ fn event_named(
     {
         return Ok((name.to_string(), event, RAW_DEFAULT_PERIOD));
     }
-    let known: Vec<&str> = table.iter().map(|(names, _, _)| names[0]).collect();
-    let (provider, raw) = match type_ {
-        PERF_TYPE_HARDWARE => ("hardware", ", rHEX"),
-        _ => ("software", ""),
-    };
     Err(format!(
         "unknown {provider} event `{name}` (known: {}{raw})",
-        known.join(", ")
+        event_names(table, "")
     ))
 }
 
@@ -307,7 +268,7 @@ mod tests {
             parts: parts.to_vec(),
         };
         Perf.resolve(ty, &spec, &FakeMachine)
-            .map(|mut p| p.remove(0))
+            .map(|mut p| p.probes.remove(0))
     }
 
     /// Timers become cpu-clock events: profile on every CPU, interval on one.
@@ -351,7 +312,7 @@ mod tests {
         );
         let error = resolve("software", "software", &["nope"]).unwrap_err();
         assert!(
-            error.starts_with("unknown software event `nope` (known: cpu-clock, "),
+            error.starts_with("unknown software event `nope` (known: alignment-faults, "),
             "{error}"
         );
     }

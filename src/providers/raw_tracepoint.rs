@@ -3,7 +3,7 @@
 
 use libbpf_rs::{Link, ProgramMut};
 
-use super::{ProbeType, Provider, ResolvedProbe, Spec, explain};
+use super::{ProbeType, Provider, Resolved, ResolvedProbe, Spec, explain};
 use crate::vocab::{ArgRead, AttachPoint, Context, Environment};
 
 /// Raw tracepoints pass at most this many arguments.
@@ -19,12 +19,7 @@ impl Provider for RawTracepoint {
         }]
     }
 
-    fn resolve(
-        &self,
-        _ty: &str,
-        spec: &Spec,
-        _env: &dyn Environment,
-    ) -> Result<Vec<ResolvedProbe>, String> {
+    fn resolve(&self, _ty: &str, spec: &Spec, _env: &dyn Environment) -> Result<Resolved, String> {
         let name = match spec.parts.as_slice() {
             [name] | [_, name] => *name,
             _ => return Err(format!("`{spec}`: expected `rawtracepoint:NAME`")),
@@ -34,7 +29,8 @@ impl Provider for RawTracepoint {
             format!("rawtracepoint:{name}"),
             attach,
             Context::U64Array,
-        )])
+        )]
+        .into())
     }
 
     fn owns(&self, point: &AttachPoint) -> bool {
@@ -100,7 +96,8 @@ mod tests {
         };
         let probes = RawTracepoint
             .resolve("rawtracepoint", &spec, &FakeMachine)
-            .unwrap();
+            .unwrap()
+            .probes;
         assert_eq!(probes[0].name, "rawtracepoint:sched_switch");
         assert_eq!(
             RawTracepoint.section(&probes[0].attach),

@@ -4,7 +4,7 @@
 
 use libbpf_rs::{Link, ProgramMut};
 
-use super::{ProbeType, Provider, ResolvedProbe, Spec};
+use super::{ProbeType, Provider, Resolved, ResolvedProbe, Spec};
 use crate::vocab::{AttachPoint, Context, Environment};
 
 pub struct Special;
@@ -23,18 +23,13 @@ impl Provider for Special {
         ]
     }
 
-    fn resolve(
-        &self,
-        ty: &str,
-        spec: &Spec,
-        _env: &dyn Environment,
-    ) -> Result<Vec<ResolvedProbe>, String> {
+    fn resolve(&self, ty: &str, spec: &Spec, _env: &dyn Environment) -> Result<Resolved, String> {
         spec.expect_parts(0, spec.word)?;
         let attach = match ty {
             "BEGIN" => AttachPoint::Begin,
             _ => AttachPoint::End,
         };
-        Ok(vec![ResolvedProbe::new(ty.into(), attach, Context::Plain)])
+        Ok(vec![ResolvedProbe::new(ty.into(), attach, Context::Plain)].into())
     }
 
     fn owns(&self, point: &AttachPoint) -> bool {
@@ -72,7 +67,10 @@ mod tests {
             word: "begin",
             parts: vec![],
         };
-        let probes = Special.resolve("BEGIN", &spec, &FakeMachine).unwrap();
+        let probes = Special
+            .resolve("BEGIN", &spec, &FakeMachine)
+            .unwrap()
+            .probes;
         assert_eq!(
             (probes[0].name.as_str(), &probes[0].attach),
             ("BEGIN", &AttachPoint::Begin)

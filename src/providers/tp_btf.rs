@@ -5,7 +5,7 @@
 
 use libbpf_rs::{Link, ProgramMut};
 
-use super::{ProbeType, Provider, ResolvedProbe, Spec, explain};
+use super::{ProbeType, Provider, Resolved, ResolvedProbe, Spec, explain};
 use crate::vocab::{ArgRead, AttachPoint, Context, Environment, KernelFeature};
 
 pub struct TpBtf;
@@ -18,12 +18,7 @@ impl Provider for TpBtf {
         }]
     }
 
-    fn resolve(
-        &self,
-        _ty: &str,
-        spec: &Spec,
-        env: &dyn Environment,
-    ) -> Result<Vec<ResolvedProbe>, String> {
+    fn resolve(&self, _ty: &str, spec: &Spec, env: &dyn Environment) -> Result<Resolved, String> {
         spec.expect_parts(1, "tp_btf:NAME")?;
         let name = spec.parts[0];
         let args = env.tp_btf_args(name)?;
@@ -31,7 +26,8 @@ impl Provider for TpBtf {
             format!("tp_btf:{name}"),
             AttachPoint::TpBtf { name: name.into() },
             Context::Btf(args),
-        )])
+        )]
+        .into())
     }
 
     fn owns(&self, point: &AttachPoint) -> bool {
@@ -89,7 +85,8 @@ mod tests {
         };
         let probes = TpBtf
             .resolve("tp_btf", &spec("sched_switch"), &FakeMachine)
-            .unwrap();
+            .unwrap()
+            .probes;
         assert!(matches!(&probes[0].context, Context::Btf(args) if args.len() == 4));
         assert_eq!(TpBtf.section(&probes[0].attach), "tp_btf/sched_switch");
         assert!(

@@ -3,7 +3,7 @@
 
 use libbpf_rs::{Link, ProgramMut, TracepointCategory};
 
-use super::{ProbeType, Provider, ResolvedProbe, Spec, explain};
+use super::{ProbeType, Provider, Resolved, ResolvedProbe, Spec, explain};
 use crate::vocab::{AttachPoint, Context, Environment, KernelFeature};
 
 pub struct Tracepoint;
@@ -16,12 +16,7 @@ impl Provider for Tracepoint {
         }]
     }
 
-    fn resolve(
-        &self,
-        _ty: &str,
-        spec: &Spec,
-        env: &dyn Environment,
-    ) -> Result<Vec<ResolvedProbe>, String> {
+    fn resolve(&self, _ty: &str, spec: &Spec, env: &dyn Environment) -> Result<Resolved, String> {
         spec.expect_parts(2, "tracepoint:CATEGORY:NAME")?;
         let mut probes = Vec::new();
         for (category, name) in env.expand_tracepoints(spec.parts[0], spec.parts[1])? {
@@ -38,7 +33,7 @@ impl Provider for Tracepoint {
             probe.user_memory = category == "syscalls";
             probes.push(probe);
         }
-        Ok(probes)
+        Ok(probes.into())
     }
 
     fn owns(&self, point: &AttachPoint) -> bool {
@@ -58,6 +53,10 @@ impl Provider for Tracepoint {
 
     fn arg(&self, _probe: &ResolvedProbe, _n: u32) -> Result<crate::vocab::ArgRead, String> {
         Err("tracepoints have `args.FIELD` instead".into())
+    }
+
+    fn context_type(&self, _point: &AttachPoint) -> Result<&'static str, String> {
+        Err("use args instead of ctx in tracepoint probes: `args.NAME`".into())
     }
 
     fn attach(
@@ -95,7 +94,8 @@ mod tests {
         };
         let probes = Tracepoint
             .resolve("tracepoint", &spec, &FakeMachine)
-            .unwrap();
+            .unwrap()
+            .probes;
         let names: Vec<&str> = probes.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(
             names,

@@ -9,7 +9,7 @@ use std::path::Path;
 use libbpf_rs::{Link, ProgramMut, UprobeOpts};
 
 use super::{
-    ProbeType, Provider, ResolvedProbe, Spec, explain, parse_function_spec, register_arg,
+    ProbeType, Provider, Resolved, ResolvedProbe, Spec, explain, parse_function_spec, register_arg,
     register_retval,
 };
 use crate::vocab::{ArgRead, AttachPoint, Context, Environment, FunctionTarget, KernelFeature};
@@ -30,12 +30,7 @@ impl Provider for Uprobe {
         ]
     }
 
-    fn resolve(
-        &self,
-        ty: &str,
-        spec: &Spec,
-        env: &dyn Environment,
-    ) -> Result<Vec<ResolvedProbe>, String> {
+    fn resolve(&self, ty: &str, spec: &Spec, env: &dyn Environment) -> Result<Resolved, String> {
         spec.expect_parts(2, "uprobe:BINARY:FUNCTION[+OFFSET]")?;
         let retprobe = ty == "uretprobe";
         let (pattern, extra) = parse_function_spec(spec.parts[1])?;
@@ -82,6 +77,10 @@ impl Provider for Uprobe {
 
     fn feature(&self, _point: &AttachPoint) -> Option<KernelFeature> {
         Some(KernelFeature::Uprobes)
+    }
+
+    fn context_type(&self, _point: &AttachPoint) -> Result<&'static str, String> {
+        Ok("struct pt_regs")
     }
 
     fn arg(&self, probe: &ResolvedProbe, n: u32) -> Result<ArgRead, String> {
@@ -180,7 +179,8 @@ mod tests {
     fn offsets_inside_the_function() {
         let probes = Uprobe
             .resolve("uretprobe", &spec("ur", "f+0x10"), &FakeMachine)
-            .unwrap();
+            .unwrap()
+            .probes;
         assert_eq!(
             probes[0].attach,
             AttachPoint::Uprobe {
@@ -207,14 +207,16 @@ mod tests {
     fn registers() {
         let entry = &Uprobe
             .resolve("uprobe", &spec("u", "f"), &FakeMachine)
-            .unwrap()[0];
+            .unwrap()
+            .probes[0];
         assert!(entry.function_entry);
         assert_eq!(Uprobe.arg(entry, 1), Ok(ArgRead::Slot(104)));
         assert!(Uprobe.arg(entry, 6).is_err());
         assert_eq!(Uprobe.retval(entry), None);
         let ret = &Uprobe
             .resolve("uretprobe", &spec("ur", "f"), &FakeMachine)
-            .unwrap()[0];
+            .unwrap()
+            .probes[0];
         assert_eq!(Uprobe.retval(ret), Some(ArgRead::Slot(80)));
         assert!(Uprobe.arg(ret, 0).is_err());
     }

@@ -5,7 +5,7 @@
 use libbpf_rs::{Link, ProgramMut};
 
 use super::uprobe::attach_uprobe;
-use super::{ProbeType, Provider, ResolvedProbe, Spec};
+use super::{ProbeType, Provider, Resolved, ResolvedProbe, Spec};
 use crate::vocab::{ArgRead, AttachPoint, Context, Environment, KernelFeature};
 
 pub struct Usdt;
@@ -18,12 +18,7 @@ impl Provider for Usdt {
         }]
     }
 
-    fn resolve(
-        &self,
-        _ty: &str,
-        spec: &Spec,
-        env: &dyn Environment,
-    ) -> Result<Vec<ResolvedProbe>, String> {
+    fn resolve(&self, _ty: &str, spec: &Spec, env: &dyn Environment) -> Result<Resolved, String> {
         let (binary, provider, name) = match spec.parts.as_slice() {
             [binary, name] => (*binary, None, *name),
             [binary, provider, name] => (*binary, Some(*provider), *name),
@@ -66,6 +61,10 @@ impl Provider for Usdt {
 
     fn feature(&self, _point: &AttachPoint) -> Option<KernelFeature> {
         Some(KernelFeature::Uprobes)
+    }
+
+    fn context_type(&self, _point: &AttachPoint) -> Result<&'static str, String> {
+        Ok("struct pt_regs")
     }
 
     fn arg(&self, probe: &ResolvedProbe, n: u32) -> Result<ArgRead, String> {
@@ -111,7 +110,7 @@ mod tests {
             word: "U",
             parts: vec!["/bin/x", "demo", "tick"],
         };
-        let probes = Usdt.resolve("usdt", &spec, &FakeMachine).unwrap();
+        let probes = Usdt.resolve("usdt", &spec, &FakeMachine).unwrap().probes;
         assert_eq!(probes[0].name, "usdt:/bin/x:p:tick");
         assert_eq!(
             Usdt.arg(&probes[0], 0),

@@ -40,6 +40,8 @@ pub enum AttachPoint {
     },
     Kprobe {
         function: String,
+        /// The module the function is in (`MODULE:FUNCTION`); `None` for the kernel.
+        module: Option<String>,
         offset: u64,
         retprobe: bool,
     },
@@ -53,6 +55,66 @@ pub enum AttachPoint {
         /// All online CPUs, or only the first (for `interval`).
         all_cpus: bool,
     },
+    /// A BPF iterator, read once to its end (or pinned at `pin`).
+    Iter {
+        target: IterTarget,
+        pin: Option<PathBuf>,
+    },
+    /// A hardware breakpoint (`PERF_TYPE_BREAKPOINT`) on `len` bytes.
+    Watchpoint {
+        target: WatchTarget,
+        len: u8,
+        mode: WatchMode,
+        /// `watchpoint`: the tracee is stopped from the call of the function
+        /// until the breakpoint is set; `asyncwatchpoint`: it runs on.
+        sync: bool,
+    },
+}
+
+/// What a BPF iterator walks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IterTarget {
+    /// Every task (thread).
+    Task,
+    /// Every open file of every task.
+    TaskFile,
+}
+
+impl IterTarget {
+    /// The kernel's name of the iterator (`bpf_iter_NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            IterTarget::Task => "task",
+            IterTarget::TaskFile => "task_file",
+        }
+    }
+}
+
+/// What a watchpoint watches.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchTarget {
+    /// A fixed address: in the traced process (`-p`/`-c`), else in the kernel.
+    Address(u64),
+    /// The address argument `arg` of `function` holds each time it is called;
+    /// a uprobe at `file_offset` of `binary` sends it to user space, which
+    /// then sets the breakpoint.
+    FunctionArg {
+        binary: PathBuf,
+        function: String,
+        file_offset: u64,
+        arg: u8,
+    },
+}
+
+/// Which accesses a watchpoint fires on: `HW_BREAKPOINT_R` (1), `_W` (2),
+/// `_X` (4) of `perf_event_attr.bp_type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatchMode(pub u32);
+
+impl WatchMode {
+    pub const READ: u32 = 1;
+    pub const WRITE: u32 = 2;
+    pub const EXECUTE: u32 = 4;
 }
 
 /// A perf event as `perf_event_open` takes it.
@@ -97,6 +159,10 @@ pub enum KernelFeature {
     /// BPF trampolines (fentry/fexit).
     Fentry,
     HardwarePmu,
+    /// Hardware breakpoints (`PERF_TYPE_BREAKPOINT`).
+    Breakpoints,
+    /// BPF iterators over tasks and their files.
+    TaskIterators,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -20,6 +20,9 @@ pub enum Context {
     U64Array,
     /// `tp_btf`: u64 argument slots typed from kernel BTF.
     Btf(Vec<BtfArg>),
+    /// fentry/fexit: the function's typed arguments in u64 slots, then (at
+    /// fexit) its return value of type `ret` in the next slot.
+    Function { args: Vec<BtfArg>, ret: KTypeId },
 }
 
 /// How a probe argument (`argN`, `retval`, a `tp_btf` argument) is read

@@ -16,6 +16,34 @@ pub struct FunctionTarget {
     pub size: u64,
 }
 
+/// A kernel function `kprobe:` can name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelFunction {
+    pub name: String,
+    /// The module it is in; `None` for the kernel itself (`vmlinux`).
+    pub module: Option<String>,
+    /// Bytes up to the next kernel symbol; 0 when unknown.
+    pub size: u64,
+}
+
+/// The kernel functions matching a spec, and a note when they come from a
+/// list wider than the kernel's traceable functions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KernelFunctionMatches {
+    pub functions: Vec<KernelFunction>,
+    pub note: Option<String>,
+}
+
+/// A kernel function as BTF describes it, for `fentry:`/`fexit:`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BtfFunction {
+    pub name: String,
+    /// Its parameters, each one u64 slot of an fentry context.
+    pub args: Vec<BtfArg>,
+    /// Its return type (`KTypeId(0)` is `void`).
+    pub ret: KTypeId,
+}
+
 /// A USDT probe found in a binary.
 #[derive(Clone, Debug, PartialEq)]
 pub struct UsdtTarget {
@@ -48,6 +76,29 @@ pub trait Environment {
         provider: Option<&str>,
         name: &str,
     ) -> Result<(PathBuf, Vec<UsdtTarget>), String>;
+    /// The binary of the traced process (`-c` command or `-p` pid), whose
+    /// functions watchpoints watch.
+    fn traced_binary(&self) -> Option<PathBuf> {
+        None
+    }
+    /// Kernel functions whose name matches the glob `pattern`, in modules
+    /// matching `module` (`vmlinux` is the kernel; `None` is any module).
+    /// No match is an error naming close functions.
+    fn kernel_functions(
+        &self,
+        module: Option<&str>,
+        pattern: &str,
+    ) -> Result<KernelFunctionMatches, String> {
+        let _ = module;
+        Err(format!(
+            "no kernel functions are known here to match `{pattern}`"
+        ))
+    }
+    /// Kernel functions in BTF whose names match the glob `pattern`, typed;
+    /// no match is an error naming close functions.
+    fn btf_functions(&self, pattern: &str) -> Result<Vec<BtfFunction>, String> {
+        Err(format!("no kernel BTF is known here to match `{pattern}`"))
+    }
     /// The arguments of BTF tracepoint `name` (from the kernel's
     /// `btf_trace_NAME`), each one u64 slot of the context. The error names
     /// close tracepoints when there is no such one.

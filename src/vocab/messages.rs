@@ -29,6 +29,10 @@ pub enum Message {
         record: u32,
         fields: Vec<(u32, ValueType)>,
     },
+    /// A watched function was called: the address to watch is the u64 at
+    /// offset 8; user space sets program `program`'s breakpoint on it (and,
+    /// for a `watchpoint`, lets the stopped tracee continue).
+    Watch { program: u32 },
 }
 
 /// What a built-in statement sends and keeps for user space; each built-in

@@ -13,16 +13,20 @@ mod layout;
 mod machine;
 mod maps;
 mod messages;
+pub mod perf_events;
 pub mod printf_format;
 pub mod x86_64;
 
 pub use attach::{
-    AttachPoint, KernelFeature, PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, PerfEvent, PerfSample,
+    AttachPoint, IterTarget, KernelFeature, PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, PerfEvent,
+    PerfSample, WatchMode, WatchTarget,
 };
 pub use context::{ArgRead, BtfArg, Context, FieldKind, TracepointField, UsdtArgSpec};
 pub use globals::{GLOBAL_SLOTS, GlobalSlot, ProbeState};
 pub use layout::ValueType;
-pub use machine::{Environment, FunctionTarget, UsdtTarget};
+pub use machine::{
+    BtfFunction, Environment, FunctionTarget, KernelFunction, KernelFunctionMatches, UsdtTarget,
+};
 pub use maps::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
 pub use messages::{
     BUILD_ID_FRAME_BYTES, BuiltinId, BuiltinMessage, MAX_STACK_DEPTH, Message, MessageId,

@@ -20,7 +20,7 @@ use super::map_btf::{KEY_TYPE_ID, VALUE_TYPE_ID, load_storage_btf};
 use super::maps_read::{MapError, Ring, Stopper};
 use crate::codegen::program::{BpfProgram, Compiled};
 use crate::providers;
-use crate::vocab::{AttachPoint, MapId, MapKind, MapSpec};
+use crate::vocab::{AttachPoint, MapId, MapKind, MapSpec, WatchTarget};
 
 use super::libbpf_log::failing_insn;
 
@@ -108,6 +108,8 @@ struct ProgramMeta {
 pub struct Loaded {
     ring: Option<Ring>,
     links: Vec<Link>,
+    /// Watchpoints the session set on function arguments, by address.
+    watch_links: Vec<(u64, Vec<Link>)>,
     object: Object,
     maps: Vec<MapHandle>,
     programs: Vec<ProgramMeta>,
@@ -163,6 +165,7 @@ pub fn load(compiled: &Compiled) -> Result<Loaded, LoadError> {
     Ok(Loaded {
         ring,
         links: Vec::new(),
+        watch_links: Vec::new(),
         object,
         maps,
         programs,
@@ -377,14 +380,26 @@ fn patch_relocs(prog: &BpfProgram, maps: &[MapHandle]) -> Result<Vec<u64>, LoadE
 }
 
 impl Loaded {
-    /// Attaches every program except `BEGIN`/`END`; stops at the first
-    /// failure (what is attached stays attached until drop).
+    /// Attaches every program except `BEGIN`/`END` and those the session
+    /// attaches later; stops at the first failure (what is attached stays
+    /// attached until drop).
     ///
     /// The kernel runs the programs of one tracepoint or uprobe newest first,
     /// so attaching in reverse makes them fire in script order, as bpftrace's do.
     pub fn attach_all(&mut self, opts: AttachOptions) -> Result<(), AttachError> {
+        self.attach_where(opts, |_| true)
+    }
+
+    /// [`Loaded::attach_all`] for the programs whose attach point passes `wanted`.
+    pub fn attach_where(
+        &mut self,
+        opts: AttachOptions,
+        wanted: impl Fn(&AttachPoint) -> bool,
+    ) -> Result<(), AttachError> {
         for index in (0..self.programs.len()).rev() {
-            if !providers::of(&self.programs[index].attach).runs_once() {
+            let attach = &self.programs[index].attach;
+            let provider = providers::of(attach);
+            if !provider.runs_once() && !provider.attached_later(attach) && wanted(attach) {
                 self.attach(index, opts)?;
             }
         }
@@ -393,6 +408,64 @@ impl Loaded {
 
     /// Attaches one program (index into `Compiled::programs`).
     pub fn attach(&mut self, index: usize, opts: AttachOptions) -> Result<(), AttachError> {
+        let point = self.meta(index)?.attach.clone();
+        let new_links = self.attach_at(index, &point, opts)?;
+        self.links.extend(new_links);
+        Ok(())
+    }
+
+    /// Sets watchpoint program `index` (on a function's argument) on
+    /// `address` of process `pid`.
+    pub fn attach_watchpoint(
+        &mut self,
+        index: usize,
+        address: u64,
+        pid: i32,
+    ) -> Result<(), AttachError> {
+        let mut point = self.meta(index)?.attach.clone();
+        if let AttachPoint::Watchpoint { target, .. } = &mut point {
+            *target = WatchTarget::Address(address);
+        }
+        let new_links = self.attach_at(index, &point, AttachOptions { pid: Some(pid) })?;
+        self.watch_links.push((address, new_links));
+        Ok(())
+    }
+
+    /// Attaches iterator program `index` and opens it for reading; `None`
+    /// when the iterator was pinned instead (its link stays pinned).
+    pub fn open_iterator(&mut self, index: usize) -> Result<Option<libbpf_rs::Iter>, AttachError> {
+        let point = self.meta(index)?.attach.clone();
+        let mut links = self.attach_at(index, &point, AttachOptions::default())?;
+        let link = links.pop().ok_or_else(|| AttachError {
+            probe: self.programs[index].probe.clone(),
+            reason: "attaching made no link".into(),
+        })?;
+        if matches!(point, AttachPoint::Iter { pin: Some(_), .. }) {
+            self.links.push(link);
+            return Ok(None);
+        }
+        let iterator = libbpf_rs::Iter::new(&link).map_err(|e| AttachError {
+            probe: self.programs[index].probe.clone(),
+            reason: format!("cannot open the iterator: {e:#}"),
+        })?;
+        self.links.push(link);
+        Ok(Some(iterator))
+    }
+
+    /// Removes every watchpoint set on `address`; returns how many there were.
+    pub fn unwatch(&mut self, address: u64) -> usize {
+        let before = self.watch_links.len();
+        self.watch_links.retain(|(watched, _)| *watched != address);
+        before - self.watch_links.len()
+    }
+
+    /// Attaches program `index` at `point` and returns its links.
+    fn attach_at(
+        &self,
+        index: usize,
+        point: &AttachPoint,
+        opts: AttachOptions,
+    ) -> Result<Vec<Link>, AttachError> {
         let meta = self.meta(index)?;
         let fail = |reason: String| AttachError {
             probe: meta.probe.clone(),
@@ -403,17 +476,14 @@ impl Loaded {
         }
         let prog = find_program(&self.object, &meta.name).ok_or_else(|| fail(NOT_LOADED.into()))?;
         let pid = opts.pid.unwrap_or(-1);
-        let provider = providers::of(&meta.attach);
-        let (new_links, printed) =
-            with_captured_print(|| provider.attach(&prog, &meta.attach, pid));
+        let provider = providers::of(point);
+        let (new_links, printed) = with_captured_print(|| provider.attach(&prog, point, pid));
         // libbpf often says more than the errno (which file, which step).
         let new_links = new_links.map_err(|reason| match printed.lines().last() {
             Some(line) => format!("{reason} [{}]", line.trim_start_matches("libbpf: ")),
             None => reason,
         });
-        let new_links = new_links.map_err(fail)?;
-        self.links.extend(new_links);
-        Ok(())
+        new_links.map_err(fail)
     }
 
     /// Runs a `BEGIN`/`END` (raw_tp) program once with `BPF_PROG_TEST_RUN`
@@ -448,6 +518,7 @@ impl Loaded {
     /// Detaches every probe; programs and maps stay (so `END` can still run
     /// and maps can still be printed).
     pub fn detach_all(&mut self) {
+        self.watch_links.clear();
         self.links.clear();
     }
 

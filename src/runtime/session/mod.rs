@@ -6,23 +6,26 @@
 
 pub mod activation;
 pub mod child;
+mod iterate;
+mod receiver;
 mod teardown;
+mod watch;
 
 use std::io::{self, IsTerminal, Write};
-use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::capture::model::{CaptureInfo, CaptureStats, DropReason};
 use crate::codegen::program::Compiled;
-use crate::output::printer::{MapOp, Printed, Printer};
+use crate::output::printer::Printer;
+use crate::providers;
 use crate::runtime::bpf::counters;
 use crate::runtime::bpf::loader::{self, AttachOptions, Loaded};
 use crate::runtime::recording::{RecordError, Recorder};
-use crate::symbols::KernelSymbols;
-use crate::vocab::{AttachPoint, GlobalSlot, MapId, Message, ProbeState};
+use crate::vocab::{AttachPoint, GlobalSlot, MapId, ProbeState};
 use activation::{Interrupt, Phases};
 use child::TracedCommand;
+use receiver::Receiver;
 
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
@@ -36,6 +39,31 @@ pub struct RunOptions {
     pub capture: Option<CaptureTarget>,
     /// When to load and attach, and when to start recording.
     pub phases: Phases,
+    /// Print [`NOTIFY_ATTACHED`] on stderr once every probe is attached and
+    /// the command started (bpftrace's hook for its test runner).
+    pub notify_attached: bool,
+}
+
+/// The line `notify_attached` prints, and the environment variable that
+/// asks for it.
+pub const NOTIFY_ATTACHED: &str = "__BPFTRACE_NOTIFY_PROBES_ATTACHED";
+
+/// `Attaching N probes...`: the programs attached or run now (watchpoints
+/// on function arguments are set later).
+fn print_attaching(compiled: &Compiled, out: &mut dyn Write) -> Result<(), RunError> {
+    let probes: usize = compiled
+        .programs
+        .iter()
+        .filter(|p| !providers::of(&p.attach).attached_later(&p.attach))
+        .map(|p| p.blocks)
+        .sum();
+    writeln!(
+        out,
+        "Attaching {probes} probe{}...",
+        if probes == 1 { "" } else { "s" }
+    )?;
+    out.flush()?;
+    Ok(())
 }
 
 /// Where a capture goes and what it says about itself; the start times are
@@ -71,11 +99,13 @@ pub enum RunError {
     Record(#[from] RecordError),
     #[error("cannot write output: {0}")]
     Output(#[from] io::Error),
+    #[error("cannot read the iterator: {0}")]
+    Iterate(io::Error),
 }
 
 /// Whether the session goes on, and if not, why.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Ending {
+pub(super) enum Ending {
     Running,
     ExitCalled,
     Stopped,
@@ -117,15 +147,14 @@ pub fn run(
         }
         None => None,
     };
-    let probes: usize = compiled.programs.iter().map(|p| p.blocks).sum();
-    writeln!(
-        out,
-        "Attaching {probes} probe{}...",
-        if probes == 1 { "" } else { "s" }
-    )?;
-    out.flush()?;
+    print_attaching(compiled, out)?;
     let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
-    loaded.attach_all(AttachOptions { pid })?;
+    let timed = |point: &AttachPoint| providers::of(point).counts_from_attach(point);
+    // An iterator is attached when it is read (`iterate`).
+    let alone = |point: &AttachPoint| providers::of(point).runs_alone();
+    loaded.attach_where(AttachOptions { pid }, |point| {
+        !timed(point) && !alone(point)
+    })?;
     if !activation::wait_until(
         options.phases.activate_at,
         "prepared, activating",
@@ -139,11 +168,14 @@ pub fn run(
     let start_ns = monotonic_ns();
     loaded.set_global(globals, GlobalSlot::StartNs, start_ns)?;
     let recorder = create_recorder(compiled, options, start_ns)?;
-    loaded.set_state(globals, ProbeState::Active)?;
-    let mut receiver = Receiver::new(compiled, recorder);
+    let mut receiver = Receiver::new(compiled, recorder, pid);
+    // As in bpftrace, BEGIN runs before any other probe, and timers count
+    // from after it (`interval:ms:500` fires 500 ms after BEGIN).
     for index in loaded.programs_at(&AttachPoint::Begin) {
         loaded.run_once(index)?;
     }
+    loaded.set_state(globals, ProbeState::Active)?;
+    loaded.attach_where(AttachOptions { pid }, timed)?;
     let running = child
         .map(|c| c.release(stopper.clone()))
         .transpose()
@@ -151,9 +183,16 @@ pub fn run(
             command: options.command.as_deref().unwrap_or_default().join(" "),
             source,
         })?;
+    if options.notify_attached {
+        eprintln!("{NOTIFY_ATTACHED}");
+    }
 
-    notify_attached();
-    trace(&mut loaded, &mut receiver, options.duration, start_ns, out)?;
+    let iterator = (0..compiled.programs.len())
+        .find(|&i| providers::of(&compiled.programs[i].attach).runs_alone());
+    match iterator {
+        Some(index) => iterate::iterate(&mut loaded, &mut receiver, index, out)?,
+        None => trace(&mut loaded, &mut receiver, options.duration, start_ns, out)?,
+    }
     let stopped_ns = monotonic_ns();
     loaded.set_state(globals, ProbeState::Stopped)?;
     teardown::hand_off_descriptors();
@@ -173,17 +212,6 @@ pub fn run(
     print_exit_maps(compiled, &loaded, &receiver.printer, out)?;
     out.flush()?;
     Ok(RunSummary { capture })
-}
-
-/// The variable bpftrace's runtime-test runner sets to learn when the probes
-/// are attached (and the `-c` command started): it then starts the test's
-/// workload. wprof answers it the same way, on stderr.
-const NOTIFY_ATTACHED: &str = "__BPFTRACE_NOTIFY_PROBES_ATTACHED";
-
-fn notify_attached() {
-    if std::env::var_os(NOTIFY_ATTACHED).is_some() {
-        eprintln!("{NOTIFY_ATTACHED}");
-    }
 }
 
 /// Ctrl-C before activation: nothing was recorded, but a capture that was
@@ -241,7 +269,7 @@ fn trace(
             })
             .min(Status::INTERVAL);
         let _ = loaded.poll(timeout, |bytes| receiver.message(bytes, out))?;
-        receiver.run_map_ops(loaded, out)?;
+        receiver.run_ops(loaded, out)?;
         receiver.record(loaded)?;
         status.update(receiver, loaded, receiver.compiled.drops, start_ns)?;
         if receiver.ending == Ending::Running
@@ -277,7 +305,7 @@ fn wind_down(
     loop {
         receiver.ending = Ending::Running;
         let flow = loaded.consume(|bytes| receiver.message(bytes, out))?;
-        receiver.run_map_ops(loaded, out)?;
+        receiver.run_ops(loaded, out)?;
         if flow.is_continue() {
             return Ok(());
         }
@@ -404,107 +432,4 @@ fn print_exit_maps(
     }
     printer.print_exit_maps(&raw, out)?;
     Ok(())
-}
-
-/// Routes each message: capture records to the recorder, the rest to the
-/// printer; map operations are queued until the poll callback returns,
-/// since they need the loaded maps.
-struct Receiver<'a> {
-    compiled: &'a Compiled,
-    printer: Printer<'a>,
-    map_ops: Vec<MapOp>,
-    paused: bool,
-    ending: Ending,
-    /// Capture events go here.
-    recorder: Option<Recorder>,
-    /// Drop printed output (after `exit()`), keep recorded events.
-    quiet: bool,
-}
-
-impl<'a> Receiver<'a> {
-    fn new(compiled: &'a Compiled, recorder: Option<Recorder>) -> Self {
-        // Names of `ksym()` addresses.
-        let kernel_symbols = KernelSymbols::default();
-        Receiver {
-            compiled,
-            printer: Printer::new(
-                compiled,
-                Box::new(move |addr| kernel_symbols.function(addr).into_bytes()),
-            ),
-            map_ops: Vec::new(),
-            paused: false,
-            ending: Ending::Running,
-            recorder,
-            quiet: false,
-        }
-    }
-
-    /// Resolve the stacks of new events and write them out.
-    fn record(&mut self, loaded: &Loaded) -> Result<(), RunError> {
-        if let Some(recorder) = &mut self.recorder {
-            recorder.process(loaded)?;
-        }
-        Ok(())
-    }
-
-    fn message(&mut self, bytes: &[u8], out: &mut dyn Write) -> ControlFlow<()> {
-        if let Err(error) = self.dispatch(bytes, out) {
-            eprintln!("wprof: {error}");
-        }
-        // Map operations need the maps, which the ring buffer reader borrows:
-        // stop delivering until the caller has served them.
-        if self.ending == Ending::Running && !std::mem::take(&mut self.paused) {
-            ControlFlow::Continue(())
-        } else {
-            ControlFlow::Break(())
-        }
-    }
-
-    fn dispatch(&mut self, bytes: &[u8], out: &mut dyn Write) -> io::Result<()> {
-        let id = bytes
-            .get(..8)
-            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
-        let Some(message) = id.and_then(|id| self.compiled.messages.get(id as usize)) else {
-            return Err(io::Error::other(format!(
-                "malformed message of {} bytes from BPF",
-                bytes.len()
-            )));
-        };
-        let index = id.unwrap_or_default() as usize;
-        if let Message::Record { record, .. } = message {
-            return match &mut self.recorder {
-                Some(recorder) => recorder
-                    .push(index, *record, bytes)
-                    .map_err(io::Error::other),
-                None => Ok(()),
-            };
-        }
-        if self.quiet {
-            return Ok(());
-        }
-        match self.printer.print(index, bytes, out)? {
-            Printed::Done => {}
-            Printed::Exit => self.ending = Ending::ExitCalled,
-            Printed::Map(op) => {
-                self.map_ops.push(op);
-                self.paused = true;
-            }
-        }
-        Ok(())
-    }
-
-    fn run_map_ops(&mut self, loaded: &Loaded, out: &mut dyn Write) -> Result<(), RunError> {
-        for op in std::mem::take(&mut self.map_ops) {
-            match op {
-                MapOp::Print { map, options } => {
-                    let raw = loaded.map_entries(map)?;
-                    self.printer.print_map(map, &raw, options, out)?;
-                }
-                MapOp::Clear(map) => loaded.clear(map)?,
-                MapOp::Zero(map) => loaded.zero(map)?,
-            }
-        }
-        out.flush()?;
-        Ok(())
-    }
 }

@@ -6,10 +6,13 @@ use std::path::PathBuf;
 
 use super::{elf, tracefs, usdt};
 use crate::runtime::targets::kernel_btf::KernelBtf;
+use crate::runtime::targets::kernel_functions::KernelFunctions;
 use crate::runtime::targets::usdt::{UsdtArg, UsdtArgLocation};
+use crate::vocab::kernel_types::close_names;
 use crate::vocab::kernel_types::{KTypeId, KernelType};
 use crate::vocab::{
-    BtfArg, Environment, FieldKind, FunctionTarget, TracepointField, UsdtArgSpec, UsdtTarget,
+    BtfArg, BtfFunction, Environment, FieldKind, FunctionTarget, KernelFunctionMatches,
+    TracepointField, UsdtArgSpec, UsdtTarget,
 };
 
 /// Answers the checker's questions from this machine.
@@ -17,16 +20,29 @@ use crate::vocab::{
 pub struct SystemEnvironment {
     /// `-p PID`: resolve libraries as mapped in this process.
     pub pid: Option<i32>,
+    /// The program `-c` runs, as its first word names it.
+    pub command: Option<String>,
     /// Kernel BTF, read the first time a script needs it.
     btf: OnceCell<Result<KernelBtf, String>>,
+    /// Kernel functions, read the first time a `kprobe:` needs them.
+    kernel_functions: OnceCell<Result<KernelFunctions, String>>,
 }
 
 impl SystemEnvironment {
     pub fn new(pid: Option<i32>) -> Self {
         SystemEnvironment {
             pid,
+            command: None,
             btf: OnceCell::new(),
+            kernel_functions: OnceCell::new(),
         }
+    }
+
+    fn kernel_function_list(&self) -> Result<&KernelFunctions, String> {
+        self.kernel_functions
+            .get_or_init(|| KernelFunctions::load(tracefs::tracefs_root().ok().as_deref()))
+            .as_ref()
+            .map_err(Clone::clone)
     }
 
     fn btf(&self) -> Result<&KernelBtf, String> {
@@ -102,6 +118,45 @@ impl Environment for SystemEnvironment {
         Ok((path, targets))
     }
 
+    fn traced_binary(&self) -> Option<PathBuf> {
+        match (&self.command, self.pid) {
+            (Some(command), _) => elf::resolve_binary(command, None).ok(),
+            (None, Some(pid)) => Some(PathBuf::from(format!("/proc/{pid}/exe"))),
+            (None, None) => None,
+        }
+    }
+
+    fn kernel_functions(
+        &self,
+        module: Option<&str>,
+        pattern: &str,
+    ) -> Result<KernelFunctionMatches, String> {
+        let list = self.kernel_function_list()?;
+        let functions = list.matching(module, pattern)?;
+        if functions.is_empty() {
+            return Err(no_kernel_function(list, module, pattern));
+        }
+        Ok(KernelFunctionMatches {
+            functions,
+            note: list.note.clone(),
+        })
+    }
+
+    fn btf_functions(&self, pattern: &str) -> Result<Vec<BtfFunction>, String> {
+        let btf = self.btf()?;
+        let glob =
+            glob::Pattern::new(pattern).map_err(|e| format!("invalid pattern `{pattern}`: {e}"))?;
+        let found = btf.functions(&glob);
+        if found.is_empty() {
+            let close = close_names(pattern, &btf.function_names());
+            return Err(format!(
+                "no kernel function matches `{pattern}` in /sys/kernel/btf/vmlinux; close names: {}",
+                close.join(", ")
+            ));
+        }
+        Ok(found)
+    }
+
     fn tp_btf_args(&self, name: &str) -> Result<Vec<BtfArg>, String> {
         self.btf()?.tp_btf_args(name)
     }
@@ -112,6 +167,25 @@ impl Environment for SystemEnvironment {
 
     fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String> {
         self.btf()?.named(name)
+    }
+}
+
+/// Why no kernel function matched: the module is unknown, or the closest names.
+fn no_kernel_function(list: &KernelFunctions, module: Option<&str>, pattern: &str) -> String {
+    if let Some(module) = module.filter(|m| !m.contains('*') && !list.has_module(m)) {
+        return format!("no kernel module `{module}` is loaded (see /proc/modules)");
+    }
+    let source = match list.note {
+        Some(_) => "/proc/kallsyms",
+        None => "the kernel's traceable functions",
+    };
+    let close = close_names(pattern, &list.names());
+    match close.as_slice() {
+        [] => format!("no kernel function matches `{pattern}` in {source}"),
+        close => format!(
+            "no kernel function matches `{pattern}` in {source}; close names: {}",
+            close.join(", ")
+        ),
     }
 }
 

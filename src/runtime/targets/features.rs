@@ -4,14 +4,14 @@
 //! probes that need them (`providers::Provider::feature`) before any program is
 //! loaded, and the online CPUs perf events open on.
 //!
-//! Detection is cheap: file checks and one `perf_event_open`.
-//! The only program load, for fentry, runs lazily on first use of
-//! [`KernelFeatures::fentry`] (or [`probe_fentry`]).
+//! Detection is cheap: file checks and one `perf_event_open`. Program
+//! loads (fentry, iterators: `probe_load`) run lazily on first use.
 
 use std::fs;
 use std::path::Path;
 use std::sync::OnceLock;
 
+use super::probe_load::{self, errno_text};
 use super::tracefs;
 use crate::vocab::KernelFeature;
 
@@ -39,7 +39,7 @@ impl Availability {
         }
     }
 
-    fn unavailable(reason: impl Into<String>) -> Availability {
+    pub(super) fn unavailable(reason: impl Into<String>) -> Availability {
         Availability::Unavailable {
             reason: reason.into(),
         }
@@ -66,8 +66,12 @@ pub struct KernelFeatures {
     pub btf: Availability,
     /// `hardware:` probes (cycles, instructions, ...): a usable PMU.
     pub hardware_pmu: Availability,
+    /// `watchpoint:` probes: perf's `breakpoint` PMU.
+    pub breakpoints: Availability,
     /// Filled by the first call to [`KernelFeatures::fentry`].
     fentry: OnceLock<Availability>,
+    /// Filled by the first call to [`KernelFeatures::task_iterators`].
+    task_iterators: OnceLock<Availability>,
 }
 
 impl KernelFeatures {
@@ -76,13 +80,17 @@ impl KernelFeatures {
     pub fn all_available() -> KernelFeatures {
         let fentry = OnceLock::new();
         let _ = fentry.set(Availability::Available);
+        let task_iterators = OnceLock::new();
+        let _ = task_iterators.set(Availability::Available);
         KernelFeatures {
             tracepoints: Availability::Available,
             kprobes: Availability::Available,
             uprobes: Availability::Available,
             btf: Availability::Available,
             hardware_pmu: Availability::Available,
+            breakpoints: Availability::Available,
             fentry,
+            task_iterators,
         }
     }
 
@@ -95,12 +103,21 @@ impl KernelFeatures {
             KernelFeature::Btf => &self.btf,
             KernelFeature::Fentry => self.fentry(),
             KernelFeature::HardwarePmu => &self.hardware_pmu,
+            KernelFeature::Breakpoints => &self.breakpoints,
+            KernelFeature::TaskIterators => self.task_iterators(),
         }
     }
 
     /// fentry / fexit: loads a minimal program the first time it is asked.
     pub fn fentry(&self) -> &Availability {
-        self.fentry.get_or_init(probe_fentry)
+        self.fentry.get_or_init(probe_load::probe_fentry)
+    }
+
+    /// `iter:task` / `iter:task_file`: loads a minimal iterator program of
+    /// each the first time it is asked.
+    pub fn task_iterators(&self) -> &Availability {
+        self.task_iterators
+            .get_or_init(probe_load::probe_task_iterators)
     }
 
     /// Replaces the fentry result, for tests (or a caller that already knows).
@@ -126,13 +143,21 @@ pub fn detect() -> KernelFeatures {
             )
         }),
         hardware_pmu: detect_hardware_pmu(),
+        breakpoints: Availability::when(Path::new(BREAKPOINT_PMU).exists(), || {
+            format!(
+                "this kernel has no hardware breakpoints ({BREAKPOINT_PMU} is missing; \
+                 CONFIG_HAVE_HW_BREAKPOINT is off)"
+            )
+        }),
         fentry: OnceLock::new(),
+        task_iterators: OnceLock::new(),
     }
 }
 
 const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 const KPROBE_PMU: &str = "/sys/bus/event_source/devices/kprobe";
 const UPROBE_PMU: &str = "/sys/bus/event_source/devices/uprobe";
+const BREAKPOINT_PMU: &str = "/sys/bus/event_source/devices/breakpoint";
 
 /// kprobes exist when tracefs has `kprobe_events` or perf has a `kprobe` PMU.
 fn detect_kprobes() -> Availability {
@@ -160,7 +185,7 @@ fn detect_uprobes() -> Availability {
 
 /// Opens (and closes) a disabled CPU-cycles counter on the current thread.
 fn detect_hardware_pmu() -> Availability {
-    match sys::open_cycles_counter() {
+    match probe_load::open_cycles_counter() {
         Ok(()) => Availability::Available,
         Err(errno) if errno == libc::ENOENT || errno == libc::EOPNOTSUPP => {
             Availability::unavailable(format!(
@@ -174,62 +199,6 @@ fn detect_hardware_pmu() -> Availability {
             errno_text(errno)
         )),
     }
-}
-
-/// Kernel functions to aim the fentry probe at; the first one BTF knows is used.
-const FENTRY_TARGETS: [&str; 3] = ["bpf_fentry_test1", "do_nanosleep", "vfs_read"];
-
-/// Loads a minimal `fentry` program (`r0 = 0; exit`) and reports why it failed.
-pub fn probe_fentry() -> Availability {
-    let btf = match libbpf_rs::Btf::from_vmlinux() {
-        Ok(btf) => btf,
-        Err(e) => {
-            return Availability::unavailable(format!(
-                "fentry/fexit need kernel BTF, which cannot be loaded: {e}"
-            ));
-        }
-    };
-    let target = FENTRY_TARGETS.iter().find_map(|name| {
-        let func = btf.type_by_name::<libbpf_rs::btf::types::Func<'_>>(name)?;
-        Some((*name, u32::from(func.type_id())))
-    });
-    let Some((function, btf_id)) = target else {
-        return Availability::unavailable(format!(
-            "fentry/fexit cannot be probed: none of {FENTRY_TARGETS:?} is in {VMLINUX_BTF}"
-        ));
-    };
-    match sys::load_fentry(btf_id) {
-        Ok(()) => Availability::Available,
-        Err(errno) => Availability::unavailable(format!(
-            "this kernel refuses fentry/fexit programs (loading one on {function} failed with {})",
-            errno_text(errno)
-        )),
-    }
-}
-
-/// `EPERM (Operation not permitted)`.
-fn errno_text(errno: i32) -> String {
-    let name = match errno {
-        libc::EPERM => "EPERM",
-        libc::ENOENT => "ENOENT",
-        libc::EACCES => "EACCES",
-        libc::EINVAL => "EINVAL",
-        libc::E2BIG => "E2BIG",
-        libc::ENODEV => "ENODEV",
-        libc::EOPNOTSUPP => "EOPNOTSUPP",
-        524 => "ENOTSUPP",
-        _ => "errno",
-    };
-    let message = match errno {
-        // The kernel-internal ENOTSUPP has no libc message.
-        524 => "operation not supported by the kernel".to_string(),
-        _ => {
-            let text = std::io::Error::from_raw_os_error(errno).to_string();
-            let suffix = format!(" (os error {errno})");
-            text.strip_suffix(&suffix).unwrap_or(&text).to_string()
-        }
-    };
-    format!("{name} ({message})")
 }
 
 /// The online CPUs (`/sys/devices/system/cpu/online`); every CPU the process
@@ -267,80 +236,6 @@ pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
     Some(cpus)
 }
 
-/// The syscalls behind detection; each returns a positive errno on failure.
-mod sys {
-    use libbpf_rs::libbpf_sys;
-
-    use crate::codegen::asm::{Assembler, Reg};
-
-    /// Opens a disabled `PERF_COUNT_HW_CPU_CYCLES` counter on this thread, then closes it.
-    pub(super) fn open_cycles_counter() -> Result<(), i32> {
-        let mut attr = libbpf_sys::perf_event_attr {
-            type_: libbpf_sys::PERF_TYPE_HARDWARE,
-            size: std::mem::size_of::<libbpf_sys::perf_event_attr>() as u32,
-            config: u64::from(libbpf_sys::PERF_COUNT_HW_CPU_CYCLES),
-            ..Default::default()
-        };
-        attr.set_disabled(1);
-        attr.set_exclude_hv(1);
-        // SAFETY: `attr` is a fully initialised perf_event_attr whose `size` field
-        // matches its type; pid 0 / cpu -1 means "this thread, any CPU".
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_perf_event_open,
-                &attr as *const libbpf_sys::perf_event_attr,
-                0,
-                -1,
-                -1,
-                libc::c_ulong::from(libbpf_sys::PERF_FLAG_FD_CLOEXEC),
-            )
-        };
-        close_or_errno(fd)
-    }
-
-    /// Loads `r0 = 0; exit` as an fentry program on BTF function `btf_id`, then closes it.
-    pub(super) fn load_fentry(btf_id: u32) -> Result<(), i32> {
-        let mut asm = Assembler::new();
-        asm.mov64_imm(Reg::R0, 0);
-        asm.exit();
-        let insns = asm.finish().map_err(|_| libc::EINVAL)?.insns;
-        let mut opts = libbpf_sys::bpf_prog_load_opts {
-            sz: std::mem::size_of::<libbpf_sys::bpf_prog_load_opts>() as _,
-            expected_attach_type: libbpf_sys::BPF_TRACE_FENTRY,
-            attach_btf_id: btf_id,
-            ..Default::default()
-        };
-        // SAFETY: the name and license are NUL-terminated; `insns` holds two 8-byte
-        // instructions laid out as `struct bpf_insn`; `opts.sz` is its own size.
-        let fd = unsafe {
-            libbpf_sys::bpf_prog_load(
-                libbpf_sys::BPF_PROG_TYPE_TRACING,
-                c"wprof_fentry".as_ptr(),
-                c"GPL".as_ptr(),
-                insns.as_ptr().cast(),
-                insns.len() as _,
-                &mut opts,
-            )
-        };
-        // libbpf 1.x returns -errno directly.
-        match fd {
-            fd if fd >= 0 => close_or_errno(fd.into()),
-            err => Err(-err),
-        }
-    }
-
-    fn close_or_errno(fd: libc::c_long) -> Result<(), i32> {
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EINVAL));
-        }
-        // SAFETY: `fd` was just returned to us by the kernel and is closed once.
-        unsafe { libc::close(fd as libc::c_int) };
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -358,7 +253,7 @@ mod tests {
             "{reason}"
         );
         assert!(features.uprobes.is_available() && features.tracepoints.is_available());
-        assert!(features.btf.is_available());
+        assert!(features.btf.is_available() && features.breakpoints.is_available());
     }
 
     /// This VM has no hardware PMU; the reason says so and suggests software events.
@@ -391,6 +286,13 @@ mod tests {
         assert!(assumed.fentry().is_available());
         assumed.set_fentry(Availability::unavailable("no"));
         assert_eq!(assumed.fentry().reason(), Some("no"));
+    }
+
+    /// Task iterators load here (bpftrace 0.17 wrongly says they do not).
+    #[test]
+    fn task_iterators_load() {
+        let features = detect();
+        assert_eq!(features.task_iterators().reason(), None);
     }
 
     /// CPU lists parse, including ranges and malformed input.

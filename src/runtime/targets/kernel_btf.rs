@@ -1,13 +1,14 @@
 //! Kernel BTF (`/sys/kernel/btf/vmlinux`, read with libbpf-rs) → the
-//! checker's [`KernelType`]s and `tp_btf` argument lists.
+//! checker's [`KernelType`]s, `tp_btf` argument lists and the typed
+//! functions `fentry:`/`fexit:` probe.
 
 use libbpf_rs::btf::types::{
     Array, Composite, Enum, Enum64, FuncProto, Int, IntEncoding, MemberAttr,
 };
-use libbpf_rs::btf::{Btf, BtfKind, BtfType, HasSize, TypeId};
+use libbpf_rs::btf::{Btf, BtfKind, BtfType, HasSize, ReferencesType, TypeId};
 
-use crate::vocab::BtfArg;
 use crate::vocab::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType, close_names};
+use crate::vocab::{BtfArg, BtfFunction};
 
 const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 /// The typedef the kernel declares for each BTF tracepoint.
@@ -72,6 +73,49 @@ impl KernelBtf {
                 ty: KTypeId(param.ty.into()),
             })
             .collect())
+    }
+
+    /// The kernel functions whose names match `pattern`, with their typed
+    /// parameters and return type, sorted by name.
+    pub fn functions(&self, pattern: &glob::Pattern) -> Vec<BtfFunction> {
+        let mut found: Vec<BtfFunction> = self
+            .btf
+            .type_by_kind::<libbpf_rs::btf::types::Func<'_>>()
+            .filter_map(|func| {
+                let name = func.name()?.to_str()?;
+                if !pattern.matches(name) {
+                    return None;
+                }
+                let proto = FuncProto::try_from(func.referenced_type()).ok()?;
+                let args = (0..proto.len())
+                    .filter_map(|i| proto.get(i))
+                    .enumerate()
+                    .map(|(i, param)| BtfArg {
+                        name: match os_name(param.name) {
+                            unnamed if unnamed.is_empty() => format!("arg{i}"),
+                            named => named,
+                        },
+                        ty: KTypeId(param.ty.into()),
+                    })
+                    .collect();
+                Some(BtfFunction {
+                    name: name.to_string(),
+                    args,
+                    ret: KTypeId(proto.referenced_type_id().into()),
+                })
+            })
+            .collect();
+        found.sort_by(|a, b| a.name.cmp(&b.name));
+        found.dedup_by(|a, b| a.name == b.name);
+        found
+    }
+
+    /// The names of every kernel function in BTF.
+    pub fn function_names(&self) -> Vec<String> {
+        self.btf
+            .type_by_kind::<libbpf_rs::btf::types::Func<'_>>()
+            .filter_map(|func| Some(func.name()?.to_str()?.to_string()))
+            .collect()
     }
 
     fn tracepoint_names(&self) -> Vec<String> {
@@ -230,5 +274,29 @@ mod tests {
         assert_eq!(wakeup[0].name, "p");
         let err = btf.tp_btf_args("sched_swich").expect_err("misspelt");
         assert!(err.contains("sched_switch"), "{err}");
+    }
+
+    /// vfs_read's parameters and return type come from its BTF prototype.
+    #[test]
+    fn reads_vfs_read() {
+        let btf = KernelBtf::load().expect("kernel BTF");
+        let found = btf.functions(&glob::Pattern::new("vfs_read").expect("glob"));
+        let [vfs_read] = found.as_slice() else {
+            panic!("one vfs_read: {found:?}");
+        };
+        let names: Vec<&str> = vfs_read.args.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["file", "buf", "count", "pos"]);
+        let file = btf.kernel_type(vfs_read.args[0].ty).expect("file");
+        assert_eq!(file.name, "struct file *");
+        let ret = btf.kernel_type(vfs_read.ret).expect("ssize_t");
+        assert_eq!(
+            ret.kind,
+            KernelKind::Int {
+                size: 8,
+                signed: true
+            }
+        );
+        let many = btf.functions(&glob::Pattern::new("vfs_*").expect("glob"));
+        assert!(many.len() > 10 && many.windows(2).all(|w| w[0].name < w[1].name));
     }
 }

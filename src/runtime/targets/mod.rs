@@ -8,5 +8,7 @@ pub mod elf;
 pub mod environment;
 pub mod features;
 mod kernel_btf;
+pub mod kernel_functions;
+pub mod probe_load;
 pub mod tracefs;
 pub mod usdt;
