@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::frontend::options::TaskFilter;
+use crate::cli_bpftrace::{BpftraceArgs, parse_pid};
+use crate::frontend::options::{Includes, TaskFilter};
 use crate::tracking::Tracking;
 use crate::tracking::options::{
     FeatureSwitch, StackKind, features, parse_feature_switch, parse_stack_arg, stack_kinds,
@@ -37,15 +38,19 @@ System tracking (built-in trackers; no script needed):
   wprof -S -f wq -N 'kworker*' -d 5s -T trace.pb
   wprof --prepare +1s --activate /10s -d 5s -T trace.pb";
 
+/// `wprof --version`: the version and the language it speaks.
+pub const VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"), " (bpftrace 0.17 language)");
+
 /// A system tracer with a bpftrace-compatible probe language compiled straight to BPF.
 #[derive(Debug, Parser)]
-#[command(name = "wprof", version, after_help = EXAMPLES)]
+#[command(name = "wprof", version = VERSION, after_help = EXAMPLES)]
 pub struct Cli {
     /// The probe program to run.
     #[arg(short = 'e', value_name = "PROGRAM")]
     pub program: Option<String>,
 
-    /// A script file to run (when -e is not given); further arguments are $1, $2, ...
+    /// A script file to run (when -e is not given; `-` reads it from standard
+    /// input); further arguments are $1, $2, ...
     #[arg(value_name = "SCRIPT")]
     pub script: Option<PathBuf>,
 
@@ -59,11 +64,11 @@ pub struct Cli {
 
     /// Only this process (repeatable); with one -p, uprobes attach to it alone and
     /// tracing stops when it exits.
-    #[arg(short = 'p', value_name = "PID")]
+    #[arg(short = 'p', value_name = "PID", value_parser = parse_pid)]
     pub pids: Vec<u32>,
 
     /// Not this process (repeatable).
-    #[arg(short = 'P', value_name = "PID")]
+    #[arg(short = 'P', value_name = "PID", value_parser = parse_pid)]
     pub no_pids: Vec<u32>,
 
     /// Only threads or processes whose name matches this glob (repeatable).
@@ -130,6 +135,15 @@ pub struct Cli {
     #[arg(long = "dump-bpf")]
     pub dump_bpf: bool,
 
+    /// Search DIR for the script's `#include <...>` headers before the system
+    /// directories (repeatable; bpftrace's `-I`).
+    #[arg(long = "include-dir", value_name = "DIR")]
+    pub include_dirs: Vec<PathBuf>,
+
+    /// Read FILE's macros before the script, as `#include "FILE"` (repeatable).
+    #[arg(long = "include", value_name = "FILE")]
+    pub include_files: Vec<PathBuf>,
+
     /// The capture file written by record blocks, and read by -R.
     #[arg(short = 'D', value_name = "PATH [default: wprof.data]")]
     pub data: Option<PathBuf>,
@@ -157,6 +171,10 @@ pub struct Cli {
     /// Replay up to this time after the capture's start.
     #[arg(long = "replay-end", value_name = "DURATION", value_parser = parse_duration)]
     pub replay_end: Option<Duration>,
+
+    /// Options as bpftrace has them.
+    #[command(flatten)]
+    pub bpftrace: BpftraceArgs,
 
     /// Profiles, the wall-clock report and metrics.
     #[command(flatten)]
@@ -190,6 +208,14 @@ fn parse_glob(text: &str) -> Result<String, String> {
 }
 
 impl Cli {
+    /// `--include-dir` and `--include`.
+    pub fn includes(&self) -> Includes {
+        Includes {
+            dirs: self.include_dirs.clone(),
+            files: self.include_files.clone(),
+        }
+    }
+
     /// The task filters given.
     pub fn task_filter(&self) -> TaskFilter {
         let flag = |on: bool, off: bool| match (on, off) {

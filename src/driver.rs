@@ -5,10 +5,13 @@
 use crate::capture::model::RecordOrigin;
 use crate::codegen::listing::instruction_span;
 use crate::codegen::program::Compiled;
-use crate::frontend::ast::Script;
+use std::path::Path;
+
+use crate::frontend::ast::{Script, Span};
 use crate::frontend::checked::CheckedProgram;
-use crate::frontend::diag::{ScriptError, ScriptErrors, SourceMap};
+use crate::frontend::diag::{INLINE_SCRIPT_NAME, ScriptError, ScriptErrors, SourceMap};
 use crate::frontend::options::CompileOptions;
+use crate::frontend::preprocess::{self, Expansion};
 use crate::frontend::{check, parse, positional, shift};
 use crate::providers;
 use crate::runtime::bpf::loader::LoadError;
@@ -41,14 +44,17 @@ pub fn compile(
     options: &CompileOptions,
 ) -> Result<(CheckedProgram, Compiled), ScriptErrors> {
     let map = source_map(sources);
-    let mut script = Script {
-        probes: Vec::new(),
-        spans: Vec::new(),
-    };
+    let mut script = Script::default();
+    let mut expansions = Vec::new();
     for (index, source) in sources.iter().enumerate() {
-        let mut part = parse::parse(&source.text, &source.name)?;
+        let base = map.base(index);
+        let (mut part, uses) = parse_source(source, env, options)?;
         positional::substitute(&mut part, if index == 0 { params } else { &[] });
-        shift::shift_spans(&mut part, map.base(index));
+        shift::shift_spans(&mut part, base);
+        expansions.extend(uses.into_iter().map(|mut e| {
+            e.written = Span::new(e.written.start + base, e.written.end + base);
+            e
+        }));
         for probe in &mut part.probes {
             probe.origin = source.origin;
         }
@@ -57,11 +63,63 @@ pub fn compile(
         }
         script.probes.append(&mut part.probes);
         script.spans.append(&mut part.spans);
+        script.types.append(&mut part.types);
     }
-    let errors = |errors| map.errors(errors);
+    let errors = |errors| map.errors(explain_macros(errors, &expansions));
     let checked = check::check(&script, env, options).map_err(errors)?;
     let compiled = crate::codegen::compile(&checked).map_err(errors)?;
     Ok((checked, compiled))
+}
+
+/// One source preprocessed (the user's script: trackers have no `#`
+/// lines) and parsed, with spans in its text as written, and its macro uses.
+fn parse_source(
+    source: &Source,
+    env: &dyn Environment,
+    options: &CompileOptions,
+) -> Result<(Script, Vec<Expansion>), ScriptErrors> {
+    if source.origin != RecordOrigin::Script {
+        return Ok((parse::parse(&source.text, &source.name)?, Vec::new()));
+    }
+    let fail = |errors| ScriptErrors::new(&source.name, &source.text, errors);
+    let setup = preprocess::Setup {
+        include_dirs: &options.includes.dirs,
+        include_files: &options.includes.files,
+        have_btf: env.has_btf(),
+        script_path: (source.name != INLINE_SCRIPT_NAME).then(|| Path::new(&source.name)),
+    };
+    let pre = preprocess::preprocess(&source.text, &setup).map_err(fail)?;
+    for note in &pre.notes {
+        eprintln!("wprof: note: {}: {note}", source.name);
+    }
+    let to_written = |span| pre.map.to_written(span);
+    let mut script = parse::parse_text(&pre.text).map_err(|errors| {
+        let moved = errors.into_iter().map(|mut e| {
+            e.span = to_written(e.span);
+            e
+        });
+        fail(explain_macros(moved.collect(), &pre.expansions))
+    })?;
+    shift::map_spans(&mut script, &to_written);
+    Ok((script, pre.expansions))
+}
+
+/// Errors at a macro use also say what the macro expanded to.
+fn explain_macros(mut errors: Vec<ScriptError>, expansions: &[Expansion]) -> Vec<ScriptError> {
+    for error in &mut errors {
+        let overlaps = |e: &&Expansion| {
+            e.written.start < error.span.end.max(error.span.start + 1)
+                && error.span.start < e.written.end
+        };
+        if let Some(expansion) = expansions.iter().find(overlaps) {
+            let help = match error.help.take() {
+                Some(help) => format!("{help}\n{}", expansion.help()),
+                None => expansion.help(),
+            };
+            error.help = Some(help);
+        }
+    }
+    errors
 }
 
 /// Errors for probes this kernel cannot run, pointing at their probe blocks.

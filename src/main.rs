@@ -1,11 +1,13 @@
 //! The `wprof` command.
 
 use std::io::{self, IsTerminal, Write};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use wprof::capture::model::RecordOrigin;
 use wprof::cli::Cli;
+use wprof::cli_bpftrace;
 use wprof::codegen::listing::render_listing;
 use wprof::codegen::program::Compiled;
 use wprof::driver::{self, Source};
@@ -20,6 +22,9 @@ use wprof::tracking::{Tracking, trackers, when};
 
 mod replay;
 use wprof::runtime::targets::{features, tracefs};
+
+/// The script name diagnostics give a script read from standard input (`-`), as bpftrace.
+const STDIN_SCRIPT_NAME: &str = "stdin";
 
 /// How long a capture without a script and without -d lasts.
 const DEFAULT_CAPTURE: Duration = Duration::from_secs(1);
@@ -66,6 +71,26 @@ fn run(cli: Cli) -> Result<(), Failure> {
         print!("{}", wprof::builtins::reference());
         return Ok(());
     }
+    cli.bpftrace
+        .validate()
+        .map_err(|e| e.to_string())?;
+    if cli.bpftrace.info {
+        print!(
+            "{}",
+            wprof::runtime::targets::info::report(&features::detect())
+        );
+        return Ok(());
+    }
+    if cli.bpftrace.list {
+        let env = SystemEnvironment::new(cli.target_pid());
+        let pattern = cli.script.as_ref().map(|p| p.display().to_string());
+        let listing = wprof::listing::list(pattern.as_deref(), cli.bpftrace.verbose, &env)?;
+        for warning in &listing.warnings {
+            eprintln!("wprof: warning: {warning}");
+        }
+        print!("{}", listing.text);
+        return Ok(());
+    }
     if cli.replay {
         return replay::replay(&cli);
     }
@@ -77,7 +102,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
         tracking.activate.as_ref(),
         &chrono::Local::now(),
     )?;
-    let compile_options = tracking.compile_options()?;
+    let mut compile_options = tracking.compile_options()?;
+    compile_options.includes = cli.includes();
+    compile_options.map_keys_max = cli_bpftrace::env_number(cli_bpftrace::MAP_KEYS_MAX_VAR)?;
     let user = read_source(&cli)?;
     let no_script = user.is_none();
     let _ = tracefs::ensure_mounted();
@@ -139,10 +166,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
         capture,
         phases: Phases::from_schedule(launch, schedule),
         notify_attached: std::env::var_os(session::NOTIFY_ATTACHED).is_some(),
+        quiet: cli.bpftrace.quiet,
     };
     let summary = {
-        let mut out = io::stdout().lock();
-        session::run(&compiled, &options, &mut out).map_err(|error| {
+        let mut out = cli.bpftrace.output_sink()?;
+        session::run(&compiled, &options, &mut *out).map_err(|error| {
             let verifier = match &error {
                 RunError::Load(load) => driver::verifier_diagnostic(load, &compiled, &source_map),
                 _ => None,
@@ -204,10 +232,16 @@ fn read_source(cli: &Cli) -> Result<Option<(Source, Vec<String>)>, Failure> {
             )))
         }
         (None, Some(path)) => {
-            let text = limits::read_script(path).map_err(|e| e.to_string())?;
+            let stdin = path.as_os_str() == "-";
+            let file = if stdin { Path::new("/dev/stdin") } else { path };
+            let text = limits::read_script(file).map_err(|e| e.to_string())?;
             Ok(Some((
                 Source {
-                    name: path.display().to_string(),
+                    name: if stdin {
+                        STDIN_SCRIPT_NAME.into()
+                    } else {
+                        path.display().to_string()
+                    },
                     text,
                     origin: RecordOrigin::Script,
                 },

@@ -20,6 +20,7 @@ mod task;
 mod text;
 mod time;
 mod watch;
+mod types;
 
 use std::io::{self, Write};
 use std::sync::LazyLock;
@@ -165,7 +166,7 @@ pub(crate) trait RecordItem: Sync {
 }
 
 /// Every family's table.
-const FAMILIES: [&[Entry]; 10] = [
+const FAMILIES: [&[Entry]; 11] = [
     context::TABLE,
     task::TABLE,
     time::TABLE,
@@ -176,6 +177,7 @@ const FAMILIES: [&[Entry]; 10] = [
     agg::TABLE,
     record::TABLE,
     watch::TABLE,
+    types::TABLE,
 ];
 
 /// The joined table; a [`BuiltinId`] is an index into it.

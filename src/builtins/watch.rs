@@ -22,7 +22,7 @@ impl Statement for Unwatch {
             return cx.fail(site.span, "unwatch() takes one address");
         };
         let address = cx.expr(address)?;
-        if !matches!(address.ty, Type::Int { .. } | Type::KernelPtr(_)) {
+        if !matches!(address.ty, Type::Int { .. } | Type::Ptr(_)) {
             let message = format!("unwatch() needs an address, not {}", address.ty);
             return cx.fail(address.span, &message);
         }

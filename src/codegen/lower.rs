@@ -175,7 +175,7 @@ impl<'a> Lowerer<'a> {
         self.vars.clear();
         for ty in &self.probe.variables {
             let slot = match ty {
-                Type::Str { .. } | Type::Tuple(_) => {
+                ty if ty.in_memory() => {
                     let offset = self.alloc(ty.size());
                     self.zero(Base::Frame, offset, ty.size());
                     VarSlot::Mem(offset)
@@ -338,7 +338,7 @@ impl<'a> Lowerer<'a> {
     pub(super) fn field_value(&mut self, tuple: i16, field_offset: u32, ty: &Type) -> Value {
         let at = tuple + field_offset as i16;
         match ty {
-            Type::Str { .. } | Type::Tuple(_) => Value::Mem(at),
+            ty if ty.in_memory() => Value::Mem(at),
             _ => {
                 let reg = self.vreg();
                 self.emit(Inst::Load {

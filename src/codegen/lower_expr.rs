@@ -4,7 +4,7 @@ use crate::builtins;
 use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
-use crate::codegen::lower_kernel::size_code;
+use crate::codegen::lower_memory::size_code;
 use crate::frontend::ast::{BinOp, UnOp};
 use crate::frontend::checked::{TExpr, TExprKind};
 use crate::frontend::types::Type;
@@ -65,12 +65,17 @@ impl Lowerer<'_> {
                 self.stmts(effects);
                 self.expr(value)
             }
-            TExprKind::KernelRead {
+            TExprKind::MemoryRead {
                 ptr,
                 offset,
                 load,
-                direct,
-            } => self.kernel_read(ptr, *offset, *load, *direct),
+                access,
+            } => self.memory_read(ptr, *offset, *load, *access),
+            TExprKind::ValueRead {
+                value,
+                offset,
+                load,
+            } => self.value_read(value, *offset, *load),
         }
     }
 
@@ -416,8 +421,11 @@ impl Lowerer<'_> {
                 self.branch_unless(rhs, target);
                 self.emit(Inst::Bind(taken));
             }
-            _ if matches!(lhs.ty, Type::Str { .. }) => {
-                let equal = self.strings_equal(lhs, rhs, u32::MAX);
+            _ if matches!(lhs.ty, Type::Str { .. } | Type::Object(_)) => {
+                let equal = match lhs.ty {
+                    Type::Str { .. } => self.strings_equal(lhs, rhs, u32::MAX),
+                    _ => self.objects_equal(lhs, rhs),
+                };
                 let cond = if op == BinOp::Eq { Cond::Eq } else { Cond::Ne };
                 self.branch(cond, equal, Src::Imm(0), target);
             }
@@ -475,7 +483,7 @@ impl Lowerer<'_> {
     fn ternary(&mut self, cond: &TExpr, then: &TExpr, otherwise: &TExpr, ty: &Type) -> Value {
         let (else_label, done) = (self.label(), self.label());
         let result = match ty {
-            Type::Str { .. } | Type::Tuple(_) => Value::Mem(self.alloc(ty.size())),
+            ty if ty.in_memory() => Value::Mem(self.alloc(ty.size())),
             _ => Value::Int(self.vreg()),
         };
         self.branch_unless(cond, else_label);

@@ -92,7 +92,7 @@ impl Lowerer<'_> {
         let missing = self.label();
         let done = self.label();
         let result = match ty {
-            Type::Str { .. } | Type::Tuple(_) => {
+            ty if ty.in_memory() => {
                 let buffer = self.alloc(ty.size());
                 self.zero(Base::Frame, buffer, ty.size());
                 self.branch(Cond::Eq, pointer, Src::Imm(0), missing);

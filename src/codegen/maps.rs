@@ -3,7 +3,7 @@
 use crate::codegen::glob_nfa::{GlobSet, LANE_TABLE_BYTES};
 use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind, StackKind};
 use crate::frontend::options::UserStacks;
-use crate::frontend::types::{KernelPtr, Type};
+use crate::frontend::types::{Pointer, Type};
 use crate::vocab::{
     AggFunc, BUILD_ID_FRAME_BYTES, MAX_STACK_DEPTH, MapId, MapKind, MapSpec, MapValue, ScriptMap,
 };
@@ -56,7 +56,8 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
     let mut specs = Vec::new();
     let mut script = Vec::new();
     for decl in &program.maps {
-        let (spec, layout) = script_map(decl, MapId(specs.len() as u32));
+        let keys = program.map_keys_max.unwrap_or(MAX_MAP_KEYS);
+        let (spec, layout) = script_map(decl, MapId(specs.len() as u32), keys);
         specs.push(spec);
         script.push(layout);
     }
@@ -192,7 +193,7 @@ const DROP_REASONS: u32 = 3;
 /// return address, then the start fields.
 pub const SPAN_VALUE_HEADER: u32 = 32;
 
-fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
+fn script_map(decl: &MapDecl, id: MapId, max_entries: u32) -> (MapSpec, ScriptMapLayout) {
     let key_bytes = decl.key.as_ref().map_or(0, |k| k.size());
     let (value, value_size, bucketed) = match &decl.value {
         MapValueKind::Plain(ty) => (MapValue::Plain(ty.layout()), ty.size(), false),
@@ -221,7 +222,7 @@ fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
         kind,
         key_size,
         value_size,
-        max_entries: if single_slot { 1 } else { MAX_MAP_KEYS },
+        max_entries: if single_slot { 1 } else { max_entries },
         script_map: Some(ScriptMap {
             key: decl.key.as_ref().map(|k| k.layout()),
             value,
@@ -230,8 +231,8 @@ fn script_map(decl: &MapDecl, id: MapId) -> (MapSpec, ScriptMapLayout) {
     let task_storage = decl
         .key
         .as_ref()
-        .and_then(Type::kernel_ptr)
-        .is_some_and(KernelPtr::is_task);
+        .and_then(Type::pointer)
+        .is_some_and(Pointer::is_task);
     let spec = if task_storage {
         // The kernel sizes task storage itself (max_entries 0); user space
         // cannot list it, so it is not printed at exit.

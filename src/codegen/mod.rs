@@ -12,9 +12,9 @@ pub mod ir;
 pub mod listing;
 pub(crate) mod lower;
 mod lower_expr;
-mod lower_kernel;
 mod lower_map;
 mod lower_provider;
+mod lower_memory;
 mod lower_record;
 mod lower_selected;
 mod lower_task_storage;
@@ -179,8 +179,8 @@ fn record_schema(decl: &RecordDecl) -> RecordSchema {
             name: name.clone(),
             ty: match ty {
                 Type::Int { signed: true, .. } => FieldType::Int,
-                Type::KernelPtr(ptr) if ptr.is_task() => FieldType::Thread,
-                Type::Int { .. } | Type::KernelPtr(_) => FieldType::UInt,
+                Type::Ptr(ptr) if ptr.is_task() => FieldType::Thread,
+                Type::Int { .. } | Type::Ptr(_) => FieldType::UInt,
                 _ => FieldType::Str,
             },
         })

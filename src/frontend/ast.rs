@@ -32,11 +32,72 @@ impl From<Span> for miette::SourceSpan {
     }
 }
 
-/// A whole script: probe blocks and span blocks, each in source order.
-#[derive(Clone, Debug, PartialEq)]
+/// A whole script: probe blocks, span blocks and C type definitions, each
+/// in source order.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Script {
     pub probes: Vec<ProbeBlock>,
     pub spans: Vec<SpanBlock>,
+    /// `struct`, `union`, `enum` and `typedef` definitions at the top
+    /// level (those defined inside them are in their members' types).
+    pub types: Vec<CDefinition>,
+}
+
+/// A C type definition written in a script.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CDefinition {
+    /// `struct NAME { ... }` or `union NAME { ... }`; `struct NAME;` has no members.
+    Record(CRecord),
+    /// `enum [NAME] { A, B = 2 }`: its enumerators are constants.
+    Enum(CEnum),
+    /// `typedef TYPE NAME;`
+    Typedef { name: String, ty: CType, span: Span },
+}
+
+/// A struct or union as written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CRecord {
+    pub union: bool,
+    /// `None` for an anonymous one (`struct { int n; } a;`).
+    pub name: Option<String>,
+    /// `None` for a declaration without a body (`struct task_struct;`).
+    pub members: Option<Vec<CMember>>,
+    pub span: Span,
+}
+
+/// One member; a nameless one is an anonymous struct or union whose
+/// members belong to the parent.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CMember {
+    pub name: Option<String>,
+    pub ty: CType,
+    /// The width of a bitfield (`unsigned a:4`).
+    pub bits: Option<u32>,
+    pub span: Span,
+}
+
+/// An enum as written, its values computed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CEnum {
+    pub name: Option<String>,
+    pub values: Vec<(String, i64)>,
+    pub span: Span,
+}
+
+/// A type as a declaration writes it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CType {
+    /// A type by name: `int`, `unsigned long`, `uint32_t`, `struct task_struct`.
+    Named {
+        name: String,
+        span: Span,
+    },
+    /// A struct or union defined in place (named or not).
+    Record(Box<CRecord>),
+    /// An enum defined in place.
+    Enum(Box<CEnum>),
+    Pointer(Box<CType>),
+    Array(Box<CType>, u32),
 }
 
 /// `spec[, spec...] [/predicate/] { statements }`, or with a record block
@@ -229,6 +290,8 @@ pub enum ExprKind {
         ty: TypeName,
         expr: Box<Expr>,
     },
+    /// A type where a call takes one: `sizeof(struct task_struct)`.
+    Type(TypeName),
     /// `x++`, `++x`, `x--`, `--x` on a variable or map element.
     IncDec {
         target: Box<Expr>,
@@ -265,7 +328,8 @@ impl Expr {
             | ExprKind::Ident(_)
             | ExprKind::Var(_)
             | ExprKind::Positional(_)
-            | ExprKind::PositionalCount => Vec::new(),
+            | ExprKind::PositionalCount
+            | ExprKind::Type(_) => Vec::new(),
         }
     }
 
@@ -296,7 +360,8 @@ impl Expr {
             | ExprKind::Ident(_)
             | ExprKind::Var(_)
             | ExprKind::Positional(_)
-            | ExprKind::PositionalCount => Vec::new(),
+            | ExprKind::PositionalCount
+            | ExprKind::Type(_) => Vec::new(),
         }
     }
 

@@ -12,6 +12,7 @@ use crate::frontend::ast::{
     Block, Expr, ExprKind, ProbeSpec, Record, Script, Span, Stmt, StmtKind,
 };
 use crate::frontend::checked::*;
+use crate::frontend::ctypes::TypeTable;
 use crate::frontend::diag::ScriptError;
 use crate::frontend::options::CompileOptions;
 use crate::frontend::types::Type;
@@ -27,19 +28,31 @@ pub fn check(
 ) -> Result<CheckedProgram, Vec<ScriptError>> {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
-    let mut resolve_all = |specs: &[ProbeSpec]| {
-        let mut resolved = Vec::new();
-        for spec in specs {
-            match resolve(spec, env) {
-                Ok(found) => {
-                    resolved.extend(found.probes);
-                    warnings.extend(found.warnings);
+    let mut resolve_all =
+        |specs: &[ProbeSpec]| {
+            let mut resolved = Vec::new();
+            let mut skipped = Vec::new();
+            for spec in specs {
+                match resolve(spec, env) {
+                    Ok(found) => {
+                        resolved.extend(found.probes);
+                        warnings.extend(found.warnings);
+                    }
+                    // As decided for bpftrace's tools (ssllatency names functions
+                    // only some TLS libraries have): skip, but never silently.
+                    Err((error, true)) => skipped.push((spec, error)),
+                    Err((error, _)) => errors.push(error),
                 }
-                Err(error) => errors.push(error),
             }
-        }
-        resolved
-    };
+            if skipped.len() == specs.len() {
+                errors.extend(nothing_to_attach(&skipped));
+            } else {
+                warnings.extend(skipped.iter().map(|(spec, error)| {
+                    format!("skipping `{}`: {}", spec_text(spec), error.message)
+                }));
+            }
+            resolved
+        };
     let mut sources = Vec::new();
     for block in &script.probes {
         sources.push(Source {
@@ -76,6 +89,10 @@ pub fn check(
     }
 
     let mut checker = Checker::new(env, options);
+    let type_errors = checker.types.define(&script.types);
+    if !type_errors.is_empty() {
+        return Err(type_errors);
+    }
     checker.check_all(&sources, script);
     checker.errors.clear();
     checker.final_pass = true;
@@ -91,6 +108,7 @@ pub fn check(
             spans: checker.spans,
             filter: options.filter.clone(),
             user_stacks: options.user_stacks,
+            map_keys_max: options.map_keys_max,
             counters: match checker.reads_counters {
                 true => options.pmu.clone(),
                 false => Vec::new(),
@@ -128,8 +146,10 @@ fn lone_probe_mixed(sources: &[Source]) -> Option<ScriptError> {
     })
 }
 
-/// Expands one spec into its attach points through its provider.
-fn resolve(spec: &ProbeSpec, env: &dyn Environment) -> Result<Resolved, ScriptError> {
+/// Expands one spec into its attach points through its provider; an error
+/// says whether only the spec's target is missing (skippable in a block
+/// with other attach points).
+fn resolve(spec: &ProbeSpec, env: &dyn Environment) -> Result<Resolved, (ScriptError, bool)> {
     let parts = spec.parts.iter().map(String::as_str).collect();
     let text = providers::Spec {
         word: &spec.provider,
@@ -137,11 +157,36 @@ fn resolve(spec: &ProbeSpec, env: &dyn Environment) -> Result<Resolved, ScriptEr
     };
     providers::resolve(&text, env).map_err(|error| {
         let diagnostic = ScriptError::new(spec.span, error.message);
-        match error.help {
+        let diagnostic = match error.help {
             Some(help) => diagnostic.with_help(help),
             None => diagnostic,
-        }
+        };
+        (diagnostic, error.missing)
     })
+}
+
+/// The spec as written, `uprobe:libssl:SSL_read`.
+fn spec_text(spec: &ProbeSpec) -> String {
+    std::iter::once(spec.provider.as_str())
+        .chain(spec.parts.iter().map(String::as_str))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// A block whose every attach point names a missing function: the errors,
+/// the first with a hint.
+fn nothing_to_attach(skipped: &[(&ProbeSpec, ScriptError)]) -> Vec<ScriptError> {
+    skipped
+        .iter()
+        .enumerate()
+        .map(|(i, (_, error))| match i {
+            0 => error.clone().with_help(
+                "the function may be in another library (pthread_create is in libc.so.6 since \
+                 glibc 2.34: uprobe:libc:pthread_create)",
+            ),
+            _ => error.clone(),
+        })
+        .collect()
 }
 
 /// A probe block or one end of a span, with its attach points.
@@ -180,6 +225,8 @@ pub(crate) struct Checker<'e> {
     /// Variable types per (probe block, name), collected over both passes.
     var_types: HashMap<(usize, String), Type>,
     pub(super) probe: ProbeState,
+    /// The C types the script can name: its own definitions, then BTF.
+    pub(crate) types: TypeTable<'e>,
 }
 
 /// What the checker knows while inside one attach point's body.
@@ -209,6 +256,7 @@ impl<'e> Checker<'e> {
             reads_counters: false,
             var_types: HashMap::new(),
             probe: ProbeState::default(),
+            types: TypeTable::new(env),
         }
     }
 

@@ -2,13 +2,16 @@
 //! and calls go to their built-ins (`crate::builtins`).
 
 use crate::builtins;
-use crate::frontend::ast::{BinOp, Expr, ExprKind, Span, TypeName, UnOp};
+use crate::frontend::ast::{BinOp, Expr, ExprKind, Span, UnOp};
 use crate::frontend::check::Checker;
 use crate::frontend::check_kernel::is_args;
+use crate::frontend::check_types::Arith;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
-use crate::frontend::types::{STRING_LEN, Type};
-use crate::vocab::{AggFunc, Context, FieldKind};
+use crate::frontend::types::{Pointer, STRING_LEN, Type};
+use crate::providers;
+use crate::vocab::kernel_types::KernelKind;
+use crate::vocab::{AggFunc, Context, FieldKind, FunctionParam, PassedIn, TracepointField};
 
 impl Checker<'_> {
     /// An expression used as a truth value.
@@ -44,6 +47,16 @@ impl Checker<'_> {
             }
             ExprKind::Map { name, keys } => return self.map_read(name, keys, span),
             ExprKind::Call { name, args } => return self.call_expr(name, args, span),
+            ExprKind::Field {
+                expr: base, field, ..
+            } if is_args(base) => {
+                return self.args_field(field, span);
+            }
+            ExprKind::Field { .. }
+            | ExprKind::Index { .. }
+            | ExprKind::Unary {
+                op: UnOp::Deref, ..
+            } => return self.located_value(expr),
             ExprKind::Unary { op, expr } => return self.unary(*op, expr, span),
             ExprKind::Binary { op, lhs, rhs } => return self.binary(*op, lhs, rhs, span),
             ExprKind::Ternary {
@@ -70,7 +83,9 @@ impl Checker<'_> {
                 };
                 (kind, ty)
             }
-            ExprKind::Field { expr, field, .. } => return self.field(expr, field, span),
+            ExprKind::Type(ty) => {
+                return self.fail(ty.span, &format!("`{}` is a type, not a value", ty.name));
+            }
             ExprKind::TupleIndex { expr, index } => {
                 let tuple = self.expr(expr)?;
                 let Type::Tuple(fields) = &tuple.ty else {
@@ -89,12 +104,6 @@ impl Checker<'_> {
                     },
                     ty,
                 )
-            }
-            ExprKind::Index { .. } => {
-                return self.fail(
-                    span,
-                    "indexing needs typed pointers (BTF), which probe contexts here do not provide",
-                );
             }
             ExprKind::Tuple(items) => {
                 let items = items
@@ -122,10 +131,14 @@ impl Checker<'_> {
         None
     }
 
-    /// A bare word: a built-in variable.
+    /// A bare word: a built-in variable, else an enum constant of the
+    /// script or the kernel.
     fn ident(&mut self, name: &str, span: Span) -> Option<TExpr> {
-        match builtins::expression(name, false) {
-            Some(found) => found.hooks.check(self, &found.site(&[], span)),
+        if let Some(found) = builtins::expression(name, false) {
+            return found.hooks.check(self, &found.site(&[], span));
+        }
+        match self.enum_constant(name, span)? {
+            Some(constant) => Some(constant),
             None => self.fail(span, &format!("unknown identifier `{name}`")),
         }
     }
@@ -192,8 +205,12 @@ impl Checker<'_> {
             UnOp::Not => Type::I64,
             UnOp::Neg => Type::I64,
             UnOp::BitNot => expr.ty.clone(),
-            UnOp::Deref | UnOp::AddrOf => {
-                return self.fail(span, "pointer dereference needs typed pointers (BTF), which probe contexts here do not provide");
+            UnOp::Deref => unreachable!("dereferences are places"),
+            UnOp::AddrOf => {
+                return self.fail(
+                    span,
+                    "`&` (address-of) is not supported, as in bpftrace 0.17",
+                );
             }
         };
         Some(TExpr {
@@ -209,8 +226,15 @@ impl Checker<'_> {
     fn binary(&mut self, op: BinOp, lhs: &Expr, rhs: &Expr, span: Span) -> Option<TExpr> {
         let lhs = self.expr(lhs)?;
         let rhs = self.expr(rhs)?;
+        let (lhs, rhs) = match self.pointer_arithmetic(op, lhs, rhs, span) {
+            Arith::Pointer(moved) => return Some(moved),
+            Arith::Failed => return None,
+            Arith::Plain(lhs, rhs) => (lhs, rhs),
+        };
         let strings = matches!(lhs.ty, Type::Str { .. }) && matches!(rhs.ty, Type::Str { .. });
-        let ty = if strings && matches!(op, BinOp::Eq | BinOp::Ne) {
+        let ty = if let Some(ty) = self.object_comparison(op, &lhs, &rhs, span) {
+            ty
+        } else if strings && matches!(op, BinOp::Eq | BinOp::Ne) {
             Type::I64
         } else if lhs.ty.is_int() && rhs.ty.is_int() {
             if op.is_comparison() || matches!(op, BinOp::LogicalAnd | BinOp::LogicalOr) {
@@ -236,16 +260,35 @@ impl Checker<'_> {
         })
     }
 
-    fn field(&mut self, base: &Expr, field: &str, span: Span) -> Option<TExpr> {
-        if !is_args(base) {
-            return self.kernel_member(base, field, span);
+    /// `args.NAME`: a tracepoint field, a `tp_btf` argument, or a
+    /// function parameter named by debug info.
+    fn args_field(&mut self, field: &str, span: Span) -> Option<TExpr> {
+        match &self.resolved().context {
+            Context::Btf(args) | Context::Function { args, .. } => {
+                return self.btf_arg(&args.clone(), field, span);
+            }
+            Context::Tracepoint(fields) => {
+                let fields = fields.clone();
+                return self.tracepoint_field(&fields, field, span);
+            }
+            _ => {}
         }
-        if let Context::Btf(args) | Context::Function { args, .. } = &self.resolved().context {
-            return self.btf_arg(&args.clone(), field, span);
+        let probe = self.resolved();
+        match providers::of(&probe.attach).function_params(probe, self.env) {
+            Some(params) => self.param(params, field, span),
+            None => self.fail(
+                span,
+                "`args.FIELD` is only available in tracepoint, tp_btf, fentry and uprobe probes",
+            ),
         }
-        let Context::Tracepoint(fields) = &self.resolved().context else {
-            return self.fail(span, "`args.FIELD` is only available in tracepoint probes");
-        };
+    }
+
+    fn tracepoint_field(
+        &mut self,
+        fields: &[TracepointField],
+        field: &str,
+        span: Span,
+    ) -> Option<TExpr> {
         let Some(found) = fields.iter().find(|f| f.name == field).cloned() else {
             let names: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
             let probe = self.resolved().name.clone();
@@ -258,7 +301,7 @@ impl Checker<'_> {
             FieldKind::Int { signed, .. } => Type::Int { size: 8, signed },
             FieldKind::CharArray(len) => Type::Str { len },
             FieldKind::DataLocString => Type::Str { len: STRING_LEN },
-            FieldKind::Pointer { .. } => Type::U64,
+            FieldKind::Pointer { user } => self.field_pointer(&found.c_type, user),
         };
         Some(TExpr {
             kind: TExprKind::Field(found),
@@ -267,30 +310,69 @@ impl Checker<'_> {
         })
     }
 
-    fn cast(&mut self, ty: &TypeName, inner: &Expr, span: Span) -> Option<TExpr> {
-        let expr = self.expr(inner)?;
-        if ty.pointer_depth > 0 && ty.name.starts_with("struct ") {
-            return self.kernel_cast(ty, expr, span);
+    /// A tracepoint pointer field typed from its C type text resolved
+    /// against BTF (`struct __kernel_timespec *`); a plain address when
+    /// the pointee is unknown.
+    fn field_pointer(&mut self, c_type: &str, user: bool) -> Type {
+        let resolved = self.types.parse_type(c_type);
+        match resolved.map(|id| self.types.get(id).map(|t| t.kind)) {
+            Ok(Ok(KernelKind::Pointer(target))) => Type::Ptr(Pointer {
+                target,
+                name: self.types.name_of(target),
+                btf: false,
+                user,
+            }),
+            _ => Type::U64,
         }
-        let target = match (ty.name.as_str(), ty.pointer_depth) {
-            (name, 0) => int_type(name),
-            _ => None,
+    }
+
+    /// `args.NAME` of a function whose parameters debug info names.
+    fn param(
+        &mut self,
+        params: Result<Vec<FunctionParam>, String>,
+        field: &str,
+        span: Span,
+    ) -> Option<TExpr> {
+        let params = match params {
+            Ok(params) => params,
+            Err(why) => {
+                return self.fail(
+                    span,
+                    &format!("`args` needs the function's debug info: {why}"),
+                );
+            }
         };
-        let Some(target) = target else {
-            return self.fail(
-                ty.span,
-                &format!(
-                    "cannot cast to `{}`: only integer types are known here",
-                    ty.name
-                ),
-            );
+        let Some(param) = params.iter().find(|p| p.name == field) else {
+            let names: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
+            let probe = self.resolved().name.clone();
+            let error = ScriptError::new(span, format!("{probe} has no parameter `{field}`"))
+                .with_help(format!("parameters: {}", names.join(", ")));
+            self.error(error);
+            return None;
         };
-        if !expr.ty.is_int() {
-            return self.fail(span, &format!("cannot cast {} to {}", expr.ty, target));
-        }
+        let read = match &param.passed {
+            Ok(PassedIn::Register(n)) => {
+                let probe = self.resolved();
+                providers::of(&probe.attach).arg(probe, u32::from(*n))
+            }
+            Ok(PassedIn::Stack(_)) => Err("it is passed on the stack".into()),
+            Err(why) => Err(why.clone()),
+        };
+        let read = match read {
+            Ok(read) => read,
+            Err(why) => {
+                return self.fail(span, &format!("parameter `{field}` cannot be read: {why}"));
+            }
+        };
+        let value = TExpr {
+            kind: TExprKind::Arg(read),
+            ty: Type::U64,
+            span,
+        };
+        let ty = self.value_type(param.ty, false, true, span)?;
         Some(TExpr {
-            kind: TExprKind::Cast(Box::new(expr)),
-            ty: target,
+            kind: TExprKind::Cast(Box::new(value)),
+            ty,
             span,
         })
     }
@@ -346,22 +428,4 @@ fn int(n: u64, span: Span) -> TExpr {
         ty: Type::I64,
         span,
     }
-}
-
-fn int_type(name: &str) -> Option<Type> {
-    let (signed, bits) = match name {
-        "int8" | "int16" | "int32" | "int64" => (true, &name[3..]),
-        "uint8" | "uint16" | "uint32" | "uint64" => (false, &name[4..]),
-        "char" => (true, "8"),
-        "short" => (true, "16"),
-        "int" => (true, "32"),
-        "long" => (true, "64"),
-        "bool" => (false, "8"),
-        _ => return None,
-    };
-    let bits: u8 = bits.parse().ok()?;
-    Some(Type::Int {
-        size: bits / 8,
-        signed,
-    })
 }

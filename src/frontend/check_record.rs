@@ -235,7 +235,7 @@ impl Checker<'_> {
                 Some((name, value))
             }
             // A task pointer is a thread field; other kernel pointers are addresses.
-            Type::KernelPtr(_) => Some((name, value)),
+            Type::Ptr(_) => Some((name, value)),
             _ => self.fail(
                 item.span,
                 &format!(
@@ -253,7 +253,7 @@ impl Checker<'_> {
             span: source.span,
         };
         let key = self.expr(key.unwrap_or(&thread))?;
-        if matches!(key.ty, Type::Tuple(_) | Type::Void) {
+        if matches!(key.ty, Type::Tuple(_) | Type::Void | Type::Object(_)) {
             return self.fail(
                 key.span,
                 &format!("a span key must be an integer or a string, not {}", key.ty),

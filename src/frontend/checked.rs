@@ -24,6 +24,8 @@ pub struct CheckedProgram {
     /// empty when no record reads any.
     pub counters: Vec<PmuCounter>,
     pub user_stacks: UserStacks,
+    /// Entries a script map holds, when not the default.
+    pub map_keys_max: Option<u32>,
     /// What the user should know about how probes were resolved, for stderr.
     pub warnings: Vec<String>,
 }
@@ -275,22 +277,47 @@ pub enum TExprKind {
         effects: Vec<TStmt>,
         value: Box<TExpr>,
     },
-    /// A member of a kernel struct at `offset` bytes from `ptr`.
-    KernelRead {
+    /// A value in memory, `offset` bytes past the address `ptr` gives.
+    MemoryRead {
         ptr: Box<TExpr>,
         offset: u32,
-        load: KernelLoad,
-        /// A direct load (the verifier knows `ptr`'s BTF type and turns the
-        /// load into a fault-safe one); otherwise `bpf_probe_read_kernel`.
-        direct: bool,
+        load: Load,
+        access: Access,
+    },
+    /// A part of a struct or array held by value, `offset` bytes into it.
+    ValueRead {
+        value: Box<TExpr>,
+        offset: u32,
+        load: Load,
     },
 }
 
-/// How a kernel struct member is read.
+/// How a value is read out of memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KernelLoad {
+pub enum Load {
     /// Integers, bools and enums; pointers are unsigned 8-byte ones.
     Int { size: u8, signed: bool },
-    /// `char[N]` into a string buffer of N bytes.
-    CharArray(u32),
+    /// A bitfield: `bits` bits starting `shift` bits into the `bytes`
+    /// bytes at the offset.
+    Bits {
+        bytes: u8,
+        shift: u8,
+        bits: u8,
+        signed: bool,
+    },
+    /// `len` bytes as they are: a `char` array into a string buffer, a
+    /// struct or array by value.
+    Bytes(u32),
+}
+
+/// How memory is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Loads the verifier checks against the pointer's BTF type (and
+    /// makes fault-safe).
+    Direct,
+    /// `bpf_probe_read_kernel`.
+    Kernel,
+    /// `bpf_probe_read_user`.
+    User,
 }

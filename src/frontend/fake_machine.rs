@@ -11,7 +11,7 @@ use crate::vocab::{
 
 /// A machine with a few tracepoints (`syscalls:sys_enter_openat`,
 /// `syscalls:sys_enter_write`, `syscalls:sys_exit_read`, `sched:named`),
-/// every function in every binary, 64 bytes at file offset 0x1000, every
+/// every function in every binary, 64 bytes at address 0x401000, file offset 0x1000, every
 /// kernel function (64 bytes; wildcards see `vfs_read`, `vfs_readv`,
 /// `vfs_write`; these three are typed in BTF as `vfs_read` is), and a little
 /// kernel BTF: `struct task_struct` (see [`kernel_type`]), `struct
@@ -105,9 +105,13 @@ impl Environment for FakeMachine {
         _category: &str,
         name: &str,
     ) -> Result<Vec<TracepointField>, String> {
-        let field = |name: &str, offset, kind| TracepointField {
+        let field = |name: &str, offset, kind: FieldKind| TracepointField {
             name: name.into(),
             offset,
+            c_type: match kind {
+                FieldKind::Pointer { .. } => "const char *".into(),
+                _ => "long".into(),
+            },
             kind,
         };
         let int = FieldKind::Int {
@@ -151,6 +155,7 @@ impl Environment for FakeMachine {
     ) -> Result<(PathBuf, Vec<FunctionTarget>), String> {
         let target = FunctionTarget {
             name: pattern.into(),
+            address: 0x401000,
             file_offset: 0x1000,
             size: 64,
         };
@@ -321,5 +326,9 @@ impl Environment for FakeMachine {
             "int" => Ok(ids::INT),
             _ => Err(format!("no kernel type `{name}`")),
         }
+    }
+
+    fn has_btf(&self) -> bool {
+        true
     }
 }

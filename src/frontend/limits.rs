@@ -46,6 +46,8 @@ pub fn check_size(source: &str) -> Result<(), ScriptError> {
 /// Why a script file could not be read as a program.
 #[derive(Debug, thiserror::Error)]
 pub enum ScriptFileError {
+    #[error("failed to open file '{}': {}", path.display(), IoCause(cause))]
+    Open { path: PathBuf, cause: io::Error },
     #[error("cannot read {}: {}", path.display(), IoCause(cause))]
     Read { path: PathBuf, cause: io::Error },
     #[error(
@@ -53,6 +55,12 @@ pub enum ScriptFileError {
         path.display()
     )]
     TooLarge { path: PathBuf },
+    #[error(
+        "{} is a directory, not a script; for bpftrace's `-I DIR` (a directory of headers) \
+         use `--include-dir DIR` (wprof's `-I` prints a capture summary)",
+        path.display()
+    )]
+    Directory { path: PathBuf },
     #[error(
         "{}:{line}:{column}: the script is not UTF-8 text (byte {offset} is 0x{byte:02x})",
         path.display()
@@ -75,7 +83,15 @@ pub fn read_script(path: &Path) -> Result<String, ScriptFileError> {
         path: path.to_path_buf(),
         cause,
     };
-    let file = std::fs::File::open(path).map_err(read_error)?;
+    if path.is_dir() {
+        return Err(ScriptFileError::Directory {
+            path: path.to_path_buf(),
+        });
+    }
+    let file = std::fs::File::open(path).map_err(|cause| ScriptFileError::Open {
+        path: path.to_path_buf(),
+        cause,
+    })?;
     let mut bytes = Vec::new();
     let limit = MAX_PROGRAM_BYTES as u64 + 1;
     file.take(limit)
@@ -126,7 +142,8 @@ mod tests {
     }
 
     /// Script files: too large or endless ones and non-UTF-8 text are
-    /// refused with the limit or the position of the first bad byte.
+    /// refused with the limit or the position of the first bad byte; a
+    /// directory (bpftrace's `-I DIR` misread) points to `--include-dir`.
     #[test]
     fn reads_script_files() {
         let dir = tempfile::tempdir().unwrap();
@@ -150,6 +167,8 @@ mod tests {
                 .ends_with("No such file or directory (ENOENT)"),
             "{err}"
         );
+        let err = read_script(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("use `--include-dir DIR`"), "{err}");
     }
 
     /// Compiles `text` on the fake machine in a thread with `stack` bytes of

@@ -4,9 +4,12 @@ pub mod ast;
 pub mod check;
 pub mod check_expr;
 mod check_kernel;
+mod check_place;
 pub(crate) mod check_record;
 mod check_update;
+mod check_types;
 pub mod checked;
+pub mod ctypes;
 pub mod diag;
 // Fuzz targets (`fuzz/`, built with `--cfg fuzzing`) compile on it too.
 #[cfg(any(test, fuzzing))]
@@ -16,5 +19,6 @@ pub mod options;
 pub mod parse;
 pub mod pmu;
 pub mod positional;
+pub mod preprocess;
 pub mod shift;
 pub mod types;

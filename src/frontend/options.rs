@@ -3,6 +3,7 @@
 //! accepts. Built-in trackers and user scripts see the same options.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 
 use crate::vocab::PerfEvent;
 
@@ -16,6 +17,19 @@ pub struct CompileOptions {
     /// The tasks `selected(task)` accepts.
     pub filter: TaskFilter,
     pub user_stacks: UserStacks,
+    /// Where the user's script finds `#include`d headers.
+    pub includes: Includes,
+    /// `BPFTRACE_MAP_KEYS_MAX`: entries a script map holds (`None`: 4096).
+    pub map_keys_max: Option<u32>,
+}
+
+/// `--include-dir DIR` and `--include FILE`, as bpftrace's `-I` and `--include`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Includes {
+    /// Searched before the system directories.
+    pub dirs: Vec<PathBuf>,
+    /// Read before the script, as `#include "FILE"`.
+    pub files: Vec<PathBuf>,
 }
 
 /// How the kernel records user stacks.

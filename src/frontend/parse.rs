@@ -6,6 +6,7 @@
 //! errors (`parse/syntax.rs`); this file and `parse/expr.rs` lower the parse tree
 //! to the AST. pest types stay inside this module.
 
+mod cdecl;
 mod expr;
 mod scan;
 mod syntax;
@@ -33,21 +34,35 @@ const MAX_DEPTH: usize = 256;
 
 /// Parses a whole script; `name` is its path, or [`super::diag::INLINE_SCRIPT_NAME`].
 pub fn parse(source: &str, name: &str) -> Result<Script, ScriptErrors> {
-    let fail = |errors| ScriptErrors::new(name, source, errors);
-    super::limits::check_size(source).map_err(|error| fail(vec![error]))?;
+    parse_text(source).map_err(|errors| ScriptErrors::new(name, source, errors))
+}
+
+/// Parses a C type as a declaration writes it (`const char *const *`,
+/// `struct sk_buff *`), as tracepoint formats give their fields' types.
+pub fn c_type(text: &str) -> Result<super::ast::CType, ScriptError> {
+    let declaration = format!("typedef {text} __wprof_type;");
+    match cdecl::parse(&declaration, 0, &mut cdecl::Enumerators::new())? {
+        super::ast::CDefinition::Typedef { ty, .. } => Ok(ty),
+        _ => unreachable!("a typedef parses as one"),
+    }
+}
+
+/// Parses a whole script; errors point into `source`.
+pub fn parse_text(source: &str) -> Result<Script, Vec<ScriptError>> {
+    super::limits::check_size(source).map_err(|error| vec![error])?;
     let scanned = scan::scan(source);
     if !scanned.errors.is_empty() {
-        return Err(fail(scanned.errors));
+        return Err(scanned.errors);
     }
     let mut pairs = Grammar::parse(Rule::script, source)
-        .map_err(|error| fail(vec![syntax::error(source, &error, &scanned)]))?;
+        .map_err(|error| vec![syntax::error(source, &error, &scanned)])?;
     let root = pairs
         .next()
         .expect("grammar: `script` is the only top-level pair");
     let mut builder = Builder::default();
     match builder.script(root) {
         Ok(script) if builder.errors.is_empty() => Ok(script),
-        _ => Err(fail(builder.errors)),
+        _ => Err(builder.errors),
     }
 }
 
@@ -63,6 +78,8 @@ struct Builder {
     errors: Vec<ScriptError>,
     /// Worst-case depth of the tree node being built.
     depth: usize,
+    /// Enumerators of the script's enums so far, for later constant expressions.
+    enumerators: cdecl::Enumerators,
 }
 
 impl Builder {
@@ -81,16 +98,22 @@ impl Builder {
     }
 
     fn script(&mut self, pair: Pair) -> Built<Script> {
-        let mut probes = Vec::new();
-        let mut spans = Vec::new();
+        let mut script = Script::default();
         for item in pair.into_inner() {
             match item.as_rule() {
-                Rule::probe => probes.push(self.probe(item)?),
-                Rule::span_block => spans.push(self.span_block(item)?),
+                Rule::probe => script.probes.push(self.probe(item)?),
+                Rule::span_block => script.spans.push(self.span_block(item)?),
+                Rule::c_definition => {
+                    let at = item.as_span().start();
+                    match cdecl::parse(item.as_str(), at, &mut self.enumerators) {
+                        Ok(definition) => script.types.push(definition),
+                        Err(error) => self.errors.push(error),
+                    }
+                }
                 _ => {}
             }
         }
-        Ok(Script { probes, spans })
+        Ok(script)
     }
 
     fn probe(&mut self, pair: Pair) -> Built<ProbeBlock> {
@@ -295,7 +318,8 @@ fn too_deep(span: Span) -> ScriptError {
         .with_help("split deeply nested expressions or blocks using scratch variables")
 }
 
-/// `provider:part:part` split at `:`; quoted parts lose their quotes.
+/// `provider:part:part` split at `:`; quoted parts lose their quotes (and
+/// keep an offset after them).
 fn probe_spec(pair: Pair) -> ProbeSpec {
     let span = span_of(&pair);
     let mut inner = pair.into_inner();
@@ -306,7 +330,7 @@ fn probe_spec(pair: Pair) -> ProbeSpec {
         .to_owned();
     let parts = inner
         .map(|part| match part.as_rule() {
-            Rule::quoted_part => only_child(part).as_str().to_owned(),
+            Rule::quoted_part => part.into_inner().map(|p| p.as_str()).collect(),
             _ => part.as_str().to_owned(),
         })
         .collect();

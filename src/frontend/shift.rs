@@ -1,15 +1,25 @@
-//! Moving a parsed script into a merged offset space: every span of the
-//! syntax tree is shifted by the base its source has in the program's
-//! [`super::diag::SourceMap`], so later errors name the right source.
+//! Moving a parsed script's spans: from preprocessed text back to the
+//! script as written, and into a merged offset space, shifted by the base
+//! its source has in the program's [`super::diag::SourceMap`], so later
+//! errors point at the right text of the right source.
 
-use super::ast::{Block, Expr, ExprKind, ProbeSpec, Record, Script, Span, Stmt, StmtKind};
+use super::ast::{
+    Block, CDefinition, CRecord, CType, Expr, ExprKind, ProbeSpec, Record, Script, Span, Stmt,
+    StmtKind,
+};
 
 /// Adds `base` to every span of `script`.
 pub fn shift_spans(script: &mut Script, base: usize) {
-    if base == 0 {
-        return;
+    if base != 0 {
+        map_spans(script, &|span| {
+            Span::new(span.start + base, span.end + base)
+        });
     }
-    let shift = Shift(base);
+}
+
+/// Replaces every span of `script` with `f(span)`.
+pub fn map_spans(script: &mut Script, f: &dyn Fn(Span) -> Span) {
+    let shift = Shift(f);
     for probe in &mut script.probes {
         shift.specs(&mut probe.specs);
         probe.predicate.iter_mut().for_each(|p| shift.expr(p));
@@ -27,13 +37,40 @@ pub fn shift_spans(script: &mut Script, base: usize) {
         }
         shift.span(&mut block.span);
     }
+    for definition in &mut script.types {
+        match definition {
+            CDefinition::Record(record) => shift.c_record(record),
+            CDefinition::Enum(e) => shift.span(&mut e.span),
+            CDefinition::Typedef { ty, span, .. } => {
+                shift.c_type(ty);
+                shift.span(span);
+            }
+        }
+    }
 }
 
-struct Shift(usize);
+struct Shift<'f>(&'f dyn Fn(Span) -> Span);
 
-impl Shift {
+impl Shift<'_> {
     fn span(&self, span: &mut Span) {
-        *span = Span::new(span.start + self.0, span.end + self.0);
+        *span = (self.0)(*span);
+    }
+
+    fn c_record(&self, record: &mut CRecord) {
+        for member in record.members.iter_mut().flatten() {
+            self.c_type(&mut member.ty);
+            self.span(&mut member.span);
+        }
+        self.span(&mut record.span);
+    }
+
+    fn c_type(&self, ty: &mut CType) {
+        match ty {
+            CType::Named { span, .. } => self.span(span),
+            CType::Record(record) => self.c_record(record),
+            CType::Enum(e) => self.span(&mut e.span),
+            CType::Pointer(inner) | CType::Array(inner, _) => self.c_type(inner),
+        }
     }
 
     fn specs(&self, specs: &mut [ProbeSpec]) {
@@ -80,8 +117,9 @@ impl Shift {
     }
 
     fn expr(&self, expr: &mut Expr) {
-        if let ExprKind::Cast { ty, .. } = &mut expr.kind {
-            self.span(&mut ty.span);
+        match &mut expr.kind {
+            ExprKind::Cast { ty, .. } | ExprKind::Type(ty) => self.span(&mut ty.span),
+            _ => {}
         }
         expr.children_mut().into_iter().for_each(|e| self.expr(e));
         self.span(&mut expr.span);
@@ -97,7 +135,8 @@ mod tests {
     /// same text preceded by that many spaces.
     #[test]
     fn shifts_every_span() {
-        let text = "span s by arg0 { kprobe:a /pid == 1/ < x = (uint8)arg0 > kretprobe:a }\n\
+        let text = "struct S { int *a[2]; struct { char c; } in; }\n\
+                    span s by arg0 { kprobe:a /pid == 1/ < x = (uint8)arg0 > kretprobe:a }\n\
                     kprobe:f /$1/ < stack > { if (x) { record r < a = @m[1, 2] ? 3 : -4 >; } \
                     while (1) { $x[1]++; break } }";
         let mut shifted = parse(text, "t").expect("parses");

@@ -23,17 +23,20 @@ pub enum Type {
     Tuple(Vec<Type>),
     /// The name of the probe that fired (`probe`).
     Probe,
-    /// A pointer to a kernel type; usable as a u64.
-    KernelPtr(KernelPtr),
+    /// A typed pointer; usable as a u64.
+    Ptr(Pointer),
+    /// A C struct, union or array held by value (copied out of memory):
+    /// stored and printed with its C layout.
+    Object(CObject),
     /// A kernel address printed as its symbol (`ksym`).
     KernelSymbol,
     /// Statements and functions without a value.
     Void,
 }
 
-/// A typed kernel pointer.
+/// A typed pointer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KernelPtr {
+pub struct Pointer {
     pub target: KTypeId,
     /// The pointee as C spells it, e.g. `struct task_struct`.
     pub name: String,
@@ -41,12 +44,24 @@ pub struct KernelPtr {
     /// through such pointers, `bpf_get_current_task_btf`): it can then be
     /// read with direct loads and passed to helpers taking BTF pointers.
     pub btf: bool,
+    /// It points into user memory (read with `bpf_probe_read_user`).
+    pub user: bool,
 }
 
-impl KernelPtr {
+impl Pointer {
     pub fn is_task(&self) -> bool {
         self.name == "struct task_struct"
     }
+}
+
+/// A struct, union or array value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CObject {
+    pub ty: KTypeId,
+    /// As C spells it: `struct foo`, `int[4]`.
+    pub name: String,
+    /// Its bytes as C lays them out.
+    pub layout: ValueType,
 }
 
 impl Type {
@@ -59,20 +74,22 @@ impl Type {
         signed: true,
     };
 
-    /// Integers and what behaves as one (kernel pointers, symbols).
+    /// Integers and what behaves as one (pointers, symbols).
     pub fn is_int(&self) -> bool {
-        matches!(
-            self,
-            Type::Int { .. } | Type::KernelPtr(_) | Type::KernelSymbol
-        )
+        matches!(self, Type::Int { .. } | Type::Ptr(_) | Type::KernelSymbol)
     }
 
-    /// The kernel pointer this is, if any.
-    pub fn kernel_ptr(&self) -> Option<&KernelPtr> {
+    /// The pointer this is, if any.
+    pub fn pointer(&self) -> Option<&Pointer> {
         match self {
-            Type::KernelPtr(ptr) => Some(ptr),
+            Type::Ptr(ptr) => Some(ptr),
             _ => None,
         }
+    }
+
+    /// Whether values of this type live in a frame buffer, not a register.
+    pub fn in_memory(&self) -> bool {
+        matches!(self, Type::Str { .. } | Type::Tuple(_) | Type::Object(_))
     }
 
     pub fn is_signed(&self) -> bool {
@@ -83,11 +100,15 @@ impl Type {
     /// assigned from several places).
     pub fn unify(&self, other: &Type) -> Option<Type> {
         match (self, other) {
-            (Type::KernelPtr(a), Type::KernelPtr(b)) if a.target == b.target => {
-                Some(Type::KernelPtr(KernelPtr {
-                    btf: a.btf && b.btf,
-                    ..a.clone()
-                }))
+            (Type::Ptr(a), Type::Ptr(b)) if a.target == b.target => Some(Type::Ptr(Pointer {
+                btf: a.btf && b.btf,
+                user: a.user || b.user,
+                ..a.clone()
+            })),
+            // A pointer variable or map keeps its type when integers are
+            // added to it (`@p = (int32 *)x; @p += 1`).
+            (Type::Ptr(p), Type::Int { .. }) | (Type::Int { .. }, Type::Ptr(p)) => {
+                Some(Type::Ptr(p.clone()))
             }
             (Type::KernelSymbol, Type::KernelSymbol) => Some(Type::KernelSymbol),
             (a, b)
@@ -97,8 +118,20 @@ impl Type {
             {
                 Some(Type::U64)
             }
-            (Type::Int { signed: a, .. }, Type::Int { signed: b, .. }) => Some(Type::Int {
-                size: 8,
+            // Of one signedness, the wider of the two: a variable keeps its C
+            // size (for `sizeof`) while every value assigned fits it; storage
+            // is 8 bytes anyway.
+            (
+                Type::Int {
+                    size: a_size,
+                    signed: a,
+                },
+                Type::Int {
+                    size: b_size,
+                    signed: b,
+                },
+            ) => Some(Type::Int {
+                size: if a == b { *a_size.max(b_size) } else { 8 },
                 signed: *a && *b,
             }),
             (Type::Str { len: a }, Type::Str { len: b }) => Some(Type::Str { len: *a.max(b) }),
@@ -139,10 +172,11 @@ impl Type {
                 }
             }
             Type::Probe => ValueType::Probe,
-            Type::KernelPtr(_) => ValueType::Int {
+            Type::Ptr(_) => ValueType::Int {
                 size: 8,
                 signed: false,
             },
+            Type::Object(object) => object.layout.clone(),
             Type::KernelSymbol => ValueType::Symbol { kernel: true },
             Type::Void => ValueType::Int {
                 size: 8,
@@ -162,6 +196,31 @@ impl Type {
     /// Bytes this type takes in a map key, map value or message.
     pub fn size(&self) -> u32 {
         self.layout().size().next_multiple_of(8)
+    }
+
+    /// `sizeof` as bpftrace counts it: integers at their own size, tuples
+    /// as C structs of their elements.
+    pub fn c_size(&self) -> u32 {
+        self.c_size_align().0
+    }
+
+    fn c_size_align(&self) -> (u32, u32) {
+        match self {
+            Type::Int { size, .. } => (u32::from(*size), u32::from(*size)),
+            Type::Str { len } => (*len, 1),
+            Type::Tuple(fields) => {
+                let (mut end, mut align) = (0u32, 1u32);
+                for field in fields {
+                    let (size, field_align) = field.c_size_align();
+                    end = end.next_multiple_of(field_align.max(1)) + size;
+                    align = align.max(field_align);
+                }
+                (end.next_multiple_of(align), align)
+            }
+            Type::Object(object) => (object.layout.size(), object.layout.align()),
+            Type::Probe | Type::Ptr(_) | Type::KernelSymbol => (8, 8),
+            Type::Void => (0, 1),
+        }
     }
 }
 
@@ -183,7 +242,8 @@ impl fmt::Display for Type {
                 f.write_str(")")
             }
             Type::Probe => f.write_str("probe"),
-            Type::KernelPtr(ptr) => write!(f, "{} *", ptr.name),
+            Type::Ptr(ptr) => write!(f, "{} *", ptr.name),
+            Type::Object(object) => f.write_str(&object.name),
             Type::KernelSymbol => f.write_str("ksym"),
             Type::Void => f.write_str("void"),
         }
@@ -204,6 +264,29 @@ mod tests {
         let offsets: Vec<u32> = fields.iter().map(|(at, _)| *at).collect();
         assert_eq!(offsets, vec![0, 8, 16]);
         assert_eq!(size, 24);
+    }
+
+    /// `sizeof` counts tuples as C structs of their elements, as bpftrace.
+    #[test]
+    fn c_sizes_of_tuples() {
+        let int = |size| Type::Int { size, signed: true };
+        assert_eq!(
+            Type::Tuple(vec![int(1), int(8), int(1), int(8)]).c_size(),
+            32
+        );
+        assert_eq!(Type::Tuple(vec![int(1), int(2), int(4)]).c_size(), 8);
+        let mixed = vec![
+            int(1),
+            int(1),
+            Type::Str { len: 7 },
+            int(8),
+            int(4),
+            int(8),
+            int(1),
+            int(2),
+            Type::Str { len: 4 },
+        ];
+        assert_eq!(Type::Tuple(mixed).c_size(), 48);
     }
 
     /// Unifying strings keeps the longer buffer; ints and strings never unify.

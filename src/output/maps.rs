@@ -23,7 +23,8 @@ use crate::vocab::{AggFunc, MapValue, ScriptMap};
 
 use super::hist::{HistLayout, hist_label, hist_total, lhist_label, write_hist};
 use super::value::{
-    Resolve, Value, div_signed, key_order, numeric_order, write_fields, write_value,
+    Resolve, Value, div_signed, key_order, numeric_order, write_fields, write_key_value,
+    write_value,
 };
 use crate::vocab::hist::lhist_len;
 
@@ -223,7 +224,7 @@ fn write_key(out: &mut Vec<u8>, key: Option<&Value>, resolver: &dyn Resolve) {
     out.push(b'[');
     match key {
         Value::Tuple(fields) => write_fields(out, fields, resolver),
-        other => write_value(out, other, resolver),
+        other => write_key_value(out, other, resolver),
     }
     out.push(b']');
 }

@@ -9,6 +9,7 @@ use std::cmp::Ordering;
 
 use thiserror::Error;
 
+use super::cvalue;
 use crate::vocab::ValueType;
 
 /// A decoded value. Integers keep their signedness so that printing and
@@ -30,6 +31,10 @@ pub enum Value {
     },
     /// An index into `Compiled::programs`, printed as the probe name.
     Probe(u64),
+    /// A C struct or union held by value: its members in order.
+    Struct(Vec<(String, Value)>),
+    /// A C array held by value.
+    Array(Vec<Value>),
 }
 
 impl Value {
@@ -40,7 +45,7 @@ impl Value {
             Value::UInt(v) => Some(*v),
             Value::Symbol { addr, .. } => Some(*addr),
             Value::Probe(i) => Some(*i),
-            Value::Str(_) | Value::Tuple(_) => None,
+            Value::Str(_) | Value::Tuple(_) | Value::Struct(_) | Value::Array(_) => None,
         }
     }
 
@@ -85,7 +90,7 @@ pub fn decode(bytes: &[u8], ty: &ValueType) -> Result<Value, DecodeError> {
     decode_at(bytes, 0, ty)
 }
 
-fn decode_at(bytes: &[u8], offset: usize, ty: &ValueType) -> Result<Value, DecodeError> {
+pub(super) fn decode_at(bytes: &[u8], offset: usize, ty: &ValueType) -> Result<Value, DecodeError> {
     let field = slice(bytes, offset, ty.size() as usize)?;
     match ty {
         ValueType::Int { size, signed } => decode_int(field, *size, *signed),
@@ -103,6 +108,10 @@ fn decode_at(bytes: &[u8], offset: usize, ty: &ValueType) -> Result<Value, Decod
             addr: read_u64(field),
         }),
         ValueType::Probe => Ok(Value::Probe(read_u64(field))),
+        ValueType::Struct { fields, size, .. } => {
+            cvalue::decode_struct(bytes, offset, fields, *size)
+        }
+        ValueType::Array { elem, len } => cvalue::decode_array(bytes, offset, elem, *len),
     }
 }
 
@@ -162,30 +171,47 @@ impl Resolve for RawIds {
 }
 
 /// Appends the text of `value` as bpftrace prints it: integers in decimal,
-/// strings raw, tuples as `(1, abc)`.
+/// strings raw, tuples as `(1, abc)`, structs as `{ .a = 1 }`.
 pub fn write_value(out: &mut Vec<u8>, value: &Value, resolver: &dyn Resolve) {
+    write_styled(out, value, resolver, false);
+}
+
+/// Appends the text of `value` as bpftrace prints it in a map key, where
+/// structs are compact: `{.a=1,.b=2}`.
+pub fn write_key_value(out: &mut Vec<u8>, value: &Value, resolver: &dyn Resolve) {
+    write_styled(out, value, resolver, true);
+}
+
+/// [`write_value`], or [`write_key_value`] when `key`.
+pub(super) fn write_styled(out: &mut Vec<u8>, value: &Value, resolver: &dyn Resolve, key: bool) {
     match value {
         Value::Int(v) => out.extend_from_slice(v.to_string().as_bytes()),
         Value::UInt(v) => out.extend_from_slice(v.to_string().as_bytes()),
         Value::Str(s) => out.extend_from_slice(s),
         Value::Tuple(fields) => {
             out.push(b'(');
-            write_fields(out, fields, resolver);
+            write_tuple_fields(out, fields, resolver, key);
             out.push(b')');
         }
         Value::Symbol { kernel, addr } => out.extend(resolver.symbol(*kernel, *addr)),
         Value::Probe(index) => out.extend(resolver.probe(*index)),
+        Value::Struct(fields) => cvalue::write_struct(out, fields, resolver, key),
+        Value::Array(items) => cvalue::write_array(out, items, resolver, key),
     }
 }
 
 /// Appends tuple fields separated by `", "`, without parentheses (the form of a
 /// multi-key map key: `@x[1, abc]`).
 pub fn write_fields(out: &mut Vec<u8>, fields: &[Value], resolver: &dyn Resolve) {
+    write_tuple_fields(out, fields, resolver, true);
+}
+
+fn write_tuple_fields(out: &mut Vec<u8>, fields: &[Value], resolver: &dyn Resolve, key: bool) {
     for (i, field) in fields.iter().enumerate() {
         if i > 0 {
             out.extend_from_slice(b", ");
         }
-        write_value(out, field, resolver);
+        write_styled(out, field, resolver, key);
     }
 }
 
@@ -194,10 +220,16 @@ pub fn write_fields(out: &mut Vec<u8>, fields: &[Value], resolver: &dyn Resolve)
 pub fn key_order(a: &Value, b: &Value) -> Ordering {
     match (a, b) {
         (Value::Str(x), Value::Str(y)) => x.cmp(y),
-        (Value::Tuple(x), Value::Tuple(y)) => x
+        (Value::Tuple(x), Value::Tuple(y)) | (Value::Array(x), Value::Array(y)) => x
             .iter()
             .zip(y)
             .map(|(p, q)| key_order(p, q))
+            .find(|o| o.is_ne())
+            .unwrap_or_else(|| x.len().cmp(&y.len())),
+        (Value::Struct(x), Value::Struct(y)) => x
+            .iter()
+            .zip(y)
+            .map(|((_, p), (_, q))| key_order(p, q))
             .find(|o| o.is_ne())
             .unwrap_or_else(|| x.len().cmp(&y.len())),
         _ => match (a.as_bits(), b.as_bits()) {

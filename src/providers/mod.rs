@@ -26,7 +26,7 @@ use std::fmt;
 
 use libbpf_rs::{Link, ProgramMut};
 
-use crate::vocab::{ArgRead, AttachPoint, Context, Environment, KernelFeature};
+use crate::vocab::{ArgRead, AttachPoint, Context, Environment, FunctionParam, KernelFeature};
 
 /// One kind of probe, from spec to attached program.
 pub trait Provider: Sync {
@@ -55,6 +55,16 @@ pub trait Provider: Sync {
 
     /// How `retval` is read, where the probe has one.
     fn retval(&self, _probe: &ResolvedProbe) -> Option<ArgRead> {
+        None
+    }
+
+    /// The probed function's parameters as its debug info names them
+    /// (`args.NAME`), where the probe is on a function's entry.
+    fn function_params(
+        &self,
+        _probe: &ResolvedProbe,
+        _env: &dyn Environment,
+    ) -> Option<Result<Vec<FunctionParam>, String>> {
         None
     }
 
@@ -110,6 +120,13 @@ pub trait Provider: Sync {
     /// probes still run); `None` makes the refusal a load error.
     fn deferred_refusal(&self, _reason: &str) -> Option<String> {
         None
+    }
+
+    /// Whether a spec that failed to resolve names a target missing from an
+    /// existing binary (a function the library does not have): a block with
+    /// other attach points then skips it with a warning.
+    fn target_missing(&self, _spec: &Spec, _env: &dyn Environment) -> bool {
+        false
     }
 
     /// Attaches the loaded program; the links keep it attached.
@@ -247,6 +264,8 @@ impl FromIterator<ResolvedProbe> for Resolved {
 pub struct ResolveError {
     pub message: String,
     pub help: Option<String>,
+    /// The spec's binary exists but not what it names ([`Provider::target_missing`]).
+    pub missing: bool,
 }
 
 /// Expands one spec into its attach points, through the provider of its word.
@@ -267,6 +286,7 @@ pub fn resolve(spec: &Spec, env: &dyn Environment) -> Result<Resolved, ResolveEr
         return Err(ResolveError {
             message: format!("unknown probe type `{}`", spec.word),
             help: Some(format!("probe types: {}", names.join(", "))),
+            missing: false,
         });
     };
     provider
@@ -274,6 +294,7 @@ pub fn resolve(spec: &Spec, env: &dyn Environment) -> Result<Resolved, ResolveEr
         .map_err(|message| ResolveError {
             message,
             help: None,
+            missing: provider.target_missing(spec, env),
         })
 }
 

@@ -12,7 +12,9 @@ use super::{
     ProbeType, Provider, Resolved, ResolvedProbe, Spec, explain, parse_function_spec, register_arg,
     register_retval,
 };
-use crate::vocab::{ArgRead, AttachPoint, Context, Environment, FunctionTarget, KernelFeature};
+use crate::vocab::{
+    ArgRead, AttachPoint, Context, Environment, FunctionParam, FunctionTarget, KernelFeature,
+};
 
 pub struct Uprobe;
 
@@ -34,6 +36,20 @@ impl Provider for Uprobe {
         spec.expect_parts(2, "uprobe:BINARY:FUNCTION[+OFFSET]")?;
         let retprobe = ty == "uretprobe";
         let (pattern, extra) = parse_function_spec(spec.parts[1])?;
+        if let Some(address) = address_of(pattern)? {
+            let (path, functions) = env.functions(spec.parts[0], "*")?;
+            let (target, into) = containing(&functions, address).ok_or_else(|| {
+                format!(
+                    "Could not resolve address: {}:{address:#x} (no function of {} holds it)",
+                    spec.parts[0],
+                    path.display()
+                )
+            })?;
+            let offset = offset_in(target, into + extra, &path)?;
+            let name = format!("{ty}:{}:{address:#x}", path.display());
+            let entry = !retprobe && into + extra == 0;
+            return Ok(vec![uprobe(name, &path, target, offset, retprobe, entry)].into());
+        }
         let (path, targets) = env.functions(spec.parts[0], pattern)?;
         if extra != 0 && targets.len() != 1 {
             return Err(format!(
@@ -42,26 +58,26 @@ impl Provider for Uprobe {
             ));
         }
         targets
-            .into_iter()
+            .iter()
             .map(|target| {
-                let offset = offset_in(&target, extra, &path)?;
-                let mut probe = ResolvedProbe::new(
-                    format!("{ty}:{}:{}", path.display(), target.name),
-                    AttachPoint::Uprobe {
-                        binary: path.clone(),
-                        symbol: target.name.clone(),
-                        offset,
-                        retprobe,
-                    },
-                    Context::PtRegs,
-                );
-                probe.func = Some(target.name);
-                probe.user_memory = true;
-                probe.is_return = retprobe;
-                probe.function_entry = !retprobe && extra == 0;
-                Ok(probe)
+                let offset = offset_in(target, extra, &path)?;
+                let name = format!("{ty}:{}:{}", path.display(), target.name);
+                let entry = !retprobe && extra == 0;
+                Ok(uprobe(name, &path, target, offset, retprobe, entry))
             })
             .collect()
+    }
+
+    fn target_missing(&self, spec: &Spec, env: &dyn Environment) -> bool {
+        let [binary, function] = spec.parts[..] else {
+            return false;
+        };
+        let Ok((pattern, _)) = parse_function_spec(function) else {
+            return false;
+        };
+        matches!(address_of(pattern), Ok(None))
+            && env.functions(binary, pattern).is_err()
+            && env.functions(binary, "*").is_ok()
     }
 
     fn owns(&self, point: &AttachPoint) -> bool {
@@ -91,6 +107,22 @@ impl Provider for Uprobe {
         register_retval(probe)
     }
 
+    fn function_params(
+        &self,
+        probe: &ResolvedProbe,
+        env: &dyn Environment,
+    ) -> Option<Result<Vec<FunctionParam>, String>> {
+        match &probe.attach {
+            AttachPoint::Uprobe {
+                binary,
+                symbol,
+                retprobe: false,
+                ..
+            } => Some(env.function_params(binary, symbol)),
+            _ => None,
+        }
+    }
+
     fn attach(
         &self,
         prog: &ProgramMut<'_>,
@@ -108,6 +140,52 @@ impl Provider for Uprobe {
         };
         attach_uprobe(prog, pid, binary, *offset, 0, *retprobe)
     }
+}
+
+/// The probe at `offset` in `path`, inside `target`; `entry` when it is the
+/// function's first instruction.
+fn uprobe(
+    name: String,
+    path: &Path,
+    target: &FunctionTarget,
+    offset: u64,
+    retprobe: bool,
+    entry: bool,
+) -> ResolvedProbe {
+    let mut probe = ResolvedProbe::new(
+        name,
+        AttachPoint::Uprobe {
+            binary: path.to_path_buf(),
+            symbol: target.name.clone(),
+            offset,
+            retprobe,
+        },
+        Context::PtRegs,
+    );
+    probe.func = Some(target.name.clone());
+    probe.user_memory = true;
+    probe.is_return = retprobe;
+    probe.function_entry = entry;
+    probe
+}
+
+/// `0x401126` (or decimal) in the function part: a probe at an address.
+/// Function names never start with a digit.
+fn address_of(text: &str) -> Result<Option<u64>, String> {
+    if !text.starts_with(|c: char| c.is_ascii_digit()) {
+        return Ok(None);
+    }
+    super::parse_number(text)
+        .map(Some)
+        .ok_or_else(|| format!("`{text}` is neither a function name nor an address"))
+}
+
+/// The function whose code holds `address`, and how far into it.
+fn containing(functions: &[FunctionTarget], address: u64) -> Option<(&FunctionTarget, u64)> {
+    functions.iter().find_map(|f| {
+        let into = address.checked_sub(f.address)?;
+        (into < f.size.max(1)).then_some((f, into))
+    })
 }
 
 /// The file offset `extra` bytes into `target`, which must stay inside the
@@ -200,6 +278,35 @@ mod tests {
             .resolve("uprobe", &spec("u", "f+x"), &FakeMachine)
             .unwrap_err();
         assert!(error.contains("invalid offset in `f+x`"), "{error}");
+    }
+
+    /// An address names the function holding it; one outside every function is refused.
+    #[test]
+    fn addresses() {
+        let probe = &Uprobe
+            .resolve("uprobe", &spec("u", "0x401010"), &FakeMachine)
+            .unwrap()
+            .probes[0];
+        assert_eq!(probe.name, "uprobe:/bin/x:0x401010");
+        assert!(!probe.function_entry);
+        assert!(matches!(
+            probe.attach,
+            AttachPoint::Uprobe { offset: 0x1010, .. }
+        ));
+        let error = Uprobe
+            .resolve("uprobe", &spec("u", "4096"), &FakeMachine)
+            .unwrap_err();
+        assert!(
+            error.starts_with("Could not resolve address: /bin/x:0x1000"),
+            "{error}"
+        );
+        let error = Uprobe
+            .resolve("uprobe", &spec("u", "0xzz"), &FakeMachine)
+            .unwrap_err();
+        assert!(
+            error.contains("neither a function name nor an address"),
+            "{error}"
+        );
     }
 
     /// Arguments are the x86-64 argument registers; return probes have `retval`.

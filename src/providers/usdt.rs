@@ -21,8 +21,21 @@ impl Provider for Usdt {
     fn resolve(&self, _ty: &str, spec: &Spec, env: &dyn Environment) -> Result<Resolved, String> {
         let (binary, provider, name) = match spec.parts.as_slice() {
             [binary, name] => (*binary, None, *name),
-            [binary, provider, name] => (*binary, Some(*provider), *name),
+            // An empty provider is any provider.
+            [binary, provider, name] => (*binary, Some(*provider).filter(|p| !p.is_empty()), *name),
             _ => return Err(format!("`{spec}`: expected `usdt:BINARY:[PROVIDER:]NAME`")),
+        };
+        let traced;
+        let binary = match binary {
+            "" => {
+                traced = env.traced_binary().ok_or_else(|| {
+                    format!("`{spec}` has no binary: it names the traced process's, so give -p PID or -c COMMAND")
+                })?;
+                traced
+                    .to_str()
+                    .ok_or("the traced binary's path is not UTF-8")?
+            }
+            binary => binary,
         };
         let (path, targets) = env.usdt(binary, provider, name)?;
         Ok(targets
@@ -120,6 +133,23 @@ mod tests {
             Usdt.arg(&probes[0], 1),
             Err("this USDT probe has 1 arguments".into())
         );
+    }
+
+    /// An empty provider is any provider; an empty binary needs a traced process.
+    #[test]
+    fn empty_parts() {
+        let spec = Spec {
+            word: "usdt",
+            parts: vec!["/bin/x", "", "tick"],
+        };
+        let probes = Usdt.resolve("usdt", &spec, &FakeMachine).unwrap().probes;
+        assert_eq!(probes[0].name, "usdt:/bin/x:p:tick");
+        let spec = Spec {
+            word: "usdt",
+            parts: vec!["", "demo", "tick"],
+        };
+        let error = Usdt.resolve("usdt", &spec, &FakeMachine).unwrap_err();
+        assert!(error.contains("give -p PID or -c COMMAND"), "{error}");
     }
 
     #[unsafe(no_mangle)]

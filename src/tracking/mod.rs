@@ -50,6 +50,8 @@ impl Tracking {
                 true => UserStacks::Addresses,
                 false => UserStacks::BuildId,
             },
+            includes: Default::default(),
+            map_keys_max: None,
         })
     }
 

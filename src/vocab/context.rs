@@ -65,6 +65,9 @@ pub struct TracepointField {
     pub name: String,
     pub offset: u32,
     pub kind: FieldKind,
+    /// The C type as the format file writes it (`struct __kernel_timespec *`),
+    /// which types pointer fields.
+    pub c_type: String,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -1,10 +1,36 @@
-//! Kernel types as the checker sees them: a small, library-independent view
-//! of BTF that the [`Environment`](crate::vocab::Environment)
-//! resolves one type at a time (typedefs and qualifiers already skipped).
+//! C types as the checker sees them: a small, library-independent view of
+//! kernel BTF and of binaries' debug info, which the
+//! [`Environment`](crate::vocab::Environment) resolves one type at a time
+//! (typedefs and qualifiers already skipped), and of the types a script
+//! defines, which the checker keeps itself.
 
-/// Identifies a kernel type within the environment that produced it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Identifies a C type. Ids below [`DEBUG_INFO_TYPES`] are kernel BTF ids;
+/// ids from there up to [`SCRIPT_TYPES`] are types of binaries' debug info
+/// (DWARF) the environment has read; ids from [`SCRIPT_TYPES`] up are the
+/// checker's own (script definitions, integer types, derived pointers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KTypeId(pub u32);
+
+/// The first id of a type read from a binary's debug info.
+pub const DEBUG_INFO_TYPES: u32 = 0x4000_0000;
+/// The first id of a type the checker made.
+pub const SCRIPT_TYPES: u32 = 0x8000_0000;
+
+impl KTypeId {
+    /// Whether the checker made this type (a script definition, an
+    /// integer type, a derived pointer or array).
+    pub fn is_script(self) -> bool {
+        self.0 >= SCRIPT_TYPES
+    }
+}
+
+/// A constant of a kernel enum: `TCP_CLOSE` is 7 of an anonymous enum.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnumConstant {
+    /// `enum NAME`, or empty for an anonymous enum.
+    pub enum_name: String,
+    pub value: i64,
+}
 
 /// One kernel type.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,7 +64,11 @@ pub enum KernelKind {
         elem: KTypeId,
         len: u32,
     },
-    /// Functions, floats, forward declarations: nothing a script can read.
+    /// `float`, `double`: they take room, but scripts cannot read them.
+    Float {
+        size: u8,
+    },
+    /// Functions, forward declarations: nothing a script can read.
     Other,
 }
 

@@ -2,15 +2,17 @@
 //! formats, functions and USDT probes of binaries, kernel types. The running
 //! system answers (`runtime::environment`), and tests answer with a fake.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::context::{BtfArg, TracepointField, UsdtArgSpec};
-use super::kernel_types::{KTypeId, KernelType};
+use super::kernel_types::{EnumConstant, KTypeId, KernelType};
 
 /// A function found in a binary.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FunctionTarget {
     pub name: String,
+    /// The link-time virtual address (what `uprobe:BIN:0x401126` names).
+    pub address: u64,
     pub file_offset: u64,
     /// Bytes of code; 0 when the symbol table does not say.
     pub size: u64,
@@ -107,4 +109,49 @@ pub trait Environment {
     fn kernel_type(&self, id: KTypeId) -> Result<KernelType, String>;
     /// A kernel type by its C name: `struct task_struct`, `int`.
     fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String>;
+    /// Whether kernel BTF is there to read (checked cheaply: scripts test
+    /// `BPFTRACE_HAVE_BTF` before any type is needed).
+    fn has_btf(&self) -> bool {
+        false
+    }
+    /// Every kernel enum constant called `name` (several when enums
+    /// disagree or repeat it).
+    fn enum_constants(&self, name: &str) -> Result<Vec<EnumConstant>, String> {
+        let _ = name;
+        Ok(Vec::new())
+    }
+    /// The parameters of `function` in `binary`, from its debug info.
+    fn function_params(&self, binary: &Path, function: &str) -> Result<Vec<FunctionParam>, String> {
+        let _ = function;
+        Err(format!("{} has no debug info", binary.display()))
+    }
+}
+
+/// A function parameter named by a binary's debug info.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FunctionParam {
+    pub name: String,
+    pub ty: KTypeId,
+    /// Where the x86-64 SysV ABI passes it, or why it cannot be read.
+    pub passed: Result<PassedIn, String>,
+}
+
+impl FunctionParam {
+    /// The parameter as bpftrace's `-lv` lists it: `int* n`,
+    /// `struct Foo* foo1`.
+    pub fn listing(&self, env: &dyn Environment) -> String {
+        let ty = env
+            .kernel_type(self.ty)
+            .map_or_else(|_| "?".into(), |t| t.name.replace(" *", "*"));
+        format!("{ty} {}", self.name)
+    }
+}
+
+/// Where a parameter arrives at a function's first instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PassedIn {
+    /// The Nth integer argument register (rdi, rsi, rdx, rcx, r8, r9).
+    Register(u8),
+    /// On the stack, this many bytes above the return address.
+    Stack(u32),
 }

@@ -23,9 +23,10 @@ pub use attach::{
 };
 pub use context::{ArgRead, BtfArg, Context, FieldKind, TracepointField, UsdtArgSpec};
 pub use globals::{GLOBAL_SLOTS, GlobalSlot, ProbeState};
-pub use layout::ValueType;
+pub use layout::{StructField, ValueType};
 pub use machine::{
-    BtfFunction, Environment, FunctionTarget, KernelFunction, KernelFunctionMatches, UsdtTarget,
+    BtfFunction, Environment, FunctionParam, FunctionTarget, KernelFunction,
+    KernelFunctionMatches, PassedIn, UsdtTarget,
 };
 pub use maps::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
 pub use messages::{

@@ -81,7 +81,8 @@ fn unknown_probe_type() {
    · ───────
    ╰────
   help: probe types: BEGIN, END, uprobe, uretprobe, usdt, tracepoint, rawtracepoint, tp_btf,
-        kprobe, kretprobe, fentry, fexit, profile, interval, software, hardware",
+        kprobe, kretprobe, fentry, fexit, profile, interval, software, hardware, watchpoint,
+        asyncwatchpoint, iter",
     );
 }
 
@@ -117,7 +118,9 @@ fn missing_function_in_binary() {
    ╭─[<script>:1:1]
  1 │ {script}
    · {underline}
-   ╰────"
+   ╰────
+  help: the function may be in another library (pthread_create is in libc.so.6 since glibc 2.34:
+        uprobe:libc:pthread_create)"
     ));
     assert_eq!(out.stderr, expected);
 }

@@ -4,10 +4,12 @@
 mod attach;
 mod btf;
 mod capture;
+mod command_line;
 mod dump;
 mod errors;
 mod hostile;
 mod load;
+mod probe_forms;
 mod profiles;
 mod records;
 mod replay;

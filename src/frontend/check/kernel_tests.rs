@@ -7,7 +7,7 @@ use crate::frontend::diag::ScriptError;
 use crate::frontend::fake_machine::{FakeMachine, ids};
 use crate::frontend::options::CompileOptions;
 use crate::frontend::parse;
-use crate::frontend::types::{KernelPtr, Type};
+use crate::frontend::types::{Pointer, Type};
 
 #[track_caller]
 fn checked(source: &str, options: &CompileOptions) -> Result<CheckedProgram, Vec<ScriptError>> {
@@ -46,10 +46,11 @@ fn error(source: &str) -> (String, String, Option<String>) {
 }
 
 fn task_ptr(btf: bool) -> Type {
-    Type::KernelPtr(KernelPtr {
+    Type::Ptr(Pointer {
         target: ids::TASK,
         name: "struct task_struct".into(),
         btf,
+        user: false,
     })
 }
 
@@ -84,37 +85,37 @@ fn member_offsets_and_direct_loads() {
             signed: true
         }
     );
-    let TExprKind::KernelRead {
+    let TExprKind::MemoryRead {
         ptr,
         offset,
         load,
-        direct,
+        access,
     } = &tgid.kind
     else {
         panic!("a kernel read: {tgid:?}");
     };
     assert_eq!(
-        (*offset, *load, *direct),
+        (*offset, *load, *access),
         (
             104,
-            KernelLoad::Int {
+            Load::Int {
                 size: 4,
                 signed: true
             },
-            true
+            Access::Direct
         )
     );
     assert!(matches!(
         &ptr.kind,
-        TExprKind::KernelRead { offset: 112, .. }
+        TExprKind::MemoryRead { offset: 112, .. }
     ));
     let comm = value_of(probe, "args.prev->comm");
     assert_eq!(comm.ty, Type::Str { len: 16 });
     assert!(matches!(
         comm.kind,
-        TExprKind::KernelRead {
+        TExprKind::MemoryRead {
             offset: 200,
-            load: KernelLoad::CharArray(16),
+            load: Load::Bytes(16),
             ..
         }
     ));
@@ -122,12 +123,12 @@ fn member_offsets_and_direct_loads() {
     let vruntime = value_of(probe, "args.prev->se.vruntime");
     assert!(matches!(
         vruntime.kind,
-        TExprKind::KernelRead { offset: 308, .. }
+        TExprKind::MemoryRead { offset: 308, .. }
     ));
     let wake_cpu = value_of(probe, "args.prev->wake_cpu");
     assert!(matches!(
         wake_cpu.kind,
-        TExprKind::KernelRead { offset: 400, .. }
+        TExprKind::MemoryRead { offset: 400, .. }
     ));
 }
 
@@ -138,8 +139,8 @@ fn casts_and_curtask_elsewhere_use_probe_read() {
     let cast = value_of(probe, "((struct task_struct *)args.buf)->pid");
     assert!(matches!(
         cast.kind,
-        TExprKind::KernelRead {
-            direct: false,
+        TExprKind::MemoryRead {
+            access: Access::User,
             offset: 100,
             ..
         }
@@ -152,7 +153,10 @@ fn casts_and_curtask_elsewhere_use_probe_read() {
     let cast_in_tp_btf = value_of("tp_btf:sched_wakeup", "((struct task_struct *)1)->pid");
     assert!(matches!(
         cast_in_tp_btf.kind,
-        TExprKind::KernelRead { direct: false, .. }
+        TExprKind::MemoryRead {
+            access: Access::Kernel,
+            ..
+        }
     ));
 }
 
@@ -178,15 +182,39 @@ fn unknown_members_list_close_names() {
     assert_eq!(at, "1:1");
 }
 
-/// Structs, bitfields and void pointers cannot be read as values.
+/// Structs are read by value, bitfields masked out of their bytes; void
+/// pointers have no members.
 #[test]
-fn rejects_unreadable_members() {
-    let (message, ..) = error("tp_btf:sched_switch { $x = args.prev->se; }");
-    assert!(message.contains("is a struct"), "{message}");
-    let (message, ..) = error("tp_btf:sched_switch { $x = args.prev->sched_reset_on_fork; }");
-    assert_eq!(message, "bitfield members cannot be read");
+fn reads_structs_and_bitfields() {
+    let se = value_of("tp_btf:sched_switch", "args.prev->se");
+    assert!(matches!(se.ty, Type::Object(_)), "{:?}", se.ty);
+    assert!(matches!(
+        se.kind,
+        TExprKind::MemoryRead {
+            offset: 300,
+            load: Load::Bytes(_),
+            ..
+        }
+    ));
+    let bit = value_of("tp_btf:sched_switch", "args.prev->sched_reset_on_fork");
+    assert!(
+        matches!(
+            bit.kind,
+            TExprKind::MemoryRead {
+                offset: 500,
+                load: Load::Bits {
+                    bytes: 1,
+                    shift: 0,
+                    bits: 1,
+                    signed: false
+                },
+                ..
+            }
+        ),
+        "{bit:?}"
+    );
     let (message, ..) = error("tp_btf:sched_switch { $x = args.prev->stack->x; }");
-    assert_eq!(message, "`void` has no field `x`");
+    assert_eq!(message, "`void *` has no field `x`");
 }
 
 /// Maps keyed by a BTF task are task storage; other task keys and
@@ -226,7 +254,7 @@ fn task_record_items_store_tid() {
     assert!(matches!(
         &record.values[0],
         RecordValue::Expr(TExpr {
-            kind: TExprKind::KernelRead { offset: 100, .. },
+            kind: TExprKind::MemoryRead { offset: 100, .. },
             ..
         })
     ));
@@ -255,7 +283,7 @@ fn selected_needs_filters() {
     assert_eq!(call.args.len(), 5);
     assert!(matches!(
         call.args[4].kind,
-        TExprKind::KernelRead { offset: 200, .. }
+        TExprKind::MemoryRead { offset: 200, .. }
     ));
     let (message, ..) = error("tp_btf:sched_switch { $x = selected(1); }");
     assert_eq!(

@@ -139,7 +139,16 @@ impl Builder {
     fn call(&mut self, pair: Pair) -> Built<ExprKind> {
         let mut parts = significant(pair);
         let name = parts.next().expect("grammar: a call has a name");
-        let args = parts.map(|arg| self.expr(arg)).collect::<Built<_>>()?;
+        let args = parts
+            .map(|arg| match arg.as_rule() {
+                Rule::type_arg => {
+                    let span = span_of(&arg);
+                    let kind = ExprKind::Type(type_name(only_child(arg)));
+                    Ok(Expr { kind, span })
+                }
+                _ => self.expr(arg),
+            })
+            .collect::<Built<_>>()?;
         Ok(ExprKind::Call {
             name: name.as_str().to_owned(),
             args,

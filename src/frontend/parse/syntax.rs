@@ -154,7 +154,11 @@ fn describe(rule: Rule) -> Option<&'static str> {
         | Rule::question => "operator",
         Rule::probe | Rule::probe_spec | Rule::preproc => "probe",
         Rule::predicate => "predicate",
-        Rule::provider | Rule::quoted_part | Rule::path_part | Rule::word_part => "probe name",
+        Rule::provider
+        | Rule::quoted_part
+        | Rule::path_part
+        | Rule::relative_path
+        | Rule::word_part => "probe name",
         Rule::field_name => "field name",
         Rule::record_name => "record name",
         Rule::tuple_num => "tuple index",

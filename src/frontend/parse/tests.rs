@@ -77,6 +77,7 @@ fn sexpr(expr: &Expr) -> String {
             let stars = "*".repeat(ty.pointer_depth.into());
             format!("(cast {}{stars} {})", ty.name, sexpr(expr))
         }
+        ExprKind::Type(ty) => format!("(type {}{})", ty.name, "*".repeat(ty.pointer_depth.into())),
         ExprKind::IncDec {
             target,
             increment,

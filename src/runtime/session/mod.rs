@@ -9,6 +9,7 @@ pub mod child;
 mod iterate;
 mod receiver;
 mod teardown;
+mod usr1;
 mod watch;
 
 use std::io::{self, IsTerminal, Write};
@@ -42,6 +43,8 @@ pub struct RunOptions {
     /// Print [`NOTIFY_ATTACHED`] on stderr once every probe is attached and
     /// the command started (bpftrace's hook for its test runner).
     pub notify_attached: bool,
+    /// `-q`: no `Attaching N probes...` line.
+    pub quiet: bool,
 }
 
 /// The line `notify_attached` prints, and the environment variable that
@@ -147,7 +150,10 @@ pub fn run(
         }
         None => None,
     };
-    print_attaching(compiled, out)?;
+    if !options.quiet {
+        print_attaching(compiled, out)?;
+    }
+    usr1::install()?;
     let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
     let timed = |point: &AttachPoint| providers::of(point).counts_from_attach(point);
     // An iterator is attached when it is read (`iterate`).
@@ -270,6 +276,9 @@ fn trace(
             .min(Status::INTERVAL);
         let _ = loaded.poll(timeout, |bytes| receiver.message(bytes, out))?;
         receiver.run_ops(loaded, out)?;
+        if usr1::take_request() {
+            print_exit_maps(receiver.compiled, loaded, &receiver.printer, out)?;
+        }
         receiver.record(loaded)?;
         status.update(receiver, loaded, receiver.compiled.drops, start_ns)?;
         if receiver.ending == Ending::Running

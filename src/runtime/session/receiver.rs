@@ -118,10 +118,11 @@ impl<'a> Receiver<'a> {
                     .get(8..16)
                     .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
                     .ok_or_else(|| io::Error::other("watchpoint request without an address"))?;
-                return Ok(self.queue(SessionOp::Watch {
+                self.queue(SessionOp::Watch {
                     program: *program,
                     address,
-                }));
+                });
+                return Ok(());
             }
             Message::Builtin(_) => {}
         }

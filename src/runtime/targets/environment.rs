@@ -1,19 +1,25 @@
 //! The running machine as the checker sees it: tracepoint formats from
 //! tracefs, functions and USDT probes from ELF files.
 
-use std::cell::OnceCell;
-use std::path::PathBuf;
+use std::cell::{OnceCell, RefCell};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
+use super::debug_info::{self, DebugTypes};
 use super::{elf, tracefs, usdt};
 use crate::runtime::targets::kernel_btf::KernelBtf;
 use crate::runtime::targets::kernel_functions::KernelFunctions;
 use crate::runtime::targets::usdt::{UsdtArg, UsdtArgLocation};
-use crate::vocab::kernel_types::close_names;
-use crate::vocab::kernel_types::{KTypeId, KernelType};
-use crate::vocab::{
-    BtfArg, BtfFunction, Environment, FieldKind, FunctionTarget, KernelFunctionMatches,
-    TracepointField, UsdtArgSpec, UsdtTarget,
+use crate::vocab::kernel_types::{
+    DEBUG_INFO_TYPES, EnumConstant, KTypeId, KernelType, close_names,
 };
+use crate::vocab::{
+    BtfArg, BtfFunction, Environment, FieldKind, FunctionParam, FunctionTarget,
+    KernelFunctionMatches, TracepointField, UsdtArgSpec, UsdtTarget,
+};
+
+/// A function's parameters, or why its debug info does not give them.
+type ParamsRead = Result<Vec<FunctionParam>, String>;
 
 /// Answers the checker's questions from this machine.
 #[derive(Default)]
@@ -26,15 +32,21 @@ pub struct SystemEnvironment {
     btf: OnceCell<Result<KernelBtf, String>>,
     /// Kernel functions, read the first time a `kprobe:` needs them.
     kernel_functions: OnceCell<Result<KernelFunctions, String>>,
+    /// Types read from binaries' debug info.
+    debug_types: RefCell<DebugTypes>,
+    /// Parameters read so far, by binary and function.
+    params: RefCell<HashMap<(PathBuf, String), ParamsRead>>,
+    /// Binaries the script probes, whose debug info also names types.
+    probed: RefCell<Vec<PathBuf>>,
+    /// Types looked up by name in the probed binaries' debug info.
+    debug_named: RefCell<HashMap<String, Option<KTypeId>>>,
 }
 
 impl SystemEnvironment {
     pub fn new(pid: Option<i32>) -> Self {
         SystemEnvironment {
             pid,
-            command: None,
-            btf: OnceCell::new(),
-            kernel_functions: OnceCell::new(),
+            ..Default::default()
         }
     }
 
@@ -50,6 +62,26 @@ impl SystemEnvironment {
             .get_or_init(KernelBtf::load)
             .as_ref()
             .map_err(Clone::clone)
+    }
+}
+
+impl SystemEnvironment {
+    /// The type `name` from the first probed binary whose debug info
+    /// defines it (binaries without debug info are passed over).
+    fn debug_type_named(&self, name: &str) -> Option<KTypeId> {
+        if let Some(&known) = self.debug_named.borrow().get(name) {
+            return known;
+        }
+        let mut types = self.debug_types.borrow_mut();
+        let found = self.probed.borrow().iter().find_map(|binary| {
+            debug_info::named_type(binary, name, &mut types)
+                .ok()
+                .flatten()
+        });
+        self.debug_named
+            .borrow_mut()
+            .insert(name.to_string(), found);
+        found
     }
 }
 
@@ -83,10 +115,14 @@ impl Environment for SystemEnvironment {
     ) -> Result<(PathBuf, Vec<FunctionTarget>), String> {
         let path = elf::resolve_binary(binary, self.pid).map_err(|e| e.to_string())?;
         let functions = elf::find_functions(&path, pattern).map_err(|e| e.to_string())?;
+        if !self.probed.borrow().contains(&path) {
+            self.probed.borrow_mut().push(path.clone());
+        }
         let targets = functions
             .into_iter()
             .map(|f| FunctionTarget {
                 name: f.name,
+                address: f.address,
                 file_offset: f.file_offset,
                 size: f.size,
             })
@@ -162,11 +198,39 @@ impl Environment for SystemEnvironment {
     }
 
     fn kernel_type(&self, id: KTypeId) -> Result<KernelType, String> {
+        if id.0 >= DEBUG_INFO_TYPES {
+            let types = self.debug_types.borrow();
+            return types
+                .get(id)
+                .cloned()
+                .ok_or_else(|| format!("no debug-info type with id {:#x}", id.0));
+        }
         self.btf()?.kernel_type(id)
     }
 
+    /// Kernel BTF first, then the debug info of the binaries probed.
     fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String> {
-        self.btf()?.named(name)
+        let kernel = self.btf().and_then(|btf| btf.named(name));
+        kernel.or_else(|why| self.debug_type_named(name).ok_or(why))
+    }
+
+    fn has_btf(&self) -> bool {
+        KernelBtf::present()
+    }
+
+    fn enum_constants(&self, name: &str) -> Result<Vec<EnumConstant>, String> {
+        Ok(self.btf()?.enum_constants(name))
+    }
+
+    fn function_params(&self, binary: &Path, function: &str) -> Result<Vec<FunctionParam>, String> {
+        let key = (binary.to_path_buf(), function.to_string());
+        if let Some(known) = self.params.borrow().get(&key) {
+            return known.clone();
+        }
+        let mut types = self.debug_types.borrow_mut();
+        let params = debug_info::function_params(binary, function, &mut types);
+        self.params.borrow_mut().insert(key, params.clone());
+        params
     }
 }
 
@@ -218,6 +282,7 @@ fn field(field: &tracefs::Field, user: bool) -> Option<TracepointField> {
         name: field.name.clone(),
         offset: field.offset,
         kind,
+        c_type: field.c_type.clone(),
     })
 }
 

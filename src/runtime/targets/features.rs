@@ -26,7 +26,6 @@ pub enum Availability {
 
 impl Availability {
     /// Whether the feature works here.
-    #[cfg(test)]
     pub fn is_available(&self) -> bool {
         matches!(self, Availability::Available)
     }

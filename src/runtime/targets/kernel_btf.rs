@@ -7,8 +7,13 @@ use libbpf_rs::btf::types::{
 };
 use libbpf_rs::btf::{Btf, BtfKind, BtfType, HasSize, ReferencesType, TypeId};
 
-use crate::vocab::kernel_types::{KTypeId, KernelKind, KernelMember, KernelType, close_names};
+use std::cell::OnceCell;
+use std::collections::HashMap;
+
 use crate::vocab::{BtfArg, BtfFunction};
+use crate::vocab::kernel_types::{
+    EnumConstant, KTypeId, KernelKind, KernelMember, KernelType, close_names,
+};
 
 const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 /// The typedef the kernel declares for each BTF tracepoint.
@@ -19,12 +24,22 @@ const STUB_PREFIX: &str = "__probestub_";
 /// The running kernel's BTF.
 pub struct KernelBtf {
     btf: Btf<'static>,
+    /// Every enumerator by name, made the first time one is looked up.
+    enumerators: OnceCell<HashMap<String, Vec<EnumConstant>>>,
 }
 
 impl KernelBtf {
+    /// Whether the kernel exposes its BTF (without reading it).
+    pub fn present() -> bool {
+        std::path::Path::new(VMLINUX).is_file()
+    }
+
     pub fn load() -> Result<KernelBtf, String> {
         Btf::from_path(VMLINUX)
-            .map(|btf| KernelBtf { btf })
+            .map(|btf| KernelBtf {
+                btf,
+                enumerators: OnceCell::new(),
+            })
             .map_err(|e| format!("cannot read {VMLINUX}: {e}"))
     }
 
@@ -136,6 +151,42 @@ impl KernelBtf {
         })
     }
 
+    /// Every enumerator called `name`, with its enum.
+    pub fn enum_constants(&self, name: &str) -> Vec<EnumConstant> {
+        let index = self.enumerators.get_or_init(|| self.index_enumerators());
+        index.get(name).cloned().unwrap_or_default()
+    }
+
+    fn index_enumerators(&self) -> HashMap<String, Vec<EnumConstant>> {
+        let mut index: HashMap<String, Vec<EnumConstant>> = HashMap::new();
+        let mut add = |enum_name: &str, member: Option<&std::ffi::OsStr>, value: i64| {
+            let Some(name) = member.and_then(|n| n.to_str()) else {
+                return;
+            };
+            let constant = EnumConstant {
+                enum_name: enum_name.to_string(),
+                value,
+            };
+            let entry = index.entry(name.to_string()).or_default();
+            if !entry.contains(&constant) {
+                entry.push(constant);
+            }
+        };
+        for e in self.btf.type_by_kind::<Enum<'_>>() {
+            let enum_name = type_name(*e);
+            for member in e.iter() {
+                add(&enum_name, member.name, member.value);
+            }
+        }
+        for e in self.btf.type_by_kind::<Enum64<'_>>() {
+            let enum_name = type_name(*e);
+            for member in e.iter() {
+                add(&enum_name, member.name, member.value as i64);
+            }
+        }
+        index
+    }
+
     /// `struct NAME`, `union NAME`, `enum NAME` or a plain type name.
     pub fn named(&self, name: &str) -> Result<KTypeId, String> {
         let (wanted, bare) = match name.split_once(' ') {
@@ -166,6 +217,7 @@ fn type_name(ty: BtfType<'_>) -> String {
     match ty.kind() {
         BtfKind::Struct => format!("struct {name}"),
         BtfKind::Union => format!("union {name}"),
+        BtfKind::Enum | BtfKind::Enum64 if name.is_empty() => String::new(),
         BtfKind::Enum | BtfKind::Enum64 => format!("enum {name}"),
         BtfKind::Ptr => match ty.next_type() {
             Some(target) => format!("{} *", type_name(target)),
@@ -217,6 +269,12 @@ fn kind(ty: BtfType<'_>) -> KernelKind {
             Ok(array) => KernelKind::Array {
                 elem: KTypeId(array.ty().into()),
                 len: array.capacity() as u32,
+            },
+            Err(_) => KernelKind::Other,
+        },
+        BtfKind::Float => match libbpf_rs::btf::types::Float::try_from(ty) {
+            Ok(float) => KernelKind::Float {
+                size: float.size() as u8,
             },
             Err(_) => KernelKind::Other,
         },

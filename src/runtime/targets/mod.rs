@@ -4,9 +4,11 @@
 //! answers of [`environment::SystemEnvironment`] to the checker, and
 //! [`features::KernelFeatures`].
 
+mod debug_info;
 pub mod elf;
 pub mod environment;
 pub mod features;
+pub mod info;
 mod kernel_btf;
 pub mod kernel_functions;
 pub mod probe_load;

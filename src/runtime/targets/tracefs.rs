@@ -88,6 +88,22 @@ pub struct TracepointFormat {
     pub fields: Vec<Field>,
 }
 
+impl Field {
+    /// The field as the format file declares it (`const char * filename`,
+    /// `char comm[16]`, `__data_loc char[] name`), for `-lv`.
+    pub fn declaration(&self) -> String {
+        let prefix = match (self.data_loc, self.rel_loc) {
+            (true, _) => "__data_loc ",
+            (_, true) => "__rel_loc ",
+            _ => "",
+        };
+        match self.array_len {
+            Some(len) => format!("{prefix}{} {}[{len}]", self.c_type, self.name),
+            None => format!("{prefix}{} {}", self.c_type, self.name),
+        }
+    }
+}
+
 impl TracepointFormat {
     /// The event field called `name` (not the common fields).
     #[cfg(test)]

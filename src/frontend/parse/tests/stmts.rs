@@ -144,6 +144,11 @@ fn probe_specs() {
             &["/bin/x", "func+0x10"],
         ),
         ("uprobe:./a.out:main", "uprobe", &["./a.out", "main"]),
+        ("uprobe:bin/a.out:main", "uprobe", &["bin/a.out", "main"]),
+        ("usdt:/bin/x::*probe2", "usdt", &["/bin/x", "", "*probe2"]),
+        ("usdt::prov:name", "usdt", &["", "prov", "name"]),
+        ("uprobe:/bin/x:\"f\"+4", "uprobe", &["/bin/x", "f+4"]),
+        ("uprobe:/bin/x:0x401126", "uprobe", &["/bin/x", "0x401126"]),
         (
             "usdt:/path/lib.so:prov:name",
             "usdt",
@@ -210,6 +215,8 @@ fn predicates() {
             "(> (/ pid 2) 1)",
         ),
         ("kprobe:f/pid/{ }", "pid"),
+        ("kprobe:f/a ? b : c/{ }", "(? a b c)"),
+        ("kprobe:f/$x?1:2/{ }", "(? $x 1 2)"),
         ("BEGIN /$1 != 0/ { }", "(!= $1 0)"),
     ];
     for (source, predicate) in cases {

@@ -1,0 +1,236 @@
+//! Command line, the options bpftrace users know (`-l`, `-v`, `-q`, `-o`,
+//! `-B`, `--info`, `--emit-llvm`), and the checks that give bpftrace's
+//! messages where its runtime tests read them (pid values, a directory given
+//! as the script, a missing script file). Input: clap; output: plain options
+//! and the output sink the session prints to.
+
+use std::fs::File;
+use std::io::{self, BufWriter, LineWriter, Write};
+use std::path::PathBuf;
+
+/// bpftrace's options, flattened into [`crate::cli::Cli`].
+#[derive(Debug, Default, clap::Args)]
+pub struct BpftraceArgs {
+    /// List the probes matching the pattern given as SCRIPT (every listable
+    /// probe without one), e.g. -l 'tracepoint:sched:*', -l 'uprobe:/bin/bash:read*'.
+    #[arg(short = 'l')]
+    pub list: bool,
+
+    /// With -l: also list each probe's arguments (-lv).
+    #[arg(short = 'v')]
+    pub verbose: bool,
+
+    /// Do not print `Attaching N probes...`.
+    #[arg(short = 'q')]
+    pub quiet: bool,
+
+    /// Write what the script prints to FILE instead of standard output.
+    #[arg(short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// How the script's output is buffered: line (the default, also into a
+    /// pipe or a file), full, or none.
+    #[arg(short = 'B', value_name = "MODE", value_enum)]
+    pub buffering: Option<Buffering>,
+
+    /// Print what this kernel and wprof support, in bpftrace's --info format, and exit.
+    #[arg(long = "info")]
+    pub info: bool,
+
+    /// bpftrace's LLVM IR output: wprof has no LLVM and says so.
+    #[arg(long = "emit-llvm", value_name = "FILE", hide = true)]
+    pub emit_llvm: Option<PathBuf>,
+}
+
+/// `-B`: when the script's output reaches its destination.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Buffering {
+    /// At each end of line.
+    #[default]
+    Line,
+    /// When the buffer fills, and at exit.
+    Full,
+    /// At each write.
+    None,
+}
+
+/// Why the bpftrace options cannot be used as given.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum OptionError {
+    #[error(
+        "-v (verbose) only applies to -l in wprof (-lv lists probe arguments); use --dump-bpf to see the programs"
+    )]
+    VerboseWithoutList,
+    #[error(
+        "--emit-llvm: wprof compiles scripts straight to BPF without LLVM, so there is no LLVM IR; use --dump-bpf to see the BPF programs"
+    )]
+    EmitLlvm,
+    #[error("pid '{0}' is not a valid decimal number")]
+    PidNotANumber(String),
+    #[error("pid '{0}' out of valid pid range [1,{MAX_PID}]")]
+    PidOutOfRange(String),
+}
+
+/// The largest pid Linux allows (`PID_MAX_LIMIT` on 64-bit machines).
+pub const MAX_PID: u64 = 4_194_304;
+
+/// `-p` values: a decimal number in `[1, MAX_PID]`, with bpftrace's wording.
+pub fn parse_pid(text: &str) -> Result<u32, String> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(OptionError::PidNotANumber(text.into()).to_string());
+    }
+    match text.parse::<u64>() {
+        Ok(pid @ 1..=MAX_PID) => Ok(pid as u32),
+        _ => Err(OptionError::PidOutOfRange(text.into()).to_string()),
+    }
+}
+
+/// The environment variable bounding script maps, as in bpftrace.
+pub const MAP_KEYS_MAX_VAR: &str = "BPFTRACE_MAP_KEYS_MAX";
+
+/// A positive number from environment variable `name`, when it is set.
+pub fn env_number(name: &str) -> Result<Option<u32>, String> {
+    positive_number(name, std::env::var_os(name).as_deref())
+}
+
+/// `value` of variable `name` as a positive number; the error names both.
+fn positive_number(name: &str, value: Option<&std::ffi::OsStr>) -> Result<Option<u32>, String> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let text = value.to_string_lossy();
+    match text.parse::<u32>() {
+        Ok(n) if n > 0 => Ok(Some(n)),
+        _ => Err(format!("{name}={text}: expected a positive number")),
+    }
+}
+
+impl BpftraceArgs {
+    /// Options that cannot run as given, before anything else happens.
+    pub fn validate(&self) -> Result<(), OptionError> {
+        if self.emit_llvm.is_some() {
+            return Err(OptionError::EmitLlvm);
+        }
+        if self.verbose && !self.list {
+            return Err(OptionError::VerboseWithoutList);
+        }
+        Ok(())
+    }
+
+    /// Where the session prints: `-o FILE` or standard output, buffered as `-B` says.
+    pub fn output_sink(&self) -> Result<Box<dyn Write>, String> {
+        let target: Box<dyn Write> = match &self.output {
+            Some(path) => Box::new(
+                File::create(path)
+                    .map_err(|e| format!("cannot create -o file {}: {e}", path.display()))?,
+            ),
+            None => Box::new(io::stdout()),
+        };
+        Ok(match self.buffering.unwrap_or_default() {
+            Buffering::Line => Box::new(LineWriter::new(target)),
+            Buffering::Full => Box::new(BufWriter::new(target)),
+            Buffering::None => Box::new(Unbuffered(target)),
+        })
+    }
+}
+
+/// Flushes after every write (standard output alone keeps partial lines).
+struct Unbuffered(Box<dyn Write>);
+
+impl Write for Unbuffered {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let written = self.0.write(buf)?;
+        self.0.flush()?;
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pids are checked with bpftrace's messages.
+    #[test]
+    fn pid_values() {
+        assert_eq!(parse_pid("42"), Ok(42));
+        assert_eq!(parse_pid("4194304"), Ok(4_194_304));
+        assert_eq!(
+            parse_pid("a1111").unwrap_err(),
+            "pid 'a1111' is not a valid decimal number"
+        );
+        assert_eq!(
+            parse_pid("-1").unwrap_err(),
+            "pid '-1' is not a valid decimal number"
+        );
+        assert_eq!(
+            parse_pid("5000000").unwrap_err(),
+            "pid '5000000' out of valid pid range [1,4194304]"
+        );
+        assert!(
+            parse_pid("0")
+                .unwrap_err()
+                .contains("out of valid pid range")
+        );
+    }
+
+    /// -v needs -l, --emit-llvm is refused.
+    #[test]
+    fn refused_combinations() {
+        let verbose = BpftraceArgs {
+            verbose: true,
+            ..Default::default()
+        };
+        assert_eq!(verbose.validate(), Err(OptionError::VerboseWithoutList));
+        let listing = BpftraceArgs {
+            verbose: true,
+            list: true,
+            ..Default::default()
+        };
+        assert_eq!(listing.validate(), Ok(()));
+        let llvm = BpftraceArgs {
+            emit_llvm: Some("x.ll".into()),
+            ..Default::default()
+        };
+        assert_eq!(llvm.validate(), Err(OptionError::EmitLlvm));
+    }
+
+    /// Environment numbers are positive; others are named in the error.
+    #[test]
+    fn environment_numbers() {
+        let number = |text: &str| positive_number("KEYS", Some(std::ffi::OsStr::new(text)));
+        assert_eq!(number("12"), Ok(Some(12)));
+        assert_eq!(positive_number("KEYS", None), Ok(None));
+        assert_eq!(
+            number("0").unwrap_err(),
+            "KEYS=0: expected a positive number"
+        );
+        assert!(number("x").is_err());
+    }
+
+    /// Unbuffered output reaches the file at each write, full buffering at the end.
+    #[test]
+    fn buffering_modes() {
+        let dir = tempfile::tempdir().unwrap();
+        for (mode, before_flush) in [
+            (Buffering::None, "a\nb"),
+            (Buffering::Line, "a\n"),
+            (Buffering::Full, ""),
+        ] {
+            let path = dir.path().join(format!("{mode:?}"));
+            let args = BpftraceArgs {
+                output: Some(path.clone()),
+                buffering: Some(mode),
+                ..Default::default()
+            };
+            let mut sink = args.output_sink().unwrap();
+            sink.write_all(b"a\nb").unwrap();
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), before_flush);
+            sink.flush().unwrap();
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), "a\nb");
+        }
+    }
+}

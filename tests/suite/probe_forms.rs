@@ -1,0 +1,101 @@
+//! The other ways bpftrace scripts spell a uprobe: by address, with a quoted
+//! function name and an offset, and with a path relative to the working
+//! directory. Each attaches to `uprobe_target` and counts exactly.
+
+use std::path::Path;
+use std::process::Command;
+
+use object::{Object, ObjectSymbol};
+
+use super::{RUN_TIMEOUT, map_lines, workload, wprof_fails, wprof_ok};
+use crate::common::{run_with_timeout, wprof_bin};
+use crate::require_bpf;
+
+/// The link-time address of `name` in `binary`.
+fn symbol_address(binary: &str, name: &str) -> u64 {
+    let data = std::fs::read(binary).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    file.symbols()
+        .find(|s| s.name() == Ok(name))
+        .unwrap_or_else(|| panic!("no {name} in {binary}"))
+        .address()
+}
+
+/// Runs `script` on `uprobe_target 6` from `dir`; the `@calls` count.
+fn calls(dir: &Path, script: &str) -> String {
+    let target = workload("uprobe_target");
+    let mut command = Command::new(wprof_bin());
+    command
+        .current_dir(dir)
+        .args(["-e", script, "-c", &format!("{target} 6")]);
+    let out = run_with_timeout(&mut command, RUN_TIMEOUT).unwrap();
+    assert!(out.success(), "{script}: {out:?}");
+    map_lines(&out.stdout)
+        .remove("@calls")
+        .unwrap_or_else(|| panic!("{script}: no @calls in {}", out.stdout))
+}
+
+/// An address inside a function, a quoted name with an offset and a
+/// relative path all attach where their function runs (`add`: 6 calls).
+#[test]
+fn uprobe_spellings_attach() {
+    require_bpf!();
+    let target = workload("uprobe_target");
+    let add = symbol_address(&target, "add");
+    let path = Path::new(&target);
+    let (dir, file) = (path.parent().unwrap(), path.file_name().unwrap());
+    let parent = dir.parent().unwrap();
+    let relative = format!(
+        "{}/{}",
+        dir.file_name().unwrap().to_str().unwrap(),
+        file.to_str().unwrap()
+    );
+    for (from, script) in [
+        (
+            dir,
+            format!("uprobe:{target}:{add:#x} {{ @calls = count(); }}"),
+        ),
+        (
+            dir,
+            format!("uprobe:{target}:\"add\"+0 {{ @calls = count(); }}"),
+        ),
+        (
+            parent,
+            format!("uprobe:{relative}:add {{ @calls = count(); }}"),
+        ),
+    ] {
+        assert_eq!(calls(from, &script), "6", "{script}");
+    }
+}
+
+/// In a block with several attach points a missing function is skipped with
+/// a warning naming it; a block left with none is an error with a hint.
+#[test]
+fn missing_functions_are_skipped_in_a_shared_block() {
+    require_bpf!();
+    let target = workload("uprobe_target");
+    let script = format!("uprobe:{target}:add, uprobe:{target}:no_such_fn {{ @calls = count(); }}");
+    let out = wprof_ok(&["-e", &script, "-c", &format!("{target} 6")]);
+    assert_eq!(map_lines(&out.stdout)["@calls"], "6", "{}", out.stdout);
+    assert!(
+        out.stderr.contains(&format!(
+            "warning: skipping `uprobe:{target}:no_such_fn`: no function matching `no_such_fn`"
+        )),
+        "{}",
+        out.stderr
+    );
+    let out = wprof_fails(&["-e", &format!("uprobe:{target}:no_such_fn {{ exit(); }}")]);
+    assert!(out.stderr.contains("glibc 2.34"), "{}", out.stderr);
+}
+
+/// An address no function holds is refused with bpftrace's phrase.
+#[test]
+fn unresolvable_address() {
+    let out = wprof_fails(&["-e", "uprobe:/bin/bash:10 { exit(); }"]);
+    assert!(
+        out.stderr
+            .contains("Could not resolve address: /bin/bash:0xa"),
+        "{}",
+        out.stderr
+    );
+}
