@@ -71,9 +71,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         print!("{}", wprof::builtins::reference());
         return Ok(());
     }
-    cli.bpftrace
-        .validate()
-        .map_err(|e| e.to_string())?;
+    cli.bpftrace.validate().map_err(|e| e.to_string())?;
     if cli.bpftrace.info {
         print!(
             "{}",

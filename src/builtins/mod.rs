@@ -19,8 +19,8 @@ mod record;
 mod task;
 mod text;
 mod time;
-mod watch;
 mod types;
+mod watch;
 
 use std::io::{self, Write};
 use std::sync::LazyLock;

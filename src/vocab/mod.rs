@@ -25,8 +25,8 @@ pub use context::{ArgRead, BtfArg, Context, FieldKind, TracepointField, UsdtArgS
 pub use globals::{GLOBAL_SLOTS, GlobalSlot, ProbeState};
 pub use layout::{StructField, ValueType};
 pub use machine::{
-    BtfFunction, Environment, FunctionParam, FunctionTarget, KernelFunction,
-    KernelFunctionMatches, PassedIn, UsdtTarget,
+    BtfFunction, Environment, FunctionParam, FunctionTarget, KernelFunction, KernelFunctionMatches,
+    PassedIn, UsdtTarget,
 };
 pub use maps::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
 pub use messages::{

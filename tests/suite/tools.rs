@@ -141,7 +141,11 @@ pub const PENDING: &[(&str, &str, &str)] = &[
         "skip missing kprobe functions (lang-probes), kstack as a map value (lang-values)",
         "no kernel function matches `__blk_account_io_start`",
     ),
-    ("dcsnoop", "#ifndef/#endif (lang-types)", "found `path`"),
+    (
+        "dcsnoop",
+        "skip missing kprobe functions in multi-point blocks (lang-probes)",
+        "no kernel function matches `lookup_fast.constprop.*`",
+    ),
     (
         "execsnoop",
         "join() (lang-values)",
@@ -152,56 +156,27 @@ pub const PENDING: &[(&str, &str, &str)] = &[
         "kaddr() and integer deref (lang-values)",
         "unknown function `kaddr`",
     ),
-    (
-        "naptime",
-        "BTF-typed tracepoint pointer args (lang-types)",
-        "has no field `tv_sec`",
-    ),
     ("oomkill", "cat() (lang-values)", "unknown function `cat`"),
     (
-        "runqlat",
-        "TASK_RUNNING from <linux/sched.h> (lang-types)",
-        "`TASK_RUNNING`",
-    ),
-    (
-        "runqlen",
-        "#ifndef/#endif (lang-types)",
-        "found `load_weight`",
-    ),
-    (
-        "ssllatency",
-        "skip missing uprobe functions (lang-probes)",
-        "no function matching",
-    ),
-    (
-        "sslsnoop",
-        "skip missing uprobe functions (lang-probes)",
-        "no function matching",
-    ),
-    (
         "tcpaccept",
-        "AF_INET from <sys/socket.h> (lang-types)",
-        "unknown identifier `AF_INET`",
+        "ntop() (lang-values)",
+        "unknown function `ntop`",
     ),
     (
         "tcpconnect",
-        "AF_INET from <sys/socket.h> (lang-types)",
-        "unknown identifier `AF_INET`",
+        "ntop() (lang-values)",
+        "unknown function `ntop`",
     ),
-    (
-        "tcpdrop",
-        "BTF enum constants (lang-types)",
-        "`SKB_DROP_REASON_NOT_SPECIFIED`",
-    ),
+    ("tcpdrop", "ntop() (lang-values)", "unknown function `ntop`"),
     (
         "tcplife",
-        "BTF enum constants (lang-types)",
-        "unknown identifier `TCP_FIN_WAIT1`",
+        "bswap() (lang-values)",
+        "unknown function `bswap`",
     ),
     (
         "tcpretrans",
-        "AF_INET from <sys/socket.h> (lang-types)",
-        "unknown identifier `AF_INET`",
+        "ntop() (lang-values)",
+        "unknown function `ntop`",
     ),
     (
         "undump",

@@ -10,10 +10,10 @@ use libbpf_rs::btf::{Btf, BtfKind, BtfType, HasSize, ReferencesType, TypeId};
 use std::cell::OnceCell;
 use std::collections::HashMap;
 
-use crate::vocab::{BtfArg, BtfFunction};
 use crate::vocab::kernel_types::{
     EnumConstant, KTypeId, KernelKind, KernelMember, KernelType, close_names,
 };
+use crate::vocab::{BtfArg, BtfFunction};
 
 const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 /// The typedef the kernel declares for each BTF tracepoint.
