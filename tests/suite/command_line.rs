@@ -141,7 +141,7 @@ fn usage_errors() {
             &["non_existent_file.bt"],
             "failed to open file 'non_existent_file.bt': No such file or directory",
         ),
-        (&["-I", "/tmp"], "-I is wprof's capture summary"),
+        (&["-I", "/tmp"], "use `--include-dir DIR`"),
         (&["-v", "-e", "BEGIN {}"], "-v (verbose) only applies to -l"),
         (&["--emit-llvm", "x.ll", "-e", "BEGIN {}"], "without LLVM"),
     ] {

@@ -16,6 +16,7 @@ mod regress;
 mod replay;
 mod system;
 mod tools;
+mod tools_run;
 mod unwind;
 
 use std::collections::BTreeMap;

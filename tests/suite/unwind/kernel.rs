@@ -172,7 +172,7 @@ pub fn symbolize(pid: u32, stacks: &[Vec<u64>], demangle: bool) -> Vec<Vec<Strin
         .map(|s| {
             s.iter()
                 .enumerate()
-                .map(|(i, &a)| names[&if i == 0 { a } else { a - 1 }].clone())
+                .map(|(i, &a)| names[&if i == 0 { a } else { a.saturating_sub(1) }].clone())
                 .collect()
         })
         .collect()
