@@ -29,31 +29,32 @@ pub fn check(
 ) -> Result<CheckedProgram, Vec<ScriptError>> {
     let mut errors = Vec::new();
     let mut warnings = Vec::new();
-    let mut resolve_all =
-        |specs: &[ProbeSpec]| {
-            let mut resolved = Vec::new();
-            let mut skipped = Vec::new();
-            for spec in specs {
-                match resolve(spec, env) {
-                    Ok(found) => {
-                        resolved.extend(found.probes);
-                        warnings.extend(found.warnings);
-                    }
-                    // As decided for bpftrace's tools (ssllatency names functions
-                    // only some TLS libraries have): skip, but never silently.
-                    Err((error, true)) => skipped.push((spec, error)),
-                    Err((error, _)) => errors.push(error),
+    let mut resolve_all = |specs: &[ProbeSpec]| {
+        let mut resolved = Vec::new();
+        let mut skipped = Vec::new();
+        for spec in specs {
+            match resolve(spec, env) {
+                Ok(found) => {
+                    resolved.extend(found.probes);
+                    warnings.extend(found.warnings);
                 }
+                // As decided for bpftrace's tools (ssllatency names functions
+                // only some TLS libraries have): skip, but never silently.
+                Err((error, true)) => skipped.push((spec, error)),
+                Err((error, _)) => errors.push(error),
             }
-            if skipped.len() == specs.len() {
-                errors.extend(nothing_to_attach(&skipped));
-            } else {
-                warnings.extend(skipped.iter().map(|(spec, error)| {
-                    format!("skipping `{}`: {}", spec_text(spec), error.message)
-                }));
-            }
-            resolved
-        };
+        }
+        if skipped.len() == specs.len() {
+            errors.extend(nothing_to_attach(&skipped));
+        } else {
+            warnings.extend(skipped.iter().map(|(spec, error)| {
+                let named = format!("`{}`", spec_text(spec));
+                let why = error.message.strip_prefix(&format!("{named}: "));
+                format!("skipping {named}: {}", why.unwrap_or(&error.message))
+            }));
+        }
+        resolved
+    };
     let mut sources = Vec::new();
     for block in &script.probes {
         sources.push(Source {
@@ -207,7 +208,11 @@ fn nothing_to_attach(skipped: &[(&ProbeSpec, ScriptError)]) -> Vec<ScriptError> 
     skipped
         .iter()
         .enumerate()
-        .map(|(i, (_, error))| match i {
+        .map(|(i, (spec, error))| match i {
+            0 if spec.provider.starts_with('k') => error.clone().with_help(
+                "this kernel may name the function differently: list its functions with \
+                 `wprof -l 'kprobe:*NAME*'`",
+            ),
             0 => error.clone().with_help(
                 "the function may be in another library (pthread_create is in libc.so.6 since \
                  glibc 2.34: uprobe:libc:pthread_create)",

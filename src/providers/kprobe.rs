@@ -81,6 +81,22 @@ impl Provider for Kprobe {
         })
     }
 
+    /// A function this kernel does not have (renamed, inlined, or a
+    /// `.constprop` clone that was not made), as bpftrace skips in a block
+    /// with other attach points: `kprobe:blk_account_io_start,
+    /// kprobe:__blk_account_io_start`.
+    fn target_missing(&self, spec: &Spec, env: &dyn Environment) -> bool {
+        let (module, function) = match spec.parts[..] {
+            [function] => (None, function),
+            [module, function] => (Some(module), function),
+            _ => return false,
+        };
+        let Ok((pattern, _)) = parse_function_spec(function) else {
+            return false;
+        };
+        env.kernel_functions(module, pattern).is_err() && env.kernel_functions(module, "*").is_ok()
+    }
+
     fn owns(&self, point: &AttachPoint) -> bool {
         matches!(point, AttachPoint::Kprobe { .. })
     }

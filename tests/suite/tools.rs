@@ -123,67 +123,7 @@ pub const TOOLS: &[(&str, Kind)] = &[
 
 /// Tools that need a construct another issue-13 branch adds: (tool, the
 /// construct and its branch, the first error wprof reports without it).
-pub const PENDING: &[(&str, &str, &str)] = &[
-    // bpftrace skips kprobes on missing functions in a block with several
-    // attach points (__blk_account_io_* are gone in 6.18, blk_account_io_* remain).
-    (
-        "biolatency",
-        "skip missing kprobe functions in multi-point blocks (lang-probes)",
-        "no kernel function matches `__blk_account_io_start`",
-    ),
-    (
-        "biosnoop",
-        "skip missing kprobe functions in multi-point blocks (lang-probes)",
-        "no kernel function matches `__blk_account_io_start`",
-    ),
-    (
-        "biostacks",
-        "skip missing kprobe functions (lang-probes), kstack as a map value (lang-values)",
-        "no kernel function matches `__blk_account_io_start`",
-    ),
-    (
-        "dcsnoop",
-        "skip missing kprobe functions in multi-point blocks (lang-probes)",
-        "no kernel function matches `lookup_fast.constprop.*`",
-    ),
-    (
-        "execsnoop",
-        "join() (lang-values)",
-        "unknown function `join`",
-    ),
-    (
-        "loads",
-        "kaddr() and integer deref (lang-values)",
-        "unknown function `kaddr`",
-    ),
-    ("oomkill", "cat() (lang-values)", "unknown function `cat`"),
-    (
-        "tcpaccept",
-        "ntop() (lang-values)",
-        "unknown function `ntop`",
-    ),
-    (
-        "tcpconnect",
-        "ntop() (lang-values)",
-        "unknown function `ntop`",
-    ),
-    ("tcpdrop", "ntop() (lang-values)", "unknown function `ntop`"),
-    (
-        "tcplife",
-        "bswap() (lang-values)",
-        "unknown function `bswap`",
-    ),
-    (
-        "tcpretrans",
-        "ntop() (lang-values)",
-        "unknown function `ntop`",
-    ),
-    (
-        "undump",
-        "buf() and %r (lang-values)",
-        "3 conversions but 4 arguments",
-    ),
-];
+pub const PENDING: &[(&str, &str, &str)] = &[];
 
 /// The installed tool's path, or `None` (with a printed reason) when bpftrace's
 /// tools are not installed.
