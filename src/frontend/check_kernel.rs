@@ -92,34 +92,30 @@ impl Checker<'_> {
     /// Where `base.field` lives: `base` is an embedded struct (itself a
     /// place) or a pointer to a struct.
     fn place(&mut self, base: &Expr, field: &str, span: Span) -> Option<Place> {
-        let container = match &base.kind {
+        let value = match &base.kind {
             ExprKind::Field {
                 expr, field: inner, ..
             } if !is_args(expr) => {
+                // `base` is checked once: an embedded struct stays a place,
+                // anything else is read here (checking `base` again as an
+                // expression would redo its whole chain, 2^depth times).
                 let inner = self.place(expr, inner, base.span)?;
                 let ty = self.kernel_type(inner.ty, base.span)?;
                 if matches!(ty.kind, KernelKind::Struct { .. }) {
-                    Some(inner)
-                } else {
-                    None
+                    return self.member_place(inner, field, span);
                 }
+                self.read_place(inner, base.span)?
             }
-            _ => None,
+            _ => self.expr(base)?,
         };
-        let container = match container {
-            Some(place) => place,
-            None => {
-                let value = self.expr(base)?;
-                let Type::KernelPtr(ptr) = &value.ty else {
-                    return self.fail(span, &format!("`{}` has no field `{field}`", value.ty));
-                };
-                Place {
-                    ty: ptr.target,
-                    offset_bits: 0,
-                    bitfield_bits: None,
-                    ptr: value,
-                }
-            }
+        let Type::KernelPtr(ptr) = &value.ty else {
+            return self.fail(span, &format!("`{}` has no field `{field}`", value.ty));
+        };
+        let container = Place {
+            ty: ptr.target,
+            offset_bits: 0,
+            bitfield_bits: None,
+            ptr: value,
         };
         self.member_place(container, field, span)
     }

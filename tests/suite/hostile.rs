@@ -86,6 +86,32 @@ fn program_size_limit() {
     );
 }
 
+/// `--dump-bpf` of `probes` `BEGIN` probes, from a file: the fastest of
+/// two runs.
+fn dump_time(dir: &Path, probes: usize) -> Duration {
+    let script = dir.join(format!("{probes}.bt"));
+    let text: String = (0..probes)
+        .map(|i| format!("BEGIN {{ @x[{i}] = count(); }}\n"))
+        .collect();
+    fs::write(&script, text).unwrap();
+    let run = || wprof_ok(&["--dump-bpf", "-f", "none", &path_str(&script)]).elapsed;
+    run().min(run())
+}
+
+/// Compile time and the listing grow linearly with the program: sixteen
+/// times the probes take well under 256 times as long (the listing once
+/// counted lines from the start of the script for every instruction).
+#[test]
+fn compile_time_is_linear_in_program_size() {
+    let dir = fresh_dir("program_growth");
+    let small = dump_time(&dir, 500);
+    let large = dump_time(&dir, 8000);
+    assert!(
+        large < small * 32,
+        "500 probes: {small:?}, 8000 probes: {large:?}"
+    );
+}
+
 /// `-R -D` on a FIFO, a directory or a device fails at once instead of
 /// blocking or reading forever.
 #[test]
