@@ -55,7 +55,8 @@ pub struct Cli {
     #[arg(value_name = "ARGS")]
     pub params: Vec<String>,
 
-    /// Run COMMAND after the probes are attached; stop tracing when it exits.
+    /// Run COMMAND after the probes are attached; stop tracing when it exits
+    /// (and end its process group when tracing ends).
     #[arg(short = 'c', value_name = "COMMAND")]
     pub command: Option<String>,
 

@@ -11,6 +11,7 @@ mod load;
 mod profiles;
 mod records;
 mod replay;
+mod session;
 mod system;
 mod unwind;
 
