@@ -101,7 +101,8 @@ impl ScriptErrors {
     pub fn render(&self) -> String {
         let handler = GraphicalReportHandler::new_themed(GraphicalTheme::unicode_nocolor())
             .with_links(false)
-            .with_width(100);
+            .with_width(100)
+            .with_wrap_lines(false);
         let mut out = String::new();
         handler
             .render_report(&mut out, self)
@@ -373,6 +374,16 @@ mod tests {
         assert_eq!(sources.line(12), None);
         let single = SourceMap::new([("a", "ab")]);
         assert_eq!(single.line(1), Some((None, 1, "ab")));
+    }
+
+    /// A message longer than the width stays on one line, whatever the
+    /// length of the paths it names.
+    #[test]
+    fn messages_are_not_wrapped() {
+        let message = format!("cannot read /{}/binary", "long-directory/".repeat(20));
+        let error = ScriptError::new(Span::new(0, 5), message.clone());
+        let text = ScriptErrors::new(INLINE_SCRIPT_NAME, "BEGIN {}", vec![error]).render();
+        assert!(text.contains(&format!("× {message}\n")), "{text}");
     }
 
     /// Huge messages, labels and help texts are cut.
