@@ -172,27 +172,34 @@ fn check_ownership(path: &Path, meta: &Metadata) -> Result<(), FileError> {
 /// Opens a capture to read: it must be a regular file (the open does not
 /// wait for a FIFO's writer). Returns the file and its length.
 pub fn open_capture(path: &Path) -> Result<(File, u64), FileError> {
+    open_regular(path)
+        .map_err(io_error("open", path))?
+        .map_err(|kind| FileError::NotRegular {
+            path: path.to_path_buf(),
+            kind,
+        })
+}
+
+/// Opens `path` to read, without waiting for a FIFO's writer: the file and
+/// its length when it is a regular file, else what it is (`"a FIFO"`), so
+/// that nothing blocks on it or reads a device forever.
+pub fn open_regular(path: &Path) -> io::Result<Result<(File, u64), &'static str>> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(io_error("open", path))?;
-    let meta = file.metadata().map_err(io_error("inspect", path))?;
+        .open(path)?;
+    let meta = file.metadata()?;
     let kind = meta.file_type();
-    let kind = if kind.is_file() {
-        return Ok((file, meta.len()));
+    Ok(if kind.is_file() {
+        Ok((file, meta.len()))
     } else if kind.is_dir() {
-        "a directory"
+        Err("a directory")
     } else if kind.is_fifo() {
-        "a FIFO"
+        Err("a FIFO")
     } else if kind.is_char_device() || kind.is_block_device() {
-        "a device"
+        Err("a device")
     } else {
-        "not a regular file"
-    };
-    Err(FileError::NotRegular {
-        path: path.to_path_buf(),
-        kind,
+        Err("not a regular file")
     })
 }
 

@@ -222,9 +222,9 @@ impl TableManager {
         mapping: &ExecMapping,
     ) -> Result<TableKey, ManagerError> {
         let fallback = TableKey::File(mapping.device.clone(), mapping.inode);
-        let elf = match std::fs::read(mapping.file_in(pid)) {
+        let elf = match crate::runtime::targets::elf::read_file(&mapping.file_in(pid)) {
             Ok(elf) => elf,
-            Err(e) => return Ok(self.failed(fallback, format!("cannot read it: {e}"), Vec::new())),
+            Err(e) => return Ok(self.failed(fallback, e.to_string(), Vec::new())),
         };
         let Ok(file) = object::File::parse(&*elf) else {
             return Ok(self.failed(fallback, "not an ELF file".into(), Vec::new()));

@@ -134,6 +134,29 @@ fn replay_refuses_special_files() {
     }
 }
 
+/// A uprobe or USDT target that is a FIFO, a device or a directory fails at
+/// once, named, instead of blocking or reading `/dev/zero` forever.
+#[test]
+fn probe_targets_must_be_regular_files() {
+    let dir = fresh_dir("probe_target_fifo");
+    let fifo = dir.join("fifo");
+    let c_path = std::ffi::CString::new(path_str(&fifo)).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    for (path, kind) in [
+        (path_str(&fifo), "a FIFO"),
+        (path_str(&dir), "a directory"),
+        ("/dev/zero".to_owned(), "a device"),
+    ] {
+        for probe in [format!("uprobe:{path}:main"), format!("usdt:{path}:p:n")] {
+            let out = wprof_fails(&["--dump-bpf", "-e", &format!("{probe} {{ }}")]);
+            assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
+            let message = format!("× {path} is {kind}, not an ELF file");
+            assert!(out.stderr.contains(&message), "{probe}: {}", out.stderr);
+        }
+    }
+}
+
 /// A missing capture names the OS error.
 #[test]
 fn replay_names_the_os_error() {
