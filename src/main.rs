@@ -80,6 +80,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
     let compile_options = tracking.compile_options()?;
     let user = read_source(&cli)?;
     let no_script = user.is_none();
+    if !cli.dump_bpf {
+        wprof::runtime::privileges::check().map_err(|e| e.to_string())?;
+    }
     let _ = tracefs::ensure_mounted();
     let env = SystemEnvironment::new(cli.target_pid());
     let (sources, checked, compiled) = compile(&cli, &tracking, user, &env, &compile_options)?;

@@ -1,8 +1,9 @@
 //! The session's life against signals and the traced command: SIGTERM and
 //! SIGHUP end a capture as Ctrl-C does, and the command's whole process
-//! group ends with the session.
+//! group ends with the session; without privileges, the error names them.
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -119,5 +120,52 @@ fn traced_command_group_ends_with_the_session() {
     assert_eq!(
         processes_running(&format!("sleep {second}")),
         Vec::<u32>::new()
+    );
+}
+
+/// Runs wprof through `wrapper` (which drops privileges) with `args`.
+fn unprivileged(wrapper: &[&str], args: &[&str]) -> crate::common::RunOutput {
+    let mut command = Command::new(wrapper[0]);
+    command.args(&wrapper[1..]).arg(wprof_bin()).args(args);
+    crate::common::run_with_timeout(&mut command, super::RUN_TIMEOUT).expect("run wprof")
+}
+
+/// Without root or CAP_BPF + CAP_PERFMON (as nobody, or as root with every
+/// capability dropped), a capture fails at once naming the missing
+/// privilege; a dump of tracepoints names tracefs access.
+#[test]
+fn unprivileged_capture_names_the_privilege() {
+    require_bpf!();
+    let nobody: &[&str] = &["runuser", "-u", "nobody", "--"];
+    let no_caps: &[&str] = &["setpriv", "--bounding-set=-all", "--inh-caps=-all"];
+    for (wrapper, uid) in [(nobody, "uid 65534"), (no_caps, "uid 0")] {
+        for args in [
+            &["-e", "BEGIN { exit(); }"][..],
+            &["-d", "1s", "-D", "/dev/null"],
+        ] {
+            let out = unprivileged(wrapper, args);
+            assert_eq!(out.status.and_then(|s| s.code()), Some(1), "{}", out.stderr);
+            let expected = format!(
+                "wprof: tracing needs privileges: run wprof as root, or with CAP_BPF and \
+                 CAP_PERFMON (and read access to tracefs); this process ({uid}) lacks CAP_BPF \
+                 and CAP_PERFMON\n"
+            );
+            assert_eq!(out.stderr, expected, "{wrapper:?} {args:?}");
+        }
+    }
+    let tracefs_mode = fs::metadata("/sys/kernel/tracing").map_or(0, |m| m.permissions().mode());
+    if tracefs_mode & 0o005 != 0 {
+        eprintln!("tracefs is readable by every user here: its access error is not tested");
+        return;
+    }
+    let script = "tracepoint:syscalls:sys_enter_openat { @ = count(); }";
+    let out = unprivileged(nobody, &["--dump-bpf", "-e", script]);
+    assert!(
+        out.stderr.contains(
+            "× cannot read tracefs at /sys/kernel/tracing: Permission denied (os error 13); \
+             reading tracepoints needs root or read access to tracefs"
+        ),
+        "{}",
+        out.stderr
     );
 }
