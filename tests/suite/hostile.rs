@@ -157,6 +157,61 @@ fn probe_targets_must_be_regular_files() {
     }
 }
 
+/// A program without probes (empty, or only comments) is an error, not a
+/// wait for Ctrl-C with nothing attached.
+#[test]
+fn program_without_probes_is_an_error() {
+    for program in ["", "// nothing\n", "/* nothing */"] {
+        let out = wprof_fails(&["-e", program]);
+        assert_eq!(
+            out.stderr, "wprof: <script> has no probes: nothing to attach\n",
+            "{program:?}"
+        );
+    }
+}
+
+/// Every output that cannot be written is found before recording (not
+/// after a 30 s capture), and nothing is captured.
+#[test]
+fn unwritable_outputs_fail_before_recording() {
+    require_bpf!();
+    let dir = fresh_dir("unwritable_outputs");
+    let data = path_str(&dir.join("c.data"));
+    let missing = path_str(&dir.join("no/such/dir/out"));
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(dir.join("target"), &link).unwrap();
+    let link = path_str(&link);
+    let flags = [
+        "-T",
+        "-J",
+        "--folded",
+        "--flamegraph",
+        "--pprof",
+        "--report",
+    ];
+    let cases = (flags
+        .iter()
+        .map(|flag| (*flag, missing.as_str(), "(ENOENT)")))
+    .chain([("--metrics", dir.to_str().unwrap(), "(EISDIR)")])
+    .chain([("-T", link.as_str(), "symbolic link")]);
+    for (flag, path, cause) in cases {
+        let out = wprof_fails(&["-d", "30s", "-D", &data, flag, path]);
+        assert!(
+            out.elapsed < Duration::from_secs(10),
+            "{flag}: {:?}",
+            out.elapsed
+        );
+        assert!(
+            out.stderr.contains(path) && out.stderr.contains(cause),
+            "{flag}: {}",
+            out.stderr
+        );
+        assert!(!Path::new(&data).exists(), "{flag}: a capture was recorded");
+    }
+    let out = wprof_fails(&["-d", "30s", "-D", &missing]);
+    assert!(out.stderr.contains("(ENOENT)"), "{}", out.stderr);
+}
+
 /// A missing capture names the OS error.
 #[test]
 fn replay_names_the_os_error() {
