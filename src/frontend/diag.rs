@@ -129,11 +129,6 @@ pub struct LocatedError {
 }
 
 impl LocatedError {
-    /// The name of the source the error points into.
-    pub fn file(&self) -> &str {
-        &self.name
-    }
-
     fn excerpt(&self) -> &Excerpt {
         self.excerpt
             .get_or_init(|| Excerpt::new(&self.name, &self.text, self.error.span))
@@ -229,13 +224,6 @@ impl SourceMap {
     /// Where source `index` starts in the merged offset space.
     pub fn base(&self, index: usize) -> usize {
         self.files[index].base
-    }
-
-    /// The source text under a merged-offset span.
-    pub fn text(&self, span: Span) -> &str {
-        let file = self.file_at(span.start);
-        let local = |at: usize| (at - file.base).min(file.text.len());
-        &file.text[local(span.start)..local(span.end)]
     }
 
     /// Errors with merged-offset spans, each moved into its own source.
