@@ -21,9 +21,11 @@ fn signal_ends_capture(test: &str, signal: libc::c_int) {
     let data = dir.join("s.data");
     let program = o0_workload("capture_ticker");
     let script = format!("uprobe:{program}:tick /pid == cpid/ < i = arg0; stack >");
+    // A count unique to this test names its ticker among other tests' ones.
+    let command = format!("{program} {} 2", 1_000_000 + signal);
     let mut child = Command::new(wprof_bin())
         .args(["-f", "none", "-e", &script, "-D", &path_str(&data)])
-        .args(["-c", &format!("{program} 1000000 2")])
+        .args(["-c", &command])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -45,7 +47,7 @@ fn signal_ends_capture(test: &str, signal: libc::c_int) {
     };
     assert!(status.success(), "signal {signal}: {status:?}");
     assert!(
-        processes_running(&program).is_empty(),
+        processes_running(&command).is_empty(),
         "the traced command survived signal {signal}"
     );
     let replay = wprof_ok(&["-R", "-D", &path_str(&data), "-J", "-"]);

@@ -222,7 +222,7 @@ fn capture(dir: &Path, args: &[&str]) -> (Ndjson, std::path::PathBuf) {
 
 /// A thread that sleeps 10 × 50 ms with nanosleep: 10 `S` switch-outs,
 /// each followed by its switch-in (none missing), off-CPU intervals of at
-/// least 49 ms (a sleep never ends early) with a median under 75 ms (late
+/// least 49 ms (a sleep never ends early) with a median under 100 ms (late
 /// wake-ups on a loaded machine), each switch-out
 /// stack in the nanosleep syscall (`do_nanosleep` ← `hrtimer_nanosleep` ←
 /// `__x64_sys_clock_nanosleep` with user frames after them), and one
@@ -257,14 +257,14 @@ fn sleeper_off_cpu_intervals_and_stacks() {
     eprintln!("off-CPU intervals (ms): {ms:?}");
     assert_eq!(sleeps.len(), 10, "switch-outs to sleep");
     assert_eq!(naps.len(), 10, "off-CPU intervals (ms): {ms:?}");
-    // A sleep never ends early; on a loaded 2-CPU machine it may end late,
-    // by tens of milliseconds, rarely by more than a few hundred.
-    assert!(ms.iter().all(|d| (49.0..=500.0).contains(d)), "{ms:?}");
+    // A sleep never ends early; on a loaded 2-CPU machine (load average
+    // 17 seen) it may end late, by tens of milliseconds, rarely by more.
+    assert!(ms.iter().all(|d| (49.0..=1000.0).contains(d)), "{ms:?}");
     let mut sorted = ms.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
     assert!(
-        (49.0..=75.0).contains(&median),
+        (49.0..=100.0).contains(&median),
         "median off-CPU interval {median} ms"
     );
     for o in &sleeps {
