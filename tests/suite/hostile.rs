@@ -112,20 +112,26 @@ fn compile_time_is_linear_in_program_size() {
     );
 }
 
+/// A FIFO made in `dir`, `dir` itself and `/dev/zero`, each with what it
+/// is as wprof names it.
+fn special_files(dir: &Path) -> [(String, &'static str); 3] {
+    let fifo = dir.join("fifo");
+    let c_path = std::ffi::CString::new(path_str(&fifo)).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    [
+        (path_str(&fifo), "a FIFO"),
+        (path_str(dir), "a directory"),
+        ("/dev/zero".to_owned(), "a device"),
+    ]
+}
+
 /// `-R -D` on a FIFO, a directory or a device fails at once instead of
 /// blocking or reading forever.
 #[test]
 fn replay_refuses_special_files() {
     let dir = fresh_dir("special_files");
-    let fifo = dir.join("fifo");
-    let c_path = std::ffi::CString::new(path_str(&fifo)).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
-    for (path, kind) in [
-        (path_str(&fifo), "a FIFO"),
-        (path_str(&dir), "a directory"),
-        ("/dev/zero".to_owned(), "a device"),
-    ] {
+    for (path, kind) in special_files(&dir) {
         let out = wprof_fails(&["-R", "-I", "-D", &path]);
         assert_eq!(
             out.stderr,
@@ -139,15 +145,7 @@ fn replay_refuses_special_files() {
 #[test]
 fn probe_targets_must_be_regular_files() {
     let dir = fresh_dir("probe_target_fifo");
-    let fifo = dir.join("fifo");
-    let c_path = std::ffi::CString::new(path_str(&fifo)).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
-    for (path, kind) in [
-        (path_str(&fifo), "a FIFO"),
-        (path_str(&dir), "a directory"),
-        ("/dev/zero".to_owned(), "a device"),
-    ] {
+    for (path, kind) in special_files(&dir) {
         for probe in [format!("uprobe:{path}:main"), format!("usdt:{path}:p:n")] {
             let out = wprof_fails(&["--dump-bpf", "-e", &format!("{probe} {{ }}")]);
             assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
