@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Parser;
+use clap::builder::StyledStr;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 
 use crate::cli_bpftrace::{BpftraceArgs, parse_pid};
 use crate::frontend::options::{Includes, TaskFilter};
@@ -46,8 +48,8 @@ pub const VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"), " (bpftrace 0.
 #[derive(Debug, Parser)]
 #[command(name = "wprof", version = VERSION, after_help = EXAMPLES)]
 pub struct Cli {
-    /// The probe program to run.
-    #[arg(short = 'e', value_name = "PROGRAM")]
+    /// The probe program to run (taken whatever it starts with: `-e '->x'`).
+    #[arg(short = 'e', value_name = "PROGRAM", allow_hyphen_values = true)]
     pub program: Option<String>,
 
     /// A script file to run (when -e is not given; `-` reads it from standard
@@ -59,7 +61,8 @@ pub struct Cli {
     #[arg(value_name = "ARGS")]
     pub params: Vec<String>,
 
-    /// Run COMMAND after the probes are attached; stop tracing when it exits.
+    /// Run COMMAND after the probes are attached; stop tracing when it exits
+    /// (and end its process group when tracing ends).
     #[arg(short = 'c', value_name = "COMMAND")]
     pub command: Option<String>,
 
@@ -337,6 +340,43 @@ impl Cli {
     }
 }
 
+/// Parses the main command line (`args` starts with the program name);
+/// usage errors carry hints that hold for wprof.
+pub fn try_parse<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Cli::try_parse_from(args).map_err(correct_value_hint)
+}
+
+/// clap suggests `-- -x` to pass a value starting with `-`, but wprof's `--`
+/// starts the traced command: suggest what works here instead.
+fn correct_value_hint(mut error: clap::Error) -> clap::Error {
+    if error.kind() != ErrorKind::UnknownArgument {
+        return error;
+    }
+    let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg).cloned() else {
+        return error;
+    };
+    let Some(ContextValue::StyledStrs(hints)) = error.remove(ContextKind::Suggested) else {
+        return error;
+    };
+    let hints = (hints.into_iter())
+        .map(
+            |hint| match hint.to_string().contains("as a value, use '-- ") {
+                true => StyledStr::from(format!(
+                    "to pass '{arg}' as an option's value, attach it: '-n={arg}'; \
+                 a script file of that name is './{arg}' ('--' starts the command to trace)"
+                )),
+                false => hint,
+            },
+        )
+        .collect();
+    error.insert(ContextKind::Suggested, ContextValue::StyledStrs(hints));
+    error
+}
+
 /// The filter that `args` (as `filter_args` writes them, e.g. `-p 42`,
 /// `--no-idle`) give on a command line.
 pub fn task_filter_from_args(args: &[String]) -> Result<TaskFilter, String> {
@@ -437,6 +477,22 @@ mod tests {
         let cli = parse(&["--idle", "--no-idle", "-S", "-d", "1"]).unwrap();
         assert_eq!(cli.task_filter().idle, Some(false));
         assert_eq!(cli.stacks, [StackKinds(parse_stack_arg("").unwrap())]);
+    }
+
+    /// `-e` takes a program starting with `-`; a stray `-x` is hinted at
+    /// without clap's `-- -x`, which here would start a command.
+    #[test]
+    fn values_starting_with_a_dash() {
+        let cli = parse(&["-e", "->x", "-d", "1"]).expect("-e takes ->x");
+        assert_eq!(cli.program.as_deref(), Some("->x"));
+        let error = try_parse(["wprof", "-x"])
+            .expect_err("-x is unknown")
+            .to_string();
+        assert!(error.contains("'-n=-x'"), "{error}");
+        assert!(error.contains("'./-x'"), "{error}");
+        assert!(!error.contains("'-- -x'"), "{error}");
+        let cli = try_parse(["wprof", "-n=-x*"]).expect("attached values parse");
+        assert_eq!(cli.names, ["-x*"]);
     }
 
     /// Bad values are clap errors naming the value.

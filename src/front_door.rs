@@ -189,7 +189,7 @@ impl ProfileCommand {
 pub fn parse_command_line() -> Cli {
     let args: Vec<OsString> = std::env::args_os().collect();
     if args.get(1).is_none_or(|first| first != PROFILE) {
-        return Cli::parse_from(args);
+        return crate::cli::try_parse(args).unwrap_or_else(|e| e.exit());
     }
     let command = ProfileCommand::parse_from(&args[1..]);
     let main = command.main_args();
@@ -197,7 +197,7 @@ pub fn parse_command_line() -> Cli {
         println!("{}", shell_words(&main));
         std::process::exit(0);
     }
-    Cli::parse_from(main)
+    crate::cli::try_parse(main).unwrap_or_else(|e| e.exit())
 }
 
 /// `args` as a shell would need them typed: plain words as they are.

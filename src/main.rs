@@ -126,6 +126,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
     compile_options.map_keys_max = cli_bpftrace::env_number(cli_bpftrace::MAP_KEYS_MAX_VAR)?;
     let user = read_source(&cli)?;
     let no_script = user.is_none();
+    if !cli.dump_bpf {
+        wprof::runtime::privileges::check().map_err(|e| e.to_string())?;
+    }
     let _ = tracefs::ensure_mounted();
     let command = match (&cli.command, cli.command_args.is_empty()) {
         (Some(_), false) => {
@@ -175,6 +178,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
             info,
         }
     });
+    // Outputs are checked now, not found unwritable after the whole capture.
+    match &capture {
+        Some(target) => replay::check_outputs(&cli, &target.path)?,
+        None if replay::any_output(&cli) => return Err(replay::nothing_to_render().into()),
+        None => {}
+    }
     // Without a script, wprof captures for 1 s unless told otherwise or
     // following a command or process, which end the capture themselves.
     let open_ended = no_script && command.is_none() && cli.target_pid().is_none();
@@ -201,8 +210,6 @@ fn run(cli: Cli) -> Result<(), Failure> {
     if let Some(stats) = &summary.capture {
         replay::warn_about_drops(stats);
         replay::render_outputs(&cli, Default::default())?;
-    } else if replay::any_output(&cli) {
-        return Err(replay::nothing_to_render().into());
     }
     Ok(())
 }
@@ -223,6 +230,10 @@ fn compile(
     if let Some(user) = sources.first() {
         let alone = std::slice::from_ref(user);
         let (checked, compiled) = driver::compile(alone, &params, env, options)?;
+        if compiled.programs.is_empty() {
+            let name = &user.name;
+            return Err(format!("{name} has no probes: nothing to attach").into());
+        }
         if !replay::wants_capture(cli) && compiled.records.is_empty() {
             return Ok((sources, checked, compiled));
         }

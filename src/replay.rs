@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use wprof::capture::files::check_output;
 use wprof::capture::model::{CaptureInfo, CaptureStats, DropReason};
 use wprof::capture::reader::CaptureReader;
 use wprof::cli::{Cli, task_filter_from_args};
@@ -169,6 +170,18 @@ fn stdout_taken(cli: &Cli) -> bool {
 /// run): `-D`, an output, or a gate.
 pub fn wants_capture(cli: &Cli) -> bool {
     !cli.data.is_empty() || any_output(cli) || cli.compare.gating()
+}
+
+/// Checks before recording that the capture `data` and every output asked
+/// for (but standard output) can be written.
+pub fn check_outputs(cli: &Cli, data: &Path) -> Result<(), Failure> {
+    let outputs = OUTPUTS.iter().filter_map(|output| (output.asked)(cli));
+    for path in std::iter::once(data).chain(outputs) {
+        if path.as_os_str() != "-" {
+            check_output(path).map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
 }
 
 /// The error of outputs asked for without a capture to render.

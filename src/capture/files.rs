@@ -144,6 +144,49 @@ pub fn create_output(path: &Path) -> Result<File, FileError> {
     Ok(file)
 }
 
+/// Checks, changing nothing, that [`create_output`] will be able to write
+/// `path`: not a link or a directory, an existing file owned by this user
+/// and writable, or else a directory that lets the file be created. Outputs
+/// are checked before recording, so that a bad path is not found after the
+/// whole capture.
+pub fn check_output(path: &Path) -> Result<(), FileError> {
+    let create_error = io_error("create", path);
+    match path.symlink_metadata() {
+        Ok(meta) if meta.file_type().is_symlink() => Err(FileError::Symlink {
+            path: path.to_path_buf(),
+        }),
+        Ok(meta) if meta.is_dir() => Err(create_error(io::Error::from_raw_os_error(libc::EISDIR))),
+        Ok(meta) if meta.is_file() => {
+            check_ownership(path, &meta)?;
+            writable(path).map_err(create_error)
+        }
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+            writable(dir.unwrap_or(Path::new("."))).map_err(create_error)
+        }
+        Err(e) => Err(io_error("inspect", path)(e)),
+    }
+}
+
+/// Whether this process (its effective ids) may write `path`.
+fn writable(path: &Path) -> io::Result<()> {
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: faccessat reads the NUL-terminated path we own.
+    match unsafe {
+        libc::faccessat(
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            libc::W_OK,
+            libc::AT_EACCESS,
+        )
+    } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
 fn is_symlink(path: &Path) -> bool {
     path.symlink_metadata()
         .is_ok_and(|meta| meta.file_type().is_symlink())
@@ -172,27 +215,34 @@ fn check_ownership(path: &Path, meta: &Metadata) -> Result<(), FileError> {
 /// Opens a capture to read: it must be a regular file (the open does not
 /// wait for a FIFO's writer). Returns the file and its length.
 pub fn open_capture(path: &Path) -> Result<(File, u64), FileError> {
+    open_regular(path)
+        .map_err(io_error("open", path))?
+        .map_err(|kind| FileError::NotRegular {
+            path: path.to_path_buf(),
+            kind,
+        })
+}
+
+/// Opens `path` to read, without waiting for a FIFO's writer: the file and
+/// its length when it is a regular file, else what it is (`"a FIFO"`), so
+/// that nothing blocks on it or reads a device forever.
+pub fn open_regular(path: &Path) -> io::Result<Result<(File, u64), &'static str>> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(io_error("open", path))?;
-    let meta = file.metadata().map_err(io_error("inspect", path))?;
+        .open(path)?;
+    let meta = file.metadata()?;
     let kind = meta.file_type();
-    let kind = if kind.is_file() {
-        return Ok((file, meta.len()));
+    Ok(if kind.is_file() {
+        Ok((file, meta.len()))
     } else if kind.is_dir() {
-        "a directory"
+        Err("a directory")
     } else if kind.is_fifo() {
-        "a FIFO"
+        Err("a FIFO")
     } else if kind.is_char_device() || kind.is_block_device() {
-        "a device"
+        Err("a device")
     } else {
-        "not a regular file"
-    };
-    Err(FileError::NotRegular {
-        path: path.to_path_buf(),
-        kind,
+        Err("not a regular file")
     })
 }
 
@@ -203,6 +253,38 @@ mod tests {
 
     fn mode(path: &Path) -> u32 {
         std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// Outputs that cannot be written are found without touching anything:
+    /// a missing directory, a directory, a link, another user's file.
+    #[test]
+    fn checks_outputs_up_front() {
+        let dir = tempfile::tempdir().unwrap();
+        let new = dir.path().join("new.pb");
+        check_output(&new).unwrap();
+        assert!(!new.exists(), "the check created the file");
+        std::fs::write(&new, "old").unwrap();
+        check_output(&new).unwrap();
+        assert_eq!(std::fs::read(&new).unwrap(), b"old");
+        check_output(Path::new("/dev/null")).unwrap();
+        let missing = dir.path().join("no/such/dir/t.pb");
+        let error = check_output(&missing).unwrap_err().to_string();
+        assert!(error.contains("(ENOENT)"), "{error}");
+        let error = check_output(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("(EISDIR)"), "{error}");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&new, &link).unwrap();
+        assert!(matches!(
+            check_output(&link),
+            Err(FileError::Symlink { .. })
+        ));
+        let theirs = dir.path().join("theirs");
+        std::fs::write(&theirs, "").unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+        assert!(matches!(
+            check_output(&theirs),
+            Err(FileError::NotOwned { .. })
+        ));
     }
 
     /// New outputs are private; an existing one is emptied and made private.

@@ -31,11 +31,15 @@ use super::model::{
 pub struct CaptureReader {
     path: PathBuf,
     file: File,
+    /// The format version (tests check what was read).
+    #[cfg(test)]
     version: Version,
     info: CaptureInfo,
     schemas: Vec<RecordSchema>,
     tables: Tables,
     events_chunks: Vec<EventsChunk>,
+    /// Events in the readable part of the file (tests check the count).
+    #[cfg(test)]
     events: u64,
     stats: Option<CaptureStats>,
     damage: Option<Damage>,
@@ -91,11 +95,13 @@ impl CaptureReader {
         Ok(CaptureReader {
             path: path.to_path_buf(),
             file,
+            #[cfg(test)]
             version,
             info,
             schemas,
             tables: scan.tables,
             events_chunks: scan.events_chunks,
+            #[cfg(test)]
             events: scan.events,
             stats: scan.stats,
             damage,
@@ -107,7 +113,8 @@ impl CaptureReader {
     }
 
     /// The format version the file was written in.
-    pub fn version(&self) -> Version {
+    #[cfg(test)]
+    pub(crate) fn version(&self) -> Version {
         self.version
     }
 
@@ -124,7 +131,8 @@ impl CaptureReader {
         &self.tables.strings[id.0 as usize]
     }
 
-    pub fn strings_len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn strings_len(&self) -> usize {
         self.tables.strings.len()
     }
 
@@ -157,12 +165,14 @@ impl CaptureReader {
         self.tables.stacks.len()
     }
 
-    pub fn frames_len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn frames_len(&self) -> usize {
         self.tables.frames.len()
     }
 
     /// Events in the readable part of the file.
-    pub fn events_len(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn events_len(&self) -> u64 {
         self.events
     }
 

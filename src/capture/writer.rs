@@ -78,7 +78,12 @@ impl CaptureWriter<BufWriter<File>> {
 
 impl<W: Write> CaptureWriter<W> {
     /// Writes the file header and the capture's description to `out`.
-    pub fn new(out: W, info: &CaptureInfo, schemas: &[RecordSchema]) -> Result<Self, CaptureError> {
+    #[cfg(test)]
+    pub(crate) fn new(
+        out: W,
+        info: &CaptureInfo,
+        schemas: &[RecordSchema],
+    ) -> Result<Self, CaptureError> {
         Self::start(Sink::new(out, None, None), info, schemas)
     }
 

@@ -25,8 +25,7 @@ pub fn render_listing(program: &BpfProgram, sources: &SourceMap) -> String {
     let mut at = 0;
     while at < insns.len() {
         if let Some(span) = instruction_span(program, at)
-            && let (file, source, offset) = sources.locate(span.start)
-            && let Some((line_no, text)) = source_line(source, offset)
+            && let Some((file, line_no, text)) = sources.line(span.start)
             && shown_line != Some((file, line_no))
         {
             shown_line = Some((file, line_no));
@@ -49,21 +48,6 @@ pub fn render_listing(program: &BpfProgram, sources: &SourceMap) -> String {
 /// Both slots of an `ld_imm64` carry its span.
 pub fn instruction_span(program: &BpfProgram, insn_index: usize) -> Option<Span> {
     program.spans.get(insn_index).copied().flatten()
-}
-
-/// The 1-based line number and text (without its newline) of the line
-/// containing byte `offset`; `None` past the end of `source`.
-pub fn source_line(source: &str, offset: usize) -> Option<(usize, &str)> {
-    if offset > source.len() {
-        return None;
-    }
-    let before = source.get(..offset)?;
-    let start = before.rfind('\n').map_or(0, |i| i + 1);
-    let end = source[start..]
-        .find('\n')
-        .map_or(source.len(), |i| start + i);
-    let line_no = before.matches('\n').count() + 1;
-    Some((line_no, &source[start..end]))
 }
 
 #[cfg(test)]
@@ -128,17 +112,5 @@ mod tests {
         assert_eq!(instruction_span(&program, 2), span_of("@x = 1"));
         assert_eq!(instruction_span(&program, 4), span_of("exit()"));
         assert_eq!(instruction_span(&program, 99), None);
-    }
-
-    /// Line lookup handles the first line, the last line without a newline, and the end.
-    #[test]
-    fn finds_source_lines() {
-        let src = "ab\ncd\nef";
-        assert_eq!(source_line(src, 0), Some((1, "ab")));
-        assert_eq!(source_line(src, 2), Some((1, "ab")));
-        assert_eq!(source_line(src, 3), Some((2, "cd")));
-        assert_eq!(source_line(src, 7), Some((3, "ef")));
-        assert_eq!(source_line(src, 8), Some((3, "ef")));
-        assert_eq!(source_line(src, 9), None);
     }
 }

@@ -101,7 +101,8 @@ impl ScriptErrors {
     pub fn render(&self) -> String {
         let handler = GraphicalReportHandler::new_themed(GraphicalTheme::unicode_nocolor())
             .with_links(false)
-            .with_width(100);
+            .with_width(100)
+            .with_wrap_lines(false);
         let mut out = String::new();
         handler
             .render_report(&mut out, self)
@@ -128,11 +129,6 @@ pub struct LocatedError {
 }
 
 impl LocatedError {
-    /// The name of the source the error points into.
-    pub fn file(&self) -> &str {
-        &self.name
-    }
-
     fn excerpt(&self) -> &Excerpt {
         self.excerpt
             .get_or_init(|| Excerpt::new(&self.name, &self.text, self.error.span))
@@ -198,6 +194,8 @@ struct SourceFile {
     name: Arc<str>,
     text: Arc<str>,
     base: usize,
+    /// Where each line starts in `text`, so that a line is found by binary search.
+    line_starts: Arc<[usize]>,
 }
 
 impl SourceMap {
@@ -207,10 +205,14 @@ impl SourceMap {
         let files = sources
             .into_iter()
             .map(|(name, text)| {
+                let line_starts = std::iter::once(0)
+                    .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+                    .collect();
                 let file = SourceFile {
                     name: Arc::from(name),
                     text: Arc::from(text),
                     base,
+                    line_starts,
                 };
                 base += text.len() + 1;
                 file
@@ -222,13 +224,6 @@ impl SourceMap {
     /// Where source `index` starts in the merged offset space.
     pub fn base(&self, index: usize) -> usize {
         self.files[index].base
-    }
-
-    /// The source text under a merged-offset span.
-    pub fn text(&self, span: Span) -> &str {
-        let file = self.file_at(span.start);
-        let local = |at: usize| (at - file.base).min(file.text.len());
-        &file.text[local(span.start)..local(span.end)]
     }
 
     /// Errors with merged-offset spans, each moved into its own source.
@@ -249,12 +244,23 @@ impl SourceMap {
         ScriptErrors { errors }
     }
 
-    /// The file holding merged offset `at`, its text, and `at` within it;
-    /// the file name only when there are several files.
-    pub fn locate(&self, at: usize) -> (Option<&str>, &str, usize) {
+    /// The line holding merged offset `at`: its file (only when there are
+    /// several), 1-based number and text without the newline; `None` past the
+    /// end of that file.
+    pub fn line(&self, at: usize) -> Option<(Option<&str>, usize, &str)> {
         let file = self.file_at(at);
+        let offset = at.checked_sub(file.base)?;
+        if offset > file.text.len() {
+            return None;
+        }
+        let line = file.line_starts.partition_point(|&start| start <= offset) - 1;
+        let start = file.line_starts[line];
+        let end = file
+            .line_starts
+            .get(line + 1)
+            .map_or(file.text.len(), |next| next - 1);
         let name = (self.files.len() > 1).then_some(&*file.name);
-        (name, &file.text, at.saturating_sub(file.base))
+        Some((name, line + 1, &file.text[start..end]))
     }
 
     fn file_at(&self, at: usize) -> &SourceFile {
@@ -339,6 +345,33 @@ mod tests {
             "{} bytes",
             text.len()
         );
+    }
+
+    /// Lines are found in each source: the first, one without a newline, the
+    /// end of a file, and nothing past it.
+    #[test]
+    fn finds_source_lines() {
+        let sources = SourceMap::new([("a", "ab\ncd\nef"), ("b", "x\n")]);
+        assert_eq!(sources.line(0), Some((Some("a"), 1, "ab")));
+        assert_eq!(sources.line(2), Some((Some("a"), 1, "ab")));
+        assert_eq!(sources.line(3), Some((Some("a"), 2, "cd")));
+        assert_eq!(sources.line(7), Some((Some("a"), 3, "ef")));
+        assert_eq!(sources.line(8), Some((Some("a"), 3, "ef")));
+        assert_eq!(sources.line(9), Some((Some("b"), 1, "x")));
+        assert_eq!(sources.line(11), Some((Some("b"), 2, "")));
+        assert_eq!(sources.line(12), None);
+        let single = SourceMap::new([("a", "ab")]);
+        assert_eq!(single.line(1), Some((None, 1, "ab")));
+    }
+
+    /// A message longer than the width stays on one line, whatever the
+    /// length of the paths it names.
+    #[test]
+    fn messages_are_not_wrapped() {
+        let message = format!("cannot read /{}/binary", "long-directory/".repeat(20));
+        let error = ScriptError::new(Span::new(0, 5), message.clone());
+        let text = ScriptErrors::new(INLINE_SCRIPT_NAME, "BEGIN {}", vec![error]).render();
+        assert!(text.contains(&format!("× {message}\n")), "{text}");
     }
 
     /// Huge messages, labels and help texts are cut.

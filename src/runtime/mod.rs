@@ -4,6 +4,7 @@
 //! capture events ([`recording`]); [`values`] names what scripts print.
 
 pub mod bpf;
+pub mod privileges;
 pub mod recording;
 pub mod session;
 pub mod targets;

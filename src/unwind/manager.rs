@@ -436,10 +436,8 @@ impl TableManager {
 /// A file mapped read-only: building its table reads only the pages its
 /// headers and CFI are on.
 fn map_file(path: &std::path::Path) -> std::io::Result<memmap2::Mmap> {
-    let file = std::fs::File::open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
+    // Opened without blocking: a FIFO or device is refused, never waited on.
+    let (file, _) = crate::capture::files::open_regular(path)?.map_err(std::io::Error::other)?;
     // SAFETY: the map is only read. A file truncated while mapped makes
     // reads past its end fault (SIGBUS); binaries and libraries in use are
     // replaced by renaming, not rewritten in place, so a mapped executable

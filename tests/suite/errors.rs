@@ -80,9 +80,7 @@ fn unknown_probe_type() {
  1 │ bogus:x { }
    · ───────
    ╰────
-  help: probe types: BEGIN, END, uprobe, uretprobe, usdt, tracepoint, rawtracepoint, tp_btf,
-        kprobe, kretprobe, fentry, fexit, profile, interval, software, hardware, watchpoint,
-        asyncwatchpoint, iter",
+  help: probe types: BEGIN, END, uprobe, uretprobe, usdt, tracepoint, rawtracepoint, tp_btf, kprobe, kretprobe, fentry, fexit, profile, interval, software, hardware, watchpoint, asyncwatchpoint, iter",
     );
 }
 
@@ -92,8 +90,7 @@ fn missing_tracepoint() {
     require_bpf!();
     assert_rejected(
         "tracepoint:syscalls:sys_enter_nope { }",
-        "  × no tracepoint matches `syscalls:sys_enter_nope` (searched /sys/kernel/tracing/
-  │ available_events)
+        "  × no tracepoint matches `syscalls:sys_enter_nope` (searched /sys/kernel/tracing/available_events)
    ╭─[<script>:1:1]
  1 │ tracepoint:syscalls:sys_enter_nope { }
    · ──────────────────────────────────
@@ -159,8 +156,7 @@ fn stack_limit_points_at_the_statement() {
    ·   {underline}
  4 │ }}
    ╰────
-  help: this statement needs the most: split it, or use shorter strings (`str(p, N)`) and fewer
-        string arguments"
+  help: this statement needs the most: split it, or use shorter strings (`str(p, N)`) and fewer string arguments"
     ));
     assert_eq!(out.stderr, expected);
 }
@@ -240,8 +236,7 @@ fn missing_kprobes_exact_message() {
     }
     assert_rejected(
         "kprobe:do_nanosleep { }",
-        "  × cannot run `kprobe:do_nanosleep`: this kernel has no kprobe support (CONFIG_KPROBES is off: /
-  │ sys/kernel/tracing/kprobe_events and /sys/bus/event_source/devices/kprobe are missing)
+        "  × cannot run `kprobe:do_nanosleep`: this kernel has no kprobe support (CONFIG_KPROBES is off: /sys/kernel/tracing/kprobe_events and /sys/bus/event_source/devices/kprobe are missing)
    ╭─[<script>:1:1]
  1 │ kprobe:do_nanosleep { }
    · ───────────────────────

@@ -86,26 +86,128 @@ fn program_size_limit() {
     );
 }
 
+/// `--dump-bpf` of `probes` `BEGIN` probes, from a file: the fastest of
+/// two runs.
+fn dump_time(dir: &Path, probes: usize) -> Duration {
+    let script = dir.join(format!("{probes}.bt"));
+    let text: String = (0..probes)
+        .map(|i| format!("BEGIN {{ @x[{i}] = count(); }}\n"))
+        .collect();
+    fs::write(&script, text).unwrap();
+    let run = || wprof_ok(&["--dump-bpf", "-f", "none", &path_str(&script)]).elapsed;
+    run().min(run())
+}
+
+/// Compile time and the listing grow linearly with the program: sixteen
+/// times the probes take well under 256 times as long (the listing once
+/// counted lines from the start of the script for every instruction).
+#[test]
+fn compile_time_is_linear_in_program_size() {
+    let dir = fresh_dir("program_growth");
+    let small = dump_time(&dir, 500);
+    let large = dump_time(&dir, 8000);
+    assert!(
+        large < small * 32,
+        "500 probes: {small:?}, 8000 probes: {large:?}"
+    );
+}
+
+/// A FIFO made in `dir`, `dir` itself and `/dev/zero`, each with what it
+/// is as wprof names it.
+fn special_files(dir: &Path) -> [(String, &'static str); 3] {
+    let fifo = dir.join("fifo");
+    let c_path = std::ffi::CString::new(path_str(&fifo)).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    [
+        (path_str(&fifo), "a FIFO"),
+        (path_str(dir), "a directory"),
+        ("/dev/zero".to_owned(), "a device"),
+    ]
+}
+
 /// `-R -D` on a FIFO, a directory or a device fails at once instead of
 /// blocking or reading forever.
 #[test]
 fn replay_refuses_special_files() {
     let dir = fresh_dir("special_files");
-    let fifo = dir.join("fifo");
-    let c_path = std::ffi::CString::new(path_str(&fifo)).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
-    for (path, kind) in [
-        (path_str(&fifo), "a FIFO"),
-        (path_str(&dir), "a directory"),
-        ("/dev/zero".to_owned(), "a device"),
-    ] {
+    for (path, kind) in special_files(&dir) {
         let out = wprof_fails(&["-R", "-I", "-D", &path]);
         assert_eq!(
             out.stderr,
             format!("wprof: {path} is {kind}, not a capture file\n")
         );
     }
+}
+
+/// A uprobe or USDT target that is a FIFO, a device or a directory fails at
+/// once, named, instead of blocking or reading `/dev/zero` forever.
+#[test]
+fn probe_targets_must_be_regular_files() {
+    let dir = fresh_dir("probe_target_fifo");
+    for (path, kind) in special_files(&dir) {
+        for probe in [format!("uprobe:{path}:main"), format!("usdt:{path}:p:n")] {
+            let out = wprof_fails(&["--dump-bpf", "-e", &format!("{probe} {{ }}")]);
+            assert!(out.elapsed < Duration::from_secs(10), "{:?}", out.elapsed);
+            let message = format!("× {path} is {kind}, not an ELF file");
+            assert!(out.stderr.contains(&message), "{probe}: {}", out.stderr);
+        }
+    }
+}
+
+/// A program without probes (empty, or only comments) is an error, not a
+/// wait for Ctrl-C with nothing attached.
+#[test]
+fn program_without_probes_is_an_error() {
+    for program in ["", "// nothing\n", "/* nothing */"] {
+        let out = wprof_fails(&["-e", program]);
+        assert_eq!(
+            out.stderr, "wprof: <script> has no probes: nothing to attach\n",
+            "{program:?}"
+        );
+    }
+}
+
+/// Every output that cannot be written is found before recording (not
+/// after a 30 s capture), and nothing is captured.
+#[test]
+fn unwritable_outputs_fail_before_recording() {
+    require_bpf!();
+    let dir = fresh_dir("unwritable_outputs");
+    let data = path_str(&dir.join("c.data"));
+    let missing = path_str(&dir.join("no/such/dir/out"));
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(dir.join("target"), &link).unwrap();
+    let link = path_str(&link);
+    let flags = [
+        "-T",
+        "-J",
+        "--folded",
+        "--flamegraph",
+        "--pprof",
+        "--report",
+    ];
+    let cases = (flags
+        .iter()
+        .map(|flag| (*flag, missing.as_str(), "(ENOENT)")))
+    .chain([("--metrics", dir.to_str().unwrap(), "(EISDIR)")])
+    .chain([("-T", link.as_str(), "symbolic link")]);
+    for (flag, path, cause) in cases {
+        let out = wprof_fails(&["-d", "30s", "-D", &data, flag, path]);
+        assert!(
+            out.elapsed < Duration::from_secs(10),
+            "{flag}: {:?}",
+            out.elapsed
+        );
+        assert!(
+            out.stderr.contains(path) && out.stderr.contains(cause),
+            "{flag}: {}",
+            out.stderr
+        );
+        assert!(!Path::new(&data).exists(), "{flag}: a capture was recorded");
+    }
+    let out = wprof_fails(&["-d", "30s", "-D", &missing]);
+    assert!(out.stderr.contains("(ENOENT)"), "{}", out.stderr);
 }
 
 /// A missing capture names the OS error.

@@ -14,6 +14,7 @@ mod profiles;
 mod records;
 mod regress;
 mod replay;
+mod session;
 mod system;
 mod tools;
 mod tools_run;

@@ -221,8 +221,9 @@ fn capture(dir: &Path, args: &[&str]) -> (Ndjson, std::path::PathBuf) {
 }
 
 /// A thread that sleeps 10 × 50 ms with nanosleep: 10 `S` switch-outs,
-/// off-CPU intervals (to its next switch-in) of at least 49 ms with median
-/// and mean 50 ms ±10%, each switch-out
+/// each followed by its switch-in (none missing), off-CPU intervals of at
+/// least 49 ms (a sleep never ends early) with a median under 100 ms (late
+/// wake-ups on a loaded machine), each switch-out
 /// stack in the nanosleep syscall (`do_nanosleep` ← `hrtimer_nanosleep` ←
 /// `__x64_sys_clock_nanosleep` with user frames after them), and one
 /// Perfetto on-CPU slice per switch-in.
@@ -234,8 +235,8 @@ fn sleeper_off_cpu_intervals_and_stacks() {
     let (json, trace) = capture(&dir, &["-S", "offcpu", "-c", &command]);
     let tid = tid_named(&json, "napper");
     let switches = of_kind(&json, "switch");
-    // A switch-in right after wprof ran is missing (wprof drops switches
-    // away from itself): such an interval has no end and is left out.
+    // Every switch of the traced task is recorded, wprof's own included: a
+    // missing switch-in would leave a nap without an end.
     let mut naps = Vec::new();
     let mut sleeps = Vec::new();
     let mut out: Option<&Value> = None;
@@ -255,21 +256,16 @@ fn sleeper_off_cpu_intervals_and_stacks() {
     let ms: Vec<f64> = naps.iter().map(|d| d * 1000.0).collect();
     eprintln!("off-CPU intervals (ms): {ms:?}");
     assert_eq!(sleeps.len(), 10, "switch-outs to sleep");
-    assert!(naps.len() >= 8, "off-CPU intervals (ms): {ms:?}");
-    // A sleep never ends early; it may end late on a busy machine, so the
-    // ±10% bound is on the median and the mean.
-    assert!(ms.iter().all(|d| (49.0..=100.0).contains(d)), "{ms:?}");
+    assert_eq!(naps.len(), 10, "off-CPU intervals (ms): {ms:?}");
+    // A sleep never ends early; on a loaded 2-CPU machine (load average
+    // 17 seen) it may end late, by tens of milliseconds, rarely by more.
+    assert!(ms.iter().all(|d| (49.0..=1000.0).contains(d)), "{ms:?}");
     let mut sorted = ms.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
-    let mean = ms.iter().sum::<f64>() / ms.len() as f64;
     assert!(
-        (45.0..=55.0).contains(&median),
+        (49.0..=100.0).contains(&median),
         "median off-CPU interval {median} ms"
-    );
-    assert!(
-        (45.0..=55.0).contains(&mean),
-        "mean off-CPU interval {mean} ms"
     );
     for o in &sleeps {
         let frames = json.stack_of(o);
@@ -305,7 +301,7 @@ fn sleeper_off_cpu_intervals_and_stacks() {
 
 /// Threads `ping` and `pong` pass a byte through two pipes 200 times. Every
 /// waking of one by the other is followed by a switch-in of the wakee (and
-/// becomes a Perfetto flow); nearly every switch-in of either (≥ 90% of 2N)
+/// becomes a Perfetto flow), without exception: none is missing; nearly every switch-in of either (≥ 90% of 2N)
 /// is a hand-off: straight from the other thread, or after a waking by it;
 /// Perfetto has one on-CPU slice per switch-in and compact_sched.
 #[test]
@@ -351,17 +347,17 @@ fn ping_pong_wakeups_and_handoffs() {
     }
     eprintln!("ping-pong: {wakings} wakings, {matched} matched, {handoffs} hand-offs");
     assert!(wakings >= N / 2, "{wakings} wakings between ping and pong");
-    // A wakee's switch-in right after wprof ran is missing (see above).
-    assert!(
-        matched * 10 >= wakings * 9,
-        "{matched} of {wakings} wakings followed by the wakee's switch-in"
+    assert_eq!(
+        matched, wakings,
+        "wakings not followed by the wakee's switch-in"
     );
     assert!(
         handoffs >= 2 * N * 9 / 10,
         "{handoffs} hand-offs for {N} round trips"
     );
     let min_flows = matched.to_string();
-    // One on-CPU slice per switch-in (a switch-in after wprof ran is missing).
+    // One on-CPU slice per switch-in; a thread whose reply came before it
+    // read does not block, so not every round trip switches both.
     let (ping_ins, pong_ins) = (
         switch_ins(&json, ping, "ping"),
         switch_ins(&json, pong, "pong"),
@@ -408,7 +404,7 @@ fn cpu_bound_timer_samples() {
         "spin: {got} samples in {on_cpu:.3} s on CPU ({} stretches)",
         runs.len()
     );
-    // Stretches whose switch-in is missing (after wprof ran) are left out.
+    // Only complete stretches count (not one running when the capture began).
     assert!(on_cpu > 0.3, "only {on_cpu} s on CPU in complete stretches");
     assert!(
         (expected * 0.8..=expected * 1.2).contains(&got),
@@ -436,9 +432,8 @@ fn cpu_bound_timer_samples() {
 /// the Perfetto on-CPU slices carry them as `pmu:sw:page-faults` on their
 /// ends, and the CPU's counter track `CPU N sw:page-faults` has values.
 ///
-/// Deltas are taken from the CPU's previous switch rather than the thread's
-/// own switch-in, which is missing whenever wprof ran just before it (wprof
-/// drops switches away from itself; see the report of this branch).
+/// Deltas are taken from the CPU's previous switch, which must be the
+/// thread's own switch-in: none is missing.
 #[test]
 fn pmu_page_faults_per_stretch() {
     require_bpf!();
@@ -485,19 +480,14 @@ fn pmu_page_faults_per_stretch() {
     );
     let counter = format!("CPU {cpu} sw:page-faults");
     let mut expect = vec!["--expect-counter-track", &counter];
-    // An on-CPU slice whose switch-in is missing (after wprof ran) is not
-    // drawn, and its delta is lost; without such gaps they add up.
+    assert!(complete, "a switch-in of sys_faults is missing");
     let pages = PAGES.to_string();
-    if complete {
-        expect.extend([
-            "--expect-end-annotation-sum",
-            "sys_faults",
-            "pmu:sw:page-faults",
-            &pages,
-        ]);
-    } else {
-        eprintln!("a switch-in of sys_faults is missing: not checking the slices' deltas");
-    }
+    expect.extend([
+        "--expect-end-annotation-sum",
+        "sys_faults",
+        "pmu:sw:page-faults",
+        &pages,
+    ]);
     perfetto_events(&trace, &expect);
 }
 

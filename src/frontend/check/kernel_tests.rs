@@ -1,6 +1,9 @@
 //! Checker tests for kernel (BTF) types against the fake machine's
 //! `task_struct` and `tp_btf:sched_switch`.
 
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+
 use crate::frontend::check::check;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
@@ -8,6 +11,10 @@ use crate::frontend::fake_machine::{FakeMachine, ids};
 use crate::frontend::options::CompileOptions;
 use crate::frontend::parse;
 use crate::frontend::types::{Pointer, Type};
+use crate::vocab::kernel_types::{KTypeId, KernelType};
+use crate::vocab::{
+    BtfArg, Environment, FunctionTarget, ObjectSymbol, TracepointField, UsdtTarget,
+};
 
 #[track_caller]
 fn checked(source: &str, options: &CompileOptions) -> Result<CheckedProgram, Vec<ScriptError>> {
@@ -289,5 +296,88 @@ fn selected_needs_filters() {
     assert_eq!(
         message,
         "selected() needs a `struct task_struct *`, not int64"
+    );
+}
+
+/// The fake machine, counting the kernel types the checker looks up.
+#[derive(Default)]
+struct CountingMachine {
+    kernel_types: Cell<usize>,
+}
+
+impl Environment for CountingMachine {
+    fn expand_tracepoints(
+        &self,
+        category: &str,
+        name: &str,
+    ) -> Result<Vec<(String, String)>, String> {
+        FakeMachine.expand_tracepoints(category, name)
+    }
+    fn tracepoint_fields(
+        &self,
+        category: &str,
+        name: &str,
+    ) -> Result<Vec<TracepointField>, String> {
+        FakeMachine.tracepoint_fields(category, name)
+    }
+    fn functions(
+        &self,
+        binary: &str,
+        pattern: &str,
+    ) -> Result<(PathBuf, Vec<FunctionTarget>), String> {
+        FakeMachine.functions(binary, pattern)
+    }
+    fn usdt(
+        &self,
+        binary: &str,
+        provider: Option<&str>,
+        name: &str,
+    ) -> Result<(PathBuf, Vec<UsdtTarget>), String> {
+        FakeMachine.usdt(binary, provider, name)
+    }
+    fn tp_btf_args(&self, name: &str) -> Result<Vec<BtfArg>, String> {
+        FakeMachine.tp_btf_args(name)
+    }
+    fn kernel_type(&self, id: KTypeId) -> Result<KernelType, String> {
+        self.kernel_types.set(self.kernel_types.get() + 1);
+        FakeMachine.kernel_type(id)
+    }
+    fn kernel_type_named(&self, name: &str) -> Result<KTypeId, String> {
+        FakeMachine.kernel_type_named(name)
+    }
+    fn kernel_symbol(&self, name: &str) -> Result<u64, String> {
+        FakeMachine.kernel_symbol(name)
+    }
+    fn object_symbol(&self, binary: &Path, name: &str) -> Result<ObjectSymbol, String> {
+        FakeMachine.object_symbol(binary, name)
+    }
+    fn code_address(&self, binary: &Path, file_offset: u64) -> Result<u64, String> {
+        FakeMachine.code_address(binary, file_offset)
+    }
+    fn cgroup_id(&self, path: &str) -> Result<u64, String> {
+        FakeMachine.cgroup_id(path)
+    }
+}
+
+/// Kernel types looked up to check `args.next->real_parent->…->pid` with
+/// `depth` links.
+fn lookups_for_chain(depth: usize) -> usize {
+    let chain = "->real_parent".repeat(depth);
+    let source = format!("tp_btf:sched_switch {{ $x = args.next{chain}->pid; }}");
+    let script = parse::parse(&source, "t.bt").expect("parses");
+    let machine = CountingMachine::default();
+    check(&script, &machine, &CompileOptions::default()).expect("checks");
+    machine.kernel_types.get()
+}
+
+/// A `->` chain is checked in time linear in its depth (each link used to
+/// check the whole chain below it twice: 2^depth).
+#[test]
+fn member_chains_check_in_linear_time() {
+    let short = lookups_for_chain(8);
+    let long = lookups_for_chain(16);
+    assert!(
+        long <= 2 * short + 16,
+        "depth 8: {short} lookups, 16: {long}"
     );
 }

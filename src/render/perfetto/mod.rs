@@ -261,7 +261,7 @@ impl<'a, 'o> Renderer<'a, 'o> {
                 clock_ns: 0,
             },
             interner: Interner::new(),
-            tracks: Tracks::new(),
+            tracks: Tracks::new(source),
             ends: BinaryHeap::new(),
             begins: 0,
             last_ts_ns: 0,

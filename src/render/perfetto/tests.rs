@@ -93,6 +93,43 @@ fn tracks_are_described_before_use() {
     assert_eq!(event.r#type, Some(proto::TYPE_INSTANT));
 }
 
+/// A thread that execs (a new name for the same pid and tid) keeps one
+/// track, described once under its latest name, as is its process.
+#[test]
+fn tracks_follow_exec_and_rename() {
+    let mut capture = capture();
+    capture.add_thread(200, 200, "sleep", "sleep");
+    capture.events = vec![
+        malloc(5, 0, 16, 0),
+        malloc(10, 2, 16, 0),
+        malloc(20, 3, 16, 0),
+    ];
+    let (bytes, _) = render_bytes(&capture, &Filter::default());
+    let packets = decode(&bytes);
+    let descriptors: Vec<_> = packets
+        .iter()
+        .filter_map(|p| p.track_descriptor.as_ref())
+        .collect();
+    let names = |uuid: Option<u64>| -> Vec<String> {
+        let described = descriptors.iter().filter(|d| d.uuid == uuid);
+        (described.filter_map(|d| d.thread.as_ref()?.thread_name.clone())).collect()
+    };
+    let instants = events(&packets);
+    let thread_track = |i: usize| {
+        let track = instants[i].1.track_uuid;
+        descriptors
+            .iter()
+            .find(|d| d.uuid == track)
+            .and_then(|d| d.parent_uuid)
+    };
+    assert_eq!(thread_track(1), thread_track(2), "one track for the thread");
+    assert_eq!(names(thread_track(1)), ["sleep"]);
+    let processes: Vec<_> = (descriptors.iter())
+        .filter_map(|d| d.process.as_ref()?.process_name.clone())
+        .collect();
+    assert_eq!(processes, ["app", "sleep"]);
+}
+
 /// Nested spans share a track; overlapping ones move to a lane; every END
 /// closes the span it belongs to and timestamps never decrease.
 #[test]

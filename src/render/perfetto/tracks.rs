@@ -18,6 +18,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::proto::{self, CounterDescriptor, ProcessDescriptor, ThreadDescriptor, TrackDescriptor};
 use crate::capture::model::{RecordId, Thread, ThreadId};
+use crate::render::source::CaptureSource;
 
 const PROCESS_UUID: u64 = 1 << 62;
 
@@ -74,6 +75,10 @@ pub struct Tracks {
     by_thread_id: Vec<u32>,
     /// Thread tracks by (pid, tid): renames of a thread share its tracks.
     by_pid_tid: HashMap<(u32, u32), u32>,
+    /// By (pid, tid): the thread's latest names in the capture, which its
+    /// track is described with (a command started from a shell is shown by
+    /// the name it exec'd into, not as the shell).
+    latest: HashMap<(u32, u32), (String, String)>,
     threads: Vec<ThreadTracks>,
     processes: HashSet<u32>,
     /// By CPU: the idle task's track (0: not described yet).
@@ -86,9 +91,19 @@ pub struct Tracks {
 }
 
 impl Tracks {
-    pub fn new() -> Self {
+    /// Tracks for `source`, whose thread table lists threads in the order
+    /// they were first seen; an exec or rename adds an entry after, so the
+    /// last entry of a (pid, tid) holds its latest names.
+    pub fn new(source: &dyn CaptureSource) -> Self {
+        let latest = (source.threads().iter())
+            .map(|t| {
+                let names = (source.string(t.name), source.string(t.process_name));
+                ((t.pid, t.tid), (names.0.to_owned(), names.1.to_owned()))
+            })
+            .collect();
         Tracks {
             next_uuid: 1,
+            latest,
             ..Tracks::default()
         }
     }
@@ -267,10 +282,13 @@ impl Tracks {
 
     fn add_thread(&mut self, thread: &Thread, names: &Names) -> u32 {
         let pid = group_pid(thread);
-        let process_name = if thread.kthread {
-            "kernel threads"
-        } else {
-            names.process
+        let (thread_name, process_name) = match self.latest.remove(&(thread.pid, thread.tid)) {
+            Some(latest) => latest,
+            None => (names.thread.to_owned(), names.process.to_owned()),
+        };
+        let process_name = match thread.kthread {
+            true => "kernel threads",
+            false => &process_name,
         };
         let process_uuid = self.process(pid, process_name);
         let uuid = self.next_uuid;
@@ -281,7 +299,7 @@ impl Tracks {
             thread: Some(ThreadDescriptor {
                 pid: Some(pid as i32),
                 tid: Some(i64::from(thread.tid)),
-                thread_name: Some(names.thread.to_owned()),
+                thread_name: Some(thread_name),
             }),
             ..TrackDescriptor::default()
         });

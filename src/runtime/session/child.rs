@@ -2,12 +2,14 @@
 //!
 //! The command is forked before probes attach, so its pid is known to the
 //! probes (`cpid`) and to uprobe filters, but it only `exec`s once released,
-//! after every probe is attached.
+//! after every probe is attached. It runs in a process group of its own, so
+//! that whatever it starts ends with it.
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use crate::runtime::bpf::maps_read::Stopper;
 
@@ -17,16 +19,21 @@ use crate::runtime::bpf::maps_read::Stopper;
 /// which here waits for the probes to attach.
 pub struct TracedCommand {
     pid: libc::pid_t,
-    /// Write end of the pipe the child blocks on.
-    gate: OwnedFd,
+    /// Write end of the pipe the child blocks on; `None` once released.
+    gate: Option<OwnedFd>,
     /// Read end of a close-on-exec pipe: EOF when `exec` succeeded, the errno when it failed.
     exec_status: OwnedFd,
 }
 
-/// A released command; killed and reaped by [`RunningCommand::finish`].
+/// A released command; its process group is ended and the command reaped
+/// by [`RunningCommand::finish`].
 pub struct RunningCommand {
     pid: libc::pid_t,
 }
+
+/// How long the command's process group has to exit after SIGTERM before it
+/// is killed.
+const TERM_GRACE: Duration = Duration::from_millis(500);
 
 impl TracedCommand {
     pub fn spawn_paused(argv: &[String]) -> io::Result<TracedCommand> {
@@ -50,6 +57,7 @@ impl TracedCommand {
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
             0 => unsafe {
+                libc::setpgid(0, 0);
                 libc::close(write_end.as_raw_fd());
                 libc::close(status_read.as_raw_fd());
                 let mut byte = 0u8;
@@ -59,11 +67,17 @@ impl TracedCommand {
                 libc::write(status_write.as_raw_fd(), (&raw const errno).cast(), 4);
                 libc::_exit(127)
             },
-            pid => Ok(TracedCommand {
-                pid,
-                gate: write_end,
-                exec_status: status_read,
-            }),
+            pid => {
+                // Also set here: the command must not start a process before
+                // its group exists (whichever of the two runs first wins).
+                // SAFETY: setpgid on our own child, which has not exec'd yet.
+                unsafe { libc::setpgid(pid, pid) };
+                Ok(TracedCommand {
+                    pid,
+                    gate: Some(write_end),
+                    exec_status: status_read,
+                })
+            }
         }
     }
 
@@ -72,8 +86,8 @@ impl TracedCommand {
     }
 
     /// Let the command `exec`, and stop the session when it exits.
-    pub fn release(self, stopper: Stopper) -> io::Result<RunningCommand> {
-        drop(self.gate);
+    pub fn release(mut self, stopper: Stopper) -> io::Result<RunningCommand> {
+        drop(self.gate.take());
         let running = RunningCommand { pid: self.pid };
         let mut errno = [0u8; 4];
         // SAFETY: reads at most 4 bytes into our buffer.
@@ -87,17 +101,41 @@ impl TracedCommand {
     }
 }
 
-impl RunningCommand {
-    /// Kill the command if it still runs, and reap it.
-    pub fn finish(self) {
-        let mut status = 0;
-        // SAFETY: plain syscalls on the pid of our own child.
-        unsafe {
-            if libc::waitpid(self.pid, &mut status, libc::WNOHANG) == 0 {
-                libc::kill(self.pid, libc::SIGTERM);
+/// A command never released (the session failed or was interrupted before
+/// recording) is killed before it can run: closing the gate would start it.
+impl Drop for TracedCommand {
+    fn drop(&mut self) {
+        if self.gate.is_some() {
+            let mut status = 0;
+            // SAFETY: plain syscalls on our own child, blocked before its exec.
+            unsafe {
+                libc::kill(self.pid, libc::SIGKILL);
                 libc::waitpid(self.pid, &mut status, 0);
             }
         }
+    }
+}
+
+impl RunningCommand {
+    /// End the command's whole process group (the command and whatever it
+    /// started that is still running): SIGTERM, then SIGKILL for what is left
+    /// after [`TERM_GRACE`]; reap the command.
+    pub fn finish(self) {
+        let group = -self.pid;
+        let mut status = 0;
+        // SAFETY: plain syscalls on our own child and its process group; the
+        // group id stays reserved while the unreaped child or any member lives.
+        unsafe {
+            libc::kill(group, libc::SIGTERM);
+            libc::waitpid(self.pid, &mut status, 0);
+        }
+        let deadline = Instant::now() + TERM_GRACE;
+        // SAFETY: signal 0 only asks whether any process of the group is left.
+        while unsafe { libc::kill(group, 0) } == 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        // SAFETY: as above; fails harmlessly when the group is gone.
+        unsafe { libc::kill(group, libc::SIGKILL) };
     }
 }
 

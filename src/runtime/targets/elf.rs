@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use object::read::elf::{FileHeader, ProgramHeader, Sym};
 use object::{Endianness, FileKind, elf};
 
+use crate::capture::files::open_regular;
 use crate::vocab::ObjectSymbol;
 
 /// Everything that can go wrong while resolving binaries and their symbols.
@@ -23,6 +24,13 @@ pub enum ElfError {
         #[source]
         source: io::Error,
     },
+    /// The file is a FIFO, a device or a directory: reading it could block
+    /// or never end.
+    #[error("{} is {kind}, not an ELF file", path.display())]
+    NotRegular { path: PathBuf, kind: &'static str },
+    /// The file is larger than any binary wprof reads.
+    #[error("{} is {size} bytes, more than the {MAX_ELF_BYTES} bytes wprof reads of a binary", path.display())]
+    TooLarge { path: PathBuf, size: u64 },
     /// The file is not ELF, or its headers are truncated or inconsistent.
     #[error("{} is not a usable ELF file: {reason}", path.display())]
     Malformed { path: PathBuf, reason: String },
@@ -228,12 +236,38 @@ pub(crate) fn visit_elf<V: ElfVisitor>(
     .map_err(|e| malformed(e.to_string()))
 }
 
-/// Reads a whole file, naming it on error.
+/// Largest binary or library read for its symbols (a big program with
+/// debug information is a few GB).
+pub const MAX_ELF_BYTES: u64 = 4 << 30;
+
+/// Reads a whole binary, naming it on error. It must be a regular file of
+/// at most [`MAX_ELF_BYTES`], checked before anything is read: a FIFO, a
+/// device (`/dev/zero`) or a huge file is refused instead of blocking or
+/// filling memory.
 pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, ElfError> {
-    fs::read(path).map_err(|source| ElfError::Read {
+    let read_error = |source| ElfError::Read {
         path: path.into(),
         source,
-    })
+    };
+    let (file, size) =
+        open_regular(path)
+            .map_err(read_error)?
+            .map_err(|kind| ElfError::NotRegular {
+                path: path.into(),
+                kind,
+            })?;
+    if size > MAX_ELF_BYTES {
+        return Err(ElfError::TooLarge {
+            path: path.into(),
+            size,
+        });
+    }
+    let mut data = Vec::with_capacity(size as usize);
+    // A file growing while read stops at the limit too.
+    file.take(MAX_ELF_BYTES)
+        .read_to_end(&mut data)
+        .map_err(read_error)?;
+    Ok(data)
 }
 
 /// A `PT_LOAD` segment: the map from virtual addresses to file offsets.
@@ -707,6 +741,32 @@ mod tests {
             assert!(err.contains(name), "{err}");
         }
         assert!(find_functions(Path::new("/no/such/binary"), "f").is_err());
+    }
+
+    /// A FIFO, a device and a directory are refused at once, named with
+    /// what they are, and so are their USDT notes.
+    #[test]
+    fn non_regular_targets_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path we own.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        for (path, kind) in [
+            (fifo.as_path(), "a FIFO"),
+            (Path::new("/dev/zero"), "a device"),
+            (dir.path(), "a directory"),
+        ] {
+            let err = find_functions(path, "main").unwrap_err().to_string();
+            assert_eq!(
+                err,
+                format!("{} is {kind}, not an ELF file", path.display())
+            );
+            let err = crate::runtime::targets::usdt::find_usdt(path, None, "p")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(kind), "{err}");
+        }
     }
 
     /// The real `/etc/ld.so.cache` parses; cut copies are errors.

@@ -20,6 +20,17 @@ pub enum TracefsError {
         TRACEFS_MOUNTS[1]
     )]
     NotMounted,
+    /// A tracefs is there but this user may not read it (mode 700 for root).
+    #[error(
+        "cannot read tracefs at {}: {source}; reading tracepoints needs root or read access \
+         to tracefs",
+        path.display()
+    )]
+    NoAccess {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     /// The tracepoint's directory does not exist.
     #[error("tracepoint `{category}:{name}` does not exist ({} is missing)", path.display())]
     NoSuchTracepoint {
@@ -125,11 +136,16 @@ impl TracepointFormat {
 
 /// The tracefs mount point: `/sys/kernel/tracing`, else `/sys/kernel/debug/tracing`.
 pub fn tracefs_root() -> Result<PathBuf, TracefsError> {
-    TRACEFS_MOUNTS
-        .iter()
-        .map(PathBuf::from)
-        .find(|root| root.join("events").is_dir())
-        .ok_or(TracefsError::NotMounted)
+    for root in TRACEFS_MOUNTS.iter().map(PathBuf::from) {
+        match fs::metadata(root.join("events")) {
+            Ok(meta) if meta.is_dir() => return Ok(root),
+            Err(source) if source.kind() == io::ErrorKind::PermissionDenied => {
+                return Err(TracefsError::NoAccess { path: root, source });
+            }
+            _ => {}
+        }
+    }
+    Err(TracefsError::NotMounted)
 }
 
 /// Mount tracefs at `/sys/kernel/tracing` when no tracefs is mounted, as
