@@ -116,8 +116,7 @@ fn missing_function_in_binary() {
  1 │ {script}
    · {underline}
    ╰────
-  help: the function may be in another library (pthread_create is in libc.so.6 since glibc 2.34:
-        uprobe:libc:pthread_create)"
+  help: the function may be in another library (pthread_create is in libc.so.6 since glibc 2.34: uprobe:libc:pthread_create)"
     ));
     assert_eq!(out.stderr, expected);
 }
@@ -282,8 +281,7 @@ fn skboutput_names_its_helper() {
  1 │ BEGIN { @x = skboutput("f", 0, 1, 0); }
    ·              ───────────────────────
    ╰────
-  help: wprof does not support skboutput(): bpftrace writes packets to a pcap file with it
-        (bpf_skb_output, a helper of fentry/fexit programs); capture packets with tcpdump"#,
+  help: wprof does not support skboutput(): bpftrace writes packets to a pcap file with it (bpf_skb_output, a helper of fentry/fexit programs); capture packets with tcpdump"#,
     );
 }
 
