@@ -14,7 +14,9 @@ if [ "$(printf '%s\n%s\n' "$min_rust" "$rust_version" | sort -V | head -n 1)" !=
   echo "setup.sh: cargo $rust_version is too old: wprof needs Rust >= $min_rust (edition 2024; Debian 12's rustc is 1.63); $toolchain_help" >&2
   exit 1
 fi
-packages=(libelf-dev zlib1g-dev pkg-config gcc make bpftrace systemtap-sdt-dev golang-go)
+# python-is-python3: bpftrace's runtime tests call `python` (tools/runtime-tests.sh).
+packages=(libelf-dev zlib1g-dev pkg-config gcc make bpftrace systemtap-sdt-dev golang-go
+  python-is-python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

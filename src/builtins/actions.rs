@@ -5,6 +5,7 @@
 //! bpftrace.
 
 use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::process::{Command, Stdio};
 
 use super::print::{format_call, formatted, send_formatted};
@@ -132,7 +133,12 @@ impl Statement for Cat {
             .and_then(|v| v.parse().ok())
             .unwrap_or(CAT_BYTES_MAX);
         let mut content = Vec::new();
-        match std::fs::File::open(&path).and_then(|f| f.take(limit).read_to_end(&mut content)) {
+        // Without blocking: a FIFO with no writer must not stop every later print.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path);
+        match file.and_then(|f| f.take(limit).read_to_end(&mut content)) {
             Ok(_) => cx.write_text(TextKind::Cat, &content, out)?,
             Err(error) => eprintln!(
                 "ERROR: failed to open file '{path}': {}",
