@@ -433,11 +433,14 @@ impl Lowerer<'_> {
     /// (the rest absorbs the recorder's delay in getting a CPU): a
     /// wake-up per event costs an irq_work and a switch to the reader (it
     /// tripled the time of `perf bench sched pipe` under a sched_switch
-    /// record). A user stack that needs its process soon keeps the
-    /// kernel's default (wake an idle reader): one walked by the kernel as
-    /// plain addresses, or through code mapped since the process's
-    /// mappings were read (the recorder reads them again, and normalizes
-    /// the addresses while the process lives).
+    /// record). A user stack that needs its process soon wakes the reader
+    /// at once: one walked by the kernel as plain addresses, or through
+    /// code mapped since the process's mappings were read (the recorder
+    /// reads them again, and normalizes the addresses while the process
+    /// lives). The kernel's default would not do: it wakes only a reader
+    /// that has consumed everything, and quiet events before it leave the
+    /// reader asleep until its poll times out (250 ms), long after a
+    /// short-lived process is gone.
     fn wakeup_flags(&mut self, stack_flags: Option<VReg>) -> Arg {
         let flags = self.vreg();
         let quiet = self.label();
@@ -446,7 +449,7 @@ impl Lowerer<'_> {
             self.mov(urgent, stack_flags);
             let bits = stack_flags::KERNEL_WALK | stack_flags::UNKNOWN_MAPPING;
             self.alu(AluOp::And, urgent, Src::Imm(bits as i32));
-            self.mov_imm(flags, 0);
+            self.mov_imm(flags, BPF_RB_FORCE_WAKEUP);
             self.branch(Cond::Ne, urgent, Src::Imm(0), quiet);
         }
         let queued = self.call_result(
