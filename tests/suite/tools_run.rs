@@ -72,7 +72,7 @@ fn compare(case: &Case) {
     let lines = match case.header {
         Header::Same(lines) => lines,
         Header::WprofOnly(expected) => {
-            let ours = trace(&wprof_bin(), &path, &script, &dir);
+            let ours = trace(&wprof_bin(), &path, &script, &dir, Ending::Required);
             assert!(
                 ours.starts_with(expected) && !shapes(&ours, &case.select).is_empty(),
                 "{}: expected to start with\n{expected}\ngot:\n{ours}",
@@ -85,8 +85,8 @@ fn compare(case: &Case) {
         eprintln!("SKIPPED {}: bpftrace is not installed", case.tool);
         return;
     };
-    let theirs = trace(&bpftrace, &path, &script, &dir);
-    let ours = trace(&wprof_bin(), &path, &script, &dir);
+    let theirs = trace(&bpftrace, &path, &script, &dir, Ending::Oracle);
+    let ours = trace(&wprof_bin(), &path, &script, &dir, Ending::Required);
     let header = |out: &str| out.lines().take(lines).collect::<Vec<_>>().join("\n");
     assert_eq!(
         header(&ours),
@@ -153,10 +153,20 @@ fn expand(text: &str, dir: &Path) -> String {
     out
 }
 
+/// How a tool must end after SIGINT.
+#[derive(Clone, Copy, PartialEq)]
+enum Ending {
+    /// Within the limit, with status 0 (wprof: its exit is under test).
+    Required,
+    /// The oracle: bpftrace sometimes takes longer than the limit to exit
+    /// on a busy machine; it is then killed and its output compared.
+    Oracle,
+}
+
 /// Runs `tool script` until it has attached, then the workload, then SIGINT;
 /// returns its stdout. bpftrace's harmless RLIMIT_MEMLOCK complaint goes to
 /// stderr, which is not compared.
-fn trace(tool: &Path, script: &str, workload: &str, dir: &Path) -> String {
+fn trace(tool: &Path, script: &str, workload: &str, dir: &Path, ending: Ending) -> String {
     let out_path = dir.join("trace.out");
     let out = File::create(&out_path).expect("create trace.out");
     let err = File::create(dir.join("trace.err")).expect("create trace.err");
@@ -187,13 +197,13 @@ fn trace(tool: &Path, script: &str, workload: &str, dir: &Path) -> String {
         .expect("run the workload");
     assert!(status.success(), "workload failed ({status}): {workload}");
     thread::sleep(Duration::from_millis(1500));
-    stop(&mut child, tool);
+    stop(&mut child, tool, ending);
     fs::read_to_string(&out_path).expect("read trace.out")
 }
 
 /// SIGINT (the tools' Ctrl-C), then SIGKILL when it does not end within
-/// 30 s (the machine may be loaded); the tool must exit with status 0.
-fn stop(child: &mut Child, tool: &Path) {
+/// 15 s (the machine may be loaded); wprof must exit with status 0.
+fn stop(child: &mut Child, tool: &Path, ending: Ending) {
     // SAFETY: kill has no memory-safety preconditions; the process is our child.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
     let start = Instant::now();
@@ -209,7 +219,13 @@ fn stop(child: &mut Child, tool: &Path) {
     }
     let _ = child.kill();
     let _ = child.wait();
-    panic!("{} did not end within 30 s of SIGINT", tool.display());
+    match ending {
+        Ending::Required => panic!("{} did not end within 15 s of SIGINT", tool.display()),
+        Ending::Oracle => eprintln!(
+            "NOTE {} did not end within 15 s of SIGINT: killed, its output so far compared",
+            tool.display()
+        ),
+    }
 }
 
 fn wait_for(path: &Path, text: &str, timeout: Duration) -> bool {
