@@ -297,3 +297,25 @@ fn stack_depth_limit() {
    ╰────"#,
     );
 }
+
+/// A top-level `struct X y;` or `enum E;` (no body) is an error naming the
+/// type, not a crash (found by the compile fuzzer).
+#[test]
+fn type_definition_without_body() {
+    assert_rejected(
+        "struct X y; BEGIN {}",
+        "  × expected a `{ … }` body or `;` after `struct X`
+   ╭─[<script>:1:1]
+ 1 │ struct X y; BEGIN {}
+   · ────────
+   ╰────",
+    );
+    assert_rejected(
+        "enum E; BEGIN {}",
+        "  × expected a `{ … }` body after `enum E`
+   ╭─[<script>:1:1]
+ 1 │ enum E; BEGIN {}
+   · ──────
+   ╰────",
+    );
+}

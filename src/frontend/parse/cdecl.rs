@@ -136,7 +136,20 @@ impl Parser<'_, '_> {
         let definition = match self.specifiers()? {
             CType::Record(record) => CDefinition::Record(*record),
             CType::Enum(e) => CDefinition::Enum(*e),
-            _ => unreachable!("grammar: definitions start with struct, union or enum"),
+            CType::Named { name, span } => {
+                let or_declaration = if name.starts_with("enum") {
+                    ""
+                } else {
+                    " or `;`"
+                };
+                return Err(ScriptError::new(
+                    start.to(span),
+                    format!("expected a `{{ … }}` body{or_declaration} after `{name}`"),
+                ));
+            }
+            CType::Pointer(_) | CType::Array(..) => {
+                unreachable!("specifiers() returns no derived types")
+            }
         };
         self.eat(";");
         Ok(definition)
