@@ -69,7 +69,7 @@ fn min_block_keeps_the_time_of_short_blocks() {
     assert_eq!(
         folded_of(&capture, &profile, 400),
         [
-            format!("spinner-400/400;[no stack] {}", 9 * MS),
+            format!("spinner-400/400;[no stack: block < 2ms] {}", 9 * MS),
             format!("spinner-400/400;main {}", 90 * MS),
         ]
     );
