@@ -144,8 +144,13 @@ bpf_cost() {
   local name=$1; shift
   "$WPROF" "$@" -D "$OUT/cost.data" -d 120s >/dev/null 2>>"$LOG" &
   local cost_pid=$!
-  # Recording has begun once the first program has run.
-  for _ in $(seq 100); do [[ -n $(prog_stats "$cost_pid") ]] && break; sleep 0.05; done
+  # Recording has begun once the trackers' programs run (start-up runs two
+  # test programs of its own first; a debug build on a busy machine takes
+  # seconds to get there).
+  for _ in $(seq 600); do
+    (($(prog_stats "$cost_pid" | wc -l) >= 6)) && break
+    sleep 0.05
+  done
   "${WORKLOAD[@]}" >/dev/null 2>>"$LOG"
   prog_stats "$cost_pid" | sort -k3,3nr >"$OUT/programs-$name.txt"
   kill -INT "$cost_pid"
