@@ -3,17 +3,19 @@
 #
 #   bench/sched.sh [-n ROUNDS] [-l LOOPS] [-b BUSY_SECONDS]
 #
-#   -n ROUNDS   alternating rounds of the four configurations (default 5)
+#   -n ROUNDS   alternating rounds of the five configurations (default 5)
 #   -l LOOPS    `perf bench sched pipe -l LOOPS` per run (default 200000)
 #   -b SECONDS  length of the busy and of the idle capture (default 10)
 #
-# Each round runs `taskset -c 0 perf bench sched pipe -l LOOPS` four ways, in
+# Each round runs `taskset -c 0 perf bench sched pipe -l LOOPS` five ways, in
 # turn: untraced, under `wprof` (default features), under `wprof -S` (plus
-# timer and off-CPU stacks), and under `perf record -e sched:sched_switch -a`.
-# The slowdown is the workload's own "Total time" against the untraced median
-# of the same run. Then: peak RSS of a busy and of an idle capture, and the
-# default capture's BPF program cost from kernel.bpf_stats_enabled. Prints
-# issue 10's table (markdown) in one run; see bench/README.md.
+# timer and off-CPU stacks), under `wprof -S offcpu=1ms` (off-CPU stacks of
+# blocks of at least 1 ms only, issue 11), and under `perf record -e
+# sched:sched_switch -a`. The slowdown is the workload's own "Total time"
+# against the untraced median of the same run. Then: peak RSS of a busy and
+# of an idle capture, and the BPF program cost (kernel.bpf_stats_enabled) of
+# the default and of the `-S offcpu=1ms` capture. Prints issue 10's table
+# (markdown) in one run; see bench/README.md.
 #
 # Environment: WPROF (default target/release/wprof). Needs root and perf.
 set -euo pipefail
@@ -103,6 +105,7 @@ for round in $(seq "$ROUNDS"); do
   run none
   run default
   run stacks -S
+  run offcpu -S offcpu=1ms
   run perf
   echo "  round $round/$ROUNDS done" >&2
 done
@@ -135,17 +138,30 @@ prog_stats() {
 old_stats=$(sysctl -n kernel.bpf_stats_enabled)
 trap 'sysctl -q -w kernel.bpf_stats_enabled=$old_stats' EXIT
 sysctl -q -w kernel.bpf_stats_enabled=1
-"$WPROF" -D "$OUT/cost.data" -d 120s >/dev/null 2>>"$LOG" &
-cost_pid=$!
-# Recording has begun once the first program has run.
-for _ in $(seq 100); do [[ -n $(prog_stats "$cost_pid") ]] && break; sleep 0.05; done
-"${WORKLOAD[@]}" >/dev/null 2>>"$LOG"
-prog_stats "$cost_pid" | sort -k3,3nr >"$OUT/programs.txt"
-kill -INT "$cost_pid"
-wait "$cost_pid" || true
+# $1 = name, the rest = wprof's arguments: programs-NAME.txt (id, runs, ns)
+# and the capture's switch count in cost-NAME.switches.
+bpf_cost() {
+  local name=$1; shift
+  "$WPROF" "$@" -D "$OUT/cost.data" -d 120s >/dev/null 2>>"$LOG" &
+  local cost_pid=$!
+  # Recording has begun once the trackers' programs run (start-up runs two
+  # test programs of its own first; a debug build on a busy machine takes
+  # seconds to get there).
+  for _ in $(seq 600); do
+    (($(prog_stats "$cost_pid" | wc -l) >= 6)) && break
+    sleep 0.05
+  done
+  "${WORKLOAD[@]}" >/dev/null 2>>"$LOG"
+  prog_stats "$cost_pid" | sort -k3,3nr >"$OUT/programs-$name.txt"
+  kill -INT "$cost_pid"
+  wait "$cost_pid" || true
+  "$WPROF" -R -I -D "$OUT/cost.data" 2>>"$LOG" | awk '$2 == "switch" {print $4; exit}' \
+    >"$OUT/cost-$name.switches"
+  rm -f "$OUT/cost.data"
+}
+bpf_cost default
+bpf_cost offcpu -S offcpu=1ms
 sysctl -q -w kernel.bpf_stats_enabled="$old_stats"
-cost_switches=$("$WPROF" -R -I -D "$OUT/cost.data" 2>>"$LOG" | awk '$2 == "switch" {print $4; exit}')
-rm -f "$OUT/cost.data"
 
 median() {
   awk -F'\t' -v c="$1" -v m="$2" '$1 == c && $2 == m {print $3}' "$RAW" | sort -g |
@@ -162,9 +178,10 @@ mb() { calc %.1f "$(median "$1" maxrss_kb) / 1024"; }
   echo '| | slowdown | drops | B/switch data | B/switch Perfetto | launch → recording | peak RSS |'
   echo '|---|---|---|---|---|---|---|'
   base=$(median none seconds)
-  for c in default stacks perf; do
+  for c in default stacks offcpu perf; do
     label="wprof default"
     [[ $c == stacks ]] && label="wprof \`-S\`"
+    [[ $c == offcpu ]] && label="wprof \`-S offcpu=1ms\`"
     [[ $c == perf ]] && label="\`perf record -e sched:sched_switch -a\`"
     ratio=$(calc %.2f "$(median "$c" seconds) / $base")
     if [[ $c == perf ]]; then
@@ -181,9 +198,11 @@ mb() { calc %.1f "$(median "$1" maxrss_kb) / 1024"; }
   echo "| ${BUSY_S} s idle capture | | $(median idle drops) | | | | $(mb idle) MB |"
   echo
   echo "untraced: $(median none seconds) s; switches per wprof run: $(median default switches)"
-  awk -v sw="${cost_switches:-0}" '{n += $3; c[NR] = $2; t[NR] = $3}
-    END {printf "default capture BPF cost (bpf_stats): %.0f ns per switch over all programs", (sw > 0 ? n / sw : 0);
-         printf " (%d switches); busiest programs (runs, ns/run):", sw
-         for (i = 1; i <= NR && i <= 4; i++) printf " %d %.0f;", c[i], t[i] / c[i]; print ""}' \
-    "$OUT/programs.txt"
+  for c in default offcpu; do
+    awk -v sw="$(cat "$OUT/cost-$c.switches")" -v c="$c" '{n += $3; r[NR] = $2; t[NR] = $3}
+      END {printf "%s capture BPF cost (bpf_stats): %.0f ns per switch over all programs", c, (sw > 0 ? n / sw : 0);
+           printf " (%d switches); busiest programs (runs, ns/run):", sw
+           for (i = 1; i <= NR && i <= 4; i++) printf " %d %.0f;", r[i], t[i] / r[i]; print ""}' \
+      "$OUT/programs-$c.txt"
+  done
 } | tee "$OUT/summary.txt"

@@ -40,6 +40,12 @@ impl StackTarget {
     fn desc(&self, field: u32) -> i16 {
         self.desc_at + (field - header::KERNEL_FRAMES) as i16
     }
+
+    /// Whether `buf` is the message itself (its header at `buf`), not a
+    /// span's saved start.
+    fn is_message(&self) -> bool {
+        self.desc_at == header::KERNEL_FRAMES as i16
+    }
 }
 
 /// `bpf_get_stack` flags: the user stack, as build ids and file offsets.
@@ -409,6 +415,12 @@ impl Lowerer<'_> {
             self.copy_state_frames(next_state, target, user);
             let stored = self.load_sized(Base::Reg(next_state), state::FLAGS, Size::U32);
             self.mov(user.flags, stored);
+            if target.is_message() {
+                // The frames are addresses of NEXT's process, not the current one's.
+                let tgid = self.load_sized(Base::Reg(next_state), state::TGID, Size::U32);
+                let at = header::STACK_TGID as i16;
+                self.store_reg(Base::Reg(target.buf), at, tgid, Size::U32);
+            }
         }
         if parts.kernel() {
             self.kernel_stack(target, user, KernelSource::Task(next));

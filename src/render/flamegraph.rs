@@ -76,8 +76,8 @@ impl FlameGraph {
             profile.spec.kind,
             ProfileKind::Cpu | ProfileKind::Record { .. }
         );
-        if off_cpu && self.options.min_block_ns > 0 {
-            let min = whole_duration(self.options.min_block_ns);
+        if off_cpu && profile.min_block_ns > 0 {
+            let min = whole_duration(profile.min_block_ns);
             parts.push(format!("blocks under {min} without stacks"));
         }
         parts.join("; ")

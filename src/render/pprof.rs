@@ -18,7 +18,7 @@ use crate::analysis::folded::CpuState;
 use crate::analysis::pprof::{Frame, Label, LocationId, Module, ProfileBuilder, SampleType};
 use crate::capture::model::FrameId;
 use crate::render::frames::{Frames, NO_STACK};
-use crate::render::profile::{Profile, ProfileKind, ProfileOptions};
+use crate::render::profile::{Profile, ProfileKind, ProfileOptions, SampleStack};
 use crate::render::{Capture, Captures, Destination, Render, RenderError};
 
 /// The pprof renderer.
@@ -78,12 +78,16 @@ impl Pprof {
         for (key, values) in profile.sorted() {
             stack.clear();
             match key.stack {
-                Some(id) => {
+                SampleStack::Recorded(id) => {
                     for frame in frames.leaf_first(id) {
                         stack.push(locations.of(&mut builder, &frames, frame));
                     }
                 }
-                None => stack.push(locations.no_stack(&mut builder)),
+                SampleStack::ShortBlock => {
+                    let name = profile.short_block_frame();
+                    stack.push(locations.no_stack(&mut builder, &name));
+                }
+                SampleStack::Missing => stack.push(locations.no_stack(&mut builder, NO_STACK)),
             }
             let thread = source.thread(key.thread);
             let mut labels = vec![
@@ -112,7 +116,8 @@ impl Pprof {
 #[derive(Default)]
 struct Locations {
     by_frame: AHashMap<FrameId, LocationId>,
-    no_stack: Option<LocationId>,
+    /// By the name of the frame shown instead.
+    no_stack: AHashMap<String, LocationId>,
 }
 
 impl Locations {
@@ -128,11 +133,11 @@ impl Locations {
         })
     }
 
-    /// The location of samples without a stack.
-    fn no_stack(&mut self, builder: &mut ProfileBuilder) -> LocationId {
-        *self.no_stack.get_or_insert_with(|| {
+    /// The location of samples without a stack, shown as `name`.
+    fn no_stack(&mut self, builder: &mut ProfileBuilder, name: &str) -> LocationId {
+        *self.no_stack.entry(name.to_owned()).or_insert_with(|| {
             builder.location(&Frame {
-                function: Some(NO_STACK),
+                function: Some(name),
                 file: None,
                 line: None,
                 inlined: &[],

@@ -5,6 +5,12 @@
 //! the accounted [`Window`] of a capture (its replay window, clipped to what
 //! was captured).
 //!
+//! Whose stack a switch carries depends on how it was recorded: with
+//! `-S offcpu` the stack of the task switched out, for the block it begins;
+//! with `-S offcpu=DUR` the stack of the task switched in, for the block it
+//! ends, and only when that block lasted at least DUR (the kernel decides
+//! at the switch-in, so short blocks cost no stack walk).
+//!
 //! Every consumer of per-thread times (metrics, the wall-clock report, the
 //! off-CPU, wake-up and wall-clock profiles) feeds the accounting through
 //! here, from the capture's first event (earlier events set state without
@@ -13,9 +19,10 @@
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
-use crate::analysis::wallclock::{BlockReason, SchedEvent, Window};
+use crate::analysis::wallclock::{BlockReason, OffCpuInterval, SchedEvent, WallClock, Window};
 use crate::capture::format::CaptureError;
 use crate::capture::model::{Event, StackId, ThreadId};
+use crate::render::recorded::RecordedStacks;
 use crate::render::source::CaptureSource;
 use crate::render::tracker::state_letter;
 use crate::render::{Capture, RenderError};
@@ -34,13 +41,17 @@ pub struct OffCpuTag {
 pub struct SchedFeed<'s> {
     source: &'s dyn CaptureSource,
     trackers: Trackers,
+    /// `-S offcpu=DUR`: a switch's stack is that of the block it ends.
+    stack_at_switch_in: bool,
 }
 
 impl<'s> SchedFeed<'s> {
     pub fn new(source: &'s dyn CaptureSource) -> Self {
+        let recorded = RecordedStacks::of(&source.info().settings);
         SchedFeed {
             source,
             trackers: Trackers::new(source.schemas()),
+            stack_at_switch_in: recorded.offcpu.is_some_and(|o| o.min_block_ns.is_some()),
         }
     }
 
@@ -58,7 +69,24 @@ impl<'s> SchedFeed<'s> {
         self.trackers.get(event).map(|t| t.kind)
     }
 
-    /// `event` as accounting input, if it is a scheduler event.
+    /// Accounts `event` in `wallclock`; returns the off-CPU interval it
+    /// completes, if any, under the stack recorded for that interval.
+    pub fn account(
+        &self,
+        wallclock: &mut WallClock<OffCpuTag>,
+        event: &Event,
+    ) -> Option<OffCpuInterval<OffCpuTag>> {
+        let mut interval = wallclock.feed(&self.translate(event)?)?;
+        if self.stack_at_switch_in
+            && let Some(tag) = &mut interval.tag
+        {
+            tag.stack = event.stack;
+        }
+        Some(interval)
+    }
+
+    /// `event` as accounting input, if it is a scheduler event; a switch's
+    /// tag has the stack of the block it begins, if the capture has one.
     pub fn translate(&self, event: &Event) -> Option<SchedEvent<OffCpuTag>> {
         let layout = self.trackers.get(event)?;
         let ts_ns = event.ts_ns;
@@ -75,7 +103,7 @@ impl<'s> SchedFeed<'s> {
                     next: other()?,
                     tag: OffCpuTag {
                         thread: event.thread,
-                        stack: event.stack,
+                        stack: event.stack.filter(|_| !self.stack_at_switch_in),
                     },
                 }
             }
@@ -147,6 +175,7 @@ pub fn window_as_read(capture: &Capture<'_>) -> (Window, Result<(), CaptureError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::model::StackId;
     use crate::render::filter::Filter;
     use crate::render::source::FakeCapture;
     use crate::render::system_fixture::{MS, US, system};
@@ -193,6 +222,46 @@ mod tests {
         };
         assert_eq!(first(Kind::Exit, t.child), Some(exit));
         assert_eq!(first(Kind::Exec, t.child), None);
+    }
+
+    /// Under `-S offcpu=DUR` a switch's stack is that of the block it ends:
+    /// it goes to the interval of the thread switched in, never to the one
+    /// the switched-out thread begins.
+    #[test]
+    fn threshold_stacks_go_to_the_block_they_end() {
+        let (mut c, _) = system();
+        c.info.settings.stacks = vec!["offcpu=1ms".into()];
+        let stack = c.events.iter().find_map(|e| e.stack).expect("a stack");
+        let into_sleeper: Vec<bool> = {
+            let feed = SchedFeed::new(&c);
+            let ends_sleep = |e: &Event| {
+                matches!(
+                    feed.translate(e),
+                    Some(SchedEvent::Switch { next: 300, .. })
+                )
+            };
+            c.events.iter().map(ends_sleep).collect()
+        };
+        for (event, into) in c.events.iter_mut().zip(into_sleeper) {
+            event.stack = into.then_some(stack);
+        }
+        let feed = SchedFeed::new(&c);
+        let window = Window {
+            start_ns: 0,
+            end_ns: u64::MAX,
+        };
+        let mut wallclock = WallClock::new(window);
+        let mut stacks: BTreeMap<u32, Vec<Option<StackId>>> = BTreeMap::new();
+        for event in &c.events {
+            if let Some(interval) = feed.account(&mut wallclock, event) {
+                let stack = interval.tag.and_then(|tag| tag.stack);
+                stacks.entry(interval.tid).or_default().push(stack);
+            }
+        }
+        let sleeper = stacks.remove(&300).expect("the sleeper's blocks");
+        assert_eq!(sleeper, vec![Some(stack); sleeper.len()]);
+        assert!(sleeper.len() >= 9, "{sleeper:?}");
+        assert!(stacks.values().flatten().all(Option::is_none), "{stacks:?}");
     }
 
     /// The window is the replay window within what was captured.

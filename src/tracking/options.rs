@@ -196,15 +196,9 @@ pub fn parse_stack_arg(text: &str) -> Result<Vec<StackKind>, String> {
             PerfSample::Period(_) => return Err(bad("the timer rate is `Nhz`".into())),
         },
         ("offcpu", None) => vec![StackKind::Offcpu { min_block_ns: None }],
-        ("offcpu", Some(duration)) => {
-            let ns = parse_duration(duration).map_err(bad)?.as_nanos();
-            let ns = u64::try_from(ns).ok().filter(|&ns| ns > 0).ok_or_else(|| {
-                bad("the off-CPU threshold is a positive duration (`1ms`)".into())
-            })?;
-            vec![StackKind::Offcpu {
-                min_block_ns: Some(ns),
-            }]
-        }
+        ("offcpu", Some(duration)) => vec![StackKind::Offcpu {
+            min_block_ns: Some(parse_threshold(duration).map_err(bad)?),
+        }],
         ("waker", None) => vec![StackKind::Waker],
         ("probe", None) => vec![StackKind::Probe],
         ("pmu", Some(spec)) => {
@@ -228,6 +222,23 @@ pub fn parse_stack_arg(text: &str) -> Result<Vec<StackKind>, String> {
         }
     };
     Ok(kinds)
+}
+
+/// `offcpu=DUR` in ns: a positive duration with its unit (`1ms`, `500us`);
+/// a bare number (milliseconds elsewhere) is more likely a slip here.
+fn parse_threshold(text: &str) -> Result<u64, String> {
+    let examples = "examples: 1ms, 500us";
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "the off-CPU threshold `{text}` needs a unit ({examples})"
+        ));
+    }
+    let duration = parse_duration(text)
+        .map_err(|_| format!("the off-CPU threshold `{text}` is not a duration ({examples})"))?;
+    u64::try_from(duration.as_nanos())
+        .ok()
+        .filter(|&ns| ns > 0)
+        .ok_or_else(|| format!("the off-CPU threshold is a positive duration ({examples})"))
 }
 
 /// `Nhz` (a frequency) or `N` (a period in events); zero is rejected.
@@ -353,6 +364,9 @@ mod tests {
             "pmu=x@",
             "offcpu=0ms",
             "offcpu=soon",
+            "offcpu=-1",
+            "offcpu=5",
+            "offcpu=",
         ] {
             let error = parse_stack_arg(text).unwrap_err();
             assert!(error.contains(&format!("`{text}`")), "{error}");

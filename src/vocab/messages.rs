@@ -70,6 +70,11 @@ pub mod record_header {
     pub const PID_TGID: u32 = 16;
     /// u32
     pub const CPU: u32 = 24;
+    /// u32 (the upper half of the CPU's u64): the process whose user frames
+    /// the record carries when they are not the current task's (a switch's
+    /// `stack(offcpu, NEXT)` under `-S offcpu=DUR`: the task switched in);
+    /// 0 for the current task.
+    pub const STACK_TGID: u32 = 28;
     /// `char[16]`
     pub const COMM: u32 = 32;
     /// Spans only; 0 otherwise.

@@ -9,6 +9,7 @@ mod dump;
 mod errors;
 mod hostile;
 mod load;
+mod offcpu;
 mod probe_forms;
 mod profiles;
 mod records;

@@ -16,7 +16,7 @@ use crate::require_bpf;
 
 /// `key=value` numbers of a line starting with `prefix` in `text`.
 #[track_caller]
-fn numbers(text: &str, prefix: &str) -> BTreeMap<String, f64> {
+pub(super) fn numbers(text: &str, prefix: &str) -> BTreeMap<String, f64> {
     let line = text.lines().find(|l| l.starts_with(prefix));
     let line = line.unwrap_or_else(|| panic!("no `{prefix}` line in:\n{text}"));
     (line.split_whitespace())
@@ -26,7 +26,7 @@ fn numbers(text: &str, prefix: &str) -> BTreeMap<String, f64> {
 }
 
 /// Folded lines as `(stack, weight)`.
-fn folded(path: &Path) -> Vec<(String, u64)> {
+pub(super) fn folded(path: &Path) -> Vec<(String, u64)> {
     let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     (text.lines())
         .map(|line| {
@@ -37,7 +37,7 @@ fn folded(path: &Path) -> Vec<(String, u64)> {
 }
 
 /// The summed weight of the lines whose stack `matches`.
-fn weight(lines: &[(String, u64)], matches: impl Fn(&str) -> bool) -> u64 {
+pub(super) fn weight(lines: &[(String, u64)], matches: impl Fn(&str) -> bool) -> u64 {
     lines
         .iter()
         .filter(|(s, _)| matches(s))
@@ -46,7 +46,7 @@ fn weight(lines: &[(String, u64)], matches: impl Fn(&str) -> bool) -> u64 {
 }
 
 #[track_caller]
-fn assert_near(actual: f64, expected: f64, tolerance: f64, what: &str) {
+pub(super) fn assert_near(actual: f64, expected: f64, tolerance: f64, what: &str) {
     assert!(
         (actual - expected).abs() <= expected * tolerance,
         "{what}: {actual} is not within {}% of {expected}",
@@ -70,7 +70,7 @@ fn fills(svg: &str, name: &str) -> Vec<(u8, u8, u8)> {
 /// The total of sample type `index` of a pprof file as `go tool pprof -top`
 /// prints it (`Total samples = 305305305ns`), in `unit` (`ns`, `B`, or none
 /// for counts); `None` without `go`.
-fn go_pprof_total(path: &Path, index: &str, unit: Option<&str>) -> Option<i64> {
+pub(super) fn go_pprof_total(path: &Path, index: &str, unit: Option<&str>) -> Option<i64> {
     let home = tempfile::tempdir().expect("a temporary HOME");
     let mut command = Command::new("go");
     command.args(["tool", "pprof", "-top", &format!("-sample_index={index}")]);
@@ -109,7 +109,7 @@ fn worker_row(report: &Path) -> Value {
 
 /// A number of a report row.
 #[track_caller]
-fn field(row: &Value, key: &str) -> f64 {
+pub(super) fn field(row: &Value, key: &str) -> f64 {
     row[key]
         .as_f64()
         .unwrap_or_else(|| panic!("no {key} in {row}"))

@@ -8,7 +8,8 @@
 //! distribution, voluntary and involuntary switches, samples and coverage of
 //! the thread's life in the window; and each completed off-CPU interval
 //! ([`OffCpuInterval`]) with the tag (e.g. the off-CPU stack) of the switch
-//! that began it, for off-CPU and wake-up flame graphs.
+//! that began it, for off-CPU and wake-up flame graphs: the intervals add up
+//! to each thread's off-CPU time.
 //!
 //! Rules:
 //! - Every span of time is clipped to the window; events before it only set
@@ -131,8 +132,9 @@ pub struct OffCpuInterval<T> {
     /// The part spent runnable, waiting for a CPU (after a wake-up, or all of
     /// it when preempted).
     pub runnable_ns: u64,
-    /// The tag of the switch that began the interval.
-    pub tag: T,
+    /// The tag of the switch that began the interval; `None` when no switch
+    /// began it (a thread first seen being woken, or a new task).
+    pub tag: Option<T>,
     /// `false` when the window ended before the thread ran again.
     pub complete: bool,
 }

@@ -86,13 +86,23 @@ fn accounts_a_threads_life() {
     assert_eq!(
         completed,
         [
+            // Created runnable: no switch began the wait for its first run.
+            OffCpuInterval {
+                tid: 10,
+                start_ns: 0,
+                end_ns: 50 * US,
+                reason: Runnable,
+                runnable_ns: 50 * US,
+                tag: None,
+                complete: true,
+            },
             OffCpuInterval {
                 tid: 10,
                 start_ns: 300 * MS,
                 end_ns: 400 * MS + 10 * US,
                 reason: Sleeping,
                 runnable_ns: 10 * US,
-                tag: "nanosleep",
+                tag: Some("nanosleep"),
                 complete: true,
             },
             OffCpuInterval {
@@ -101,7 +111,7 @@ fn accounts_a_threads_life() {
                 end_ns: 520 * MS,
                 reason: Runnable,
                 runnable_ns: 20 * MS,
-                tag: "preempted",
+                tag: Some("preempted"),
                 complete: true,
             },
         ]
@@ -136,8 +146,8 @@ fn accounts_a_threads_life() {
     assert_eq!(
         open,
         [
-            (1, 50 * US, 1000 * MS, "t1-preempted", false),
-            (20, 520 * MS, 1000 * MS, "t20-sleep", false)
+            (1, 50 * US, 1000 * MS, Some("t1-preempted"), false),
+            (20, 520 * MS, 1000 * MS, Some("t20-sleep"), false)
         ]
     );
 }

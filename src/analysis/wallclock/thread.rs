@@ -184,7 +184,7 @@ impl<T: Copy> ThreadState<T> {
     }
 
     /// Splits the off-CPU time up to `ts` between the blocking reason and
-    /// runnable; returns the interval when its switch-out was seen.
+    /// runnable; returns the interval (if any of it is in the window).
     fn account_off(
         &mut self,
         window: &Window,
@@ -222,7 +222,7 @@ impl<T: Copy> ThreadState<T> {
             end_ns,
             reason,
             runnable_ns: runnable,
-            tag: tag?,
+            tag,
             complete,
         })
     }

@@ -12,19 +12,21 @@
 //!   period]`;
 //! - `offcpu`: each off-CPU interval of a selected thread (switch-out to
 //!   switch-in, clipped to the window, from `analysis::wallclock`),
-//!   `[1, duration]`, under the stack recorded at the switch-out;
+//!   `[1, duration]`, under the stack recorded for it (`render::sched`);
 //! - `wakeup`: the same intervals that waited for a CPU, `[1, runnable]`;
 //! - `wall`: both, on-CPU samples `[1, period, 0, period]` tagged
 //!   [`CpuState::OnCpu`], intervals `[0, 0, duration, duration]` tagged
 //!   [`CpuState::OffCpu`];
 //! - a record: each of its events, `[1]` or `[1, field]`.
 //!
-//! An interval without a stack (shorter than `-S offcpu=DUR`, or than
-//! `--min-block` at render time) keeps its exact duration under the
-//! `[no stack]` frame.
+//! An interval shorter than the stack threshold (the larger of the
+//! capture's `-S offcpu=DUR` and `--min-block`) keeps its exact duration
+//! under the `[no stack: block < DUR]` frame ([`SampleStack::ShortBlock`]);
+//! a longer one whose stack was not recorded, under `[no stack]`.
 
 mod spec;
 
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
 use ahash::AHashMap;
@@ -34,7 +36,9 @@ pub use spec::{Column, PROFILE_KINDS, ProfileError, ProfileKind, ProfileSpec, Re
 use crate::analysis::folded::{CpuState, FoldOptions, Folded, Folder};
 use crate::analysis::wallclock::{OffCpuInterval, WallClock, Window};
 use crate::capture::model::{Event, FieldValue, StackId, ThreadId};
+use crate::render::format::whole_duration;
 use crate::render::frames::{Frames, StackParts};
+use crate::render::recorded::RecordedStacks;
 use crate::render::sched::{self, OffCpuTag, SchedFeed, latest_identities};
 use crate::render::source::CaptureSource;
 use crate::render::{Capture, Destination, RenderError};
@@ -60,10 +64,25 @@ pub struct ProfileOptions {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SampleKey {
     pub thread: ThreadId,
-    /// `None`: no stack (drawn as `[no stack]`).
-    pub stack: Option<StackId>,
+    pub stack: SampleStack,
     /// Wall-clock profiles only.
     pub state: Option<CpuState>,
+}
+
+/// The frames of a sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SampleStack {
+    Recorded(StackId),
+    /// An off-CPU block shorter than the profile's stack threshold.
+    ShortBlock,
+    /// No stack recorded (lost, or a block still open at the window's end).
+    Missing,
+}
+
+impl From<Option<StackId>> for SampleStack {
+    fn from(stack: Option<StackId>) -> Self {
+        stack.map_or(SampleStack::Missing, SampleStack::Recorded)
+    }
 }
 
 /// The most columns a profile has (`wall`).
@@ -77,6 +96,9 @@ pub type Values = [u64; MAX_COLUMNS];
 pub struct Profile {
     pub spec: ProfileSpec,
     pub window: Window,
+    /// Off-CPU blocks shorter than this have no stack: the larger of the
+    /// capture's `-S offcpu=DUR` and `--min-block` (0: none).
+    pub min_block_ns: u64,
     pub samples: AHashMap<SampleKey, Values>,
 }
 
@@ -90,7 +112,11 @@ impl Profile {
             options.weight.as_deref(),
         )?;
         let window = sched::window(capture)?;
-        let mut collector = Collector::new(capture, &spec, window, options.min_block_ns);
+        let recorded = RecordedStacks::of(&source.info().settings);
+        let captured_min = recorded.offcpu.and_then(|o| o.min_block_ns).unwrap_or(0);
+        let min_block_ns = options.min_block_ns.max(captured_min);
+        let thresholds = (options.min_block_ns, min_block_ns);
+        let mut collector = Collector::new(capture, &spec, window, thresholds);
         // Events come in time order: nothing after the window changes it.
         source.for_each_event(&mut |event| {
             if event.ts_ns >= window.end_ns {
@@ -107,8 +133,14 @@ impl Profile {
         Ok(Profile {
             spec,
             window,
+            min_block_ns,
             samples,
         })
+    }
+
+    /// The frame of [`SampleStack::ShortBlock`] samples: `[no stack: block < 1ms]`.
+    pub fn short_block_frame(&self) -> String {
+        format!("[no stack: block < {}]", whole_duration(self.min_block_ns))
     }
 
     /// The sum of column `column` over all samples.
@@ -150,12 +182,19 @@ impl Profile {
             }
         }
         let frames = Frames::new(source, options.parts);
+        let short_block = self.short_block_frame();
         folder.fold(options.fold, |key, builder| {
             if let Some(state) = key.state {
                 builder.state(state);
             }
             builder.thread(&thread(key.thread));
-            frames.describe(key.stack, builder);
+            match key.stack {
+                SampleStack::Recorded(id) => frames.describe(Some(id), builder),
+                SampleStack::ShortBlock => {
+                    builder.user(&short_block);
+                }
+                SampleStack::Missing => frames.describe(None, builder),
+            }
         })
     }
 
@@ -253,7 +292,13 @@ struct Collector<'c> {
     feed: SchedFeed<'c>,
     /// For the profiles made of off-CPU intervals.
     wallclock: Option<WallClock<OffCpuTag>>,
+    /// `--min-block`: shorter intervals lose their stack.
     min_block_ns: u64,
+    /// [`Profile::min_block_ns`]: shorter intervals without a stack are
+    /// [`SampleStack::ShortBlock`].
+    short_block_ns: u64,
+    /// Each tid's latest identity (`sched::latest_identities`).
+    latest: BTreeMap<u32, ThreadId>,
     samples: AHashMap<SampleKey, Values>,
 }
 
@@ -262,7 +307,7 @@ impl<'c> Collector<'c> {
         capture: &'c Capture<'c>,
         spec: &'c ProfileSpec,
         window: Window,
-        min_block_ns: u64,
+        (min_block_ns, short_block_ns): (u64, u64),
     ) -> Self {
         let off_cpu = matches!(
             spec.kind,
@@ -274,14 +319,15 @@ impl<'c> Collector<'c> {
             feed: SchedFeed::new(capture.source),
             wallclock: off_cpu.then(|| WallClock::new(window)),
             min_block_ns,
+            short_block_ns,
+            latest: latest_identities(capture.source),
             samples: AHashMap::new(),
         }
     }
 
     fn event(&mut self, event: &Event) {
         if let Some(wallclock) = &mut self.wallclock
-            && let Some(sched) = self.feed.translate(event)
-            && let Some(interval) = wallclock.feed(&sched)
+            && let Some(interval) = self.feed.account(wallclock, event)
         {
             self.off_cpu(&interval);
         }
@@ -298,7 +344,7 @@ impl<'c> Collector<'c> {
                     && self.keeps(event)
                 {
                     let value = record_value(event, weight, index);
-                    self.add(event.thread, event.stack, None, [1, value, 0, 0]);
+                    self.add(event.thread, event.stack.into(), None, [1, value, 0, 0]);
                 }
             }
             ProfileKind::OffCpu | ProfileKind::Wakeup => {}
@@ -314,32 +360,39 @@ impl<'c> Collector<'c> {
         match self.spec.kind {
             ProfileKind::Wall => {
                 let values = [1, period, 0, period];
-                self.add(event.thread, event.stack, Some(CpuState::OnCpu), values);
+                let stack = event.stack.into();
+                self.add(event.thread, stack, Some(CpuState::OnCpu), values);
             }
-            _ => self.add(event.thread, event.stack, None, [1, period, 0, 0]),
+            _ => self.add(event.thread, event.stack.into(), None, [1, period, 0, 0]),
         }
     }
 
+    /// Adds an off-CPU interval under the thread as it left the CPU (its
+    /// latest identity when no switch began the interval).
     fn off_cpu(&mut self, interval: &OffCpuInterval<OffCpuTag>) {
         let source = self.capture.source;
-        let tag = interval.tag;
-        if !self
-            .capture
-            .filter
-            .selects_thread(source.thread(tag.thread), source)
-        {
+        let Some(thread) = (interval.tag.map(|tag| tag.thread))
+            .or_else(|| self.latest.get(&interval.tid).copied())
+        else {
+            return;
+        };
+        if !(self.capture.filter).selects_thread(source.thread(thread), source) {
             return;
         }
         let duration = interval.duration_ns();
-        let stack = tag.stack.filter(|_| duration >= self.min_block_ns);
+        let stack = match interval.tag.and_then(|tag| tag.stack) {
+            Some(id) if duration >= self.min_block_ns => SampleStack::Recorded(id),
+            _ if duration < self.short_block_ns => SampleStack::ShortBlock,
+            _ => SampleStack::Missing,
+        };
         match self.spec.kind {
-            ProfileKind::OffCpu => self.add(tag.thread, stack, None, [1, duration, 0, 0]),
+            ProfileKind::OffCpu => self.add(thread, stack, None, [1, duration, 0, 0]),
             ProfileKind::Wall => {
                 let values = [0, 0, duration, duration];
-                self.add(tag.thread, stack, Some(CpuState::OffCpu), values);
+                self.add(thread, stack, Some(CpuState::OffCpu), values);
             }
             ProfileKind::Wakeup if interval.runnable_ns > 0 => {
-                self.add(tag.thread, stack, None, [1, interval.runnable_ns, 0, 0]);
+                self.add(thread, stack, None, [1, interval.runnable_ns, 0, 0]);
             }
             _ => {}
         }
@@ -348,7 +401,7 @@ impl<'c> Collector<'c> {
     fn add(
         &mut self,
         thread: ThreadId,
-        stack: Option<StackId>,
+        stack: SampleStack,
         state: Option<CpuState>,
         values: Values,
     ) {
@@ -373,7 +426,7 @@ impl<'c> Collector<'c> {
             }
         }
         let source = self.capture.source;
-        let latest = latest_identities(source);
+        let latest = &self.latest;
         let mut samples = AHashMap::with_capacity(self.samples.len());
         for (mut key, values) in self.samples {
             let tid = source.thread(key.thread).tid;

@@ -69,7 +69,7 @@ fn min_block_keeps_the_time_of_short_blocks() {
     assert_eq!(
         folded_of(&capture, &profile, 400),
         [
-            format!("spinner-400/400;[no stack] {}", 9 * MS),
+            format!("spinner-400/400;[no stack: block < 2ms] {}", 9 * MS),
             format!("spinner-400/400;main {}", 90 * MS),
         ]
     );
@@ -145,5 +145,26 @@ fn empty_profiles_are_errors() {
     assert_eq!(
         error.chain(),
         "the cpu profile is empty: nothing in the window for the selected tasks"
+    );
+}
+
+/// A capture recorded with `-S offcpu=DUR` names its blocks without a
+/// stack by that threshold when shorter, `[no stack]` when not; the time of
+/// both counts.
+#[test]
+fn capture_threshold_names_short_blocks() {
+    let (mut c, _) = system();
+    c.info.settings.stacks = vec!["offcpu=20ms".into()];
+    for event in &mut c.events {
+        event.stack = None;
+    }
+    let profile = build(&c, Filter::default(), &options("offcpu"));
+    assert_eq!(profile.min_block_ns, 20 * MS);
+    assert_eq!(
+        folded_of(&c, &profile, 400),
+        [
+            format!("spinner-400/400;[no stack: block < 20ms] {}", 9 * MS),
+            format!("spinner-400/400;[no stack] {}", 90 * MS),
+        ]
     );
 }

@@ -141,7 +141,9 @@ impl Recorder {
         let ts = u64_at(header::TS)?;
         let task = u64_at(header::PID_TGID)?;
         let (pid, tid) = ((task >> 32) as u32, task as u32);
-        let cpu = u64_at(header::CPU)? as u32;
+        // `STACK_TGID` is the upper half of the CPU's word.
+        let cpu_word = u64_at(header::CPU)?;
+        let (cpu, stack_tgid) = (cpu_word as u32, (cpu_word >> 32) as u32);
         let comm: Comm = bytes
             .get(header::COMM as usize..header::DURATION as usize)
             .and_then(|c| c.try_into().ok())
@@ -169,7 +171,10 @@ impl Recorder {
             stack: None,
         };
         let stack = match self.frames_at.get(message).copied().flatten() {
-            Some(frames_at) => self.message_stack(bytes, frames_at, pid, &mut event)?,
+            Some(frames_at) => {
+                let stack_pid = if stack_tgid == 0 { pid } else { stack_tgid };
+                self.message_stack(bytes, frames_at, stack_pid, &mut event)?
+            }
             None => None,
         };
         self.pending.push(Pending { event, stack });
@@ -177,7 +182,8 @@ impl Recorder {
     }
 
     /// The stack a message carries: the event's stack when it is known,
-    /// else the raw stack to resolve (with its digest).
+    /// else the raw stack to resolve (with its digest); `pid` is the
+    /// process of its user frames.
     fn message_stack(
         &mut self,
         bytes: &[u8],

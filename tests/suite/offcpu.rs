@@ -1,0 +1,241 @@
+//! `-S offcpu=DUR` on the real kernel: a workload mixing many 10 µs blocks
+//! and a few 5 ms blocks (`tests/data/offcpu_mix.c`, which measures its own
+//! time off the CPU) keeps a stack for exactly the blocks of at least DUR,
+//! those stacks go through the sleeping function to `main`, and every
+//! block's time is still accounted — in the report, the folded stacks and
+//! pprof alike.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::capture::{Ndjson, fresh_dir};
+use super::profiles::{assert_near, field, folded, go_pprof_total, numbers, weight};
+use super::{path_str, workload, wprof, wprof_ok};
+use crate::require_bpf;
+
+const THRESHOLD_NS: u64 = 1_000_000;
+const SHORT_FRAME: &str = "[no stack: block < 1ms]";
+
+/// One off-CPU block of a thread, from its switch-out to its switch-in.
+#[derive(Debug)]
+struct Block {
+    duration_ns: u64,
+    /// The frames the switch-in recorded (innermost first), if any.
+    frames: Option<Vec<String>>,
+}
+
+/// An NDJSON timestamp (seconds with 9 decimals) in ns.
+fn ts_ns(event: &Value) -> u64 {
+    let seconds = event["ts"].as_f64().expect("a timestamp");
+    (seconds * 1e9).round() as u64
+}
+
+/// The blocks of thread `tid`, each with the stack of the switch that ended it.
+fn blocks_of(nd: &Ndjson, tid: u64) -> Vec<Block> {
+    let mut out_at = None;
+    let mut blocks = Vec::new();
+    for event in nd.events.iter().filter(|e| e["t"] == "switch") {
+        if event["task"]["tid"] == tid {
+            out_at = Some(ts_ns(event));
+        } else if event["next"]["tid"] == tid
+            && let Some(out) = out_at.take()
+        {
+            let frames = event["stack"].is_u64().then(|| nd.stack_of(event).to_vec());
+            let duration_ns = ts_ns(event) - out;
+            blocks.push(Block {
+                duration_ns,
+                frames,
+            });
+        }
+    }
+    blocks
+}
+
+/// The index of the first frame naming `function`.
+fn frame_index(frames: &[String], function: &str) -> Option<usize> {
+    frames
+        .iter()
+        .position(|f| f.contains(&format!(" {function}+")))
+}
+
+/// Short blocks have no stack, long ones have one; the long sleeps' stacks
+/// run from the kernel's nanosleep through `long_block` to `main`.
+fn check_blocks(blocks: &[Block], measured: &BTreeMap<String, BTreeMap<String, f64>>) {
+    let wrong: Vec<&Block> = (blocks.iter())
+        .filter(|b| b.frames.is_some() != (b.duration_ns >= THRESHOLD_NS))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "stacks kept against the threshold: {wrong:?}"
+    );
+    let short = blocks
+        .iter()
+        .filter(|b| b.duration_ns < THRESHOLD_NS)
+        .count();
+    let short_count = measured["short"]["count"];
+    assert!(
+        short as f64 >= short_count / 10.0,
+        "{short} blocks under 1ms of {short_count} short sleeps"
+    );
+    let long_sleeps: Vec<&Vec<String>> = (blocks.iter())
+        .filter_map(|b| b.frames.as_ref())
+        .filter(|frames| frame_index(frames, "long_block").is_some())
+        .collect();
+    let others: Vec<&Block> = (blocks.iter())
+        .filter(|b| {
+            b.frames
+                .as_ref()
+                .is_some_and(|f| frame_index(f, "long_block").is_none())
+        })
+        .collect();
+    assert!(
+        long_sleeps.len() as f64 >= measured["long"]["count"],
+        "{} stacks through long_block; the other stacks: {others:#?}",
+        long_sleeps.len()
+    );
+    for frames in long_sleeps {
+        // libc's frames are left out: they are not always symbolized (see
+        // the report of the `offcpu` branch).
+        let order = ["hrtimer_nanosleep", "long_block", "main"];
+        let at: Vec<Option<usize>> = order.iter().map(|f| frame_index(frames, f)).collect();
+        assert!(
+            at.iter().all(Option::is_some) && at.is_sorted(),
+            "{order:?} at {at:?} in {frames:#?}"
+        );
+    }
+}
+
+/// The folded off-CPU stacks hold the report's off-CPU time exactly, the
+/// long sleeps under `long_block` and the short ones (most without a stack)
+/// under `short_block` or the short-block frame, as the workload measured.
+fn check_totals(
+    lines: &[(String, u64)],
+    report_row: &Value,
+    measured: &BTreeMap<String, BTreeMap<String, f64>>,
+) {
+    let all = weight(lines, |_| true);
+    assert_eq!(
+        all as f64,
+        field(report_row, "offcpu_ns"),
+        "folded against report"
+    );
+    let measured_ns = |kind: &str| measured[kind]["off_ns"];
+    let long = weight(lines, |s| s.contains(";long_block;"));
+    assert_near(long as f64, measured_ns("long"), 0.10, "long_block off-CPU");
+    let short = weight(lines, |s| {
+        s.contains(";short_block;") || s.contains(SHORT_FRAME)
+    });
+    assert!(
+        weight(lines, |s| s.contains(SHORT_FRAME)) > 0,
+        "short blocks show as {SHORT_FRAME}"
+    );
+    assert_near(
+        short as f64,
+        measured_ns("short"),
+        0.10,
+        "short blocks off-CPU",
+    );
+    let both = measured_ns("short") + measured_ns("long");
+    assert_near(all as f64, both, 0.10, "off-CPU against the workload's");
+}
+
+/// The workload's own `short`/`long` lines.
+fn measured(stderr: &str) -> BTreeMap<String, BTreeMap<String, f64>> {
+    ["short", "long"]
+        .map(|kind| (kind.to_owned(), numbers(stderr, &format!("{kind} "))))
+        .into()
+}
+
+/// 2000 × 10 µs and 20 × 5 ms sleeps under `-S offcpu=1ms`: stacks for
+/// exactly the blocks of at least 1 ms (durations from the capture's own
+/// switches), through `long_block` to `main` for the long sleeps; off-CPU
+/// totals equal between report, folded stacks and `go tool pprof`, and
+/// within 10% of the workload's own measure for each kind of block; the
+/// threshold is shown by `-I`, the report, NDJSON and the flame graph.
+#[test]
+fn threshold_keeps_stacks_of_long_blocks_only() {
+    require_bpf!();
+    let dir = fresh_dir("offcpu-threshold");
+    let at = |name: &str| path_str(&dir.join(name));
+    #[rustfmt::skip]
+    let out = wprof_ok(&[
+        "-S", "offcpu=1ms", "-D", &at("o.data"), "-J", &at("o.ndjson"),
+        "--profile", "offcpu", "--folded", &at("o.folded"), "--pprof", &at("o.pb.gz"),
+        "--flamegraph", &at("o.svg"), "--report-json", &at("r.json"), "--only-command",
+        "--", &workload("offcpu_mix"),
+    ]);
+    let measured = measured(&out.stderr);
+    let report: Value = serde_json::from_slice(&fs::read(dir.join("r.json")).expect("report"))
+        .expect("JSON report");
+    assert_eq!(report["offcpu_stacks"], "blocks of at least 1ms");
+    let threads = report["threads"].as_array().expect("threads");
+    let row = threads.iter().find(|t| t["thread"] == "offcpu_mix");
+    let row = row.unwrap_or_else(|| panic!("no offcpu_mix thread in {threads:?}"));
+    let tid = row["tid"].as_u64().expect("a tid");
+
+    let text = fs::read_to_string(dir.join("o.ndjson")).expect("NDJSON");
+    let nd = Ndjson::parse(&text);
+    assert_eq!(nd.header["stacks"], serde_json::json!(["offcpu=1ms"]));
+    check_blocks(&blocks_of(&nd, tid), &measured);
+
+    let prefix = format!("offcpu_mix-{tid}/{tid};");
+    let lines: Vec<(String, u64)> = (folded(&dir.join("o.folded")).into_iter())
+        .filter(|(stack, _)| stack.starts_with(&prefix))
+        .collect();
+    check_totals(&lines, row, &measured);
+    check_pprof_total(
+        &dir.join("o.pb.gz"),
+        weight(&folded(&dir.join("o.folded")), |_| true),
+    );
+
+    let svg = fs::read_to_string(dir.join("o.svg")).expect("SVG");
+    assert!(
+        svg.contains("blocks under 1ms without stacks"),
+        "SVG subtitle"
+    );
+    let info = wprof_ok(&["-R", "-D", &at("o.data"), "-I"]).stdout;
+    assert!(info.contains("stacks      offcpu=1ms"), "{info}");
+    assert!(info.contains("stacks of blocks of at least 1ms"), "{info}");
+}
+
+/// `go tool pprof` reads the folded off-CPU total from the pprof file.
+fn check_pprof_total(path: &Path, folded_total: u64) {
+    match go_pprof_total(path, "off_cpu", Some("ns")) {
+        Some(total) => assert_eq!(total, folded_total as i64, "pprof off_cpu total"),
+        None => eprintln!("pprof check skipped: `go` is not installed (apt-get install golang-go)"),
+    }
+}
+
+/// Thresholds that are not durations with a unit fail before anything is
+/// loaded, naming the option and the value.
+#[test]
+fn bad_thresholds_fail_clearly() {
+    for (value, why) in [
+        (
+            "abc",
+            "the off-CPU threshold `abc` is not a duration (examples: 1ms, 500us)",
+        ),
+        (
+            "-1",
+            "the off-CPU threshold `-1` is not a duration (examples: 1ms, 500us)",
+        ),
+        (
+            "5",
+            "the off-CPU threshold `5` needs a unit (examples: 1ms, 500us)",
+        ),
+        (
+            "0us",
+            "the off-CPU threshold is a positive duration (examples: 1ms, 500us)",
+        ),
+    ] {
+        let arg = format!("offcpu={value}");
+        let out = wprof(&["-S", &arg, "-d", "10ms"]);
+        assert!(!out.success(), "-S {arg} was accepted");
+        let expected =
+            format!("invalid value '{arg}' for '-S [<KIND>]': bad stack kind `{arg}`: {why}");
+        assert!(out.stderr.contains(&expected), "-S {arg}: {}", out.stderr);
+    }
+}
