@@ -1,8 +1,7 @@
 //! Map layouts: how each script map and the internal maps are stored.
 
-use crate::capture::model::{DropReason, RecordId};
 use crate::codegen::glob_nfa::{GlobSet, LANE_TABLE_BYTES};
-use crate::codegen::program::drop_counter;
+use crate::codegen::program::drop_counters;
 use crate::codegen::stack_layout::{self, StackMaps};
 use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind};
 use crate::frontend::types::{Pointer, Type};
@@ -136,7 +135,7 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
             MapKind::PerCpuArray,
             4,
             8,
-            drop_counter(RecordId(program.records.len() as u32), DropReason::ALL[0]),
+            drop_counters(program.records.len()),
         )
     });
     let spans = program

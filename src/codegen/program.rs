@@ -54,6 +54,11 @@ pub fn drop_counter(record: RecordId, reason: DropReason) -> u32 {
     record.0 * DropReason::ALL.len() as u32 + u32::from(reason.code())
 }
 
+/// The counters in the drops map of a program with `records` record kinds.
+pub fn drop_counters(records: usize) -> u32 {
+    records as u32 * DropReason::ALL.len() as u32
+}
+
 /// A counter read by `pmu` record items and the map holding its events.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CounterMap {

@@ -18,7 +18,7 @@ use crate::require_bpf;
 /// The script's probe in the overload test.
 const FLOODED: &str = "sys_enter_getppid";
 
-/// wprof stopped (by the workload) while 500,000 getppid calls fire its
+/// wprof stopped (by the workload) while 1,000,000 getppid calls fire its
 /// tracepoint: the ring buffer fills, the script's probe loses events, and
 /// kept + dropped is exactly the calls the workload counted; the trackers'
 /// drops are counted apart, and the global counts are the sums of the
@@ -56,7 +56,7 @@ fn kept_plus_dropped_is_calls_under_overload() {
     );
 }
 
-/// `uprobe:libc:malloc < stack; >` for 2 s while `make -j2` builds a small
+/// `uprobe:libc:malloc < stack; >` for 1 s while `make -j2` builds a small
 /// C tree (the compilers' mallocs, with the trackers on) loses no stack:
 /// record stacks are inline, so only a probe nested deeper than the scratch
 /// buffers could lose one. Ring-buffer losses (whole events, which a slow
@@ -70,12 +70,12 @@ fn parallel_build_loses_no_stacks() {
     };
     let dir = fresh_dir("drops_build");
     let tree = dir.join("tree");
-    write_c_tree(&tree, 8);
+    write_c_tree(&tree, 6);
     let data = path_str(&dir.join("build.data"));
     let _build = Build::start(&make, &tree);
     let script = "uprobe:libc:malloc < stack; >";
     let names = ["-n", "make", "-n", "cc*", "-n", "gcc", "-n", "as"];
-    let mut args = vec!["-e", script, "-d", "2s", "-D", &data];
+    let mut args = vec!["-e", script, "-d", "1s", "-D", &data];
     args.extend(names);
     wprof_ok(&args);
     let summary = wprof_ok(&["-R", "-I", "-D", &data]).stdout;

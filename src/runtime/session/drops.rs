@@ -3,7 +3,7 @@
 //! lost events per record kind and reason, summed over CPUs.
 
 use crate::capture::model::{DropReason, RecordDrops, RecordId};
-use crate::codegen::program::{Compiled, drop_counter};
+use crate::codegen::program::{Compiled, drop_counter, drop_counters};
 use crate::runtime::bpf::loader::Loaded;
 use crate::runtime::bpf::maps_read::MapError;
 
@@ -23,8 +23,7 @@ pub(super) fn read_drops(
 /// into counts per record kind and reason; keys past `records` kinds are
 /// ignored.
 fn record_drops(records: usize, entries: &[(Vec<u8>, Vec<Vec<u8>>)]) -> Vec<RecordDrops> {
-    let mut counts =
-        vec![0u64; drop_counter(RecordId(records as u32), DropReason::ALL[0]) as usize];
+    let mut counts = vec![0u64; drop_counters(records) as usize];
     for (key, values) in entries {
         let Some(index) = key
             .get(..4)
