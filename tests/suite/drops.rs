@@ -7,13 +7,17 @@ use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 
 use super::capture::{fresh_dir, summary_events};
 use super::{path_str, workload, wprof_ok};
-use crate::common::find_in_path;
+use crate::common::{find_in_path, run_with_timeout, wprof_bin};
 use crate::require_bpf;
+
+/// Longest the capture over a parallel build may take.
+const BUILD_RUN_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The script's probe in the overload test.
 const FLOODED: &str = "sys_enter_getppid";
@@ -77,7 +81,18 @@ fn parallel_build_loses_no_stacks() {
     let names = ["-n", "make", "-n", "cc*", "-n", "gcc", "-n", "as"];
     let mut args = vec!["-e", script, "-d", "1s", "-D", &data];
     args.extend(names);
-    wprof_ok(&args);
+    // Every malloc of wprof's own traps too while the probe is attached, so
+    // on a machine loaded by other work the run outlasts `RUN_TIMEOUT`.
+    let run = run_with_timeout(Command::new(wprof_bin()).args(&args), BUILD_RUN_TIMEOUT)
+        .expect("run wprof");
+    assert!(
+        run.success(),
+        "wprof {args:?}: {:?} after {:?}\n{}",
+        run.status,
+        run.elapsed,
+        run.stderr
+    );
+    eprintln!("the 1 s capture over make -j2 took {:?}", run.elapsed);
     let summary = wprof_ok(&["-R", "-I", "-D", &data]).stdout;
     let drops = &summary[summary.find("\ndrops").unwrap_or(0)..];
     eprintln!("drops of malloc with stacks over make -j2:{drops}");
