@@ -71,9 +71,9 @@ summary() {
   read -r S_KEPT S_RB S_SL S_SE S_DAMAGE <<<"$(awk '
     /^events / {kept = $2}
     /^damage / {damage = ($2 == "none") ? "none" : "DAMAGED"}
-    /ring buffer full/ {rb = $NF}
-    /stack lost/ {sl = $NF}
-    /unmatched span end/ {se = $NF}
+    /^ +ring buffer full / {rb = $NF}
+    /^ +stack lost / {sl = $NF}
+    /^ +span end without a start / {se = $NF}
     END {print kept + 0, rb + 0, sl + 0, se + 0, damage == "" ? "DAMAGED" : damage}
   ' <<<"$info")"
 }

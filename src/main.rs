@@ -208,7 +208,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         })?
     };
     if let Some(stats) = &summary.capture {
-        replay::warn_about_drops(stats);
+        replay::warn_about_drops(stats, &compiled.records);
         replay::render_outputs(&cli, Default::default())?;
     }
     Ok(())

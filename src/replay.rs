@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use wprof::capture::files::check_output;
-use wprof::capture::model::{CaptureInfo, CaptureStats, DropReason};
+use wprof::capture::model::{CaptureInfo, CaptureStats, RecordSchema};
 use wprof::capture::reader::CaptureReader;
 use wprof::cli::{Cli, task_filter_from_args};
 use wprof::driver::Source;
@@ -385,21 +385,8 @@ pub fn capture_info(source: Option<&Source>) -> CaptureInfo {
 }
 
 /// Say so at the end of a capture when events were lost.
-pub fn warn_about_drops(stats: &CaptureStats) {
-    if stats.drops.is_empty() {
-        return;
+pub fn warn_about_drops(stats: &CaptureStats, schemas: &[RecordSchema]) {
+    if let Some(warning) = wprof::render::drops::warning(stats, schemas) {
+        eprintln!("wprof: warning: {warning}");
     }
-    let reasons: Vec<String> = stats
-        .drops
-        .iter()
-        .map(|(reason, count)| {
-            let why = match reason {
-                DropReason::RingBufferFull => "ring buffer full",
-                DropReason::StackLost => "stack not captured",
-                DropReason::UnmatchedSpanEnd => "span end without a start",
-            };
-            format!("{count} ({why})")
-        })
-        .collect();
-    eprintln!("wprof: warning: events lost: {}", reasons.join(", "));
 }

@@ -199,22 +199,96 @@ pub struct Event {
 pub enum DropReason {
     /// The ring buffer was full.
     RingBufferFull,
-    /// A stack could not be captured (stack map full or hash collision).
+    /// A record with a stack found no free scratch buffer on its CPU (the
+    /// probe fired inside more nested probes than there are buffers).
     StackLost,
     /// A span ended without a matching start (started before the capture, or evicted).
     UnmatchedSpanEnd,
+}
+
+impl DropReason {
+    /// Every reason, in code order: the kernel counts them at
+    /// `record × ALL.len() + code`.
+    pub const ALL: [DropReason; 3] = [
+        DropReason::RingBufferFull,
+        DropReason::StackLost,
+        DropReason::UnmatchedSpanEnd,
+    ];
+
+    /// Its code in the kernel's counters and the capture's end chunk.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// The reason with `code`, if this version knows it.
+    pub fn from_code(code: u8) -> Option<DropReason> {
+        DropReason::ALL.into_iter().find(|r| r.code() == code)
+    }
+
+    /// How summaries and warnings say it.
+    pub fn label(self) -> &'static str {
+        match self {
+            DropReason::RingBufferFull => "ring buffer full",
+            DropReason::StackLost => "stack lost",
+            DropReason::UnmatchedSpanEnd => "span end without a start",
+        }
+    }
+}
+
+/// Events of one record kind lost for one reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordDrops {
+    pub record: RecordId,
+    pub reason: DropReason,
+    pub count: u64,
 }
 
 /// Counts kept during the capture and written at its end.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct CaptureStats {
     pub events: u64,
+    /// Lost events by reason, over every record kind.
     pub drops: Vec<(DropReason, u64)>,
+    /// Lost events by record kind and reason, non-zero counts only (format
+    /// 2.3; empty in older captures, which counted only by reason).
+    pub record_drops: Vec<RecordDrops>,
     /// Length of the captured window.
     pub duration_ns: u64,
     /// How stacks were taken and the unwind tables behind them (format
     /// 2.2; empty in older captures).
     pub stacks: Vec<(StackCount, u64)>,
+}
+
+impl CaptureStats {
+    /// Stats whose global drops are the sums of `record_drops`.
+    pub fn with_record_drops(record_drops: Vec<RecordDrops>) -> CaptureStats {
+        let drops = DropReason::ALL
+            .into_iter()
+            .map(|reason| {
+                let of_reason = record_drops.iter().filter(|d| d.reason == reason);
+                (reason, of_reason.map(|d| d.count).sum())
+            })
+            .filter(|&(_, n): &(DropReason, u64)| n > 0)
+            .collect();
+        CaptureStats {
+            drops,
+            record_drops,
+            ..CaptureStats::default()
+        }
+    }
+
+    /// Whether drops were counted per record kind: always from format 2.3
+    /// on; before it only a capture that lost nothing tells (none of any).
+    pub fn counts_per_record(&self) -> bool {
+        !self.record_drops.is_empty() || self.drops.is_empty()
+    }
+
+    /// The drops of `record`, by reason.
+    pub fn drops_of(&self, record: RecordId) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        (self.record_drops.iter())
+            .filter(move |d| d.record == record)
+            .map(|d| (d.reason, d.count))
+    }
 }
 
 /// What [`CaptureStats::stacks`] counts: events whose user stack was walked

@@ -19,9 +19,8 @@ use super::format::{
     put_ivarint, put_uvarint,
 };
 use super::model::{
-    CaptureInfo, CaptureStats, DropReason, Event, FieldType, FieldValue, FrameAddr, FrameId,
-    RecordKind, RecordOrigin, RecordSchema, StackId, StringId, Symbol, Thread, ThreadId,
-    ThreadInfo,
+    CaptureInfo, CaptureStats, Event, FieldType, FieldValue, FrameAddr, FrameId, RecordKind,
+    RecordOrigin, RecordSchema, StackId, StringId, Symbol, Thread, ThreadId, ThreadInfo,
 };
 
 /// Events are cut into chunks of about this many payload bytes: small enough
@@ -483,20 +482,11 @@ fn encode_symbol(out: &mut Vec<u8>, frame: FrameId, symbol: &Symbol) {
     }
 }
 
-/// The code of a drop reason in the end chunk.
-pub(super) fn drop_reason_code(reason: DropReason) -> u8 {
-    match reason {
-        DropReason::RingBufferFull => 0,
-        DropReason::StackLost => 1,
-        DropReason::UnmatchedSpanEnd => 2,
-    }
-}
-
-fn encode_stats(out: &mut Vec<u8>, stats: &CaptureStats) {
+pub(super) fn encode_stats(out: &mut Vec<u8>, stats: &CaptureStats) {
     put_uvarint(out, stats.events);
     put_uvarint(out, stats.drops.len() as u64);
     for (reason, count) in &stats.drops {
-        out.push(drop_reason_code(*reason));
+        out.push(reason.code());
         put_uvarint(out, *count);
     }
     put_uvarint(out, stats.duration_ns);
@@ -504,6 +494,12 @@ fn encode_stats(out: &mut Vec<u8>, stats: &CaptureStats) {
     for (count, n) in &stats.stacks {
         out.push(count.code());
         put_uvarint(out, *n);
+    }
+    put_uvarint(out, stats.record_drops.len() as u64);
+    for drop in &stats.record_drops {
+        put_uvarint(out, u64::from(drop.record.0));
+        out.push(drop.reason.code());
+        put_uvarint(out, drop.count);
     }
 }
 

@@ -3,12 +3,13 @@
 //! fields (counters read on the current CPU), sent through the ring buffer;
 //! span starts wait in a map until their end.
 
-use crate::capture::model::DropReason;
+use crate::capture::model::{DropReason, RecordId};
 use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
 use crate::codegen::lower::Lowerer;
 use crate::codegen::lower_stack::{Scratch, StackTarget};
 use crate::codegen::maps::{SPAN_FRAME_BYTES, SPAN_VALUE_HEADER};
+use crate::codegen::program::drop_counter;
 use crate::codegen::stack_layout::{
     KERNEL_FRAMES_BYTES, SPAN_FRAMES_BYTES, USER_FRAMES_BYTES, records_of,
 };
@@ -96,10 +97,10 @@ impl Lowerer<'_> {
             self.record_header(at, message, now);
             self.store_fields(at.at(header::FIELDS), &record.values, &fields);
             let size = Arg::Imm(i64::from(header::FIELDS + fields_bytes));
-            self.send(Arg::Frame(buffer), size, None);
+            self.send(id, Arg::Frame(buffer), size, None);
             return;
         }
-        self.with_scratch(|cx, scratch| {
+        self.with_scratch(id, |cx, scratch| {
             let now = cx.call_result(KTIME_GET_NS, vec![]);
             let at = Place::reg(scratch.buf);
             cx.record_header(at, message, now);
@@ -113,9 +114,9 @@ impl Lowerer<'_> {
                         desc_at: header::KERNEL_FRAMES as i16,
                     };
                     let frames = cx.take_stack(parts, record.switch_stack.as_deref(), target, now);
-                    cx.send_with_frames(scratch.buf, fixed, frames, parts);
+                    cx.send_with_frames(id, scratch.buf, fixed, frames, parts);
                 }
-                None => cx.send(Arg::Reg(scratch.buf), Arg::Imm(i64::from(fixed)), None),
+                None => cx.send(id, Arg::Reg(scratch.buf), Arg::Imm(i64::from(fixed)), None),
             }
         });
     }
@@ -126,21 +127,29 @@ impl Lowerer<'_> {
     }
 
     /// Runs `build` with a scratch buffer of this CPU (records with stacks
-    /// are built there); when none is free the record is lost (counted).
-    fn with_scratch(&mut self, build: impl FnOnce(&mut Self, &Scratch)) {
+    /// are built there); when none is free the event of `record` is lost
+    /// (counted).
+    fn with_scratch(&mut self, record: RecordRef, build: impl FnOnce(&mut Self, &Scratch)) {
         let (full, done) = (self.label(), self.label());
         let scratch = self.scratch_acquire(full);
         build(self, &scratch);
         self.scratch_release(&scratch);
         self.emit(Inst::Jump(done));
         self.emit(Inst::Bind(full));
-        self.count_drop(DropReason::StackLost);
+        self.count_drop(record, DropReason::StackLost);
         self.emit(Inst::Bind(done));
     }
 
-    /// Sends the message at `buf`: `fixed` bytes of header and fields, then
-    /// `frames` bytes of frames.
-    fn send_with_frames(&mut self, buf: VReg, fixed: u32, frames: VReg, parts: StackKind) {
+    /// Sends the message of `record` at `buf`: `fixed` bytes of header and
+    /// fields, then `frames` bytes of frames.
+    fn send_with_frames(
+        &mut self,
+        record: RecordRef,
+        buf: VReg,
+        fixed: u32,
+        frames: VReg,
+        parts: StackKind,
+    ) {
         let size = self.vreg();
         self.mov(size, frames);
         self.clamp_max(size, USER_FRAMES_BYTES + KERNEL_FRAMES_BYTES);
@@ -152,7 +161,7 @@ impl Lowerer<'_> {
                 crate::codegen::ir::Size::U32,
             )
         });
-        self.send(Arg::Reg(buf), Arg::Reg(size), urgent);
+        self.send(record, Arg::Reg(buf), Arg::Reg(size), urgent);
     }
 
     fn span_start(&mut self, span: SpanRef, key: &TExpr, record: &CheckedRecord) {
@@ -175,7 +184,7 @@ impl Lowerer<'_> {
             self.map_update(map, key, value);
             return;
         };
-        self.with_scratch(|cx, scratch| {
+        self.with_scratch(decl.record, |cx, scratch| {
             let now = cx.call_result(KTIME_GET_NS, vec![]);
             let value = Place::reg(scratch.buf);
             cx.store(Base::Reg(scratch.buf), 0, Src::Reg(now));
@@ -217,7 +226,7 @@ impl Lowerer<'_> {
         let open = self.call_result(MAP_LOOKUP_ELEM, vec![Arg::Map(map), Arg::Frame(key)]);
         let (found, done) = (self.label(), self.label());
         self.branch(Cond::Ne, open, Src::Imm(0), found);
-        self.count_drop(DropReason::UnmatchedSpanEnd);
+        self.count_drop(id, DropReason::UnmatchedSpanEnd);
         self.emit(Inst::Jump(done));
         self.emit(Inst::Bind(found));
         let end = SpanEndParts {
@@ -233,9 +242,9 @@ impl Lowerer<'_> {
                 let at = Place::frame(buffer);
                 self.span_end_message(at, &end);
                 let size = Arg::Imm(i64::from(header::FIELDS + fields_bytes));
-                self.send(Arg::Frame(buffer), size, None);
+                self.send(id, Arg::Frame(buffer), size, None);
             }
-            Some(parts) => self.with_scratch(|cx, scratch| {
+            Some(parts) => self.with_scratch(id, |cx, scratch| {
                 let at = Place::reg(scratch.buf);
                 let now = cx.span_end_message(at, &end);
                 let frames_at = header::FIELDS + fields_bytes;
@@ -250,7 +259,7 @@ impl Lowerer<'_> {
                         cx.take_stack(parts, None, target, now)
                     }
                 };
-                cx.send_with_frames(scratch.buf, frames_at, frames, parts);
+                cx.send_with_frames(id, scratch.buf, frames_at, frames, parts);
             }),
         }
         let args = vec![Arg::Map(map), Arg::Frame(key)];
@@ -416,15 +425,16 @@ impl Lowerer<'_> {
         });
     }
 
-    /// Send `size` bytes at `buffer`; count the event as lost when the ring
-    /// is full. `stack_flags`: a record with a user stack, how it was taken.
-    fn send(&mut self, buffer: Arg, size: Arg, stack_flags: Option<VReg>) {
+    /// Send `size` bytes at `buffer`; count the event of `record` as lost
+    /// when the ring is full. `stack_flags`: a record with a user stack, how
+    /// it was taken.
+    fn send(&mut self, record: RecordRef, buffer: Arg, size: Arg, stack_flags: Option<VReg>) {
         let flags = self.wakeup_flags(stack_flags);
         let args = vec![Arg::Map(self.maps.ringbuf), buffer, size, flags];
         let result = self.call_result(RINGBUF_OUTPUT, args);
         let sent = self.label();
         self.branch(Cond::Eq, result, Src::Imm(0), sent);
-        self.count_drop(DropReason::RingBufferFull);
+        self.count_drop(record, DropReason::RingBufferFull);
         self.emit(Inst::Bind(sent));
     }
 
@@ -464,11 +474,12 @@ impl Lowerer<'_> {
         Arg::Reg(flags)
     }
 
-    /// `drops[reason] += 1` in the per-CPU drops map.
-    fn count_drop(&mut self, reason: DropReason) {
+    /// `drops[record][reason] += 1` in the per-CPU drops map.
+    fn count_drop(&mut self, record: RecordRef, reason: DropReason) {
         let drops = self.maps.drops.expect("records have a drops map");
         let key = self.alloc(8);
-        self.store_sized(Base::Frame, key, Src::Imm(reason as i32), Size::U32);
+        let index = drop_counter(RecordId(record.0 as u32), reason);
+        self.store_sized(Base::Frame, key, Src::Imm(index as i32), Size::U32);
         let counter = self.call_result(MAP_LOOKUP_ELEM, vec![Arg::Map(drops), Arg::Frame(key)]);
         let missing = self.label();
         self.branch(Cond::Eq, counter, Src::Imm(0), missing);

@@ -1,6 +1,7 @@
 //! Map layouts: how each script map and the internal maps are stored.
 
 use crate::codegen::glob_nfa::{GlobSet, LANE_TABLE_BYTES};
+use crate::codegen::program::drop_counters;
 use crate::codegen::stack_layout::{self, StackMaps};
 use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind};
 use crate::frontend::types::{Pointer, Type};
@@ -134,7 +135,7 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
             MapKind::PerCpuArray,
             4,
             8,
-            DROP_REASONS,
+            drop_counters(program.records.len()),
         )
     });
     let spans = program
@@ -231,8 +232,6 @@ fn possible_cpus() -> u32 {
 
 /// Spans open at the same time, per span.
 const OPEN_SPANS: u32 = 16384;
-/// Counters in the drops map, one per `DropReason`.
-const DROP_REASONS: u32 = 3;
 /// An open span's value: start time, the stack description of the record
 /// header (frame counts, flags, kernel error, entry return address), the
 /// bytes of frames, then the start fields, then (a start with a stack)

@@ -3,7 +3,7 @@
 //! [`crate::vocab`] this is the whole contract between `codegen` and
 //! `runtime`.
 
-use crate::capture::model::RecordSchema;
+use crate::capture::model::{DropReason, RecordId, RecordSchema};
 use crate::frontend::ast::Span;
 use crate::unwind::maps::UnwindMaps;
 use crate::vocab::{AttachPoint, GlobalSlot, MapId, MapSpec, Message, PerfEvent};
@@ -32,7 +32,8 @@ pub struct Compiled {
     /// bytes per probe), and the probes and tracepoints to fill it for
     /// (`stack_layout::tracepoint_glue`).
     pub tracepoint_glue: Option<(MapId, Vec<(u32, String)>)>,
-    /// Per-CPU u64 counters of lost events, indexed by `DropReason as u32`.
+    /// Per-CPU u64 counters of lost events, indexed by
+    /// `maps::drop_counter(record, reason)`.
     pub drops: Option<MapId>,
     /// Values of one-element arrays written at load, before any program
     /// runs (the task-name filter tables).
@@ -45,6 +46,17 @@ pub struct Compiled {
     /// The `--pmu` counters records read, each from its perf event array,
     /// which user space fills with one event per CPU after loading.
     pub counters: Vec<CounterMap>,
+}
+
+/// The index of the counter of `record`'s events lost for `reason` in the
+/// drops map: each record kind has a counter per `DropReason`.
+pub fn drop_counter(record: RecordId, reason: DropReason) -> u32 {
+    record.0 * DropReason::ALL.len() as u32 + u32::from(reason.code())
+}
+
+/// The counters in the drops map of a program with `records` record kinds.
+pub fn drop_counters(records: usize) -> u32 {
+    records as u32 * DropReason::ALL.len() as u32
 }
 
 /// A counter read by `pmu` record items and the map holding its events.

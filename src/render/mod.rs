@@ -11,6 +11,7 @@
 
 pub mod captures;
 pub mod compare;
+pub mod drops;
 pub mod error;
 pub mod filter;
 pub mod flamegraph;

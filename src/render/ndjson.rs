@@ -9,8 +9,8 @@
 use std::ops::ControlFlow;
 
 use crate::capture::model::{
-    DropReason, Event, FieldType, FieldValue, FrameAddr, FrameId, RecordKind, RecordOrigin,
-    StackId, ThreadId,
+    DropReason, Event, FieldType, FieldValue, FrameAddr, FrameId, RecordId, RecordKind,
+    RecordOrigin, StackId, ThreadId,
 };
 use crate::render::source::CaptureSource;
 use crate::render::{Capture, Captures, Destination, Output, Render, RenderError};
@@ -245,11 +245,14 @@ impl<'a, 'o> LineWriter<'a, 'o> {
                 });
             }
             buf.extend_from_slice(br#"],"stack":"#);
-            buf.extend_from_slice(if schema.has_stack {
-                b"true}"
-            } else {
-                b"false}"
-            });
+            buf.extend_from_slice(if schema.has_stack { b"true" } else { b"false" });
+            buf.extend_from_slice(br#","dropped":"#);
+            let counted = self.source.stats().filter(|s| s.counts_per_record());
+            match counted {
+                Some(stats) => write_drops(buf, stats.drops_of(RecordId(id as u32))),
+                None => buf.extend_from_slice(b"null"),
+            }
+            buf.push(b'}');
         }
         buf.push(b']');
     }
@@ -259,18 +262,7 @@ impl<'a, 'o> LineWriter<'a, 'o> {
         let buf = &mut self.buf;
         buf.extend_from_slice(br#","drops":"#);
         match self.source.stats() {
-            Some(stats) => {
-                buf.push(b'{');
-                for (index, &(reason, count)) in stats.drops.iter().enumerate() {
-                    if index > 0 {
-                        buf.push(b',');
-                    }
-                    write_str(buf, drop_reason_key(reason).as_bytes());
-                    buf.push(b':');
-                    write_u64(buf, count);
-                }
-                buf.push(b'}');
-            }
+            Some(stats) => write_drops(buf, stats.drops.iter().copied()),
             None => buf.extend_from_slice(b"null"),
         }
         buf.extend_from_slice(br#","damage":"#);
@@ -393,6 +385,20 @@ impl<'a, 'o> LineWriter<'a, 'o> {
         self.buf.clear();
         self.out.flush()
     }
+}
+
+/// `{"ring_buffer_full":3,...}`: counts by reason.
+fn write_drops(buf: &mut Vec<u8>, drops: impl Iterator<Item = (DropReason, u64)>) {
+    buf.push(b'{');
+    for (index, (reason, count)) in drops.enumerate() {
+        if index > 0 {
+            buf.push(b',');
+        }
+        write_str(buf, drop_reason_key(reason).as_bytes());
+        buf.push(b':');
+        write_u64(buf, count);
+    }
+    buf.push(b'}');
 }
 
 /// The header's `drops` key for `reason`.

@@ -89,8 +89,8 @@ mod fake {
 
     use super::*;
     use crate::capture::model::{
-        DropReason, FieldSchema, FieldType, FieldValue, FieldValue as V, RecordId, RecordKind,
-        RecordOrigin,
+        DropReason, FieldSchema, FieldType, FieldValue, FieldValue as V, RecordDrops, RecordId,
+        RecordKind, RecordOrigin,
     };
     use crate::tracking::compiled;
 
@@ -140,10 +140,8 @@ mod fake {
                     settings: Default::default(),
                 },
                 stats: Some(CaptureStats {
-                    events: 0,
-                    drops: vec![],
                     duration_ns: 1_000_000_000,
-                    stacks: vec![],
+                    ..CaptureStats::default()
                 }),
                 ..Default::default()
             }
@@ -216,8 +214,15 @@ mod fake {
             c.add_event(2_500_000_000, bash, malloc, vec![V::UInt(1)])
                 .stack = Some(odd);
             let stats = c.stats.as_mut().expect("a new capture is finished");
-            stats.drops = vec![(DropReason::StackLost, 3)];
-            stats.duration_ns = 3_000_000_000;
+            *stats = CaptureStats {
+                events: stats.events,
+                duration_ns: 3_000_000_000,
+                ..CaptureStats::with_record_drops(vec![RecordDrops {
+                    record: malloc,
+                    reason: DropReason::StackLost,
+                    count: 3,
+                }])
+            };
             c
         }
 

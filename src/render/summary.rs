@@ -7,7 +7,8 @@
 use std::fmt::Write as _;
 
 use crate::capture::format::CaptureError;
-use crate::capture::model::{DropReason, RecordKind, RecordOrigin};
+use crate::capture::model::{DropReason, RecordId, RecordKind, RecordOrigin};
+use crate::render::drops::dropped_of;
 use crate::render::filter::Filter;
 use crate::render::format::{describe_filter, seconds};
 use crate::render::metrics::{Measurement, measure};
@@ -180,8 +181,17 @@ fn write_contents(text: &mut String, source: &dyn CaptureSource, filter: &Filter
 
 fn write_probes(text: &mut String, source: &dyn CaptureSource, m: &Measurement) {
     let schemas = source.schemas();
-    let header = ["id", "name", "kind", "events", "span time", "from", "probe"];
-    let mut rows: Vec<[String; 7]> = vec![header.map(String::from)];
+    let header = [
+        "id",
+        "name",
+        "kind",
+        "events",
+        "dropped",
+        "span time",
+        "from",
+        "probe",
+    ];
+    let mut rows: Vec<[String; 8]> = vec![header.map(String::from)];
     for ((id, schema), stats) in schemas.iter().enumerate().zip(&m.records) {
         let (kind, time) = match schema.kind {
             RecordKind::Instant => ("instant", String::new()),
@@ -193,11 +203,14 @@ fn write_probes(text: &mut String, source: &dyn CaptureSource, m: &Measurement) 
         };
         let (name, events) = (schema.name.clone(), stats.count.to_string());
         let probe = schema.probe.clone();
+        let dropped = dropped_of(source.stats(), RecordId(id as u32))
+            .map_or_else(|| "?".to_owned(), |n| n.to_string());
         let row = [
             id.to_string(),
             name,
             kind.into(),
             events,
+            dropped,
             time,
             from.into(),
             probe,
@@ -206,7 +219,7 @@ fn write_probes(text: &mut String, source: &dyn CaptureSource, m: &Measurement) 
     }
     let unknown = m.contents.unknown_records;
     if unknown > 0 {
-        let mut unknown_row = ["?", "(unknown)", "", "", "", "", ""].map(String::from);
+        let mut unknown_row = ["?", "(unknown)", "", "", "", "", "", ""].map(String::from);
         unknown_row[3] = unknown.to_string();
         rows.push(unknown_row);
     }
@@ -216,11 +229,11 @@ fn write_probes(text: &mut String, source: &dyn CaptureSource, m: &Measurement) 
             .max()
             .unwrap_or(0)
     };
-    let [w0, w1, w2, w3, w4, w5] = [0, 1, 2, 3, 4, 5].map(width);
+    let [w0, w1, w2, w3, w4, w5, w6] = [0, 1, 2, 3, 4, 5, 6].map(width);
     row(text, "records", schemas.len());
-    for [id, name, kind, events, time, from, probe] in &rows {
+    for [id, name, kind, events, dropped, time, from, probe] in &rows {
         let line = format!(
-            "{id:>w0$}  {name:<w1$}  {kind:<w2$}  {events:>w3$}  {time:>w4$}  {from:<w5$}  {probe}"
+            "{id:>w0$}  {name:<w1$}  {kind:<w2$}  {events:>w3$}  {dropped:>w4$}  {time:>w5$}  {from:<w6$}  {probe}"
         );
         row(text, "", line.trim_end());
     }
@@ -231,18 +244,23 @@ fn write_drops(text: &mut String, source: &dyn CaptureSource) {
         row(text, "drops", "unknown (the capture was not finished)");
         return;
     };
-    let reasons = [
-        (DropReason::RingBufferFull, "ring buffer full"),
-        (DropReason::StackLost, "stack lost"),
-        (DropReason::UnmatchedSpanEnd, "unmatched span end"),
-    ];
     let total: u64 = stats.drops.iter().map(|&(_, n)| n).sum();
     row(text, "drops", total);
-    for (reason, label) in reasons {
-        let n: u64 = (stats.drops.iter().filter(|&&(r, _)| r == reason))
-            .map(|&(_, n)| n)
-            .sum();
-        row(text, "", format!("{label:<20}{n:>10}"));
+    let mut rows: Vec<(String, u64)> = (DropReason::ALL.into_iter())
+        .map(|reason| {
+            let of_reason = stats.drops.iter().filter(|&&(r, _)| r == reason);
+            (reason.label().to_owned(), of_reason.map(|&(_, n)| n).sum())
+        })
+        .collect();
+    let schemas = source.schemas();
+    rows.extend(stats.record_drops.iter().map(|drop| {
+        let name = (schemas.get(drop.record.0 as usize)).map_or("?", |s| s.name.as_str());
+        (format!("{name}: {}", drop.reason.label()), drop.count)
+    }));
+    let width = rows.iter().map(|(label, _)| label.chars().count()).max();
+    let width = width.unwrap_or(0) + 2;
+    for (label, n) in rows {
+        row(text, "", format!("{label:<width$}{n:>10}"));
     }
 }
 

@@ -386,7 +386,7 @@ fn span_pairs_by_explicit_key_and_counts_unmatched_ends() {
     ]);
     assert!(
         out.stderr
-            .contains("events lost: 1 (span end without a start)"),
+            .contains("dropped 1 of `job` (span end without a start)"),
         "{}",
         out.stderr
     );
@@ -423,7 +423,7 @@ fn span_pairs_by_explicit_key_and_counts_unmatched_ends() {
     let drop_row = summary
         .stdout
         .lines()
-        .find(|l| l.trim_start().starts_with("unmatched span end"))
+        .find(|l| l.trim_start().starts_with("span end without a start"))
         .unwrap_or_else(|| panic!("{}", summary.stdout));
     assert_eq!(drop_row.split_whitespace().last(), Some("1"), "{drop_row}");
     assert!(

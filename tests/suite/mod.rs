@@ -5,6 +5,7 @@ mod attach;
 mod btf;
 mod capture;
 mod command_line;
+mod drops;
 mod dump;
 mod errors;
 mod hostile;

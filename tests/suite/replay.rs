@@ -12,6 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use wprof::capture::format::VERSION;
 
 use super::capture::{Ndjson, fresh_dir, o0_workload, summary_events};
 use super::{path_str, wprof, wprof_fails, wprof_ok};
@@ -352,12 +353,8 @@ fn refuses_a_newer_major_version() {
     let (dir, good) = finished_capture("versions");
     let out = replay_bytes(&dir, "v3.data", &with_version(&good, 3, 0));
     assert_eq!(out.status.and_then(|s| s.code()), Some(1), "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains("written in capture format 3.0; this wprof reads format 2.2"),
-        "{}",
-        out.stderr
-    );
+    let refusal = format!("written in capture format 3.0; this wprof reads format {VERSION}");
+    assert!(out.stderr.contains(&refusal), "{}", out.stderr);
     let out = replay_bytes(&dir, "v2_9.data", &with_version(&good, 2, 9));
     assert!(out.success(), "{}", out.stderr);
     assert_eq!(event_lines(&out.stdout), MALLOCS);

@@ -5,10 +5,9 @@
 use super::super::format::{Decoder, MAX_CPUS, Malformed};
 use super::super::model::{
     CaptureInfo, CaptureSettings, CaptureStats, DropReason, Event, FieldSchema, FieldType,
-    FieldValue, FrameAddr, FrameId, RecordId, RecordKind, RecordOrigin, RecordSchema, Stack,
-    StackCount, StackId, StringId, Symbol, Thread, ThreadId,
+    FieldValue, FrameAddr, FrameId, RecordDrops, RecordId, RecordKind, RecordOrigin, RecordSchema,
+    Stack, StackCount, StackId, StringId, Symbol, Thread, ThreadId,
 };
-use super::super::writer::drop_reason_code;
 
 /// The table sizes an events chunk may refer to.
 pub(super) struct Limits<'a> {
@@ -239,20 +238,13 @@ pub(super) fn decode_symbol(
     Ok((frame, symbol))
 }
 
-pub(super) fn decode_stats(d: &mut Decoder) -> Result<CaptureStats, Malformed> {
+/// The end chunk's statistics; `records` is the number of record schemas.
+pub(super) fn decode_stats(d: &mut Decoder, records: usize) -> Result<CaptureStats, Malformed> {
     let events = d.uvarint()?;
     let n = d.count()?;
     let mut drops = Vec::with_capacity(n);
     for _ in 0..n {
-        let code = d.u8()?;
-        let reason = [
-            DropReason::RingBufferFull,
-            DropReason::StackLost,
-            DropReason::UnmatchedSpanEnd,
-        ]
-        .into_iter()
-        .find(|r| drop_reason_code(*r) == code)
-        .ok_or_else(|| d.error(format!("unknown drop reason {code}")))?;
+        let reason = drop_reason(d)?;
         drops.push((reason, d.uvarint()?));
     }
     let duration_ns = d.uvarint()?;
@@ -268,10 +260,30 @@ pub(super) fn decode_stats(d: &mut Decoder) -> Result<CaptureStats, Malformed> {
             }
         }
     }
+    // Format 2.3 added the drops of each record kind.
+    let mut record_drops = Vec::new();
+    if d.remaining() > 0 {
+        for _ in 0..d.count()? {
+            let record = RecordId(d.index(records, "record")?);
+            let reason = drop_reason(d)?;
+            let count = d.uvarint()?;
+            record_drops.push(RecordDrops {
+                record,
+                reason,
+                count,
+            });
+        }
+    }
     Ok(CaptureStats {
         events,
         drops,
+        record_drops,
         duration_ns,
         stacks,
     })
+}
+
+fn drop_reason(d: &mut Decoder) -> Result<DropReason, Malformed> {
+    let code = d.u8()?;
+    DropReason::from_code(code).ok_or_else(|| d.error(format!("unknown drop reason {code}")))
 }

@@ -430,7 +430,8 @@ impl<'a> Scan<'a> {
                 }
             }
             ChunkKind::End => {
-                self.stats = Some(decode_stats(d)?);
+                let records = self.schemas.as_ref().map_or(0, Vec::len);
+                self.stats = Some(decode_stats(d, records)?);
                 self.finished = true;
             }
             // read by `for_each_event` and `verdict`, not here

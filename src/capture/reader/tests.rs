@@ -2,9 +2,9 @@
 
 use super::*;
 use crate::capture::format::{ChunkKind, SequenceMark, Totals, VERSION, file_header};
-use crate::capture::model::{FieldValue, RecordId};
-use crate::capture::writer::CaptureWriter;
+use crate::capture::model::{CaptureStats, FieldValue, RecordId};
 use crate::capture::writer::tests::{Sample, info, sample, schemas, thread_info};
+use crate::capture::writer::{CaptureWriter, encode_stats};
 use std::time::Instant;
 
 /// Writes `bytes` to a fresh file and opens it.
@@ -341,6 +341,37 @@ fn newer_versions() {
     let r = open_bytes(&dir, &bytes).unwrap();
     assert_eq!(r.version(), minor);
     assert_eq!(r.damage(), None);
+    assert_eq!(collect(&r).unwrap(), s.events);
+}
+
+/// A format 2.2 capture, whose end chunk has no drops per record kind,
+/// still reads: its drops by reason, stack counts and events come back.
+#[test]
+fn reads_format_2_2_end_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sample(64);
+    let old_stats = CaptureStats {
+        record_drops: vec![],
+        ..s.stats.clone()
+    };
+    let mut chunks = unmarked_chunks(&s.bytes);
+    let end = (chunks.iter_mut())
+        .find(|(kind, _, _)| *kind == ChunkKind::End as u8)
+        .expect("an end chunk");
+    end.2.clear();
+    encode_stats(&mut end.2, &old_stats);
+    assert_eq!(
+        end.2.pop(),
+        Some(0),
+        "the record drops' count, absent in 2.2"
+    );
+    let mut bytes = with_marks(description(&s.bytes), &chunks);
+    let v2_2 = Version { major: 2, minor: 2 };
+    bytes[..FILE_HEADER_LEN].copy_from_slice(&file_header(v2_2));
+    let r = open_bytes(&dir, &bytes).unwrap();
+    assert_eq!(r.version(), v2_2);
+    assert_eq!(r.damage(), None);
+    assert_eq!(r.stats(), Some(&old_stats));
     assert_eq!(collect(&r).unwrap(), s.events);
 }
 

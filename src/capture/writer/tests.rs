@@ -1,7 +1,9 @@
 //! Tests of the capture writer, and sample captures other tests reuse.
 
 use super::*;
-use crate::capture::model::{CaptureSettings, FieldSchema, RecordId, StackCount};
+use crate::capture::model::{
+    CaptureSettings, DropReason, FieldSchema, RecordDrops, RecordId, StackCount,
+};
 
 /// A capture with every kind of entry, and what was put into it.
 pub(crate) struct Sample {
@@ -186,6 +188,18 @@ pub(crate) fn sample(chunk_bytes: usize) -> Sample {
                 (DropReason::RingBufferFull, 3),
                 (DropReason::StackLost, 0),
                 (DropReason::UnmatchedSpanEnd, u64::MAX),
+            ],
+            record_drops: vec![
+                RecordDrops {
+                    record: RecordId(0),
+                    reason: DropReason::RingBufferFull,
+                    count: 3,
+                },
+                RecordDrops {
+                    record: RecordId(1),
+                    reason: DropReason::UnmatchedSpanEnd,
+                    count: u64::MAX,
+                },
             ],
             duration_ns: 1_000_000_000,
             stacks: vec![(StackCount::Table, 7), (StackCount::TableRows, 1 << 20)],

@@ -51,9 +51,10 @@ fn renders_exact_lines() {
         r#""script_name":"<script>","features":[],"stacks":[],"pmu":[],"filters":[],"#,
         r#""prepare":null,"activate":null,"#,
         r#""probes":[{"id":0,"probe":"uprobe:/usr/lib/libc.so.6:malloc","#,
-        r#""name":"malloc","origin":"script","kind":"instant","fields":[{"name":"size","type":"uint"}],"stack":true},"#,
+        r#""name":"malloc","origin":"script","kind":"instant","fields":[{"name":"size","type":"uint"}],"stack":true,"#,
+        r#""dropped":{"stack_lost":3}},"#,
         r#"{"id":1,"probe":"uprobe:/usr/lib/libc.so.6:lock","name":"lock","origin":"script","kind":"span","#,
-        r#""fields":[{"name":"what","type":"str"},{"name":"ret","type":"int"}],"stack":false}],"#,
+        r#""fields":[{"name":"what","type":"str"},{"name":"ret","type":"int"}],"stack":false,"dropped":{}}],"#,
         r#""drops":{"stack_lost":3},"damage":null}"#
     );
     let expected = [header, S0, E0, E1, E2, S1, E3]
@@ -103,6 +104,7 @@ fn header_of_unfinished_capture() {
     let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert_eq!(header["duration_s"], Value::Null);
     assert_eq!(header["drops"], Value::Null);
+    assert_eq!(header["probes"][0]["dropped"], Value::Null);
     assert_eq!(header["damage"], "truncated after 4 events");
 }
 

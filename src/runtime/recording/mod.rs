@@ -20,7 +20,7 @@ use self::stacks::{RawStack, StackHeader, digest, probed_binaries, raw_stack};
 use self::tables::Tables;
 use self::threads::{Comm, ThreadTable};
 use crate::capture::model::{
-    CaptureInfo, CaptureStats, DropReason, Event, FieldValue, RecordId, RecordKind, StackId,
+    CaptureInfo, CaptureStats, Event, FieldValue, RecordDrops, RecordId, RecordKind, StackId,
 };
 use crate::capture::writer::CaptureWriter;
 use crate::codegen::program::Compiled;
@@ -294,9 +294,10 @@ impl Recorder {
     }
 
     /// Write the remaining events, the symbols of every frame and the statistics.
+    /// `drops`: the kernel's counts of lost events per record kind.
     pub fn finish(
         mut self,
-        drops: Vec<(DropReason, u64)>,
+        drops: Vec<RecordDrops>,
         duration_ns: u64,
     ) -> Result<CaptureStats, RecordError> {
         self.write_older_than(u64::MAX)?;
@@ -304,9 +305,9 @@ impl Recorder {
         let stacks = (self.stack_counts).finish(self.tables.as_ref().map(Tables::stats));
         let stats = CaptureStats {
             events: self.writer.events_written(),
-            drops,
             duration_ns,
             stacks,
+            ..CaptureStats::with_record_drops(drops)
         };
         self.writer.finish(&symbols, &stats)?;
         Ok(stats)

@@ -6,6 +6,7 @@
 
 pub mod activation;
 pub mod child;
+mod drops;
 mod iterate;
 mod receiver;
 mod teardown;
@@ -16,7 +17,7 @@ use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::capture::model::{CaptureInfo, CaptureStats, DropReason};
+use crate::capture::model::{CaptureInfo, CaptureStats};
 use crate::codegen::program::Compiled;
 use crate::codegen::stack_layout::GLUE_BYTES;
 use crate::output::printer::{OutputFormat, Printer};
@@ -214,7 +215,7 @@ pub fn run(
     let capture = match receiver.recorder.take() {
         Some(mut recorder) => {
             recorder.process(&loaded)?;
-            let drops = read_drops(&loaded, compiled.drops)?;
+            let drops = drops::read_drops(&loaded, compiled)?;
             Some(recorder.finish(drops, stopped_ns.saturating_sub(start_ns))?)
         }
         None => None,
@@ -333,7 +334,7 @@ fn trace(
             print_exit_maps(receiver.compiled, loaded, &receiver.printer, out)?;
         }
         receiver.record(loaded)?;
-        status.update(receiver, loaded, receiver.compiled.drops, start_ns)?;
+        status.update(receiver, loaded, start_ns)?;
         if receiver.ending == Ending::Running
             && (stopper.is_stopped() || deadline.is_some_and(|d| Instant::now() >= d))
         {
@@ -374,37 +375,6 @@ fn wind_down(
     }
 }
 
-/// Lost events by reason, summed over CPUs.
-fn read_drops(loaded: &Loaded, drops: Option<MapId>) -> Result<Vec<(DropReason, u64)>, RunError> {
-    let Some(map) = drops else {
-        return Ok(Vec::new());
-    };
-    let reasons = [
-        DropReason::RingBufferFull,
-        DropReason::StackLost,
-        DropReason::UnmatchedSpanEnd,
-    ];
-    let mut counts = vec![0u64; reasons.len()];
-    for (key, values) in loaded.map_entries(map)? {
-        let index = key.get(..4).map_or(usize::MAX, |k| {
-            u32::from_le_bytes(k.try_into().expect("4 bytes")) as usize
-        });
-        let total: u64 = values
-            .iter()
-            .filter_map(|v| v.get(..8))
-            .map(|v| u64::from_le_bytes(v.try_into().expect("8 bytes")))
-            .sum();
-        if let Some(count) = counts.get_mut(index) {
-            *count += total;
-        }
-    }
-    Ok(reasons
-        .into_iter()
-        .zip(counts)
-        .filter(|(_, n)| *n > 0)
-        .collect())
-}
-
 /// The one-line live status of a capture, on a terminal only.
 struct Status {
     enabled: bool,
@@ -429,7 +399,6 @@ impl Status {
         &mut self,
         receiver: &Receiver,
         loaded: &Loaded,
-        drops: Option<MapId>,
         start_ns: u64,
     ) -> Result<(), RunError> {
         let Some(recorder) = &receiver.recorder else {
@@ -439,7 +408,8 @@ impl Status {
             return Ok(());
         }
         self.last = Instant::now();
-        let lost: u64 = read_drops(loaded, drops)?.iter().map(|(_, n)| n).sum();
+        let drops = drops::read_drops(loaded, receiver.compiled)?;
+        let lost: u64 = drops.iter().map(|d| d.count).sum();
         let elapsed = monotonic_ns().saturating_sub(start_ns) as f64 / 1e9;
         let line = format!(
             "\r\x1b[K{elapsed:.1}s  {} events  {lost} dropped  {:.1} MB",
