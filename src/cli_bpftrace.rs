@@ -8,6 +8,8 @@ use std::fs::File;
 use std::io::{self, BufWriter, LineWriter, Write};
 use std::path::PathBuf;
 
+use crate::frontend::options::HelperChecks;
+
 /// bpftrace's options, flattened into [`crate::cli::Cli`].
 #[derive(Debug, Default, clap::Args)]
 pub struct BpftraceArgs {
@@ -19,6 +21,12 @@ pub struct BpftraceArgs {
     /// With -l: also list each probe's arguments (-lv).
     #[arg(short = 'v')]
     pub verbose: bool,
+
+    /// Report failed BPF helper calls at run time (bpftrace's -k): -k those
+    /// whose failure leaves no trace (map updates and deletes, get_stackid,
+    /// get_current_comm, send_signal); -kk also reads and map lookups.
+    #[arg(short = 'k', action = clap::ArgAction::Count)]
+    pub helper_checks: u8,
 
     /// Do not print `Attaching N probes...`.
     #[arg(short = 'q')]
@@ -65,6 +73,8 @@ pub enum OptionError {
         "--emit-llvm: wprof compiles scripts straight to BPF without LLVM, so there is no LLVM IR; use --dump-bpf to see the BPF programs"
     )]
     EmitLlvm,
+    #[error("-k is given at most twice (-kk checks every helper)")]
+    TooManyHelperChecks,
     #[error("pid '{0}' is not a valid decimal number")]
     PidNotANumber(String),
     #[error("pid '{0}' out of valid pid range [1,{MAX_PID}]")]
@@ -114,7 +124,18 @@ impl BpftraceArgs {
         if self.verbose && !self.list {
             return Err(OptionError::VerboseWithoutList);
         }
+        self.helper_check_level()?;
         Ok(())
+    }
+
+    /// `-k`/`-kk` as a level.
+    pub fn helper_check_level(&self) -> Result<HelperChecks, OptionError> {
+        match self.helper_checks {
+            0 => Ok(HelperChecks::Off),
+            1 => Ok(HelperChecks::Silent),
+            2 => Ok(HelperChecks::All),
+            _ => Err(OptionError::TooManyHelperChecks),
+        }
     }
 
     /// Where the session prints: `-o FILE` or standard output, buffered as `-B` says.

@@ -124,6 +124,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
     };
     compile_options.includes = cli.includes();
     compile_options.map_keys_max = cli_bpftrace::env_number(cli_bpftrace::MAP_KEYS_MAX_VAR)?;
+    compile_options.helper_checks =
+        (cli.bpftrace.helper_check_level()).map_err(|e| e.to_string())?;
     let user = read_source(&cli)?;
     let no_script = user.is_none();
     if !cli.dump_bpf {
@@ -196,6 +198,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         notify_attached: std::env::var_os(session::NOTIFY_ATTACHED).is_some(),
         quiet: cli.bpftrace.quiet,
         format: cli.output_format(),
+        sources: Some(source_map.clone()),
     };
     let summary = {
         let mut out = cli.bpftrace.output_sink()?;

@@ -51,6 +51,7 @@ impl Tracking {
             includes: Default::default(),
             map_keys_max: None,
             unsafe_builtins: false,
+            helper_checks: Default::default(),
         })
     }
 

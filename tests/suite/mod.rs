@@ -7,6 +7,7 @@ mod capture;
 mod command_line;
 mod dump;
 mod errors;
+mod helper_checks;
 mod hostile;
 mod load;
 mod probe_forms;

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use crate::capture::model::{CaptureInfo, CaptureStats, DropReason};
 use crate::codegen::program::Compiled;
 use crate::codegen::stack_layout::GLUE_BYTES;
+use crate::frontend::diag::SourceMap;
 use crate::output::printer::{OutputFormat, Printer};
 use crate::providers;
 use crate::runtime::bpf::counters;
@@ -50,6 +51,8 @@ pub struct RunOptions {
     pub quiet: bool,
     /// Text or JSON lines (`-f json`).
     pub format: OutputFormat,
+    /// The scripts, for `-k`/`-kk` reports of failed helper calls.
+    pub sources: Option<SourceMap>,
 }
 
 /// The line `notify_attached` prints, and the environment variable that
@@ -152,7 +155,8 @@ pub fn run(
         None => None,
     };
     let values = SystemValues::new(compiled, &loaded)?;
-    let printer = Printer::new(compiled, &values, options.format);
+    let printer =
+        Printer::new(compiled, &values, options.format).with_sources(options.sources.as_ref());
     if !options.quiet {
         printer.attached_probes(attached_now(compiled), out)?;
         out.flush()?;
