@@ -95,26 +95,6 @@ pub fn parse_pid(text: &str) -> Result<u32, String> {
     }
 }
 
-/// The environment variable bounding script maps, as in bpftrace.
-pub const MAP_KEYS_MAX_VAR: &str = "BPFTRACE_MAP_KEYS_MAX";
-
-/// A positive number from environment variable `name`, when it is set.
-pub fn env_number(name: &str) -> Result<Option<u32>, String> {
-    positive_number(name, std::env::var_os(name).as_deref())
-}
-
-/// `value` of variable `name` as a positive number; the error names both.
-fn positive_number(name: &str, value: Option<&std::ffi::OsStr>) -> Result<Option<u32>, String> {
-    let Some(value) = value else {
-        return Ok(None);
-    };
-    let text = value.to_string_lossy();
-    match text.parse::<u32>() {
-        Ok(n) if n > 0 => Ok(Some(n)),
-        _ => Err(format!("{name}={text}: expected a positive number")),
-    }
-}
-
 impl BpftraceArgs {
     /// Options that cannot run as given, before anything else happens.
     pub fn validate(&self) -> Result<(), OptionError> {
@@ -217,19 +197,6 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(llvm.validate(), Err(OptionError::EmitLlvm));
-    }
-
-    /// Environment numbers are positive; others are named in the error.
-    #[test]
-    fn environment_numbers() {
-        let number = |text: &str| positive_number("KEYS", Some(std::ffi::OsStr::new(text)));
-        assert_eq!(number("12"), Ok(Some(12)));
-        assert_eq!(positive_number("KEYS", None), Ok(None));
-        assert_eq!(
-            number("0").unwrap_err(),
-            "KEYS=0: expected a positive number"
-        );
-        assert!(number("x").is_err());
     }
 
     /// Unbuffered output reaches the file at each write, full buffering at the end.

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use wprof::bpftrace_env::BpftraceEnv;
 use wprof::capture::model::RecordOrigin;
 use wprof::cli::Cli;
-use wprof::cli_bpftrace;
 use wprof::codegen::listing::render_listing;
 use wprof::codegen::program::Compiled;
 use wprof::driver::{self, Source};
@@ -123,7 +123,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
         ..tracking.compile_options()?
     };
     compile_options.includes = cli.includes();
-    compile_options.map_keys_max = cli_bpftrace::env_number(cli_bpftrace::MAP_KEYS_MAX_VAR)?;
+    let environment = BpftraceEnv::read().map_err(|e| e.to_string())?;
+    compile_options.map_keys_max = environment.map_keys_max;
+    compile_options.string_len = environment.strlen;
     compile_options.helper_checks =
         (cli.bpftrace.helper_check_level()).map_err(|e| e.to_string())?;
     let user = read_source(&cli)?;
@@ -171,6 +173,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         return Ok(());
     }
     driver::check_kernel_support(&source_map, &checked, &features::detect())?;
+    let probes = compiled.programs.iter().map(|p| p.blocks).sum();
+    (environment.check_limits(probes, compiled.programs.len())).map_err(|e| e.to_string())?;
     let capture = (!compiled.records.is_empty()).then(|| {
         let user = sources.iter().find(|s| s.origin == RecordOrigin::Script);
         let mut info = replay::capture_info(user);

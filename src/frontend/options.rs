@@ -28,6 +28,16 @@ pub struct CompileOptions {
     pub unsafe_builtins: bool,
     /// `-k`/`-kk`: which failed helper calls programs report.
     pub helper_checks: HelperChecks,
+    /// `BPFTRACE_STRLEN`: bytes `str()` reads (`None`: 64).
+    pub string_len: Option<u32>,
+}
+
+impl CompileOptions {
+    /// Bytes `str()`, `buf()` and `path()` hold at most.
+    pub fn string_len(&self) -> u32 {
+        self.string_len
+            .unwrap_or(crate::frontend::types::STRING_LEN)
+    }
 }
 
 /// bpftrace's `-k` levels: which failing helper calls are reported at run time.

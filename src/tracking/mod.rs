@@ -52,6 +52,7 @@ impl Tracking {
             map_keys_max: None,
             unsafe_builtins: false,
             helper_checks: Default::default(),
+            string_len: None,
         })
     }
 
