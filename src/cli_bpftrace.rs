@@ -18,7 +18,8 @@ pub struct BpftraceArgs {
     #[arg(short = 'l')]
     pub list: bool,
 
-    /// With -l: also list each probe's arguments (-lv).
+    /// With -l: also list each probe's arguments (-lv); otherwise print each
+    /// program's id and verifier log as it loads, as bpftrace -v.
     #[arg(short = 'v')]
     pub verbose: bool,
 
@@ -45,6 +46,11 @@ pub struct BpftraceArgs {
     #[arg(long = "info")]
     pub info: bool,
 
+    /// Compile, write the BPF programs as an ELF object to FILE (one section
+    /// per program, named as libbpf names program types), and exit.
+    #[arg(long = "emit-elf", value_name = "FILE")]
+    pub emit_elf: Option<PathBuf>,
+
     /// bpftrace's LLVM IR output: wprof has no LLVM and says so.
     #[arg(long = "emit-llvm", value_name = "FILE", hide = true)]
     pub emit_llvm: Option<PathBuf>,
@@ -65,10 +71,6 @@ pub enum Buffering {
 /// Why the bpftrace options cannot be used as given.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum OptionError {
-    #[error(
-        "-v (verbose) only applies to -l in wprof (-lv lists probe arguments); use --dump-bpf to see the programs"
-    )]
-    VerboseWithoutList,
     #[error(
         "--emit-llvm: wprof compiles scripts straight to BPF without LLVM, so there is no LLVM IR; use --dump-bpf to see the BPF programs"
     )]
@@ -100,9 +102,6 @@ impl BpftraceArgs {
     pub fn validate(&self) -> Result<(), OptionError> {
         if self.emit_llvm.is_some() {
             return Err(OptionError::EmitLlvm);
-        }
-        if self.verbose && !self.list {
-            return Err(OptionError::VerboseWithoutList);
         }
         self.helper_check_level()?;
         Ok(())
@@ -178,14 +177,19 @@ mod tests {
         );
     }
 
-    /// -v needs -l, --emit-llvm is refused.
+    /// -v goes alone or with -l, --emit-llvm is refused, -k at most twice.
     #[test]
     fn refused_combinations() {
         let verbose = BpftraceArgs {
             verbose: true,
             ..Default::default()
         };
-        assert_eq!(verbose.validate(), Err(OptionError::VerboseWithoutList));
+        assert_eq!(verbose.validate(), Ok(()));
+        let checks = BpftraceArgs {
+            helper_checks: 3,
+            ..Default::default()
+        };
+        assert_eq!(checks.validate(), Err(OptionError::TooManyHelperChecks));
         let listing = BpftraceArgs {
             verbose: true,
             list: true,

@@ -15,6 +15,7 @@ use wprof::frontend::checked::CheckedProgram;
 use wprof::frontend::diag::{INLINE_SCRIPT_NAME, ScriptErrors};
 use wprof::frontend::limits;
 use wprof::frontend::options::CompileOptions;
+use wprof::runtime::bpf::loader;
 use wprof::runtime::session::activation::Phases;
 use wprof::runtime::session::{self, CaptureTarget, RunError, RunOptions};
 use wprof::runtime::targets::environment::SystemEnvironment;
@@ -130,7 +131,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         (cli.bpftrace.helper_check_level()).map_err(|e| e.to_string())?;
     let user = read_source(&cli)?;
     let no_script = user.is_none();
-    if !cli.dump_bpf {
+    if !cli.dump_bpf && cli.bpftrace.emit_elf.is_none() {
         wprof::runtime::privileges::check().map_err(|e| e.to_string())?;
     }
     let _ = tracefs::ensure_mounted();
@@ -172,6 +173,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         return Ok(());
     }
+    if let Some(path) = &cli.bpftrace.emit_elf {
+        let image = loader::elf_image(&compiled).map_err(|e| e.to_string())?;
+        return std::fs::write(path, image)
+            .map_err(|e| format!("cannot write --emit-elf {}: {e}", path.display()).into());
+    }
     driver::check_kernel_support(&source_map, &checked, &features::detect())?;
     let probes = compiled.programs.iter().map(|p| p.blocks).sum();
     (environment.check_limits(probes, compiled.programs.len())).map_err(|e| e.to_string())?;
@@ -203,6 +209,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         quiet: cli.bpftrace.quiet,
         format: cli.output_format(),
         sources: Some(source_map.clone()),
+        verbose: cli.bpftrace.verbose,
     };
     let summary = {
         let mut out = cli.bpftrace.output_sink()?;
