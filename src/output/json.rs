@@ -194,18 +194,8 @@ fn write_json_value(out: &mut Vec<u8>, value: &Value, div: u64, resolver: &dyn R
             write_value(&mut text, &value.divided(div), Place::Value, resolver);
             out.extend(text);
         }
-        Value::Tuple(fields) => {
-            out.push(b'[');
-            for (i, field) in fields.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_json_value(out, field, div, resolver);
-            }
-            out.push(b']');
-        }
-        // bpftrace's spacing: `{ "a": 1, "b": [2,3] }`.
-        Value::Array(elements) => {
+        // bpftrace's spacing: `[1,"a"]`, `{ "a": 1, "b": [2,3] }`.
+        Value::Tuple(elements) | Value::Array(elements) => {
             out.push(b'[');
             for (i, element) in elements.iter().enumerate() {
                 if i > 0 {
