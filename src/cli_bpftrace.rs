@@ -8,6 +8,8 @@ use std::fs::File;
 use std::io::{self, BufWriter, LineWriter, Write};
 use std::path::PathBuf;
 
+use crate::frontend::options::HelperChecks;
+
 /// bpftrace's options, flattened into [`crate::cli::Cli`].
 #[derive(Debug, Default, clap::Args)]
 pub struct BpftraceArgs {
@@ -16,9 +18,16 @@ pub struct BpftraceArgs {
     #[arg(short = 'l')]
     pub list: bool,
 
-    /// With -l: also list each probe's arguments (-lv).
+    /// With -l: also list each probe's arguments (-lv); otherwise print each
+    /// program's id and verifier log as it loads, as bpftrace -v.
     #[arg(short = 'v')]
     pub verbose: bool,
+
+    /// Report failed BPF helper calls at run time (bpftrace's -k): -k those
+    /// whose failure leaves no trace (map updates and deletes, get_stackid,
+    /// get_current_comm, send_signal); -kk also reads and map lookups.
+    #[arg(short = 'k', action = clap::ArgAction::Count)]
+    pub helper_checks: u8,
 
     /// Do not print `Attaching N probes...`.
     #[arg(short = 'q')]
@@ -36,6 +45,11 @@ pub struct BpftraceArgs {
     /// Print what this kernel and wprof support, in bpftrace's --info format, and exit.
     #[arg(long = "info")]
     pub info: bool,
+
+    /// Compile, write the BPF programs as an ELF object to FILE (one section
+    /// per program, named as libbpf names program types), and exit.
+    #[arg(long = "emit-elf", value_name = "FILE")]
+    pub emit_elf: Option<PathBuf>,
 
     /// bpftrace's LLVM IR output: wprof has no LLVM and says so.
     #[arg(long = "emit-llvm", value_name = "FILE", hide = true)]
@@ -58,13 +72,11 @@ pub enum Buffering {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum OptionError {
     #[error(
-        "-v (verbose) only applies to -l in wprof (-lv lists probe arguments); use --dump-bpf to see the programs"
-    )]
-    VerboseWithoutList,
-    #[error(
         "--emit-llvm: wprof compiles scripts straight to BPF without LLVM, so there is no LLVM IR; use --dump-bpf to see the BPF programs"
     )]
     EmitLlvm,
+    #[error("-k is given at most twice (-kk checks every helper)")]
+    TooManyHelperChecks,
     #[error("pid '{0}' is not a valid decimal number")]
     PidNotANumber(String),
     #[error("pid '{0}' out of valid pid range [1,{MAX_PID}]")]
@@ -85,36 +97,24 @@ pub fn parse_pid(text: &str) -> Result<u32, String> {
     }
 }
 
-/// The environment variable bounding script maps, as in bpftrace.
-pub const MAP_KEYS_MAX_VAR: &str = "BPFTRACE_MAP_KEYS_MAX";
-
-/// A positive number from environment variable `name`, when it is set.
-pub fn env_number(name: &str) -> Result<Option<u32>, String> {
-    positive_number(name, std::env::var_os(name).as_deref())
-}
-
-/// `value` of variable `name` as a positive number; the error names both.
-fn positive_number(name: &str, value: Option<&std::ffi::OsStr>) -> Result<Option<u32>, String> {
-    let Some(value) = value else {
-        return Ok(None);
-    };
-    let text = value.to_string_lossy();
-    match text.parse::<u32>() {
-        Ok(n) if n > 0 => Ok(Some(n)),
-        _ => Err(format!("{name}={text}: expected a positive number")),
-    }
-}
-
 impl BpftraceArgs {
     /// Options that cannot run as given, before anything else happens.
     pub fn validate(&self) -> Result<(), OptionError> {
         if self.emit_llvm.is_some() {
             return Err(OptionError::EmitLlvm);
         }
-        if self.verbose && !self.list {
-            return Err(OptionError::VerboseWithoutList);
-        }
+        self.helper_check_level()?;
         Ok(())
+    }
+
+    /// `-k`/`-kk` as a level.
+    pub fn helper_check_level(&self) -> Result<HelperChecks, OptionError> {
+        match self.helper_checks {
+            0 => Ok(HelperChecks::Off),
+            1 => Ok(HelperChecks::Silent),
+            2 => Ok(HelperChecks::All),
+            _ => Err(OptionError::TooManyHelperChecks),
+        }
     }
 
     /// Where the session prints: `-o FILE` or standard output, buffered as `-B` says.
@@ -177,14 +177,19 @@ mod tests {
         );
     }
 
-    /// -v needs -l, --emit-llvm is refused.
+    /// -v goes alone or with -l, --emit-llvm is refused, -k at most twice.
     #[test]
     fn refused_combinations() {
         let verbose = BpftraceArgs {
             verbose: true,
             ..Default::default()
         };
-        assert_eq!(verbose.validate(), Err(OptionError::VerboseWithoutList));
+        assert_eq!(verbose.validate(), Ok(()));
+        let checks = BpftraceArgs {
+            helper_checks: 3,
+            ..Default::default()
+        };
+        assert_eq!(checks.validate(), Err(OptionError::TooManyHelperChecks));
         let listing = BpftraceArgs {
             verbose: true,
             list: true,
@@ -196,19 +201,6 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(llvm.validate(), Err(OptionError::EmitLlvm));
-    }
-
-    /// Environment numbers are positive; others are named in the error.
-    #[test]
-    fn environment_numbers() {
-        let number = |text: &str| positive_number("KEYS", Some(std::ffi::OsStr::new(text)));
-        assert_eq!(number("12"), Ok(Some(12)));
-        assert_eq!(positive_number("KEYS", None), Ok(None));
-        assert_eq!(
-            number("0").unwrap_err(),
-            "KEYS=0: expected a positive number"
-        );
-        assert!(number("x").is_err());
     }
 
     /// Unbuffered output reaches the file at each write, full buffering at the end.

@@ -189,7 +189,7 @@ impl ProfileCommand {
 pub fn parse_command_line() -> Cli {
     let args: Vec<OsString> = std::env::args_os().collect();
     if args.get(1).is_none_or(|first| first != PROFILE) {
-        return crate::cli::try_parse(args).unwrap_or_else(|e| e.exit());
+        return crate::cli::try_parse(args).unwrap_or_else(|e| exit_with(e));
     }
     let command = ProfileCommand::parse_from(&args[1..]);
     let main = command.main_args();
@@ -197,7 +197,34 @@ pub fn parse_command_line() -> Cli {
         println!("{}", shell_words(&main));
         std::process::exit(0);
     }
-    crate::cli::try_parse(main).unwrap_or_else(|e| e.exit())
+    crate::cli::try_parse(main).unwrap_or_else(|e| exit_with(e))
+}
+
+/// Prints clap's help, version or usage error as clap does, with bpftrace's
+/// headings (`USAGE:`, `ERROR:`), which wrapper scripts and bpftrace's own
+/// tests look for, and exits with clap's status.
+fn exit_with(error: clap::Error) -> ! {
+    let text = bpftrace_headings(&error.render().to_string());
+    let written = match error.use_stderr() {
+        true => std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes()),
+        false => std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes()),
+    };
+    // Nothing more can be said when the terminal is gone.
+    drop(written);
+    std::process::exit(error.exit_code())
+}
+
+/// `text` with clap's `Usage:` and `error:` line headings in bpftrace's capitals.
+fn bpftrace_headings(text: &str) -> String {
+    let lines = text.split_inclusive('\n').map(|line| {
+        for (clap, bpftrace) in [("Usage: ", "USAGE: "), ("error: ", "ERROR: ")] {
+            if let Some(rest) = line.strip_prefix(clap) {
+                return format!("{bpftrace}{rest}");
+            }
+        }
+        line.to_string()
+    });
+    lines.collect()
 }
 
 /// `args` as a shell would need them typed: plain words as they are.
@@ -268,6 +295,25 @@ mod tests {
     fn quotes_for_the_shell() {
         let args = ["-S", "timer=99hz", "-n", "my prog*", ""].map(String::from);
         assert_eq!(shell_words(&args), "-S timer=99hz -n 'my prog*' ''");
+    }
+
+    /// Usage errors and help keep clap's text under bpftrace's headings.
+    #[test]
+    fn headings_as_bpftrace() {
+        let error = crate::cli::try_parse(["wprof", "-idonotexist"]).expect_err("bad option");
+        let text = bpftrace_headings(&error.render().to_string());
+        assert!(
+            text.starts_with("ERROR: unexpected argument '-i' found"),
+            "{text}"
+        );
+        assert!(text.contains("\nUSAGE: wprof [OPTIONS]"), "{text}");
+        let help = crate::cli::try_parse(["wprof", "-h"]).expect_err("help");
+        let text = bpftrace_headings(&help.render().to_string());
+        assert!(
+            text.contains("\nUSAGE: wprof [OPTIONS]") && !text.contains("Usage:"),
+            "{text}"
+        );
+        assert!(text.contains("\nOptions:\n"), "our own help stays: {text}");
     }
 
     /// A bare number of seconds is refused rather than read as milliseconds.

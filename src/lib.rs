@@ -16,6 +16,7 @@
 //! [`vocab`] holds the types the stages share.
 
 pub mod analysis;
+pub mod bpftrace_env;
 pub mod builtins;
 pub mod capture;
 pub mod cli;

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use wprof::bpftrace_env::BpftraceEnv;
 use wprof::capture::model::RecordOrigin;
 use wprof::cli::Cli;
-use wprof::cli_bpftrace;
 use wprof::codegen::listing::render_listing;
 use wprof::codegen::program::Compiled;
 use wprof::driver::{self, Source};
@@ -15,6 +15,7 @@ use wprof::frontend::checked::CheckedProgram;
 use wprof::frontend::diag::{INLINE_SCRIPT_NAME, ScriptErrors};
 use wprof::frontend::limits;
 use wprof::frontend::options::CompileOptions;
+use wprof::runtime::bpf::loader;
 use wprof::runtime::session::activation::Phases;
 use wprof::runtime::session::{self, CaptureTarget, RunError, RunOptions};
 use wprof::runtime::targets::environment::SystemEnvironment;
@@ -123,10 +124,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
         ..tracking.compile_options()?
     };
     compile_options.includes = cli.includes();
-    compile_options.map_keys_max = cli_bpftrace::env_number(cli_bpftrace::MAP_KEYS_MAX_VAR)?;
+    let environment = BpftraceEnv::read().map_err(|e| e.to_string())?;
+    compile_options.map_keys_max = environment.map_keys_max;
+    compile_options.string_len = environment.strlen;
+    compile_options.helper_checks =
+        (cli.bpftrace.helper_check_level()).map_err(|e| e.to_string())?;
     let user = read_source(&cli)?;
     let no_script = user.is_none();
-    if !cli.dump_bpf {
+    if !cli.dump_bpf && cli.bpftrace.emit_elf.is_none() {
         wprof::runtime::privileges::check().map_err(|e| e.to_string())?;
     }
     let _ = tracefs::ensure_mounted();
@@ -168,7 +173,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         return Ok(());
     }
+    if let Some(path) = &cli.bpftrace.emit_elf {
+        let image = loader::elf_image(&compiled).map_err(|e| e.to_string())?;
+        return std::fs::write(path, image)
+            .map_err(|e| format!("cannot write --emit-elf {}: {e}", path.display()).into());
+    }
     driver::check_kernel_support(&source_map, &checked, &features::detect())?;
+    let probes = compiled.programs.iter().map(|p| p.blocks).sum();
+    (environment.check_limits(probes, compiled.programs.len())).map_err(|e| e.to_string())?;
     let capture = (!compiled.records.is_empty()).then(|| {
         let user = sources.iter().find(|s| s.origin == RecordOrigin::Script);
         let mut info = replay::capture_info(user);
@@ -196,6 +208,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         notify_attached: std::env::var_os(session::NOTIFY_ATTACHED).is_some(),
         quiet: cli.bpftrace.quiet,
         format: cli.output_format(),
+        sources: Some(source_map.clone()),
+        verbose: cli.bpftrace.verbose,
     };
     let summary = {
         let mut out = cli.bpftrace.output_sink()?;

@@ -7,6 +7,8 @@
 //!   in the script body, e.g. `uprobe:{uprobe_target}:add`). A `NAME.args` file,
 //!   when present, replaces this directive.
 //! - `// params: 7 35`: positional parameters placed after the script path.
+//! - `// env: NAME=VALUE ...`: environment variables both tools run with
+//!   (e.g. `BPFTRACE_STRLEN=8`).
 //! - `// oracle: other`: bpftrace cannot run this script (newer spelling), so the
 //!   reference is bpftrace's output for `other.bt`, the same program in 0.17 spelling.
 //!
@@ -43,6 +45,8 @@ struct Script {
     body: String,
     args: Vec<String>,
     params: Vec<String>,
+    /// `NAME=VALUE` pairs from the `env` directive.
+    env: Vec<(String, String)>,
     oracle: Option<String>,
 }
 
@@ -61,6 +65,7 @@ impl Script {
             name: name.to_string(),
             args: split_words(args_text.trim())?,
             params: split_words(params_text.trim())?,
+            env: environment(directives.get("env").map_or("", String::as_str))?,
             oracle: directives.get("oracle").cloned(),
             body,
         })
@@ -73,8 +78,18 @@ fn header_directives(body: &str) -> BTreeMap<String, String> {
         .map_while(|line| line.trim_start().strip_prefix("//"))
         .filter_map(|comment| {
             let (key, value) = comment.trim().split_once(':')?;
-            matches!(key, "args" | "params" | "oracle")
+            matches!(key, "args" | "params" | "env" | "oracle")
                 .then(|| (key.to_string(), value.trim().to_string()))
+        })
+        .collect()
+}
+
+/// The `env` directive's `NAME=VALUE` words.
+fn environment(text: &str) -> Result<Vec<(String, String)>, String> {
+    (split_words(text.trim())?.into_iter())
+        .map(|word| match word.split_once('=') {
+            Some((name, value)) => Ok((name.to_string(), value.to_string())),
+            None => Err(format!("env directive `{word}` is not NAME=VALUE")),
         })
         .collect()
 }
@@ -228,7 +243,8 @@ fn run_tool(cfg: &Config, tool: &Path, script: &Script, w: &Workloads) -> Result
     let mut cmd = Command::new(tool);
     cmd.args(script.args.iter().map(|a| w.substitute(a)))
         .arg(&file)
-        .args(&script.params);
+        .args(&script.params)
+        .envs(script.env.iter().map(|(name, value)| (name, value)));
     let out: RunOutput = run_with_timeout(&mut cmd, cfg.timeout)
         .map_err(|e| format!("cannot run {}: {e}", tool.display()))?;
     match out.status {

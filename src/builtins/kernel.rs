@@ -3,12 +3,12 @@
 
 use super::{Entry, Expression, Kind, Site, Written};
 use crate::codegen::helpers::D_PATH;
-use crate::codegen::ir::{Arg, Base, Inst};
+use crate::codegen::ir::{Arg, Base};
 use crate::codegen::lower::{Lowerer, Value};
 use crate::frontend::check::Checker;
 use crate::frontend::checked::{TCall, TExpr, TExprKind};
 use crate::frontend::diag::ScriptError;
-use crate::frontend::types::{STRING_LEN, Type};
+use crate::frontend::types::Type;
 use crate::vocab::AttachPoint;
 
 /// `selected(task)`: whether the task passes the command line's task
@@ -77,23 +77,19 @@ impl Expression for Path {
             let message = format!("path() needs a `struct path *`, not {}", path.ty);
             return cx.fail(path.span, &message);
         }
-        Some(site.value(vec![path], Type::Str { len: STRING_LEN }))
+        let len = cx.options.string_len();
+        Some(site.value(vec![path], Type::Str { len }))
     }
 
-    fn lower(&self, cx: &mut Lowerer, call: &TCall, _ty: &Type) -> Value {
+    fn lower(&self, cx: &mut Lowerer, call: &TCall, ty: &Type) -> Value {
         let path = cx.int_expr(&call.args[0]);
-        let buffer = cx.alloc(STRING_LEN);
-        cx.zero(Base::Frame, buffer, STRING_LEN);
-        let args = vec![
-            Arg::Reg(path),
-            Arg::Frame(buffer),
-            Arg::Imm(i64::from(STRING_LEN)),
-        ];
-        cx.emit(Inst::Call {
-            helper: D_PATH,
-            args,
-            ret: None,
-        });
+        let Type::Str { len } = *ty else {
+            unreachable!("path() is checked into a string")
+        };
+        let buffer = cx.alloc(len);
+        cx.zero(Base::Frame, buffer, ty.size());
+        let args = vec![Arg::Reg(path), Arg::Frame(buffer), Arg::Imm(i64::from(len))];
+        cx.checked_call_unused(D_PATH, args);
         Value::Mem(buffer)
     }
 }

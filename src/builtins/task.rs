@@ -3,7 +3,7 @@
 
 use super::{Entry, Expression, Kind, Site, Written};
 use crate::codegen::helpers::{GET_CURRENT_COMM, GET_CURRENT_PID_TGID, GET_CURRENT_UID_GID};
-use crate::codegen::ir::{AluOp, Arg, Inst};
+use crate::codegen::ir::{AluOp, Arg};
 use crate::codegen::lower::{Lowerer, Value};
 use crate::frontend::check::Checker;
 use crate::frontend::checked::{TCall, TExpr};
@@ -66,11 +66,7 @@ impl Expression for Comm {
     fn lower(&self, cx: &mut Lowerer, _call: &TCall, _ty: &Type) -> Value {
         let offset = cx.alloc(COMM_LEN);
         let args = vec![Arg::Frame(offset), Arg::Imm(i64::from(COMM_LEN))];
-        cx.emit(Inst::Call {
-            helper: GET_CURRENT_COMM,
-            args,
-            ret: None,
-        });
+        cx.checked_call_unused(GET_CURRENT_COMM, args);
         Value::Mem(offset)
     }
 }

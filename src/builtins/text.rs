@@ -8,7 +8,7 @@ use crate::codegen::lower::{Lowerer, Value};
 use crate::frontend::ast::{Expr, ExprKind};
 use crate::frontend::check::Checker;
 use crate::frontend::checked::{TCall, TExpr, TExprKind};
-use crate::frontend::types::{STRING_LEN, Type};
+use crate::frontend::types::Type;
 
 /// `str(ptr[, len])`: a string read from kernel or user memory (the probe's
 /// context says which), into a buffer of `len + 1` bytes when `len` is a
@@ -31,13 +31,15 @@ impl Expression for Str {
             return cx.fail(ptr.span, &format!("str() needs a pointer, not {}", ptr.ty));
         }
         let mut args = vec![ptr];
+        let most = cx.options.string_len();
         let buffer = match len {
-            None => STRING_LEN,
+            None => most,
             Some(len) => {
                 let len = cx.expr(len)?;
                 let buffer = match len.kind {
-                    TExprKind::Int(n) => (n as u32).clamp(1, STRING_LEN),
-                    _ => STRING_LEN,
+                    // `n` characters and their NUL.
+                    TExprKind::Int(n) => (n.saturating_add(1).min(u64::from(most))) as u32,
+                    _ => most,
                 };
                 args.push(len);
                 buffer
@@ -48,9 +50,14 @@ impl Expression for Str {
 
     fn lower(&self, cx: &mut Lowerer, call: &TCall, ty: &Type) -> Value {
         let pointer = cx.int_expr(&call.args[0]);
+        // The string's own length bounds the read (`BPFTRACE_STRLEN`); its
+        // buffer is rounded up to whole words.
+        let Type::Str { len: read_len } = *ty else {
+            unreachable!("str() is checked into a string")
+        };
         let buffer_len = ty.size();
         let size = match call.args.get(1) {
-            None => Arg::Imm(i64::from(buffer_len)),
+            None => Arg::Imm(i64::from(read_len)),
             Some(len) => {
                 // A NUL fits after `len` characters, and the verifier needs a bounded size.
                 let requested = cx.int_expr(len);
@@ -58,8 +65,8 @@ impl Expression for Str {
                 cx.mov(size, requested);
                 cx.alu(AluOp::Add, size, Src::Imm(1));
                 let within = cx.label();
-                cx.branch(Cond::Le, size, Src::Imm(buffer_len as i32), within);
-                cx.mov_imm(size, buffer_len as i32);
+                cx.branch(Cond::Le, size, Src::Imm(read_len as i32), within);
+                cx.mov_imm(size, read_len as i32);
                 cx.emit(Inst::Bind(within));
                 Arg::Reg(size)
             }
@@ -72,11 +79,7 @@ impl Expression for Str {
             PROBE_READ_KERNEL_STR
         };
         let args = vec![Arg::Frame(buffer), size, Arg::Reg(pointer)];
-        cx.emit(Inst::Call {
-            helper,
-            args,
-            ret: None,
-        });
+        cx.checked_call_unused(helper, args);
         Value::Mem(buffer)
     }
 
@@ -183,7 +186,7 @@ impl Expression for Strerror {
     }
 }
 
-/// `buf(ptr[, len])`: `len` bytes (at most [`STRING_LEN`]) read from memory
+/// `buf(ptr[, len])`: `len` bytes (at most `BPFTRACE_STRLEN`, 64 by default) read from memory
 /// at `ptr` or taken from a string, printed with non-printable bytes
 /// escaped (`%r` in printf). The call's args are the source and the length
 /// (when not a literal); its const the literal length.
@@ -222,11 +225,12 @@ impl Expression for Buf {
                     let message = format!("buf()'s length must be an integer, not {}", len.ty);
                     return cx.fail(len.span, &message);
                 }
+                let most = cx.options.string_len();
                 match len.kind {
-                    TExprKind::Int(n) => n.min(u64::from(STRING_LEN)) as u32,
+                    TExprKind::Int(n) => n.min(u64::from(most)) as u32,
                     _ => {
                         args.push(len);
-                        STRING_LEN
+                        most
                     }
                 }
             }

@@ -50,3 +50,23 @@ pub const GET_TASK_STACK: u32 = 141;
 pub const TASK_PT_REGS: u32 = 175;
 /// `bpf_loop(n, callback, ctx, flags)`
 pub const LOOP: u32 = 181;
+
+/// A helper's name as the kernel's `bpf_func_name` table (and bpftrace's
+/// messages) spell it, for the helpers generated code calls.
+pub fn name(helper: u32) -> std::borrow::Cow<'static, str> {
+    let name = match helper {
+        MAP_LOOKUP_ELEM => "map_lookup_elem",
+        MAP_UPDATE_ELEM => "map_update_elem",
+        MAP_DELETE_ELEM => "map_delete_elem",
+        GET_CURRENT_COMM => "get_current_comm",
+        GET_STACKID => "get_stackid",
+        SEND_SIGNAL => "send_signal",
+        PROBE_READ_USER => "probe_read_user",
+        PROBE_READ_KERNEL => "probe_read_kernel",
+        PROBE_READ_USER_STR => "probe_read_user_str",
+        PROBE_READ_KERNEL_STR => "probe_read_kernel_str",
+        D_PATH => "d_path",
+        other => return format!("helper {other}").into(),
+    };
+    name.into()
+}

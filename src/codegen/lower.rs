@@ -36,7 +36,7 @@ pub(crate) struct Lowerer<'a> {
     pub(super) maps: &'a MapLayouts,
     pub(super) messages: &'a mut Vec<Message>,
     pub(super) function: Function,
-    span: Option<Span>,
+    pub(super) span: Option<Span>,
     pending_comment: Option<String>,
     frame_top: u32,
     /// The largest frame any statement needed, and that statement.

@@ -207,11 +207,7 @@ impl Lowerer<'_> {
             Arg::Imm(i64::from(size)),
             Arg::Reg(address),
         ];
-        self.emit(Inst::Call {
-            helper: PROBE_READ_USER,
-            args,
-            ret: None,
-        });
+        self.checked_call_unused(PROBE_READ_USER, args);
         let value = self.vreg();
         self.emit(Inst::Load {
             dst: value,
@@ -277,11 +273,7 @@ impl Lowerer<'_> {
                     Arg::Imm(i64::from(len)),
                     Arg::Reg(source),
                 ];
-                self.emit(Inst::Call {
-                    helper: PROBE_READ_KERNEL,
-                    args,
-                    ret: None,
-                });
+                self.checked_call_unused(PROBE_READ_KERNEL, args);
                 Value::Mem(buffer)
             }
             FieldKind::DataLocString => {
@@ -304,11 +296,7 @@ impl Lowerer<'_> {
                     Arg::Imm(i64::from(len)),
                     Arg::Reg(source),
                 ];
-                self.emit(Inst::Call {
-                    helper: PROBE_READ_KERNEL_STR,
-                    args,
-                    ret: None,
-                });
+                self.checked_call_unused(PROBE_READ_KERNEL_STR, args);
                 Value::Mem(buffer)
             }
         }

@@ -49,14 +49,8 @@ impl Lowerer<'_> {
     }
 
     fn lookup(&mut self, map: MapRef, key: i16) -> VReg {
-        let pointer = self.vreg();
         let args = vec![Arg::Map(self.maps.script[map.0].id), Arg::Frame(key)];
-        self.emit(Inst::Call {
-            helper: MAP_LOOKUP_ELEM,
-            args,
-            ret: Some(pointer),
-        });
-        pointer
+        self.checked_call(MAP_LOOKUP_ELEM, args)
     }
 
     fn update(&mut self, map: MapRef, key: i16, value: i16) {
@@ -71,11 +65,7 @@ impl Lowerer<'_> {
             Arg::Frame(value),
             Arg::Imm(BPF_ANY),
         ];
-        self.emit(Inst::Call {
-            helper: MAP_UPDATE_ELEM,
-            args,
-            ret: None,
-        });
+        self.checked_call_unused(MAP_UPDATE_ELEM, args);
     }
 
     /// `@m[key]` as a value: the stored value, or zero when absent.
@@ -151,11 +141,7 @@ impl Lowerer<'_> {
             return self.update(map, key, zeros);
         }
         let args = vec![Arg::Map(self.maps.script[map.0].id), Arg::Frame(key)];
-        self.emit(Inst::Call {
-            helper: MAP_DELETE_ELEM,
-            args,
-            ret: None,
-        });
+        self.checked_call_unused(MAP_DELETE_ELEM, args);
     }
 
     /// `@m[key] = count()` and friends: update the value in place when it

@@ -205,11 +205,7 @@ impl Lowerer<'_> {
             Arg::Imm(i64::from(len)),
             Arg::Reg(source),
         ];
-        self.emit(Inst::Call {
-            helper,
-            args,
-            ret: None,
-        });
+        self.checked_call_unused(helper, args);
     }
 
     /// Copy `len` bytes with direct loads, widest first, never past the member.

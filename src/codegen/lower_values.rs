@@ -18,7 +18,7 @@ impl Lowerer<'_> {
         let flags = if stack.user { BPF_F_USER_STACK } else { 0 };
         let ctx = self.ctx;
         self.comment(format!("{} ({} frames)", stack.name(), stack.depth));
-        let id = self.call_result(
+        let id = self.checked_call(
             GET_STACKID,
             vec![Arg::Reg(ctx), Arg::Map(map), Arg::Imm(flags)],
         );
@@ -59,11 +59,7 @@ impl Lowerer<'_> {
             Arg::Imm(i64::from(len)),
             Arg::Reg(address),
         ];
-        self.emit(Inst::Call {
-            helper,
-            args,
-            ret: None,
-        });
+        self.checked_call_unused(helper, args);
     }
 
     /// The u64 at `address` in user or kernel memory (0 when unreadable).
@@ -181,11 +177,7 @@ impl Lowerer<'_> {
                 Arg::Imm(i64::from(element_bytes)),
                 Arg::Reg(pointer),
             ];
-            self.emit(Inst::Call {
-                helper,
-                args,
-                ret: None,
-            });
+            self.checked_call_unused(helper, args);
             self.alu(AluOp::Add, array, Src::Imm(8));
         }
         self.emit(Inst::Bind(send));
@@ -196,11 +188,7 @@ impl Lowerer<'_> {
     /// `signal(sig)`: `bpf_send_signal` to the current task.
     pub(crate) fn send_signal(&mut self, sig: &TExpr) {
         let sig = self.int_expr(sig);
-        self.emit(Inst::Call {
-            helper: SEND_SIGNAL,
-            args: vec![Arg::Reg(sig)],
-            ret: None,
-        });
+        self.checked_call_unused(SEND_SIGNAL, vec![Arg::Reg(sig)]);
     }
 
     /// `override(rc)`: `bpf_override_return` of the probed kernel function.

@@ -12,6 +12,7 @@ pub mod ir;
 pub mod listing;
 pub(crate) mod lower;
 mod lower_bytes;
+mod lower_checks;
 mod lower_expr;
 mod lower_map;
 mod lower_memory;

@@ -118,6 +118,7 @@ pub fn check(
             spans: checker.spans,
             filter: options.filter.clone(),
             map_keys_max: options.map_keys_max,
+            helper_checks: options.helper_checks,
             values: checker.values,
             counters: match checker.reads_counters {
                 true => options.pmu.clone(),

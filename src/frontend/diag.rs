@@ -263,10 +263,34 @@ impl SourceMap {
         Some((name, line + 1, &file.text[start..end]))
     }
 
+    /// Where merged offset `at` is: its file's name, 1-based line and
+    /// column (in bytes), and that line's text; `None` past the file's end.
+    pub fn position(&self, at: usize) -> Option<SourcePosition<'_>> {
+        let file = self.file_at(at);
+        let (_, line, text) = self.line(at)?;
+        let line_start = file.line_starts[line - 1];
+        Some(SourcePosition {
+            name: &file.name,
+            line,
+            column: at - file.base - line_start + 1,
+            text,
+        })
+    }
+
     fn file_at(&self, at: usize) -> &SourceFile {
         let index = self.files.partition_point(|f| f.base <= at);
         &self.files[index.saturating_sub(1)]
     }
+}
+
+/// A place in a script, as [`SourceMap::position`] finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourcePosition<'a> {
+    pub name: &'a str,
+    pub line: usize,
+    pub column: usize,
+    /// The whole line, without its newline.
+    pub text: &'a str,
 }
 
 impl fmt::Display for ScriptErrors {

@@ -26,6 +26,32 @@ pub struct CompileOptions {
     /// `--unsafe`: allow built-ins that act on the system (`system()`,
     /// `signal()`, `override()`), as bpftrace does.
     pub unsafe_builtins: bool,
+    /// `-k`/`-kk`: which failed helper calls programs report.
+    pub helper_checks: HelperChecks,
+    /// `BPFTRACE_STRLEN`: bytes `str()` reads (`None`: 64).
+    pub string_len: Option<u32>,
+}
+
+impl CompileOptions {
+    /// Bytes `str()`, `buf()` and `path()` hold at most.
+    pub fn string_len(&self) -> u32 {
+        self.string_len
+            .unwrap_or(crate::frontend::types::STRING_LEN)
+    }
+}
+
+/// bpftrace's `-k` levels: which failing helper calls are reported at run time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HelperChecks {
+    /// None (the default).
+    #[default]
+    Off,
+    /// `-k`: helpers whose failure leaves no trace in the result (map
+    /// updates and deletes, `get_stackid`, `get_current_comm`, `send_signal`);
+    /// failed reads and lookups already yield zeros the script can test.
+    Silent,
+    /// `-kk`: every checked helper, reads and map lookups too.
+    All,
 }
 
 /// `--include-dir DIR` and `--include FILE`, as bpftrace's `-I` and `--include`.

@@ -194,15 +194,27 @@ fn write_json_value(out: &mut Vec<u8>, value: &Value, div: u64, resolver: &dyn R
             write_value(&mut text, &value.divided(div), Place::Value, resolver);
             out.extend(text);
         }
-        Value::Tuple(fields) => {
+        // bpftrace's spacing: `[1,"a"]`, `{ "a": 1, "b": [2,3] }`.
+        Value::Tuple(elements) | Value::Array(elements) => {
             out.push(b'[');
-            for (i, field) in fields.iter().enumerate() {
+            for (i, element) in elements.iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                write_json_value(out, field, div, resolver);
+                write_json_value(out, element, div, resolver);
             }
             out.push(b']');
+        }
+        Value::Struct(fields) => {
+            out.extend_from_slice(b"{ ");
+            for (i, (name, field)) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b", ");
+                }
+                out.extend(format!("\"{}\": ", escape(name.as_bytes())).into_bytes());
+                write_json_value(out, field, div, resolver);
+            }
+            out.extend_from_slice(b" }");
         }
         other => {
             let mut text = Vec::new();
@@ -326,6 +338,20 @@ mod tests {
             "{\"type\": \"map\", \"data\": {\"@m\": {\"1,x\": [1,\"a\"]}}}\n"
         );
         assert_eq!(line(None, MapValue::Plain(I64), vec![]), "");
+    }
+
+    /// Structs are objects and C arrays are arrays, spaced as bpftrace spaces them.
+    #[test]
+    fn structs_and_arrays() {
+        let inner = Value::Struct(vec![(
+            "m".into(),
+            Value::Array(vec![Value::Int(2), Value::Int(4)]),
+        )]);
+        let value = Value::Struct(vec![("y".into(), inner), ("n".into(), Value::Int(3))]);
+        assert_eq!(
+            String::from_utf8(value_line(&value, &RawIds)).unwrap(),
+            "{\"type\": \"value\", \"data\": { \"y\": { \"m\": [2,4] }, \"n\": 3 }}\n"
+        );
     }
 
     /// avg and stats maps are of type `stats`.

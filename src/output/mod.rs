@@ -2,6 +2,7 @@
 
 pub mod agg;
 mod cvalue;
+pub mod helper_error;
 pub mod hist;
 pub mod json;
 pub mod lookup;

@@ -10,12 +10,14 @@ use std::io::{self, Write};
 
 use crate::builtins;
 use crate::codegen::program::Compiled;
+use crate::frontend::diag::SourceMap;
 use crate::output::agg;
+use crate::output::helper_error;
 use crate::output::json::{self, TextKind};
 use crate::output::lookup::System;
 use crate::output::maps::{self, MapDump, PrintOptions};
 use crate::output::value::{Value, decode};
-use crate::vocab::{MapId, Message, ValueType};
+use crate::vocab::{HelperErrorSite, MapId, Message, ValueType};
 
 /// One raw map entry as the kernel returns it: key, value per CPU.
 pub type RawEntry = (Vec<u8>, Vec<Vec<u8>>);
@@ -57,6 +59,8 @@ pub struct Printer<'a> {
     pub(super) compiled: &'a Compiled,
     pub(super) system: &'a dyn System,
     format: OutputFormat,
+    /// The scripts, which helper error reports point into.
+    sources: Option<&'a SourceMap>,
 }
 
 impl<'a> Printer<'a> {
@@ -65,7 +69,33 @@ impl<'a> Printer<'a> {
             compiled,
             system,
             format,
+            sources: None,
         }
+    }
+
+    /// Helper error reports show where in `sources` the failed call is.
+    pub fn with_sources(self, sources: Option<&'a SourceMap>) -> Self {
+        Printer { sources, ..self }
+    }
+
+    /// A failed helper call (`-k`/`-kk`): bpftrace's warning or JSON line.
+    pub fn helper_error(
+        &self,
+        site: &HelperErrorSite,
+        bytes: &[u8],
+        out: &mut dyn Write,
+    ) -> io::Result<()> {
+        let code = bytes
+            .get(8..16)
+            .map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .ok_or_else(|| io::Error::other(format!("helper error of {} bytes", bytes.len())))?;
+        let empty = SourceMap::new([]);
+        let sources = self.sources.unwrap_or(&empty);
+        let line = match self.format {
+            OutputFormat::Text => helper_error::text(site, code, sources),
+            OutputFormat::Json => helper_error::json(site, code, sources),
+        };
+        out.write_all(line.as_bytes())
     }
 
     /// The text of a text action (`printf`, `time`, `cat`...), as is or as
@@ -108,6 +138,10 @@ impl<'a> Printer<'a> {
         match message {
             Message::Builtin(message) => {
                 builtins::statement_hooks(message.builtin).print(self, message, bytes, out)
+            }
+            Message::HelperError(site) => {
+                self.helper_error(site, bytes, out)?;
+                Ok(Printed::Done)
             }
             Message::Record { .. } | Message::Watch { .. } | Message::ThreadSeen => {
                 Err(io::Error::other(

@@ -51,6 +51,8 @@ impl Tracking {
             includes: Default::default(),
             map_keys_max: None,
             unsafe_builtins: false,
+            helper_checks: Default::default(),
+            string_len: None,
         })
     }
 

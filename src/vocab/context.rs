@@ -60,6 +60,21 @@ pub enum UsdtArgSpec {
     },
 }
 
+impl UsdtArgSpec {
+    /// A constant argument `size@$value`: the assembler writes the value as
+    /// the compiler saw it (`4@$-202182160` for `(uint32_t)0xf3f2f1f0`), so
+    /// the argument's size and signedness decide what the program sees.
+    pub fn constant(value: i64, size: u8, signed: bool) -> UsdtArgSpec {
+        let bits = u32::from(size.clamp(1, 8)) * 8;
+        let unused = 64 - bits;
+        let value = match signed {
+            true => (value << unused) >> unused,
+            false => ((value as u64) << unused >> unused) as i64,
+        };
+        UsdtArgSpec::Constant(value)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct TracepointField {
     pub name: String,
@@ -84,4 +99,24 @@ pub enum FieldKind {
     Pointer {
         user: bool,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Constants keep the value of their C type: unsigned ones zero-extend, signed ones sign-extend.
+    #[test]
+    fn constants_take_their_size_and_sign() {
+        let constant = |value, size, signed| match UsdtArgSpec::constant(value, size, signed) {
+            UsdtArgSpec::Constant(value) => value,
+            other => panic!("not a constant: {other:?}"),
+        };
+        assert_eq!(constant(-202182160, 4, false), 4092785136);
+        assert_eq!(constant(-202182160, 4, true), -202182160);
+        assert_eq!(constant(-3600, 2, false), 61936);
+        assert_eq!(constant(-16, 1, false), 240);
+        assert_eq!(constant(-16, 1, true), -16);
+        assert_eq!(constant(-7, 8, false), -7);
+    }
 }

@@ -44,6 +44,19 @@ pub enum Message {
     /// its u64 `pid_tgid` at offset 8. User space keeps its process's
     /// mappings, so the address still names its function after the exit.
     ThreadSeen,
+    /// A helper call at this site failed (`-k`/`-kk`): its return code as an
+    /// i64 at offset 8. The message id is the site's id.
+    HelperError(HelperErrorSite),
+}
+
+/// A helper call whose failure `-k`/`-kk` reports: the helper and the script
+/// text it implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HelperErrorSite {
+    /// The kernel's `enum bpf_func_id`.
+    pub helper: u32,
+    /// Merged source offsets (see `frontend::diag::SourceMap`).
+    pub span: crate::frontend::ast::Span,
 }
 
 /// What a built-in statement sends and keeps for user space; each built-in

@@ -30,5 +30,6 @@ pub use machine::{
 };
 pub use maps::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
 pub use messages::{
-    BUILD_ID_FRAME_BYTES, BuiltinId, BuiltinMessage, Message, MessageId, record_header,
+    BUILD_ID_FRAME_BYTES, BuiltinId, BuiltinMessage, HelperErrorSite, Message, MessageId,
+    record_header,
 };

@@ -1,6 +1,7 @@
 //! bpftrace's command line: `-l`/`-lv` (against bpftrace's own listing where
 //! it is installed), `--info`, `--version`, `-q`, `-o`, a script on standard
-//! input, and the messages for bad pids, missing files and refused options.
+//! input, `-v`, `--emit-elf`, and the messages for bad pids, missing files and
+//! refused options.
 
 use std::process::Command;
 
@@ -142,7 +143,6 @@ fn usage_errors() {
             "failed to open file 'non_existent_file.bt': No such file or directory",
         ),
         (&["-I", "/tmp"], "use `--include-dir DIR`"),
-        (&["-v", "-e", "BEGIN {}"], "-v (verbose) only applies to -l"),
         (&["--emit-llvm", "x.ll", "-e", "BEGIN {}"], "without LLVM"),
     ] {
         let out = wprof(args);
@@ -184,7 +184,63 @@ fn map_keys_max_from_the_environment() {
     let out = run_with_timeout(&mut command, RUN_TIMEOUT).unwrap();
     assert!(
         out.stderr
-            .contains("BPFTRACE_MAP_KEYS_MAX=many: expected a positive number"),
+            .contains("Env var 'BPFTRACE_MAP_KEYS_MAX' did not contain a valid uint64_t"),
         "{out:?}"
     );
+}
+
+/// `-v` prints each program's id and verifier log as it loads (stdout) and
+/// the probe it attaches (stderr), as bpftrace -v; the script still runs.
+#[test]
+fn verbose_prints_verifier_logs() {
+    require_bpf!();
+    let out = wprof_ok(&["-v", "-e", "BEGIN { printf(\"hello\\n\"); exit(); }"]);
+    let after_id = (out
+        .stdout
+        .split_once("\nProgram ID: ")
+        .map(|(_, rest)| rest))
+    .unwrap_or_else(|| panic!("no program id: {}", out.stdout));
+    let (id, rest) = after_id.split_once('\n').expect("a line");
+    assert!(id.parse::<u32>().is_ok_and(|id| id > 0), "{id}");
+    assert!(
+        rest.starts_with("\nThe verifier log: \nprocessed "),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("\nhello\n"), "{}", out.stdout);
+    assert!(out.stderr.contains("Attaching BEGIN\n"), "{}", out.stderr);
+}
+
+/// `--emit-elf FILE` writes the programs as an ELF object other tools read:
+/// one section per program named for its program type, a symbol per
+/// program, the license; nothing is loaded or run.
+#[test]
+fn emit_elf_writes_the_programs() {
+    let file = scratch_dir("emit-elf").join("programs.o");
+    let script = "BEGIN { printf(\"not run\\n\"); } interval:s:1 { @n = count(); }";
+    let out = wprof_ok(&["--emit-elf", &path_str(&file), "-e", script]);
+    assert_eq!(out.stdout, "", "a dry run prints nothing");
+    let image = std::fs::read(&file).expect("the ELF file is written");
+    assert_eq!(&image[..4], b"\x7fELF");
+    let Some(readelf) = find_in_path("readelf") else {
+        eprintln!("SKIPPED the readelf check: readelf (binutils) is not installed");
+        return;
+    };
+    let listing = |flag: &str| {
+        let mut command = Command::new(&readelf);
+        command.args([flag, "-W", &path_str(&file)]);
+        run_with_timeout(&mut command, RUN_TIMEOUT)
+            .expect("readelf runs")
+            .stdout
+    };
+    let sections = listing("-S");
+    for section in [" raw_tp ", " perf_event ", " license "] {
+        assert!(sections.contains(section), "{section} missing:\n{sections}");
+    }
+    let symbols = listing("-s");
+    assert!(
+        symbols.contains("FUNC    GLOBAL DEFAULT    1 p0_BEGIN"),
+        "{symbols}"
+    );
+    assert!(symbols.contains(" p1_"), "{symbols}");
 }

@@ -29,6 +29,31 @@ pub(super) fn install_print_capture() {
     });
 }
 
+/// Captures libbpf's debug lines too, where the verifier logs of programs
+/// that loaded are (`-v`).
+pub(super) fn capture_debug_print() {
+    install_print_capture();
+    libbpf_rs::set_print(Some((PrintLevel::Debug, capture_print)));
+}
+
+/// The verifier log of each program that loaded, by program name, from
+/// libbpf's `prog 'NAME': -- BEGIN PROG LOAD LOG --` blocks (printed at
+/// debug level when a program's log level is set).
+pub(super) fn load_logs(printed: &str) -> Vec<(String, String)> {
+    const BEGIN: &str = "': -- BEGIN PROG LOAD LOG --\n";
+    const END: &str = "-- END PROG LOAD LOG --";
+    let mut logs = Vec::new();
+    let mut rest = printed;
+    while let Some(at) = rest.find(BEGIN) {
+        let name = rest[..at].rsplit("prog '").next().unwrap_or_default();
+        let body = &rest[at + BEGIN.len()..];
+        let Some(len) = body.find(END) else { break };
+        logs.push((name.to_string(), body[..len].to_string()));
+        rest = &body[len..];
+    }
+    logs
+}
+
 pub(super) fn with_captured_print<T>(f: impl FnOnce() -> T) -> (T, String) {
     CAPTURED.with(|c| *c.borrow_mut() = Some(String::new()));
     let out = f();
@@ -65,4 +90,25 @@ pub fn failing_insn(log: &str) -> Option<usize> {
             .then(|| index.trim().parse().ok())
             .flatten()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every program's log block is found, with its program's name.
+    #[test]
+    fn finds_each_load_log() {
+        let printed = "libbpf: loading object\n\
+             libbpf: prog 'p0_BEGIN': -- BEGIN PROG LOAD LOG --\nprocessed 3 insns\n-- END PROG LOAD LOG --\n\
+             libbpf: prog 'p1_x': -- BEGIN PROG LOAD LOG --\nprocessed 9 insns\n-- END PROG LOAD LOG --\n";
+        assert_eq!(
+            load_logs(printed),
+            [
+                ("p0_BEGIN".to_string(), "processed 3 insns\n".to_string()),
+                ("p1_x".to_string(), "processed 9 insns\n".to_string())
+            ]
+        );
+        assert!(load_logs("libbpf: nothing\n").is_empty());
+    }
 }

@@ -15,7 +15,10 @@ use libbpf_rs::{
 };
 
 use super::elf_object::{ElfProgram, write_elf};
-use super::libbpf_log::{failed_program, install_print_capture, verifier_log, with_captured_print};
+use super::libbpf_log::{
+    capture_debug_print, failed_program, install_print_capture, load_logs, verifier_log,
+    with_captured_print,
+};
 use super::map_btf::{KEY_TYPE_ID, VALUE_TYPE_ID, load_storage_btf};
 use super::maps_read::{MapError, Ring, Stopper};
 use crate::codegen::program::{BpfProgram, Compiled};
@@ -114,11 +117,33 @@ pub struct Loaded {
     maps: Vec<MapHandle>,
     programs: Vec<ProgramMeta>,
     stopper: Stopper,
+    /// With `-v`: each program's id and verifier log.
+    pub reports: Vec<LoadReport>,
+}
+
+/// What a verbose load (`-v`) keeps of each program: bpftrace prints it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadReport {
+    /// The probe as the user wrote it.
+    pub probe: String,
+    /// The kernel's id of the program.
+    pub id: Option<u32>,
+    /// The verifier's log (level 1).
+    pub log: String,
 }
 
 /// Creates the maps, loads all programs and prepares the ring buffer reader.
 pub fn load(compiled: &Compiled) -> Result<Loaded, LoadError> {
-    install_print_capture();
+    load_with(compiled, false)
+}
+
+/// [`load`], keeping each program's verifier log and id when `verbose`
+/// ([`Loaded::reports`]).
+pub fn load_with(compiled: &Compiled, verbose: bool) -> Result<Loaded, LoadError> {
+    match verbose {
+        true => capture_debug_print(),
+        false => install_print_capture(),
+    }
     let maps = compiled
         .maps
         .iter()
@@ -142,11 +167,15 @@ pub fn load(compiled: &Compiled) -> Result<Loaded, LoadError> {
             refused: None,
         })
         .collect();
-    let object = loop {
-        match load_object(&programs, &insns) {
-            Ok(object) => break object,
+    let (object, printed) = loop {
+        match load_object(&programs, &insns, verbose) {
+            Ok(loaded) => break loaded,
             Err(failure) => defer_or_fail(&mut programs, failure)?,
         }
+    };
+    let reports = match verbose {
+        true => load_reports(&object, &programs, &printed),
+        false => Vec::new(),
     };
     let stopper = Stopper::new().map_err(|e| LoadError::Object {
         reason: format!("eventfd: {e}"),
@@ -170,7 +199,48 @@ pub fn load(compiled: &Compiled) -> Result<Loaded, LoadError> {
         maps,
         programs,
         stopper,
+        reports,
     })
+}
+
+/// The programs as the ELF object libbpf loads (`--emit-elf`), without
+/// map descriptors: a map reference holds the map's index (maps are
+/// created when a session starts).
+pub fn elf_image(compiled: &Compiled) -> Result<Vec<u8>, LoadError> {
+    let programs: Vec<ElfProgram<'_>> = (compiled.programs.iter())
+        .map(|p| ElfProgram {
+            name: &p.name,
+            section: providers::of(&p.attach).section(&p.attach),
+            insns: &p.insns,
+        })
+        .collect();
+    write_elf(&programs).map_err(|e| LoadError::Object {
+        reason: format!("ELF writer: {e}"),
+    })
+}
+
+/// Each loaded program's probe, id and verifier log, in program order.
+fn load_reports(object: &Object, programs: &[ProgramMeta], printed: &str) -> Vec<LoadReport> {
+    let logs = load_logs(printed);
+    let ids: Vec<(String, Option<u32>)> = (object.progs())
+        .map(|p| {
+            let id = libbpf_rs::Program::id_from_fd(p.as_fd()).ok();
+            (p.name().to_string_lossy().into_owned(), id)
+        })
+        .collect();
+    (programs.iter())
+        .filter(|meta| meta.refused.is_none())
+        .map(|meta| LoadReport {
+            probe: meta.probe.clone(),
+            id: (ids.iter())
+                .find(|(name, _)| *name == meta.name)
+                .and_then(|(_, id)| *id),
+            log: (logs.iter())
+                .find(|(name, _)| *name == meta.name)
+                .map(|(_, log)| log.clone())
+                .unwrap_or_default(),
+        })
+        .collect()
 }
 
 /// A failed `bpf_object__load`, with what libbpf printed.
@@ -209,7 +279,12 @@ fn defer_or_fail(programs: &mut [ProgramMeta], failure: LoadFailure) -> Result<(
     })
 }
 
-fn load_object(programs: &[ProgramMeta], insns: &[Vec<u64>]) -> Result<Object, LoadFailure> {
+/// The loaded object, and what libbpf printed while loading it.
+fn load_object(
+    programs: &[ProgramMeta],
+    insns: &[Vec<u64>],
+    verbose: bool,
+) -> Result<(Object, String), LoadFailure> {
     let object_failure = |reason: String| LoadFailure {
         program: None,
         reason,
@@ -227,9 +302,12 @@ fn load_object(programs: &[ProgramMeta], insns: &[Vec<u64>]) -> Result<Object, L
         .collect();
     let elf = write_elf(&elf_programs).map_err(|e| object_failure(format!("ELF writer: {e}")))?;
     let (open, printed) = with_captured_print(|| ObjectBuilder::default().open_memory(&elf));
-    let open = open.map_err(|e| object_failure(format!("{e:#}\n{printed}")))?;
+    let mut open = open.map_err(|e| object_failure(format!("{e:#}\n{printed}")))?;
+    if verbose {
+        open.progs_mut().for_each(|mut p| p.set_log_level(1));
+    }
     let (loaded, printed) = with_captured_print(|| open.load());
-    loaded.map_err(|e| {
+    let loaded = loaded.map_err(|e| {
         let program =
             failed_program(&printed).and_then(|name| programs.iter().position(|p| p.name == name));
         LoadFailure {
@@ -237,7 +315,8 @@ fn load_object(programs: &[ProgramMeta], insns: &[Vec<u64>]) -> Result<Object, L
             reason: format!("{e:#}"),
             log: verifier_log(&printed),
         }
-    })
+    })?;
+    Ok((loaded, printed))
 }
 
 fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use crate::capture::model::{CaptureInfo, CaptureStats};
 use crate::codegen::program::Compiled;
 use crate::codegen::stack_layout::GLUE_BYTES;
+use crate::frontend::diag::SourceMap;
 use crate::output::printer::{OutputFormat, Printer};
 use crate::providers;
 use crate::runtime::bpf::counters;
@@ -51,6 +52,10 @@ pub struct RunOptions {
     pub quiet: bool,
     /// Text or JSON lines (`-f json`).
     pub format: OutputFormat,
+    /// The scripts, for `-k`/`-kk` reports of failed helper calls.
+    pub sources: Option<SourceMap>,
+    /// `-v`: print each program's id and verifier log, as bpftrace does.
+    pub verbose: bool,
 }
 
 /// The line `notify_attached` prints, and the environment variable that
@@ -66,6 +71,20 @@ fn attached_now(compiled: &Compiled) -> usize {
         .filter(|p| !providers::of(&p.attach).attached_later(&p.attach))
         .map(|p| p.blocks)
         .sum()
+}
+
+/// `-v`: each program's id and verifier log on `out`, and the probe it
+/// attaches on stderr, in bpftrace's words.
+fn print_load_reports(reports: &[loader::LoadReport], out: &mut dyn Write) -> io::Result<()> {
+    for report in reports {
+        if let Some(id) = report.id {
+            write!(out, "\nProgram ID: {id}\n")?;
+        }
+        write!(out, "\nThe verifier log: \n{}\n", report.log)?;
+        out.flush()?;
+        eprintln!("Attaching {}", report.probe);
+    }
+    Ok(())
 }
 
 /// Where a capture goes and what it says about itself; the start times are
@@ -125,7 +144,7 @@ pub fn run(
     if !activation::wait_until(options.phases.prepare_at, "waiting to prepare", interrupt)? {
         return empty_capture(compiled, options);
     }
-    let mut loaded = loader::load(compiled)?;
+    let mut loaded = loader::load_with(compiled, options.verbose)?;
     counters::install(&loaded, &compiled.counters)?;
     // Kept until the teardown hands off its descriptors.
     let _skip_programs = measure_stack_skip(compiled, &loaded)?;
@@ -153,11 +172,13 @@ pub fn run(
         None => None,
     };
     let values = SystemValues::new(compiled, &loaded)?;
-    let printer = Printer::new(compiled, &values, options.format);
+    let printer =
+        Printer::new(compiled, &values, options.format).with_sources(options.sources.as_ref());
     if !options.quiet {
         printer.attached_probes(attached_now(compiled), out)?;
         out.flush()?;
     }
+    print_load_reports(&loaded.reports, out)?;
     usr1::install()?;
     let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
     let timed = |point: &AttachPoint| providers::of(point).counts_from_attach(point);

@@ -133,7 +133,7 @@ impl<'a> Receiver<'a> {
                     .remember_thread(pid_tgid as u32, (pid_tgid >> 32) as u32);
                 return Ok(());
             }
-            Message::Builtin(_) => {}
+            Message::Builtin(_) | Message::HelperError(_) => {}
         }
         if self.quiet {
             return Ok(());

@@ -311,7 +311,9 @@ fn usdt_arg(arg: &UsdtArg) -> Result<UsdtArgSpec, String> {
             size: arg.size,
             signed: arg.signed,
         }),
-        UsdtArgLocation::Immediate(value) => Ok(UsdtArgSpec::Constant(*value)),
+        UsdtArgLocation::Immediate(value) => {
+            Ok(UsdtArgSpec::constant(*value, arg.size, arg.signed))
+        }
         UsdtArgLocation::Memory { base, offset } => Ok(UsdtArgSpec::Memory {
             base_offset: base.pt_regs_offset,
             displacement: *offset,
