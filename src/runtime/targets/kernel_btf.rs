@@ -7,7 +7,7 @@ use libbpf_rs::btf::types::{
 };
 use libbpf_rs::btf::{Btf, BtfKind, BtfType, HasSize, ReferencesType, TypeId};
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 
 use crate::vocab::kernel_types::{
@@ -26,6 +26,11 @@ pub struct KernelBtf {
     btf: Btf<'static>,
     /// Every enumerator by name, made the first time one is looked up.
     enumerators: OnceCell<HashMap<String, Vec<EnumConstant>>>,
+    /// Types converted so far: the checker asks for the same few (a
+    /// `task_struct` has hundreds of members) many times per script.
+    converted: RefCell<HashMap<KTypeId, Result<KernelType, String>>>,
+    /// Types found by name so far: each search walks all of BTF.
+    by_name: RefCell<HashMap<String, Result<KTypeId, String>>>,
 }
 
 impl KernelBtf {
@@ -34,11 +39,15 @@ impl KernelBtf {
         std::path::Path::new(VMLINUX).is_file()
     }
 
+    /// Reads it the way libbpf does (memory-mapped, which spares copying
+    /// its megabytes), falling back to the other places libbpf knows.
     pub fn load() -> Result<KernelBtf, String> {
-        Btf::from_path(VMLINUX)
+        Btf::from_vmlinux()
             .map(|btf| KernelBtf {
                 btf,
                 enumerators: OnceCell::new(),
+                converted: RefCell::default(),
+                by_name: RefCell::default(),
             })
             .map_err(|e| format!("cannot read {VMLINUX}: {e}"))
     }
@@ -144,10 +153,12 @@ impl KernelBtf {
     }
 
     pub fn kernel_type(&self, id: KTypeId) -> Result<KernelType, String> {
-        let ty = self.by_id(id)?.skip_mods_and_typedefs();
-        Ok(KernelType {
-            name: type_name(ty),
-            kind: kind(ty),
+        remembered(&self.converted, id, || {
+            let ty = self.by_id(id)?.skip_mods_and_typedefs();
+            Ok(KernelType {
+                name: type_name(ty),
+                kind: kind(ty),
+            })
         })
     }
 
@@ -189,6 +200,10 @@ impl KernelBtf {
 
     /// `struct NAME`, `union NAME`, `enum NAME` or a plain type name.
     pub fn named(&self, name: &str) -> Result<KTypeId, String> {
+        remembered(&self.by_name, name.to_string(), || self.search(name))
+    }
+
+    fn search(&self, name: &str) -> Result<KTypeId, String> {
         let (wanted, bare) = match name.split_once(' ') {
             Some(("struct", bare)) => (BtfKind::Struct, bare),
             Some(("union", bare)) => (BtfKind::Union, bare),
@@ -203,6 +218,20 @@ impl KernelBtf {
             _ => Err(format!("no type `{name}` in kernel BTF")),
         }
     }
+}
+
+/// `cache[key]`, made by `make` the first time.
+fn remembered<K: std::hash::Hash + Eq, V: Clone>(
+    cache: &RefCell<HashMap<K, V>>,
+    key: K,
+    make: impl FnOnce() -> V,
+) -> V {
+    if let Some(known) = cache.borrow().get(&key) {
+        return known.clone();
+    }
+    let made = make();
+    cache.borrow_mut().insert(key, made.clone());
+    made
 }
 
 fn os_name(name: Option<&std::ffi::OsStr>) -> String {
@@ -356,5 +385,20 @@ mod tests {
         );
         let many = btf.functions(&glob::Pattern::new("vfs_*").expect("glob"));
         assert!(many.len() > 10 && many.windows(2).all(|w| w[0].name < w[1].name));
+    }
+
+    /// `remembered` makes a value once per key and hands out copies after.
+    #[test]
+    fn remembers_what_it_made() {
+        let cache = RefCell::new(HashMap::new());
+        let made = std::cell::Cell::new(0);
+        let make = |value: &'static str| {
+            made.set(made.get() + 1);
+            value
+        };
+        assert_eq!(remembered(&cache, 1, || make("one")), "one");
+        assert_eq!(remembered(&cache, 1, || make("other")), "one");
+        assert_eq!(remembered(&cache, 2, || make("two")), "two");
+        assert_eq!(made.get(), 2);
     }
 }
