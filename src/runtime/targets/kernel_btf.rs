@@ -31,6 +31,17 @@ pub struct KernelBtf {
     converted: RefCell<HashMap<KTypeId, Result<KernelType, String>>>,
     /// Types found by name so far: each search walks all of BTF.
     by_name: RefCell<HashMap<String, Result<KTypeId, String>>>,
+    /// BTF tracepoints by name, indexed on first use.
+    tracepoints: OnceCell<HashMap<String, TracepointTypes>>,
+}
+
+/// The types that describe one BTF tracepoint's arguments.
+#[derive(Default)]
+struct TracepointTypes {
+    /// `__probestub_NAME`, a function with named parameters.
+    stub: Option<TypeId>,
+    /// `btf_trace_NAME`, a typedef of a pointer to the prototype.
+    typedef: Option<TypeId>,
 }
 
 impl KernelBtf {
@@ -48,6 +59,7 @@ impl KernelBtf {
                 enumerators: OnceCell::new(),
                 converted: RefCell::default(),
                 by_name: RefCell::default(),
+                tracepoints: OnceCell::new(),
             })
             .map_err(|e| format!("cannot read {VMLINUX}: {e}"))
     }
@@ -62,15 +74,15 @@ impl KernelBtf {
     /// from `__probestub_NAME` (Linux 6.4+), whose parameters have names,
     /// else from the `btf_trace_NAME` typedef (unnamed: `arg0`, `arg1`...).
     pub fn tp_btf_args(&self, name: &str) -> Result<Vec<BtfArg>, String> {
-        let stub = self
-            .btf
-            .type_by_name::<BtfType<'_>>(&format!("{STUB_PREFIX}{name}"))
-            .filter(|t| t.kind() == BtfKind::Func)
+        let found = self.tracepoints().get(name);
+        let stub = found
+            .and_then(|t| t.stub)
+            .and_then(|id| self.btf.type_by_id::<BtfType<'_>>(id))
             .and_then(|t| t.next_type());
         let typedef = || {
-            self.btf
-                .type_by_name::<BtfType<'_>>(&format!("{TRACE_PREFIX}{name}"))
-                .filter(|t| t.kind() == BtfKind::Typedef)
+            found
+                .and_then(|t| t.typedef)
+                .and_then(|id| self.btf.type_by_id::<BtfType<'_>>(id))
                 .map(|t| t.skip_mods_and_typedefs())
                 .filter(|t| t.kind() == BtfKind::Ptr)
                 .and_then(|t| t.next_type())
@@ -143,13 +155,38 @@ impl KernelBtf {
     }
 
     fn tracepoint_names(&self) -> Vec<String> {
-        self.btf
-            .type_by_kind::<libbpf_rs::btf::types::Typedef<'_>>()
-            .filter_map(|t| {
-                let name = t.name()?.to_str()?;
-                name.strip_prefix(TRACE_PREFIX).map(str::to_owned)
-            })
-            .collect()
+        let mut names: Vec<String> = self
+            .tracepoints()
+            .iter()
+            .filter(|(_, t)| t.typedef.is_some())
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Every BTF tracepoint by name, found in one pass over BTF (a search
+    /// by name walks all of it, and a capture resolves a dozen).
+    fn tracepoints(&self) -> &HashMap<String, TracepointTypes> {
+        self.tracepoints.get_or_init(|| {
+            let mut index: HashMap<String, TracepointTypes> = HashMap::new();
+            for func in self.btf.type_by_kind::<libbpf_rs::btf::types::Func<'_>>() {
+                if let Some(name) = stripped(func.name(), STUB_PREFIX) {
+                    let entry = index.entry(name.to_string()).or_default();
+                    entry.stub.get_or_insert(func.type_id());
+                }
+            }
+            for typedef in self
+                .btf
+                .type_by_kind::<libbpf_rs::btf::types::Typedef<'_>>()
+            {
+                if let Some(name) = stripped(typedef.name(), TRACE_PREFIX) {
+                    let entry = index.entry(name.to_string()).or_default();
+                    entry.typedef.get_or_insert(typedef.type_id());
+                }
+            }
+            index
+        })
     }
 
     pub fn kernel_type(&self, id: KTypeId) -> Result<KernelType, String> {
@@ -218,6 +255,11 @@ impl KernelBtf {
             _ => Err(format!("no type `{name}` in kernel BTF")),
         }
     }
+}
+
+/// `name` without `prefix`, if it has it.
+fn stripped<'n>(name: Option<&'n std::ffi::OsStr>, prefix: &str) -> Option<&'n str> {
+    name?.to_str()?.strip_prefix(prefix)
 }
 
 /// `cache[key]`, made by `make` the first time.
