@@ -7,7 +7,7 @@ use libbpf_rs::btf::types::{
 };
 use libbpf_rs::btf::{Btf, BtfKind, BtfType, HasSize, ReferencesType, TypeId};
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 
 use crate::vocab::kernel_types::{
@@ -26,6 +26,22 @@ pub struct KernelBtf {
     btf: Btf<'static>,
     /// Every enumerator by name, made the first time one is looked up.
     enumerators: OnceCell<HashMap<String, Vec<EnumConstant>>>,
+    /// Types converted so far: the checker asks for the same few (a
+    /// `task_struct` has hundreds of members) many times per script.
+    converted: RefCell<HashMap<KTypeId, Result<KernelType, String>>>,
+    /// Types found by name so far: each search walks all of BTF.
+    by_name: RefCell<HashMap<String, Result<KTypeId, String>>>,
+    /// BTF tracepoints by name, indexed on first use.
+    tracepoints: OnceCell<HashMap<String, TracepointTypes>>,
+}
+
+/// The types that describe one BTF tracepoint's arguments.
+#[derive(Default)]
+struct TracepointTypes {
+    /// `__probestub_NAME`, a function with named parameters.
+    stub: Option<TypeId>,
+    /// `btf_trace_NAME`, a typedef of a pointer to the prototype.
+    typedef: Option<TypeId>,
 }
 
 impl KernelBtf {
@@ -34,11 +50,16 @@ impl KernelBtf {
         std::path::Path::new(VMLINUX).is_file()
     }
 
+    /// Reads it the way libbpf does (memory-mapped, which spares copying
+    /// its megabytes), falling back to the other places libbpf knows.
     pub fn load() -> Result<KernelBtf, String> {
-        Btf::from_path(VMLINUX)
+        Btf::from_vmlinux()
             .map(|btf| KernelBtf {
                 btf,
                 enumerators: OnceCell::new(),
+                converted: RefCell::default(),
+                by_name: RefCell::default(),
+                tracepoints: OnceCell::new(),
             })
             .map_err(|e| format!("cannot read {VMLINUX}: {e}"))
     }
@@ -53,15 +74,15 @@ impl KernelBtf {
     /// from `__probestub_NAME` (Linux 6.4+), whose parameters have names,
     /// else from the `btf_trace_NAME` typedef (unnamed: `arg0`, `arg1`...).
     pub fn tp_btf_args(&self, name: &str) -> Result<Vec<BtfArg>, String> {
-        let stub = self
-            .btf
-            .type_by_name::<BtfType<'_>>(&format!("{STUB_PREFIX}{name}"))
-            .filter(|t| t.kind() == BtfKind::Func)
+        let found = self.tracepoints().get(name);
+        let stub = found
+            .and_then(|t| t.stub)
+            .and_then(|id| self.btf.type_by_id::<BtfType<'_>>(id))
             .and_then(|t| t.next_type());
         let typedef = || {
-            self.btf
-                .type_by_name::<BtfType<'_>>(&format!("{TRACE_PREFIX}{name}"))
-                .filter(|t| t.kind() == BtfKind::Typedef)
+            found
+                .and_then(|t| t.typedef)
+                .and_then(|id| self.btf.type_by_id::<BtfType<'_>>(id))
                 .map(|t| t.skip_mods_and_typedefs())
                 .filter(|t| t.kind() == BtfKind::Ptr)
                 .and_then(|t| t.next_type())
@@ -134,20 +155,47 @@ impl KernelBtf {
     }
 
     fn tracepoint_names(&self) -> Vec<String> {
-        self.btf
-            .type_by_kind::<libbpf_rs::btf::types::Typedef<'_>>()
-            .filter_map(|t| {
-                let name = t.name()?.to_str()?;
-                name.strip_prefix(TRACE_PREFIX).map(str::to_owned)
-            })
-            .collect()
+        let mut names: Vec<String> = self
+            .tracepoints()
+            .iter()
+            .filter(|(_, t)| t.typedef.is_some())
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Every BTF tracepoint by name, found in one pass over BTF (a search
+    /// by name walks all of it, and a capture resolves a dozen).
+    fn tracepoints(&self) -> &HashMap<String, TracepointTypes> {
+        self.tracepoints.get_or_init(|| {
+            let mut index: HashMap<String, TracepointTypes> = HashMap::new();
+            for func in self.btf.type_by_kind::<libbpf_rs::btf::types::Func<'_>>() {
+                if let Some(name) = stripped(func.name(), STUB_PREFIX) {
+                    let entry = index.entry(name.to_string()).or_default();
+                    entry.stub.get_or_insert(func.type_id());
+                }
+            }
+            for typedef in self
+                .btf
+                .type_by_kind::<libbpf_rs::btf::types::Typedef<'_>>()
+            {
+                if let Some(name) = stripped(typedef.name(), TRACE_PREFIX) {
+                    let entry = index.entry(name.to_string()).or_default();
+                    entry.typedef.get_or_insert(typedef.type_id());
+                }
+            }
+            index
+        })
     }
 
     pub fn kernel_type(&self, id: KTypeId) -> Result<KernelType, String> {
-        let ty = self.by_id(id)?.skip_mods_and_typedefs();
-        Ok(KernelType {
-            name: type_name(ty),
-            kind: kind(ty),
+        remembered(&self.converted, id, || {
+            let ty = self.by_id(id)?.skip_mods_and_typedefs();
+            Ok(KernelType {
+                name: type_name(ty),
+                kind: kind(ty),
+            })
         })
     }
 
@@ -189,6 +237,10 @@ impl KernelBtf {
 
     /// `struct NAME`, `union NAME`, `enum NAME` or a plain type name.
     pub fn named(&self, name: &str) -> Result<KTypeId, String> {
+        remembered(&self.by_name, name.to_string(), || self.search(name))
+    }
+
+    fn search(&self, name: &str) -> Result<KTypeId, String> {
         let (wanted, bare) = match name.split_once(' ') {
             Some(("struct", bare)) => (BtfKind::Struct, bare),
             Some(("union", bare)) => (BtfKind::Union, bare),
@@ -203,6 +255,25 @@ impl KernelBtf {
             _ => Err(format!("no type `{name}` in kernel BTF")),
         }
     }
+}
+
+/// `name` without `prefix`, if it has it.
+fn stripped<'n>(name: Option<&'n std::ffi::OsStr>, prefix: &str) -> Option<&'n str> {
+    name?.to_str()?.strip_prefix(prefix)
+}
+
+/// `cache[key]`, made by `make` the first time.
+fn remembered<K: std::hash::Hash + Eq, V: Clone>(
+    cache: &RefCell<HashMap<K, V>>,
+    key: K,
+    make: impl FnOnce() -> V,
+) -> V {
+    if let Some(known) = cache.borrow().get(&key) {
+        return known.clone();
+    }
+    let made = make();
+    cache.borrow_mut().insert(key, made.clone());
+    made
 }
 
 fn os_name(name: Option<&std::ffi::OsStr>) -> String {
@@ -356,5 +427,20 @@ mod tests {
         );
         let many = btf.functions(&glob::Pattern::new("vfs_*").expect("glob"));
         assert!(many.len() > 10 && many.windows(2).all(|w| w[0].name < w[1].name));
+    }
+
+    /// `remembered` makes a value once per key and hands out copies after.
+    #[test]
+    fn remembers_what_it_made() {
+        let cache = RefCell::new(HashMap::new());
+        let made = std::cell::Cell::new(0);
+        let make = |value: &'static str| {
+            made.set(made.get() + 1);
+            value
+        };
+        assert_eq!(remembered(&cache, 1, || make("one")), "one");
+        assert_eq!(remembered(&cache, 1, || make("other")), "one");
+        assert_eq!(remembered(&cache, 2, || make("two")), "two");
+        assert_eq!(made.get(), 2);
     }
 }
