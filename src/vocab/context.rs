@@ -52,12 +52,24 @@ pub enum UsdtArgSpec {
         signed: bool,
     },
     Constant(i64),
+    /// In user memory at `base + index * scale + displacement`
+    /// (`N@disp(%base)`, `N@disp(%base,%index,scale)`, `N@sym(%rip)`).
     Memory {
-        base_offset: u16,
+        /// The base register's offset in `struct pt_regs`; `None` for `disp(,%index,scale)`.
+        base_offset: Option<u16>,
+        index: Option<UsdtIndex>,
         displacement: i64,
         size: u8,
         signed: bool,
     },
+}
+
+/// The scaled index register of a USDT memory operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UsdtIndex {
+    pub pt_regs_offset: u16,
+    /// 1, 2, 4 or 8.
+    pub scale: u8,
 }
 
 #[derive(Clone, Debug, PartialEq)]

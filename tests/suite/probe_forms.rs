@@ -99,3 +99,25 @@ fn unresolvable_address() {
         out.stderr
     );
 }
+
+/// A USDT argument relative to `%rip` (`-4@level(%rip)`, a global) reads the
+/// global's value at each firing (bpftrace 0.17 cannot: "deref ident is not
+/// handled yet").
+#[test]
+fn usdt_rip_relative_argument() {
+    require_bpf!();
+    let target = workload("usdt_operands");
+    let script = format!("usdt:{target}:wprof:global {{ printf(\"level %d\\n\", arg0); }}");
+    let out = wprof_ok(&["-e", &script, "-c", &target]);
+    let levels: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("level"))
+        .collect();
+    assert_eq!(
+        levels,
+        ["level 8", "level 9", "level 10", "level 11"],
+        "{}",
+        out.stdout
+    );
+}

@@ -15,7 +15,8 @@ use crate::vocab::kernel_types::{
 };
 use crate::vocab::{
     BtfArg, BtfFunction, Environment, FieldKind, FunctionParam, FunctionTarget,
-    KernelFunctionMatches, ObjectSymbol, TracepointField, UsdtArgSpec, UsdtTarget,
+    KernelFunctionMatches, ObjectSymbol, TracepointField, UsdtArgSpec, UsdtIndex, UsdtTarget,
+    x86_64,
 };
 
 /// A function's parameters, or why its debug info does not give them.
@@ -305,6 +306,15 @@ fn field(field: &tracefs::Field, user: bool) -> Option<TracepointField> {
 }
 
 fn usdt_arg(arg: &UsdtArg) -> Result<UsdtArgSpec, String> {
+    let memory = |base_offset: Option<u16>, index: Option<UsdtIndex>, displacement: i64| {
+        Ok(UsdtArgSpec::Memory {
+            base_offset,
+            index,
+            displacement,
+            size: arg.size,
+            signed: arg.signed,
+        })
+    };
     match &arg.location {
         UsdtArgLocation::Register(reg) if !reg.high_byte => Ok(UsdtArgSpec::Register {
             pt_regs_offset: reg.pt_regs_offset,
@@ -312,12 +322,23 @@ fn usdt_arg(arg: &UsdtArg) -> Result<UsdtArgSpec, String> {
             signed: arg.signed,
         }),
         UsdtArgLocation::Immediate(value) => Ok(UsdtArgSpec::Constant(*value)),
-        UsdtArgLocation::Memory { base, offset } => Ok(UsdtArgSpec::Memory {
-            base_offset: base.pt_regs_offset,
-            displacement: *offset,
-            size: arg.size,
-            signed: arg.signed,
-        }),
+        UsdtArgLocation::Memory { base, offset } => {
+            memory(Some(base.pt_regs_offset), None, *offset)
+        }
+        UsdtArgLocation::Indexed {
+            base,
+            index,
+            scale,
+            offset,
+        } => {
+            let index = UsdtIndex {
+                pt_regs_offset: index.pt_regs_offset,
+                scale: *scale,
+            };
+            memory(base.map(|b| b.pt_regs_offset), Some(index), *offset)
+        }
+        // A uprobe handler sees `ip` at the probe's address.
+        UsdtArgLocation::PcRelative { pc_offset } => memory(Some(x86_64::RIP), None, *pc_offset),
         _ => Err(format!(
             "USDT argument `{}` uses an addressing form wprof cannot read",
             arg.spec
