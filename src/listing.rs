@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 
 use glob::Pattern;
 
+use crate::providers::for_each_binary;
 use crate::runtime::targets::tracefs;
 use crate::vocab::Environment;
 use crate::vocab::perf_events::{HARDWARE_EVENTS, NamedEvent, SOFTWARE_EVENTS};
@@ -128,12 +129,15 @@ fn list_type(
             let binary = parts.first().filter(|b| !b.is_empty()).ok_or_else(|| {
                 format!("listing {ty} probes needs a binary: -l '{ty}:/bin/bash:*'")
             })?;
-            let (path, functions) = env.functions(binary, part(parts, 1))?;
-            // Argument lists need the binary's DWARF, which uprobes do not read yet.
-            Ok(functions
-                .into_iter()
-                .map(|f| (format!("{ty}:{}:{}", path.display(), f.name), Vec::new()))
-                .collect())
+            let probes = for_each_binary(env, binary, |binary| {
+                let (path, functions) = env.functions(binary, part(parts, 1))?;
+                // Argument lists need the binary's DWARF, which uprobes do not read yet.
+                Ok(functions
+                    .into_iter()
+                    .map(|f| (format!("{ty}:{}:{}", path.display(), f.name), Vec::new()))
+                    .collect())
+            })?;
+            Ok(probes.into_iter().collect())
         }
         "usdt" => usdt(parts, env),
         "kprobe" | "kretprobe" => {
@@ -206,14 +210,17 @@ fn usdt(parts: &[&str], env: &dyn Environment) -> Result<Probes, String> {
         2 => (None, part(parts, 1)),
         _ => (Some(part(parts, 1)), part(parts, 2)),
     };
-    let (path, probes) = env.usdt(binary, provider, name)?;
-    Ok(probes
-        .into_iter()
-        .map(|p| {
-            let name = format!("usdt:{}:{}:{}", path.display(), p.provider, p.name);
-            (name, Vec::new())
-        })
-        .collect())
+    let probes = for_each_binary(env, binary, |binary| {
+        let (path, probes) = env.usdt(binary, provider, name)?;
+        Ok(probes
+            .into_iter()
+            .map(|p| {
+                let name = format!("usdt:{}:{}:{}", path.display(), p.provider, p.name);
+                (name, Vec::new())
+            })
+            .collect())
+    })?;
+    Ok(probes.into_iter().collect())
 }
 
 #[cfg(test)]

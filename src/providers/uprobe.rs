@@ -9,8 +9,8 @@ use std::path::Path;
 use libbpf_rs::{Link, ProgramMut, UprobeOpts};
 
 use super::{
-    ProbeType, Provider, Resolved, ResolvedProbe, Spec, explain, parse_function_spec, register_arg,
-    register_retval,
+    ProbeType, Provider, Resolved, ResolvedProbe, Spec, explain, for_each_binary,
+    parse_function_spec, register_arg, register_retval,
 };
 use crate::vocab::{
     ArgRead, AttachPoint, Context, Environment, FunctionParam, FunctionTarget, KernelFeature,
@@ -40,36 +40,17 @@ impl Provider for Uprobe {
         spec.expect_parts(2, "uprobe:BINARY:FUNCTION[+OFFSET]")?;
         let retprobe = ty == "uretprobe";
         let (pattern, extra) = parse_function_spec(spec.parts[1])?;
-        if let Some(address) = address_of(pattern)? {
-            let (path, functions) = env.functions(spec.parts[0], "*")?;
-            let (target, into) = containing(&functions, address).ok_or_else(|| {
-                format!(
-                    "Could not resolve address: {}:{address:#x} (no function of {} holds it)",
-                    spec.parts[0],
-                    path.display()
-                )
-            })?;
-            let offset = offset_in(target, into + extra, &path)?;
-            let name = format!("{ty}:{}:{address:#x}", path.display());
-            let entry = !retprobe && into + extra == 0;
-            return Ok(vec![uprobe(name, &path, target, offset, retprobe, entry)].into());
-        }
-        let (path, targets) = env.functions(spec.parts[0], pattern)?;
-        if extra != 0 && targets.len() != 1 {
-            return Err(format!(
-                "an offset needs exactly one function, but `{pattern}` matches {}",
-                targets.len()
-            ));
-        }
-        targets
-            .iter()
-            .map(|target| {
-                let offset = offset_in(target, extra, &path)?;
-                let name = format!("{ty}:{}:{}", path.display(), target.name);
-                let entry = !retprobe && extra == 0;
-                Ok(uprobe(name, &path, target, offset, retprobe, entry))
-            })
-            .collect()
+        let probes = for_each_binary(env, spec.parts[0], |binary| {
+            let site = Site {
+                ty,
+                binary,
+                pattern,
+                extra,
+                retprobe,
+            };
+            site.resolve(env)
+        })?;
+        Ok(probes.into())
     }
 
     fn target_missing(&self, spec: &Spec, env: &dyn Environment) -> bool {
@@ -143,6 +124,57 @@ impl Provider for Uprobe {
             unreachable!("not a uprobe: {point:?}");
         };
         attach_uprobe(prog, pid, binary, *offset, 0, *retprobe)
+    }
+}
+
+/// A uprobe spec in one binary: `TYPE:BINARY:PATTERN[+EXTRA]`.
+struct Site<'a> {
+    ty: &'a str,
+    binary: &'a str,
+    pattern: &'a str,
+    extra: u64,
+    retprobe: bool,
+}
+
+impl Site<'_> {
+    /// The probes of the functions the pattern names, or at its address.
+    fn resolve(&self, env: &dyn Environment) -> Result<Vec<ResolvedProbe>, String> {
+        let Site {
+            ty,
+            binary,
+            pattern,
+            extra,
+            retprobe,
+        } = *self;
+        if let Some(address) = address_of(pattern)? {
+            let (path, functions) = env.functions(binary, "*")?;
+            let (target, into) = containing(&functions, address).ok_or_else(|| {
+                format!(
+                    "Could not resolve address: {binary}:{address:#x} (no function of {} holds it)",
+                    path.display()
+                )
+            })?;
+            let offset = offset_in(target, into + extra, &path)?;
+            let name = format!("{ty}:{}:{address:#x}", path.display());
+            let entry = !retprobe && into + extra == 0;
+            return Ok(vec![uprobe(name, &path, target, offset, retprobe, entry)]);
+        }
+        let (path, targets) = env.functions(binary, pattern)?;
+        if extra != 0 && targets.len() != 1 {
+            return Err(format!(
+                "an offset needs exactly one function, but `{pattern}` matches {}",
+                targets.len()
+            ));
+        }
+        targets
+            .iter()
+            .map(|target| {
+                let offset = offset_in(target, extra, &path)?;
+                let name = format!("{ty}:{}:{}", path.display(), target.name);
+                let entry = !retprobe && extra == 0;
+                Ok(uprobe(name, &path, target, offset, retprobe, entry))
+            })
+            .collect()
     }
 }
 

@@ -77,6 +77,11 @@ pub trait Environment {
     ) -> Result<Vec<(String, String)>, String>;
     fn tracepoint_fields(&self, category: &str, name: &str)
     -> Result<Vec<TracepointField>, String>;
+    /// The binaries a uprobe or USDT target names: the files of a path glob
+    /// (`/usr/lib/*/libc.so.6`), any other name as it is.
+    fn expand_binary(&self, binary: &str) -> Result<Vec<String>, String> {
+        Ok(vec![binary.to_string()])
+    }
     /// Resolve `binary` (path, program or library name) and the functions matching `pattern`.
     fn functions(
         &self,

@@ -8,7 +8,7 @@ use std::process::Command;
 use object::{Object, ObjectSymbol};
 
 use super::{RUN_TIMEOUT, map_lines, workload, wprof_fails, wprof_ok};
-use crate::common::{run_with_timeout, wprof_bin};
+use crate::common::{find_in_path, run_with_timeout, wprof_bin};
 use crate::require_bpf;
 
 /// The link-time address of `name` in `binary`.
@@ -120,4 +120,39 @@ fn usdt_rip_relative_argument() {
         "{}",
         out.stdout
     );
+}
+
+/// `-l` expands wildcarded file names as bpftrace 0.17 does (the oracle,
+/// when installed): `/usr/lib/*/libc.so.6` lists libc's functions, and a
+/// glob over the workloads' directory lists the USDT probes of each match.
+#[test]
+fn listing_expands_file_globs() {
+    let libc = wprof_ok(&["-l", "uprobe:/usr/lib/*/libc.so.6:mallo*"]).stdout;
+    assert!(
+        libc.lines()
+            .any(|l| l == "uprobe:/usr/lib/x86_64-linux-gnu/libc.so.6:malloc"),
+        "{libc}"
+    );
+    let operands = workload("usdt_operands");
+    let pattern = format!("usdt:{}*:*", &operands[..operands.len() - 3]);
+    let usdt = wprof_ok(&["-l", &pattern]).stdout;
+    assert!(
+        usdt.contains(&format!("usdt:{operands}:wprof:sib\n")),
+        "{usdt}"
+    );
+    let Some(bpftrace) = find_in_path("bpftrace") else {
+        eprintln!("bpftrace is not installed: listings checked without the oracle");
+        return;
+    };
+    // Only exported functions: bpftrace also reads libc's detached debug
+    // symbols (`malloc_consolidate`), which wprof does not.
+    for pattern in ["uprobe:/usr/lib/*/libc.so.6:malloc_t*", &pattern] {
+        let mut command = Command::new(&bpftrace);
+        let oracle = run_with_timeout(command.args(["-l", pattern]), RUN_TIMEOUT).unwrap();
+        assert_eq!(
+            wprof_ok(&["-l", pattern]).stdout,
+            oracle.stdout,
+            "{pattern}"
+        );
+    }
 }

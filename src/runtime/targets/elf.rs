@@ -439,7 +439,7 @@ fn library_matches(file_name: &str, name: &str) -> bool {
 }
 
 /// Whether the file starts with the ELF magic (`libc.so` is often a linker script).
-fn is_elf(path: &Path) -> bool {
+pub(crate) fn is_elf(path: &Path) -> bool {
     let mut magic = [0u8; 4];
     fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut magic))

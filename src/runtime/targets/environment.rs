@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::debug_info::{self, DebugTypes};
-use super::{elf, kallsyms, tracefs, usdt};
+use super::{binary_glob, elf, kallsyms, tracefs, usdt};
 use crate::runtime::targets::kernel_btf::KernelBtf;
 use crate::runtime::targets::kernel_functions::KernelFunctions;
 use crate::runtime::targets::usdt::{UsdtArg, UsdtArgLocation};
@@ -106,6 +106,17 @@ impl Environment for SystemEnvironment {
             .fields
             .iter()
             .filter_map(|f| field(f, user))
+            .collect())
+    }
+
+    fn expand_binary(&self, binary: &str) -> Result<Vec<String>, String> {
+        if !binary_glob::is_glob(binary) {
+            return Ok(vec![binary.to_string()]);
+        }
+        let files = binary_glob::expand(binary).map_err(|e| e.to_string())?;
+        Ok(files
+            .into_iter()
+            .filter_map(|f| f.to_str().map(str::to_string))
             .collect())
     }
 
