@@ -45,7 +45,8 @@ pub fn list(
     env: &dyn Environment,
 ) -> Result<Listing, String> {
     let pattern = pattern.unwrap_or("*");
-    let mut parts: Vec<&str> = pattern.split(':').collect();
+    let words = split_pattern(pattern);
+    let mut parts: Vec<&str> = words.iter().map(String::as_str).collect();
     let mut listing = Listing::default();
     let probes = match canonical_type(parts[0]) {
         Some(ty) => {
@@ -78,6 +79,21 @@ pub fn list(
         }
     }
     Ok(listing)
+}
+
+/// The parts of a pattern between `:`s; a quoted part (`"ns::f(int)"`, a C++
+/// name) keeps its colons and loses its quotes.
+fn split_pattern(pattern: &str) -> Vec<String> {
+    let mut parts = vec![String::new()];
+    let mut quoted = false;
+    for c in pattern.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ':' if !quoted => parts.push(String::new()),
+            c => parts.last_mut().expect("starts with one part").push(c),
+        }
+    }
+    parts
 }
 
 /// The probe type a word names (aliases included), as the providers spell it.
@@ -230,6 +246,16 @@ mod tests {
 
     fn listed(pattern: &str, verbose: bool) -> String {
         list(Some(pattern), verbose, &FakeMachine).unwrap().text
+    }
+
+    /// Colons inside quotes belong to the part (C++ names); the quotes go.
+    #[test]
+    fn quoted_parts_keep_colons() {
+        assert_eq!(
+            split_pattern("uprobe:/bin/x:\"ns::f(int)\""),
+            ["uprobe", "/bin/x", "ns::f(int)"]
+        );
+        assert_eq!(split_pattern("usdt:/bin/x::p"), ["usdt", "/bin/x", "", "p"]);
     }
 
     /// Aliases name their probe type; other words do not.

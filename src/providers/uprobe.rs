@@ -12,6 +12,7 @@ use super::{
     ProbeType, Provider, Resolved, ResolvedProbe, Spec, explain, for_each_binary,
     parse_function_spec, register_arg, register_retval,
 };
+use crate::symbols::cpp_demangling;
 use crate::vocab::{
     ArgRead, AttachPoint, Context, Environment, FunctionParam, FunctionTarget, KernelFeature,
 };
@@ -198,7 +199,9 @@ fn uprobe(
         },
         Context::PtRegs,
     );
-    probe.func = Some(target.name.clone());
+    // `func` names C++ functions as bpftrace prints them; `probe` keeps the symbol.
+    let demangled = target.demangled.clone().filter(|_| cpp_demangling());
+    probe.func = Some(demangled.unwrap_or_else(|| target.name.clone()));
     probe.user_memory = true;
     probe.is_return = retprobe;
     probe.function_entry = entry;

@@ -16,6 +16,8 @@ pub struct FunctionTarget {
     pub file_offset: u64,
     /// Bytes of code; 0 when the symbol table does not say.
     pub size: u64,
+    /// The C++ name of a mangled symbol (`ns::func(int)`).
+    pub demangled: Option<String>,
 }
 
 /// A kernel function `kprobe:` can name.

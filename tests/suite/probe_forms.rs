@@ -156,3 +156,61 @@ fn listing_expands_file_globs() {
         );
     }
 }
+
+/// `-l` of a C++ binary lists mangled symbols, and a quoted demangled name or
+/// a wildcard over demangled names selects them, as bpftrace 0.17 (the
+/// oracle, when installed) lists them.
+#[test]
+fn listing_cpp_functions() {
+    let target = workload("cpp_target");
+    let patterns = [
+        format!("uprobe:{target}:\"ns::func(int)\""),
+        format!("uprobe:{target}:\"ns::*\""),
+        format!("uprobe:{target}:_ZN2ns*"),
+    ];
+    let listed = wprof_ok(&["-l", &patterns[1]]).stdout;
+    let expected = ["_ZN2ns4funcEi", "_ZN2ns4funcEl", "_ZNK2ns6Widget4sizeEi"]
+        .map(|symbol| format!("uprobe:{target}:{symbol}\n"))
+        .concat();
+    assert_eq!(listed, expected);
+    let Some(bpftrace) = find_in_path("bpftrace") else {
+        eprintln!("bpftrace is not installed: listings checked without the oracle");
+        return;
+    };
+    for pattern in &patterns {
+        let mut command = Command::new(&bpftrace);
+        let oracle = run_with_timeout(command.args(["-l", pattern]), RUN_TIMEOUT).unwrap();
+        assert_eq!(
+            wprof_ok(&["-l", pattern]).stdout,
+            oracle.stdout,
+            "{pattern}"
+        );
+    }
+}
+
+/// `BPFTRACE_NO_CPP_DEMANGLE=1` prints `func`, `usym` and `ustack` frames
+/// mangled, as bpftrace does; the demangled name still attaches.
+#[test]
+fn no_cpp_demangle_keeps_mangled_names() {
+    require_bpf!();
+    let target = workload("cpp_target");
+    let script = format!(
+        "uprobe:{target}:\"ns::func(int)\" {{ printf(\"%s %s\\n\", func, usym(reg(\"ip\"))); print(ustack(1)); exit(); }}"
+    );
+    let mut command = Command::new(wprof_bin());
+    command
+        .env("BPFTRACE_NO_CPP_DEMANGLE", "1")
+        .args(["-e", &script, "-c", &target]);
+    let out = run_with_timeout(&mut command, RUN_TIMEOUT).unwrap();
+    assert!(out.success(), "{out:?}");
+    assert!(
+        out.stdout.contains("_ZN2ns4funcEi _ZN2ns4funcEi\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("        _ZN2ns4funcEi+0\n"),
+        "{}",
+        out.stdout
+    );
+}

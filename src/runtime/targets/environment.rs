@@ -137,6 +137,7 @@ impl Environment for SystemEnvironment {
                 address: f.address,
                 file_offset: f.file_offset,
                 size: f.size,
+                demangled: f.demangled,
             })
             .collect();
         Ok((path, targets))
