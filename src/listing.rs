@@ -16,8 +16,8 @@ use glob::Pattern;
 
 use crate::providers::for_each_binary;
 use crate::runtime::targets::tracefs;
-use crate::vocab::Environment;
 use crate::vocab::perf_events::{HARDWARE_EVENTS, NamedEvent, SOFTWARE_EVENTS};
+use crate::vocab::{Environment, FunctionParam};
 
 /// What `-l` prints.
 #[derive(Debug, Default, PartialEq)]
@@ -147,10 +147,19 @@ fn list_type(
             })?;
             let probes = for_each_binary(env, binary, |binary| {
                 let (path, functions) = env.functions(binary, part(parts, 1))?;
-                // Argument lists need the binary's DWARF, which uprobes do not read yet.
                 Ok(functions
                     .into_iter()
-                    .map(|f| (format!("{ty}:{}:{}", path.display(), f.name), Vec::new()))
+                    .map(|f| {
+                        // As bpftrace: parameters of entry probes, from DWARF when the binary has it.
+                        let params = match (verbose, ty) {
+                            (true, "uprobe") => {
+                                env.function_params(&path, &f.name).unwrap_or_default()
+                            }
+                            _ => Vec::new(),
+                        };
+                        let params = params.iter().map(FunctionParam::listing).collect();
+                        (format!("{ty}:{}:{}", path.display(), f.name), params)
+                    })
                     .collect())
             })?;
             Ok(probes.into_iter().collect())

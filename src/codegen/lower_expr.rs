@@ -8,7 +8,9 @@ use crate::codegen::lower_memory::size_code;
 use crate::frontend::ast::{BinOp, UnOp};
 use crate::frontend::checked::{TExpr, TExprKind};
 use crate::frontend::types::Type;
-use crate::vocab::{ArgRead, FieldKind, GlobalSlot, TracepointField, UsdtArgSpec, UsdtIndex};
+use crate::vocab::{
+    ArgRead, FieldKind, GlobalSlot, TracepointField, UsdtArgSpec, UsdtIndex, x86_64,
+};
 
 impl Lowerer<'_> {
     pub(crate) fn expr(&mut self, expr: &TExpr) -> Value {
@@ -179,15 +181,20 @@ impl Lowerer<'_> {
                 size,
                 signed,
             }) => {
-                let address = self.usdt_address(*base_offset, *index);
+                let address = self.register_address(*base_offset, *index);
                 return self.user_memory_arg(address, *displacement, *size, *signed);
+            }
+            ArgRead::Stack(offset) => {
+                let sp = self.register_address(Some(x86_64::STACK_POINTER), None);
+                // The return address is at `sp`.
+                return self.user_memory_arg(sp, 8 + i64::from(*offset), 8, false);
             }
         }
         reg
     }
 
-    /// `base + index * scale` of a USDT memory operand, from the saved registers.
-    fn usdt_address(&mut self, base_offset: Option<u16>, index: Option<UsdtIndex>) -> VReg {
+    /// `base + index * scale` of a memory operand, from the saved registers.
+    fn register_address(&mut self, base_offset: Option<u16>, index: Option<UsdtIndex>) -> VReg {
         let ctx = self.ctx;
         let load = |this: &mut Self, offset: u16| {
             let reg = this.vreg();
@@ -213,7 +220,8 @@ impl Lowerer<'_> {
         address
     }
 
-    /// A USDT argument in user memory at `address + displacement`.
+    /// A value in user memory at `address + displacement` (a USDT argument,
+    /// a function argument on the stack).
     fn user_memory_arg(
         &mut self,
         address: VReg,

@@ -34,6 +34,9 @@ pub enum ArgRead {
     Slot(u16),
     /// A USDT argument, where its note says.
     Usdt(UsdtArgSpec),
+    /// A function argument the caller pushed: the u64 this many bytes above
+    /// the return address, at the function's first instruction (user memory).
+    Stack(u32),
 }
 
 /// One argument of a BTF tracepoint; the Nth argument is the Nth u64 of the context.

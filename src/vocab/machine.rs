@@ -159,18 +159,17 @@ pub trait Environment {
 pub struct FunctionParam {
     pub name: String,
     pub ty: KTypeId,
+    /// The C type as the debug info spells it (typedef names kept), for `-lv`.
+    pub spelled: String,
     /// Where the x86-64 SysV ABI passes it, or why it cannot be read.
     pub passed: Result<PassedIn, String>,
 }
 
 impl FunctionParam {
     /// The parameter as bpftrace's `-lv` lists it: `int* n`,
-    /// `struct Foo* foo1`.
-    pub fn listing(&self, env: &dyn Environment) -> String {
-        let ty = env
-            .kernel_type(self.ty)
-            .map_or_else(|_| "?".into(), |t| t.name.replace(" *", "*"));
-        format!("{ty} {}", self.name)
+    /// `struct Foo* foo1`, `size_t len`.
+    pub fn listing(&self) -> String {
+        format!("{} {}", self.spelled, self.name)
     }
 }
 

@@ -214,3 +214,45 @@ fn no_cpp_demangle_keeps_mangled_names() {
         out.stdout
     );
 }
+
+/// `-lv` lists a uprobe's parameters from DWARF as bpftrace 0.17 (the
+/// oracle, when installed) spells them: typedef names, `const` placement,
+/// `<unknown type>` for volatile.
+#[test]
+fn verbose_listing_spells_parameter_types() {
+    let target = workload("params_target");
+    let pattern = format!("uprobe:{target}:typed");
+    let listed = wprof_ok(&["-lv", &pattern]).stdout;
+    let expected = format!(
+        "uprobe:{target}:typed\n    size_t n\n    const char* s\n    uint8_t byte\n    \
+         long long unsigned int wide\n    const pair_t* const pair\n    const <unknown type>* level\n"
+    );
+    assert_eq!(listed, expected);
+    let Some(bpftrace) = find_in_path("bpftrace") else {
+        eprintln!("bpftrace is not installed: the listing is checked without the oracle");
+        return;
+    };
+    let all = format!("uprobe:{target}:*");
+    let mut command = Command::new(&bpftrace);
+    let oracle = run_with_timeout(command.args(["-lv", &all]), RUN_TIMEOUT).unwrap();
+    assert_eq!(wprof_ok(&["-lv", &all]).stdout, oracle.stdout);
+}
+
+/// Integer parameters after the sixth are read from the caller's stack at
+/// the function's entry (bpftrace 0.17 cannot compile `args.g` here).
+#[test]
+fn stack_passed_parameters() {
+    require_bpf!();
+    let target = workload("params_target");
+    let script =
+        format!("uprobe:{target}:many {{ printf(\"%d %d %d\\n\", args.a, args.g, args.h); }}");
+    let out = wprof_ok(&["-e", &script, "-c", &target]);
+    assert!(out.stdout.contains("1 7 8\n"), "{}", out.stdout);
+    let script = format!("uprobe:{target}:many+4 {{ printf(\"%d\\n\", args.g); }}");
+    let out = wprof_fails(&["-e", &script]);
+    assert!(
+        out.stderr.contains("only at the function's entry"),
+        "{}",
+        out.stderr
+    );
+}

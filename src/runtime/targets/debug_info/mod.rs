@@ -16,6 +16,8 @@ use object::{Object, ObjectSection};
 use crate::vocab::kernel_types::{DEBUG_INFO_TYPES, KTypeId, KernelKind, KernelMember, KernelType};
 use crate::vocab::{FunctionParam, PassedIn};
 
+mod spelling;
+
 type Reader<'a> = EndianSlice<'a, LittleEndian>;
 type Dwarf<'a> = gimli::Dwarf<Reader<'a>>;
 
@@ -209,15 +211,22 @@ impl<'u, 'a> Converter<'u, 'a> {
             }
         }
         let mut params = Vec::with_capacity(found.len());
+        let mut spellings = Vec::with_capacity(found.len());
         for (name, ty) in found {
-            let ty = self.type_id(ty)?;
-            params.push((name, ty));
+            spellings.push(spelling::spell(self.dwarf, self.unit, ty));
+            params.push((name, self.type_id(ty)?));
         }
         let passed = passing(&params, self.types);
         Ok(params
             .into_iter()
             .zip(passed)
-            .map(|((name, ty), passed)| FunctionParam { name, ty, passed })
+            .zip(spellings)
+            .map(|(((name, ty), passed), spelled)| FunctionParam {
+                name,
+                ty,
+                spelled,
+                passed,
+            })
             .collect())
     }
 

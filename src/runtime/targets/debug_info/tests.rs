@@ -145,7 +145,7 @@ fn reads_gcc_debug_info() {
         .function_params(&binary, "describe")
         .expect("describe")
         .iter()
-        .map(|p| p.listing(&env))
+        .map(FunctionParam::listing)
         .collect();
     assert_eq!(listed, ["struct Bar* bar", "char tag", "int* count"]);
     let missing = function_params(&binary, "missing", &mut types);
