@@ -256,3 +256,27 @@ fn stack_passed_parameters() {
         out.stderr
     );
 }
+
+/// Structs passed by value take their SysV registers (an 8-byte pair: one;
+/// 32 bytes: the stack), so the parameters after them are read right; the
+/// structs themselves are refused with the reason, as bpftrace cannot read
+/// them either.
+#[test]
+fn parameters_after_structs_by_value() {
+    require_bpf!();
+    let target = workload("params_target");
+    let script = format!(
+        "uprobe:{target}:by_value {{ printf(\"%d %d %s\\n\", args.color, args.after, str(args.argv[0])); }}"
+    );
+    let out = wprof_ok(&["-e", &script, "-c", &target]);
+    assert!(
+        out.stdout.contains(&format!("1 9 {target}\n")),
+        "{}",
+        out.stdout
+    );
+    for field in ["pair.a", "big.x[0]"] {
+        let script = format!("uprobe:{target}:by_value {{ printf(\"%d\\n\", args.{field}); }}");
+        let out = wprof_fails(&["-e", &script]);
+        assert!(out.stderr.contains("is passed by value"), "{}", out.stderr);
+    }
+}
