@@ -196,6 +196,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         notify_attached: std::env::var_os(session::NOTIFY_ATTACHED).is_some(),
         quiet: cli.bpftrace.quiet,
         format: cli.output_format(),
+        usdt_file_activation: cli.usdt_file_activation,
     };
     let summary = {
         let mut out = cli.bpftrace.output_sink()?;

@@ -194,7 +194,10 @@ mod tests {
         let mut loaded = load(&with_ring(vec![], vec![prog])).expect("load");
         let pid = i32::try_from(std::process::id()).expect("pid");
         loaded
-            .attach_all(AttachOptions { pid: Some(pid) })
+            .attach_all(AttachOptions {
+                pid: Some(pid),
+                ..Default::default()
+            })
             .expect("attach");
         assert_eq!(WPROF_LOADER_SEMAPHORE.load(Ordering::SeqCst), 0x101);
         // The kernel refuses a second probe at one address with another

@@ -280,3 +280,40 @@ fn parameters_after_structs_by_value() {
         assert!(out.stderr.contains("is passed by value"), "{}", out.stderr);
     }
 }
+
+/// `--usdt-file-activation` sets a USDT probe's semaphore in every process
+/// mapping the file, not only the `-p` one: a second process's guarded probe
+/// then runs (without the option it stays off).
+#[test]
+fn usdt_file_activation_sets_every_semaphore() {
+    require_bpf!();
+    let target = workload("usdt_semaphore");
+    let script = format!("usdt:{target}:wprof:gated {{ @ = count(); }}");
+    for (option, other_active) in [(None, false), (Some("--usdt-file-activation"), true)] {
+        let spawn = || {
+            Command::new(&target)
+                .arg("30")
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("start the workload")
+        };
+        let (traced, other) = (spawn(), spawn());
+        let pid = traced.id().to_string();
+        let mut args = vec!["-p", &pid, "-d", "600ms", "-e", &script];
+        args.extend(option);
+        wprof_ok(&args);
+        let traced = traced.wait_with_output().expect("traced workload");
+        let other = other.wait_with_output().expect("other workload");
+        let active =
+            |out: &std::process::Output| String::from_utf8_lossy(&out.stderr).contains("active");
+        assert!(
+            active(&traced),
+            "{option:?}: the -p process never ran its probe"
+        );
+        assert_eq!(
+            active(&other),
+            other_active,
+            "{option:?}: the other process"
+        );
+    }
+}
