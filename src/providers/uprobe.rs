@@ -393,7 +393,10 @@ mod tests {
         let mut loaded = load(&with_ring(vec![counts], vec![prog])).expect("load");
         let pid = i32::try_from(std::process::id()).expect("pid");
         loaded
-            .attach_all(AttachOptions { pid: Some(pid) })
+            .attach_all(AttachOptions {
+                pid: Some(pid),
+                ..Default::default()
+            })
             .expect("attach");
         for i in 0..4 {
             std::hint::black_box(wprof_loader_uprobe_target(i));
