@@ -140,17 +140,25 @@ fn listing_expands_file_globs() {
         usdt.contains(&format!("usdt:{operands}:wprof:sib\n")),
         "{usdt}"
     );
+    // Only exported functions: bpftrace also reads libc's detached debug
+    // symbols (`malloc_consolidate`), which wprof does not.
+    let libc = "uprobe:/usr/lib/*/libc.so.6:malloc_t*".to_string();
+    listings_match_bpftrace("-l", &[libc, pattern]);
+}
+
+/// `wprof FLAG PATTERN` prints what bpftrace (the oracle) prints, for each
+/// pattern; without bpftrace, says so and checks nothing more.
+#[track_caller]
+fn listings_match_bpftrace(flag: &str, patterns: &[String]) {
     let Some(bpftrace) = find_in_path("bpftrace") else {
         eprintln!("bpftrace is not installed: listings checked without the oracle");
         return;
     };
-    // Only exported functions: bpftrace also reads libc's detached debug
-    // symbols (`malloc_consolidate`), which wprof does not.
-    for pattern in ["uprobe:/usr/lib/*/libc.so.6:malloc_t*", &pattern] {
+    for pattern in patterns {
         let mut command = Command::new(&bpftrace);
-        let oracle = run_with_timeout(command.args(["-l", pattern]), RUN_TIMEOUT).unwrap();
+        let oracle = run_with_timeout(command.args([flag, pattern]), RUN_TIMEOUT).unwrap();
         assert_eq!(
-            wprof_ok(&["-l", pattern]).stdout,
+            wprof_ok(&[flag, pattern]).stdout,
             oracle.stdout,
             "{pattern}"
         );
@@ -173,19 +181,7 @@ fn listing_cpp_functions() {
         .map(|symbol| format!("uprobe:{target}:{symbol}\n"))
         .concat();
     assert_eq!(listed, expected);
-    let Some(bpftrace) = find_in_path("bpftrace") else {
-        eprintln!("bpftrace is not installed: listings checked without the oracle");
-        return;
-    };
-    for pattern in &patterns {
-        let mut command = Command::new(&bpftrace);
-        let oracle = run_with_timeout(command.args(["-l", pattern]), RUN_TIMEOUT).unwrap();
-        assert_eq!(
-            wprof_ok(&["-l", pattern]).stdout,
-            oracle.stdout,
-            "{pattern}"
-        );
-    }
+    listings_match_bpftrace("-l", &patterns);
 }
 
 /// `BPFTRACE_NO_CPP_DEMANGLE=1` prints `func`, `usym` and `ustack` frames
@@ -228,14 +224,7 @@ fn verbose_listing_spells_parameter_types() {
          long long unsigned int wide\n    const pair_t* const pair\n    const <unknown type>* level\n"
     );
     assert_eq!(listed, expected);
-    let Some(bpftrace) = find_in_path("bpftrace") else {
-        eprintln!("bpftrace is not installed: the listing is checked without the oracle");
-        return;
-    };
-    let all = format!("uprobe:{target}:*");
-    let mut command = Command::new(&bpftrace);
-    let oracle = run_with_timeout(command.args(["-lv", &all]), RUN_TIMEOUT).unwrap();
-    assert_eq!(wprof_ok(&["-lv", &all]).stdout, oracle.stdout);
+    listings_match_bpftrace("-lv", &[format!("uprobe:{target}:*")]);
 }
 
 /// Integer parameters after the sixth are read from the caller's stack at
