@@ -140,6 +140,11 @@ pub struct Cli {
     #[arg(long = "unsafe")]
     pub unsafe_builtins: bool,
 
+    /// Attach USDT probes to every process that maps their file, even with
+    /// -p or -c, so their semaphores are set in all of them (bpftrace's option).
+    #[arg(long = "usdt-file-activation")]
+    pub usdt_file_activation: bool,
+
     /// Print the generated BPF programs next to the script lines they came from, and exit.
     #[arg(long = "dump-bpf")]
     pub dump_bpf: bool,

@@ -14,9 +14,10 @@ use std::collections::BTreeMap;
 
 use glob::Pattern;
 
+use crate::providers::for_each_binary;
 use crate::runtime::targets::tracefs;
-use crate::vocab::Environment;
 use crate::vocab::perf_events::{HARDWARE_EVENTS, NamedEvent, SOFTWARE_EVENTS};
+use crate::vocab::{Environment, FunctionParam};
 
 /// What `-l` prints.
 #[derive(Debug, Default, PartialEq)]
@@ -44,7 +45,8 @@ pub fn list(
     env: &dyn Environment,
 ) -> Result<Listing, String> {
     let pattern = pattern.unwrap_or("*");
-    let mut parts: Vec<&str> = pattern.split(':').collect();
+    let words = split_pattern(pattern);
+    let mut parts: Vec<&str> = words.iter().map(String::as_str).collect();
     let mut listing = Listing::default();
     let probes = match canonical_type(parts[0]) {
         Some(ty) => {
@@ -77,6 +79,21 @@ pub fn list(
         }
     }
     Ok(listing)
+}
+
+/// The parts of a pattern between `:`s; a quoted part (`"ns::f(int)"`, a C++
+/// name) keeps its colons and loses its quotes.
+fn split_pattern(pattern: &str) -> Vec<String> {
+    let mut parts = vec![String::new()];
+    let mut quoted = false;
+    for c in pattern.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ':' if !quoted => parts.push(String::new()),
+            c => parts.last_mut().expect("starts with one part").push(c),
+        }
+    }
+    parts
 }
 
 /// The probe type a word names (aliases included), as the providers spell it.
@@ -128,12 +145,24 @@ fn list_type(
             let binary = parts.first().filter(|b| !b.is_empty()).ok_or_else(|| {
                 format!("listing {ty} probes needs a binary: -l '{ty}:/bin/bash:*'")
             })?;
-            let (path, functions) = env.functions(binary, part(parts, 1))?;
-            // Argument lists need the binary's DWARF, which uprobes do not read yet.
-            Ok(functions
-                .into_iter()
-                .map(|f| (format!("{ty}:{}:{}", path.display(), f.name), Vec::new()))
-                .collect())
+            let probes = for_each_binary(env, binary, |binary| {
+                let (path, functions) = env.functions(binary, part(parts, 1))?;
+                Ok(functions
+                    .into_iter()
+                    .map(|f| {
+                        // As bpftrace: parameters of entry probes, from DWARF when the binary has it.
+                        let params = match (verbose, ty) {
+                            (true, "uprobe") => {
+                                env.function_params(&path, &f.name).unwrap_or_default()
+                            }
+                            _ => Vec::new(),
+                        };
+                        let params = params.iter().map(FunctionParam::listing).collect();
+                        (format!("{ty}:{}:{}", path.display(), f.name), params)
+                    })
+                    .collect())
+            })?;
+            Ok(probes.into_iter().collect())
         }
         "usdt" => usdt(parts, env),
         "kprobe" | "kretprobe" => {
@@ -206,14 +235,17 @@ fn usdt(parts: &[&str], env: &dyn Environment) -> Result<Probes, String> {
         2 => (None, part(parts, 1)),
         _ => (Some(part(parts, 1)), part(parts, 2)),
     };
-    let (path, probes) = env.usdt(binary, provider, name)?;
-    Ok(probes
-        .into_iter()
-        .map(|p| {
-            let name = format!("usdt:{}:{}:{}", path.display(), p.provider, p.name);
-            (name, Vec::new())
-        })
-        .collect())
+    let probes = for_each_binary(env, binary, |binary| {
+        let (path, probes) = env.usdt(binary, provider, name)?;
+        Ok(probes
+            .into_iter()
+            .map(|p| {
+                let name = format!("usdt:{}:{}:{}", path.display(), p.provider, p.name);
+                (name, Vec::new())
+            })
+            .collect())
+    })?;
+    Ok(probes.into_iter().collect())
 }
 
 #[cfg(test)]
@@ -223,6 +255,16 @@ mod tests {
 
     fn listed(pattern: &str, verbose: bool) -> String {
         list(Some(pattern), verbose, &FakeMachine).unwrap().text
+    }
+
+    /// Colons inside quotes belong to the part (C++ names); the quotes go.
+    #[test]
+    fn quoted_parts_keep_colons() {
+        assert_eq!(
+            split_pattern("uprobe:/bin/x:\"ns::f(int)\""),
+            ["uprobe", "/bin/x", "ns::f(int)"]
+        );
+        assert_eq!(split_pattern("usdt:/bin/x::p"), ["usdt", "/bin/x", "", "p"]);
     }
 
     /// Aliases name their probe type; other words do not.

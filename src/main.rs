@@ -210,6 +210,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         format: cli.output_format(),
         sources: Some(source_map.clone()),
         verbose: cli.bpftrace.verbose,
+        usdt_file_activation: cli.usdt_file_activation,
     };
     let summary = {
         let mut out = cli.bpftrace.output_sink()?;

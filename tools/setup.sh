@@ -15,7 +15,8 @@ if [ "$(printf '%s\n%s\n' "$min_rust" "$rust_version" | sort -V | head -n 1)" !=
   exit 1
 fi
 # python-is-python3: bpftrace's runtime tests call `python` (tools/runtime-tests.sh).
-packages=(libelf-dev zlib1g-dev pkg-config gcc make bpftrace systemtap-sdt-dev golang-go
+# g++: the C++ workloads (tests/data/*.cc) of the demangling tests.
+packages=(libelf-dev zlib1g-dev pkg-config gcc g++ make bpftrace systemtap-sdt-dev golang-go
   python-is-python3)
 missing=()
 for p in "${packages[@]}"; do

@@ -9,7 +9,7 @@ use crate::frontend::ast::Expr;
 use crate::frontend::check::Checker;
 use crate::frontend::checked::{TCall, TExpr, TExprKind};
 use crate::frontend::diag::ScriptError;
-use crate::frontend::types::Type;
+use crate::frontend::types::{Pointer, Type};
 use crate::vocab::{AttachPoint, x86_64};
 
 /// `ksym(addr)`: an address printed as its kernel symbol (a cast to the
@@ -129,10 +129,11 @@ impl Expression for Uaddr {
                 return cx.fail(site.span, &message);
             }
         };
+        let ty = symbol_pointer(cx, symbol.size, site)?;
         if !symbol.relocatable {
             return Some(TExpr {
                 kind: TExprKind::Int(symbol.address),
-                ty: Type::U64,
+                ty,
                 span: site.span,
             });
         }
@@ -150,7 +151,7 @@ impl Expression for Uaddr {
         call.consts = vec![symbol.address.wrapping_sub(probe)];
         Some(TExpr {
             kind: TExprKind::Call(Box::new(call)),
-            ty: Type::U64,
+            ty,
             span: site.span,
         })
     }
@@ -160,6 +161,26 @@ impl Expression for Uaddr {
         let distance = cx.constant(call.consts[0]);
         cx.alu(AluOp::Add, ip, Src::Reg(distance));
         Value::Int(ip)
+    }
+}
+
+/// `uaddr`'s type, as bpftrace's: a user pointer to the signed integer of
+/// the symbol's size (`int32 *` for an `int`), 8 bytes for other sizes.
+fn symbol_pointer(cx: &mut Checker, size: u64, site: &Site) -> Option<Type> {
+    let name = match size {
+        1 => "int8",
+        2 => "int16",
+        4 => "int32",
+        _ => "int64",
+    };
+    match cx.types.named(name) {
+        Ok(target) => Some(Type::Ptr(Pointer {
+            target,
+            name: name.into(),
+            btf: false,
+            user: true,
+        })),
+        Err(why) => cx.fail(site.span, &why),
     }
 }
 

@@ -8,7 +8,9 @@ use crate::codegen::lower_memory::size_code;
 use crate::frontend::ast::{BinOp, UnOp};
 use crate::frontend::checked::{TExpr, TExprKind};
 use crate::frontend::types::Type;
-use crate::vocab::{ArgRead, FieldKind, GlobalSlot, TracepointField, UsdtArgSpec};
+use crate::vocab::{
+    ArgRead, FieldKind, GlobalSlot, TracepointField, UsdtArgSpec, UsdtIndex, x86_64,
+};
 
 impl Lowerer<'_> {
     pub(crate) fn expr(&mut self, expr: &TExpr) -> Value {
@@ -174,18 +176,52 @@ impl Lowerer<'_> {
             }
             ArgRead::Usdt(UsdtArgSpec::Memory {
                 base_offset,
+                index,
                 displacement,
                 size,
                 signed,
             }) => {
-                self.emit(load(*base_offset as i16));
-                return self.user_memory_arg(reg, *displacement, *size, *signed);
+                let address = self.register_address(*base_offset, *index);
+                return self.user_memory_arg(address, *displacement, *size, *signed);
+            }
+            ArgRead::Stack(offset) => {
+                let sp = self.register_address(Some(x86_64::STACK_POINTER), None);
+                // The return address is at `sp`.
+                return self.user_memory_arg(sp, 8 + i64::from(*offset), 8, false);
             }
         }
         reg
     }
 
-    /// A USDT argument in user memory at `address + displacement`.
+    /// `base + index * scale` of a memory operand, from the saved registers.
+    fn register_address(&mut self, base_offset: Option<u16>, index: Option<UsdtIndex>) -> VReg {
+        let ctx = self.ctx;
+        let load = |this: &mut Self, offset: u16| {
+            let reg = this.vreg();
+            this.emit(Inst::Load {
+                dst: reg,
+                base: Base::Reg(ctx),
+                offset: offset as i16,
+                size: Size::U64,
+            });
+            reg
+        };
+        let address = match base_offset {
+            Some(offset) => load(self, offset),
+            None => self.constant(0),
+        };
+        if let Some(index) = index {
+            let scaled = load(self, index.pt_regs_offset);
+            if index.scale > 1 {
+                self.shift(scaled, AluOp::Lsh, index.scale.trailing_zeros() as i32);
+            }
+            self.alu(AluOp::Add, address, Src::Reg(scaled));
+        }
+        address
+    }
+
+    /// A value in user memory at `address + displacement` (a USDT argument,
+    /// a function argument on the stack).
     fn user_memory_arg(
         &mut self,
         address: VReg,

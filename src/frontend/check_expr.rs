@@ -11,7 +11,9 @@ use crate::frontend::diag::ScriptError;
 use crate::frontend::types::{Pointer, STRING_LEN, Type};
 use crate::providers;
 use crate::vocab::kernel_types::KernelKind;
-use crate::vocab::{AggFunc, Context, FieldKind, FunctionParam, PassedIn, TracepointField};
+use crate::vocab::{
+    AggFunc, ArgRead, Context, FieldKind, FunctionParam, PassedIn, TracepointField,
+};
 
 impl Checker<'_> {
     /// An expression used as a truth value.
@@ -355,7 +357,12 @@ impl Checker<'_> {
                 let probe = self.resolved();
                 providers::of(&probe.attach).arg(probe, u32::from(*n))
             }
-            Ok(PassedIn::Stack(_)) => Err("it is passed on the stack".into()),
+            Ok(PassedIn::Stack(offset)) if self.resolved().function_entry => {
+                Ok(ArgRead::Stack(*offset))
+            }
+            Ok(PassedIn::Stack(_)) => Err(
+                "it is passed on the stack, where it is found only at the function's entry (not at an offset)".into(),
+            ),
             Err(why) => Err(why.clone()),
         };
         let read = match read {

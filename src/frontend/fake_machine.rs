@@ -164,6 +164,7 @@ impl Environment for FakeMachine {
             address: 0x401000,
             file_offset: 0x1000,
             size: 64,
+            demangled: None,
         };
         Ok((PathBuf::from(binary), vec![target]))
     }

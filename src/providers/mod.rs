@@ -314,6 +314,34 @@ pub fn resolve(spec: &Spec, env: &dyn Environment) -> Result<Resolved, ResolveEr
         })
 }
 
+/// `found` for each binary a uprobe or USDT target names ([`Environment::expand_binary`]),
+/// joined. When a glob names several files, those where nothing matches are
+/// passed over, as bpftrace does; the first error is kept for when none match.
+pub fn for_each_binary<T>(
+    env: &dyn Environment,
+    binary: &str,
+    mut found: impl FnMut(&str) -> Result<Vec<T>, String>,
+) -> Result<Vec<T>, String> {
+    let binaries = env.expand_binary(binary)?;
+    if let [only] = binaries.as_slice() {
+        return found(only);
+    }
+    let mut all = Vec::new();
+    let mut first_error = None;
+    for binary in &binaries {
+        match found(binary) {
+            Ok(items) => all.extend(items),
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    match (all.is_empty(), first_error) {
+        (true, Some(error)) => Err(format!("{error} (nor in the other files `{binary}` names)")),
+        _ => Ok(all),
+    }
+}
+
 /// The provider of an attach point.
 pub fn of(point: &AttachPoint) -> &'static dyn Provider {
     *PROVIDERS

@@ -9,9 +9,10 @@ use std::path::Path;
 use libbpf_rs::{Link, ProgramMut, UprobeOpts};
 
 use super::{
-    ProbeType, Provider, Resolved, ResolvedProbe, Spec, explain, parse_function_spec, register_arg,
-    register_retval,
+    ProbeType, Provider, Resolved, ResolvedProbe, Spec, explain, for_each_binary,
+    parse_function_spec, register_arg, register_retval,
 };
+use crate::symbols::cpp_demangling;
 use crate::vocab::{
     ArgRead, AttachPoint, Context, Environment, FunctionParam, FunctionTarget, KernelFeature,
 };
@@ -40,36 +41,17 @@ impl Provider for Uprobe {
         spec.expect_parts(2, "uprobe:BINARY:FUNCTION[+OFFSET]")?;
         let retprobe = ty == "uretprobe";
         let (pattern, extra) = parse_function_spec(spec.parts[1])?;
-        if let Some(address) = address_of(pattern)? {
-            let (path, functions) = env.functions(spec.parts[0], "*")?;
-            let (target, into) = containing(&functions, address).ok_or_else(|| {
-                format!(
-                    "Could not resolve address: {}:{address:#x} (no function of {} holds it)",
-                    spec.parts[0],
-                    path.display()
-                )
-            })?;
-            let offset = offset_in(target, into + extra, &path)?;
-            let name = format!("{ty}:{}:{address:#x}", path.display());
-            let entry = !retprobe && into + extra == 0;
-            return Ok(vec![uprobe(name, &path, target, offset, retprobe, entry)].into());
-        }
-        let (path, targets) = env.functions(spec.parts[0], pattern)?;
-        if extra != 0 && targets.len() != 1 {
-            return Err(format!(
-                "an offset needs exactly one function, but `{pattern}` matches {}",
-                targets.len()
-            ));
-        }
-        targets
-            .iter()
-            .map(|target| {
-                let offset = offset_in(target, extra, &path)?;
-                let name = format!("{ty}:{}:{}", path.display(), target.name);
-                let entry = !retprobe && extra == 0;
-                Ok(uprobe(name, &path, target, offset, retprobe, entry))
-            })
-            .collect()
+        let probes = for_each_binary(env, spec.parts[0], |binary| {
+            let site = Site {
+                ty,
+                binary,
+                pattern,
+                extra,
+                retprobe,
+            };
+            site.resolve(env)
+        })?;
+        Ok(probes.into())
     }
 
     fn target_missing(&self, spec: &Spec, env: &dyn Environment) -> bool {
@@ -146,6 +128,57 @@ impl Provider for Uprobe {
     }
 }
 
+/// A uprobe spec in one binary: `TYPE:BINARY:PATTERN[+EXTRA]`.
+struct Site<'a> {
+    ty: &'a str,
+    binary: &'a str,
+    pattern: &'a str,
+    extra: u64,
+    retprobe: bool,
+}
+
+impl Site<'_> {
+    /// The probes of the functions the pattern names, or at its address.
+    fn resolve(&self, env: &dyn Environment) -> Result<Vec<ResolvedProbe>, String> {
+        let Site {
+            ty,
+            binary,
+            pattern,
+            extra,
+            retprobe,
+        } = *self;
+        if let Some(address) = address_of(pattern)? {
+            let (path, functions) = env.functions(binary, "*")?;
+            let (target, into) = containing(&functions, address).ok_or_else(|| {
+                format!(
+                    "Could not resolve address: {binary}:{address:#x} (no function of {} holds it)",
+                    path.display()
+                )
+            })?;
+            let offset = offset_in(target, into + extra, &path)?;
+            let name = format!("{ty}:{}:{address:#x}", path.display());
+            let entry = !retprobe && into + extra == 0;
+            return Ok(vec![uprobe(name, &path, target, offset, retprobe, entry)]);
+        }
+        let (path, targets) = env.functions(binary, pattern)?;
+        if extra != 0 && targets.len() != 1 {
+            return Err(format!(
+                "an offset needs exactly one function, but `{pattern}` matches {}",
+                targets.len()
+            ));
+        }
+        targets
+            .iter()
+            .map(|target| {
+                let offset = offset_in(target, extra, &path)?;
+                let name = format!("{ty}:{}:{}", path.display(), target.name);
+                let entry = !retprobe && extra == 0;
+                Ok(uprobe(name, &path, target, offset, retprobe, entry))
+            })
+            .collect()
+    }
+}
+
 /// The probe at `offset` in `path`, inside `target`; `entry` when it is the
 /// function's first instruction.
 fn uprobe(
@@ -166,7 +199,9 @@ fn uprobe(
         },
         Context::PtRegs,
     );
-    probe.func = Some(target.name.clone());
+    // `func` names C++ functions as bpftrace prints them; `probe` keeps the symbol.
+    let demangled = target.demangled.clone().filter(|_| cpp_demangling());
+    probe.func = Some(demangled.unwrap_or_else(|| target.name.clone()));
     probe.user_memory = true;
     probe.is_return = retprobe;
     probe.function_entry = entry;
@@ -358,7 +393,10 @@ mod tests {
         let mut loaded = load(&with_ring(vec![counts], vec![prog])).expect("load");
         let pid = i32::try_from(std::process::id()).expect("pid");
         loaded
-            .attach_all(AttachOptions { pid: Some(pid) })
+            .attach_all(AttachOptions {
+                pid: Some(pid),
+                ..Default::default()
+            })
             .expect("attach");
         for i in 0..4 {
             std::hint::black_box(wprof_loader_uprobe_target(i));

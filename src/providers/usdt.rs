@@ -5,8 +5,10 @@
 use libbpf_rs::{Link, ProgramMut};
 
 use super::uprobe::attach_uprobe;
-use super::{ProbeType, Provider, Resolved, ResolvedProbe, Spec};
-use crate::vocab::{ArgRead, AttachPoint, Context, Environment, KernelFeature};
+use std::path::Path;
+
+use super::{ProbeType, Provider, Resolved, ResolvedProbe, Spec, for_each_binary};
+use crate::vocab::{ArgRead, AttachPoint, Context, Environment, KernelFeature, UsdtTarget};
 
 pub struct Usdt;
 
@@ -41,31 +43,14 @@ impl Provider for Usdt {
             }
             binary => binary,
         };
-        let (path, targets) = env.usdt(binary, provider, name)?;
-        Ok(targets
-            .into_iter()
-            .map(|target| {
-                let mut probe = ResolvedProbe::new(
-                    format!(
-                        "usdt:{}:{}:{}",
-                        path.display(),
-                        target.provider,
-                        target.name
-                    ),
-                    AttachPoint::Usdt {
-                        binary: path.clone(),
-                        provider: target.provider.clone(),
-                        name: target.name.clone(),
-                        offset: target.file_offset,
-                        semaphore_offset: target.semaphore_offset,
-                    },
-                    Context::Usdt(target.args),
-                );
-                probe.func = Some(target.name);
-                probe.user_memory = true;
-                probe
-            })
-            .collect())
+        let probes = for_each_binary(env, binary, |binary| {
+            let (path, targets) = env.usdt(binary, provider, name)?;
+            Ok(targets
+                .into_iter()
+                .map(|target| usdt_probe(&path, target))
+                .collect())
+        })?;
+        Ok(probes.into())
     }
 
     fn owns(&self, point: &AttachPoint) -> bool {
@@ -110,6 +95,29 @@ impl Provider for Usdt {
         };
         attach_uprobe(prog, pid, binary, *offset, *semaphore_offset, false)
     }
+}
+
+/// The probe on one USDT marker of `path`.
+fn usdt_probe(path: &Path, target: UsdtTarget) -> ResolvedProbe {
+    let mut probe = ResolvedProbe::new(
+        format!(
+            "usdt:{}:{}:{}",
+            path.display(),
+            target.provider,
+            target.name
+        ),
+        AttachPoint::Usdt {
+            binary: path.to_path_buf(),
+            provider: target.provider.clone(),
+            name: target.name.clone(),
+            offset: target.file_offset,
+            semaphore_offset: target.semaphore_offset,
+        },
+        Context::Usdt(target.args),
+    );
+    probe.func = Some(target.name);
+    probe.user_memory = true;
+    probe
 }
 
 #[cfg(test)]
@@ -186,7 +194,10 @@ mod tests {
         let mut loaded = load(&with_ring(vec![], vec![prog])).expect("load");
         let pid = i32::try_from(std::process::id()).expect("pid");
         loaded
-            .attach_all(AttachOptions { pid: Some(pid) })
+            .attach_all(AttachOptions {
+                pid: Some(pid),
+                ..Default::default()
+            })
             .expect("attach");
         assert_eq!(WPROF_LOADER_SEMAPHORE.load(Ordering::SeqCst), 0x101);
         // The kernel refuses a second probe at one address with another

@@ -32,6 +32,7 @@
 //! innermost frame of a stack taken in a syscall or tracepoint is itself the
 //! instruction after a `syscall`/`call`.
 
+mod demangle;
 mod kernel;
 mod modules;
 mod normalize;
@@ -40,6 +41,7 @@ mod symbolize;
 mod tests;
 pub mod vdso;
 
+pub use demangle::{cpp_demangling, demangle_cpp};
 pub use kernel::{KernelSymbol, KernelSymbols};
 pub use modules::{ModuleIndex, PaddedBuildId};
 pub use normalize::StackNormalizer;

@@ -34,6 +34,9 @@ pub enum ArgRead {
     Slot(u16),
     /// A USDT argument, where its note says.
     Usdt(UsdtArgSpec),
+    /// A function argument the caller pushed: the u64 this many bytes above
+    /// the return address, at the function's first instruction (user memory).
+    Stack(u32),
 }
 
 /// One argument of a BTF tracepoint; the Nth argument is the Nth u64 of the context.
@@ -52,8 +55,12 @@ pub enum UsdtArgSpec {
         signed: bool,
     },
     Constant(i64),
+    /// In user memory at `base + index * scale + displacement`
+    /// (`N@disp(%base)`, `N@disp(%base,%index,scale)`, `N@sym(%rip)`).
     Memory {
-        base_offset: u16,
+        /// The base register's offset in `struct pt_regs`; `None` for `disp(,%index,scale)`.
+        base_offset: Option<u16>,
+        index: Option<UsdtIndex>,
         displacement: i64,
         size: u8,
         signed: bool,
@@ -73,6 +80,14 @@ impl UsdtArgSpec {
         };
         UsdtArgSpec::Constant(value)
     }
+}
+
+/// The scaled index register of a USDT memory operand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UsdtIndex {
+    pub pt_regs_offset: u16,
+    /// 1, 2, 4 or 8.
+    pub scale: u8,
 }
 
 #[derive(Clone, Debug, PartialEq)]

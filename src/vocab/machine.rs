@@ -16,6 +16,8 @@ pub struct FunctionTarget {
     pub file_offset: u64,
     /// Bytes of code; 0 when the symbol table does not say.
     pub size: u64,
+    /// The C++ name of a mangled symbol (`ns::func(int)`).
+    pub demangled: Option<String>,
 }
 
 /// A kernel function `kprobe:` can name.
@@ -77,6 +79,11 @@ pub trait Environment {
     ) -> Result<Vec<(String, String)>, String>;
     fn tracepoint_fields(&self, category: &str, name: &str)
     -> Result<Vec<TracepointField>, String>;
+    /// The binaries a uprobe or USDT target names: the files of a path glob
+    /// (`/usr/lib/*/libc.so.6`), any other name as it is.
+    fn expand_binary(&self, binary: &str) -> Result<Vec<String>, String> {
+        Ok(vec![binary.to_string()])
+    }
     /// Resolve `binary` (path, program or library name) and the functions matching `pattern`.
     fn functions(
         &self,
@@ -152,18 +159,17 @@ pub trait Environment {
 pub struct FunctionParam {
     pub name: String,
     pub ty: KTypeId,
+    /// The C type as the debug info spells it (typedef names kept), for `-lv`.
+    pub spelled: String,
     /// Where the x86-64 SysV ABI passes it, or why it cannot be read.
     pub passed: Result<PassedIn, String>,
 }
 
 impl FunctionParam {
     /// The parameter as bpftrace's `-lv` lists it: `int* n`,
-    /// `struct Foo* foo1`.
-    pub fn listing(&self, env: &dyn Environment) -> String {
-        let ty = env
-            .kernel_type(self.ty)
-            .map_or_else(|_| "?".into(), |t| t.name.replace(" *", "*"));
-        format!("{ty} {}", self.name)
+    /// `struct Foo* foo1`, `size_t len`.
+    pub fn listing(&self) -> String {
+        format!("{} {}", self.spelled, self.name)
     }
 }
 

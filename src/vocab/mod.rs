@@ -21,7 +21,7 @@ pub use attach::{
     AttachPoint, IterTarget, KernelFeature, PERF_TYPE_HARDWARE, PERF_TYPE_SOFTWARE, PerfEvent,
     PerfSample, WatchMode, WatchTarget,
 };
-pub use context::{ArgRead, BtfArg, Context, FieldKind, TracepointField, UsdtArgSpec};
+pub use context::{ArgRead, BtfArg, Context, FieldKind, TracepointField, UsdtArgSpec, UsdtIndex};
 pub use globals::{GLOBAL_SLOTS, GlobalSlot, ProbeState};
 pub use layout::{StackMode, StackType, StructField, ValueType};
 pub use machine::{

@@ -36,13 +36,13 @@ pub fn scratch_dir(sub: &str) -> PathBuf {
     dir
 }
 
-/// Names (file stems) of every workload in `tests/data/*.c`, sorted.
+/// Names (file stems) of every workload in `tests/data/*.c` and `*.cc` (C++), sorted.
 pub fn workload_names() -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(data_dir())
         .expect("tests/data must exist")
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "c"))
+        .filter(|p| p.extension().is_some_and(|x| x == "c" || x == "cc"))
         .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
         .collect();
     names.sort();
@@ -52,11 +52,15 @@ pub fn workload_names() -> Vec<String> {
 /// Serialises workload builds between threads of one test binary.
 static BUILD_LOCK: Mutex<()> = Mutex::new(());
 
-/// Builds `tests/data/<name>.c` with `cc` (only when the source is newer than the
+/// Builds `tests/data/<name>.c` with `cc` (or `<name>.cc` with `c++`; only when the source is newer than the
 /// binary) and returns the absolute path of the executable.
 #[track_caller]
 pub fn workload(name: &str) -> PathBuf {
-    let src = data_dir().join(format!("{name}.c"));
+    let c_source = data_dir().join(format!("{name}.c"));
+    let (src, compiler) = match c_source.exists() {
+        true => (c_source, "cc"),
+        false => (data_dir().join(format!("{name}.cc")), "c++"),
+    };
     assert!(src.exists(), "no workload source {}", src.display());
     let out = scratch_dir("workloads").join(name);
     let _guard = BUILD_LOCK.lock().unwrap_or_else(|p| p.into_inner());
@@ -65,16 +69,18 @@ pub fn workload(name: &str) -> PathBuf {
     }
     // Build to a private name and rename, so concurrent test binaries never see a partial file.
     let tmp = out.with_extension(format!("tmp{}", std::process::id()));
-    let result = Command::new("cc")
+    let result = Command::new(compiler)
         .args(WORKLOAD_CFLAGS)
         .arg("-o")
         .arg(&tmp)
         .arg(&src)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run cc for {name}: {e}"));
+        .unwrap_or_else(|e| {
+            panic!("cannot run {compiler} for {name} (tools/setup.sh installs it): {e}")
+        });
     assert!(
         result.status.success(),
-        "cc failed for {}:\n{}",
+        "{compiler} failed for {}:\n{}",
         src.display(),
         String::from_utf8_lossy(&result.stderr)
     );

@@ -29,6 +29,9 @@ pub(super) fn scan(source: &str) -> Scanned {
         at = match (byte, next) {
             (b'#', _) if line_start => skip_line(bytes, at),
             (b'/', Some(b'/')) => skip_line(bytes, at),
+            (b'/', Some(b'*')) if scanned.unclosed.is_empty() && in_attach_point(bytes, at) => {
+                at + 2
+            }
             (b'/', Some(b'*')) => block_comment(bytes, at, &mut scanned.errors),
             (b'"', _) => string(bytes, at, &mut scanned.errors),
             (b'(' | b'[' | b'{', _) => {
@@ -55,6 +58,23 @@ pub(super) fn scan(source: &str) -> Scanned {
         }
     }
     scanned
+}
+
+/// Whether `at` is inside an attach point's word (`uprobe:/usr/lib/*/libc.so.6:f`),
+/// where `/*` is a path wildcard, as bpftrace lexes it, not a comment.
+fn in_attach_point(bytes: &[u8], at: usize) -> bool {
+    let word_start = bytes[..at]
+        .iter()
+        .rposition(|b| b.is_ascii_whitespace() || b",;{}".contains(b))
+        .map_or(0, |i| i + 1);
+    let word = &bytes[word_start..at];
+    let provider_end = word.iter().position(|&b| b == b':');
+    provider_end.is_some_and(|end| {
+        end > 0
+            && word[..end]
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    })
 }
 
 /// The offset just past the end of the line at `at`, following `\` continuations.

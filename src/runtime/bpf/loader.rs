@@ -93,6 +93,10 @@ pub struct AttachError {
 pub struct AttachOptions {
     /// Only trace this process (uprobes and USDT; `-p PID`).
     pub pid: Option<i32>,
+    /// `--usdt-file-activation`: USDT probes attach to every process that
+    /// maps their file, whatever `pid` says, so the kernel sets their
+    /// semaphores in all of them (bpftrace's semantics).
+    pub usdt_file_activation: bool,
 }
 
 /// What the loader keeps of each program.
@@ -503,7 +507,14 @@ impl Loaded {
         if let AttachPoint::Watchpoint { target, .. } = &mut point {
             *target = WatchTarget::Address(address);
         }
-        let new_links = self.attach_at(index, &point, AttachOptions { pid: Some(pid) })?;
+        let new_links = self.attach_at(
+            index,
+            &point,
+            AttachOptions {
+                pid: Some(pid),
+                ..Default::default()
+            },
+        )?;
         self.watch_links.push((address, new_links));
         Ok(())
     }
@@ -552,7 +563,8 @@ impl Loaded {
             return Err(fail(reason.clone()));
         }
         let prog = find_program(&self.object, &meta.name).ok_or_else(|| fail(NOT_LOADED.into()))?;
-        let pid = opts.pid.unwrap_or(-1);
+        let every_process = opts.usdt_file_activation && matches!(point, AttachPoint::Usdt { .. });
+        let pid = opts.pid.filter(|_| !every_process).unwrap_or(-1);
         let provider = providers::of(point);
         let (new_links, printed) = with_captured_print(|| provider.attach(&prog, point, pid));
         // libbpf often says more than the errno (which file, which step).

@@ -56,6 +56,8 @@ pub struct RunOptions {
     pub sources: Option<SourceMap>,
     /// `-v`: print each program's id and verifier log, as bpftrace does.
     pub verbose: bool,
+    /// `--usdt-file-activation`: see [`AttachOptions::usdt_file_activation`].
+    pub usdt_file_activation: bool,
 }
 
 /// The line `notify_attached` prints, and the environment variable that
@@ -181,12 +183,14 @@ pub fn run(
     print_load_reports(&loaded.reports, out)?;
     usr1::install()?;
     let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
+    let attach_options = AttachOptions {
+        pid,
+        usdt_file_activation: options.usdt_file_activation,
+    };
     let timed = |point: &AttachPoint| providers::of(point).counts_from_attach(point);
     // An iterator is attached when it is read (`iterate`).
     let alone = |point: &AttachPoint| providers::of(point).runs_alone();
-    loaded.attach_where(AttachOptions { pid }, |point| {
-        !timed(point) && !alone(point)
-    })?;
+    loaded.attach_where(attach_options, |point| !timed(point) && !alone(point))?;
     if !activation::wait_until(
         options.phases.activate_at,
         "prepared, activating",
@@ -207,7 +211,7 @@ pub fn run(
         loaded.run_once(index)?;
     }
     loaded.set_state(globals, ProbeState::Active)?;
-    loaded.attach_where(AttachOptions { pid }, timed)?;
+    loaded.attach_where(attach_options, timed)?;
     let running = child
         .map(|c| c.release(stopper.clone()))
         .transpose()

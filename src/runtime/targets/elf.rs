@@ -12,6 +12,7 @@ use object::read::elf::{FileHeader, ProgramHeader, Sym};
 use object::{Endianness, FileKind, elf};
 
 use crate::capture::files::open_regular;
+use crate::symbols::demangle_cpp;
 use crate::vocab::ObjectSymbol;
 
 /// Everything that can go wrong while resolving binaries and their symbols.
@@ -59,6 +60,8 @@ pub struct FunctionSymbol {
     pub file_offset: u64,
     /// Size in bytes (0 when the symbol table does not say).
     pub size: u64,
+    /// The C++ name of a mangled symbol, which patterns also match.
+    pub demangled: Option<String>,
 }
 
 /// Every defined function (`STT_FUNC` or `STT_GNU_IFUNC`, non-zero value) in
@@ -120,12 +123,16 @@ impl ElfVisitor for FunctionCollector<'_> {
                 let Some(file_offset) = vaddr_to_offset(&segments, address) else {
                     continue;
                 };
-                if self.glob.matches(name) {
+                let demangled = demangle_cpp(name);
+                if self.glob.matches(name)
+                    || demangled.as_ref().is_some_and(|d| self.glob.matches(d))
+                {
                     found.push(FunctionSymbol {
                         name: name.into(),
                         address,
                         file_offset,
                         size: sym.st_size(endian).into(),
+                        demangled,
                     });
                 }
             }
@@ -439,7 +446,7 @@ fn library_matches(file_name: &str, name: &str) -> bool {
 }
 
 /// Whether the file starts with the ELF magic (`libc.so` is often a linker script).
-fn is_elf(path: &Path) -> bool {
+pub(crate) fn is_elf(path: &Path) -> bool {
     let mut magic = [0u8; 4];
     fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut magic))

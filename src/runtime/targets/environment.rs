@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::debug_info::{self, DebugTypes};
-use super::{elf, kallsyms, tracefs, usdt};
+use super::{binary_glob, elf, kallsyms, tracefs, usdt};
 use crate::runtime::targets::kernel_btf::KernelBtf;
 use crate::runtime::targets::kernel_functions::KernelFunctions;
 use crate::runtime::targets::usdt::{UsdtArg, UsdtArgLocation};
@@ -15,7 +15,8 @@ use crate::vocab::kernel_types::{
 };
 use crate::vocab::{
     BtfArg, BtfFunction, Environment, FieldKind, FunctionParam, FunctionTarget,
-    KernelFunctionMatches, ObjectSymbol, TracepointField, UsdtArgSpec, UsdtTarget,
+    KernelFunctionMatches, ObjectSymbol, TracepointField, UsdtArgSpec, UsdtIndex, UsdtTarget,
+    x86_64,
 };
 
 /// A function's parameters, or why its debug info does not give them.
@@ -108,6 +109,17 @@ impl Environment for SystemEnvironment {
             .collect())
     }
 
+    fn expand_binary(&self, binary: &str) -> Result<Vec<String>, String> {
+        if !binary_glob::is_glob(binary) {
+            return Ok(vec![binary.to_string()]);
+        }
+        let files = binary_glob::expand(binary).map_err(|e| e.to_string())?;
+        Ok(files
+            .into_iter()
+            .filter_map(|f| f.to_str().map(str::to_string))
+            .collect())
+    }
+
     fn functions(
         &self,
         binary: &str,
@@ -125,6 +137,7 @@ impl Environment for SystemEnvironment {
                 address: f.address,
                 file_offset: f.file_offset,
                 size: f.size,
+                demangled: f.demangled,
             })
             .collect();
         Ok((path, targets))
@@ -305,6 +318,15 @@ fn field(field: &tracefs::Field, user: bool) -> Option<TracepointField> {
 }
 
 fn usdt_arg(arg: &UsdtArg) -> Result<UsdtArgSpec, String> {
+    let memory = |base_offset: Option<u16>, index: Option<UsdtIndex>, displacement: i64| {
+        Ok(UsdtArgSpec::Memory {
+            base_offset,
+            index,
+            displacement,
+            size: arg.size,
+            signed: arg.signed,
+        })
+    };
     match &arg.location {
         UsdtArgLocation::Register(reg) if !reg.high_byte => Ok(UsdtArgSpec::Register {
             pt_regs_offset: reg.pt_regs_offset,
@@ -314,12 +336,23 @@ fn usdt_arg(arg: &UsdtArg) -> Result<UsdtArgSpec, String> {
         UsdtArgLocation::Immediate(value) => {
             Ok(UsdtArgSpec::constant(*value, arg.size, arg.signed))
         }
-        UsdtArgLocation::Memory { base, offset } => Ok(UsdtArgSpec::Memory {
-            base_offset: base.pt_regs_offset,
-            displacement: *offset,
-            size: arg.size,
-            signed: arg.signed,
-        }),
+        UsdtArgLocation::Memory { base, offset } => {
+            memory(Some(base.pt_regs_offset), None, *offset)
+        }
+        UsdtArgLocation::Indexed {
+            base,
+            index,
+            scale,
+            offset,
+        } => {
+            let index = UsdtIndex {
+                pt_regs_offset: index.pt_regs_offset,
+                scale: *scale,
+            };
+            memory(base.map(|b| b.pt_regs_offset), Some(index), *offset)
+        }
+        // A uprobe handler sees `ip` at the probe's address.
+        UsdtArgLocation::PcRelative { pc_offset } => memory(Some(x86_64::RIP), None, *pc_offset),
         _ => Err(format!(
             "USDT argument `{}` uses an addressing form wprof cannot read",
             arg.spec

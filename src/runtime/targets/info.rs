@@ -40,7 +40,8 @@ pub fn report(features: &KernelFeatures) -> String {
                 ("LLVM", "none (wprof compiles to BPF itself)".into()),
                 ("unsafe uprobe", yes_no(false)),
                 ("bfd", yes_no(false)),
-                ("libdw (DWARF support)", yes_no(false)),
+                // DWARF is read with gimli, not libdw: `args.NAME` and `-lv` in uprobes.
+                ("libdw (DWARF support)", yes_no(true)),
             ],
         },
         helpers_section(fentry),

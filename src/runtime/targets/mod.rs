@@ -4,6 +4,7 @@
 //! answers of [`environment::SystemEnvironment`] to the checker, and
 //! [`features::KernelFeatures`].
 
+mod binary_glob;
 mod debug_info;
 pub mod elf;
 pub mod environment;

@@ -27,12 +27,13 @@ impl Default for UserSymbols {
         UserSymbols {
             threads: HashMap::new(),
             normalizer: StackNormalizer::new(),
-            // bpftrace prints function names only, C++ names demangled.
+            // bpftrace prints function names only, C++ names demangled
+            // unless BPFTRACE_NO_CPP_DEMANGLE is set.
             symbolizer: Symbolizer::builder()
                 .enable_auto_reload(false)
                 .enable_code_info(false)
                 .enable_inlined_fns(false)
-                .enable_demangling(true)
+                .enable_demangling(crate::symbols::cpp_demangling())
                 .build(),
             known: HashMap::new(),
         }

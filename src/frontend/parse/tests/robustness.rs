@@ -162,3 +162,16 @@ fn sample_scripts_parse() {
     }
     assert!(count >= 5, "only {count} scripts in {}", dir.display());
 }
+
+/// `/*` inside an attach point's path is a wildcard (as bpftrace lexes it);
+/// after a space, and inside a block, it still starts a comment.
+#[test]
+fn path_wildcard_is_not_a_comment() {
+    let script = "uprobe:/usr/lib/*/libc.so.6:malloc /* c */ { /* d */ exit(); }";
+    assert_eq!(
+        ok(script).probes[0].specs[0].parts[0],
+        "/usr/lib/*/libc.so.6"
+    );
+    let error = rendered_error("uprobe:/bin/x:f { exit(); } /* open");
+    assert!(error.contains("unterminated comment"), "{error}");
+}

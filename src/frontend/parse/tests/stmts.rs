@@ -132,6 +132,11 @@ fn probe_specs() {
             &["/usr/lib/x86_64-linux-gnu/libc.so.6", "malloc"],
         ),
         ("uprobe:libc:mal*", "uprobe", &["libc", "mal*"]),
+        (
+            "uprobe:/usr/lib/*/libc.so.6:malloc",
+            "uprobe",
+            &["/usr/lib/*/libc.so.6", "malloc"],
+        ),
         ("u:bash:readline", "u", &["bash", "readline"]),
         (
             "uretprobe:/bin/bash:readline",

@@ -13,14 +13,16 @@ use gimli::{
 };
 use object::{Object, ObjectSection};
 
+use crate::vocab::FunctionParam;
 use crate::vocab::kernel_types::{DEBUG_INFO_TYPES, KTypeId, KernelKind, KernelMember, KernelType};
-use crate::vocab::{FunctionParam, PassedIn};
+
+mod abi;
+mod spelling;
+
+use abi::passing;
 
 type Reader<'a> = EndianSlice<'a, LittleEndian>;
 type Dwarf<'a> = gimli::Dwarf<Reader<'a>>;
-
-/// Integer argument registers of the SysV ABI.
-const ARG_REGISTERS: u8 = 6;
 
 /// Types read from debug info, by id from [`DEBUG_INFO_TYPES`].
 #[derive(Default)]
@@ -48,6 +50,19 @@ impl DebugTypes {
 
     fn name(&self, id: KTypeId) -> &str {
         self.get(id).map_or("?", |t| t.name.as_str())
+    }
+
+    /// Bytes a value of type `id` takes; `None` for `void` and functions.
+    fn size_of(&self, id: KTypeId) -> Option<u32> {
+        match &self.get(id)?.kind {
+            KernelKind::Int { size, .. } | KernelKind::Enum { size, .. } => Some(u32::from(*size)),
+            KernelKind::Float { size } => Some(u32::from(*size)),
+            KernelKind::Bool => Some(1),
+            KernelKind::Pointer(_) => Some(8),
+            KernelKind::Struct { size, .. } => Some(*size),
+            KernelKind::Array { elem, len } => self.size_of(*elem)?.checked_mul(*len),
+            KernelKind::Void | KernelKind::Other => None,
+        }
     }
 }
 
@@ -209,15 +224,22 @@ impl<'u, 'a> Converter<'u, 'a> {
             }
         }
         let mut params = Vec::with_capacity(found.len());
+        let mut spellings = Vec::with_capacity(found.len());
         for (name, ty) in found {
-            let ty = self.type_id(ty)?;
-            params.push((name, ty));
+            spellings.push(spelling::spell(self.dwarf, self.unit, ty));
+            params.push((name, self.type_id(ty)?));
         }
         let passed = passing(&params, self.types);
         Ok(params
             .into_iter()
             .zip(passed)
-            .map(|((name, ty), passed)| FunctionParam { name, ty, passed })
+            .zip(spellings)
+            .map(|(((name, ty), passed), spelled)| FunctionParam {
+                name,
+                ty,
+                spelled,
+                passed,
+            })
             .collect())
     }
 
@@ -425,52 +447,6 @@ fn base_kind(entry: &Entry<'_>, size: u64) -> KernelKind {
         }
         _ => KernelKind::Other,
     }
-}
-
-/// Where the x86-64 SysV ABI passes each parameter: integer-class values
-/// (integers, enums, pointers) in the next of six registers, then on the
-/// stack; floating point in SSE registers; records over 16 bytes in
-/// memory. A small record's classification depends on its members' kinds,
-/// so it and the parameters after it are not located.
-fn passing(params: &[(String, KTypeId)], types: &DebugTypes) -> Vec<Result<PassedIn, String>> {
-    let mut register = 0u8;
-    let mut stack = 0u32;
-    let mut lost: Option<String> = None;
-    let mut passed = Vec::with_capacity(params.len());
-    for (name, ty) in params {
-        let kind = types.get(*ty).map(|t| t.kind.clone());
-        let here = match (&lost, kind) {
-            (Some(why), _) => Err(why.clone()),
-            (
-                None,
-                Some(
-                    KernelKind::Int { .. }
-                    | KernelKind::Enum { .. }
-                    | KernelKind::Bool
-                    | KernelKind::Pointer(_),
-                ),
-            ) => Ok(if register < ARG_REGISTERS {
-                register += 1;
-                PassedIn::Register(register - 1)
-            } else {
-                stack += 8;
-                PassedIn::Stack(stack - 8)
-            }),
-            (None, Some(KernelKind::Float { .. })) => Err(
-                "floating-point values arrive in SSE registers, which probes cannot read".into(),
-            ),
-            (None, Some(KernelKind::Struct { size, .. })) if size > 16 => {
-                stack += size.div_ceil(8) * 8;
-                Err("a struct passed by value is on the stack".into())
-            }
-            (None, _) => {
-                lost = Some(format!("it follows `{name}`, passed by value"));
-                Err(format!("`{}` is passed by value", types.name(*ty)))
-            }
-        };
-        passed.push(here);
-    }
-    passed
 }
 
 #[cfg(test)]

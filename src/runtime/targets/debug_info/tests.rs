@@ -1,4 +1,5 @@
 use super::*;
+use crate::vocab::PassedIn;
 
 fn int() -> KernelType {
     KernelType {
@@ -145,32 +146,69 @@ fn reads_gcc_debug_info() {
         .function_params(&binary, "describe")
         .expect("describe")
         .iter()
-        .map(|p| p.listing(&env))
+        .map(FunctionParam::listing)
         .collect();
     assert_eq!(listed, ["struct Bar* bar", "char tag", "int* count"]);
     let missing = function_params(&binary, "missing", &mut types);
     assert!(missing.is_err_and(|e| e.contains("no debug info for function `missing`")));
 }
 
-/// A small struct by value is not located, nor is anything after it.
+/// A small struct by value takes one register per eightbyte (INTEGER), or
+/// none when its eightbytes hold only floats (SSE); it is refused, and the
+/// parameters after it are located.
 #[test]
-fn small_struct_stops_locating() {
-    let small = KernelType {
-        name: "struct pair".into(),
+fn small_structs_take_their_registers() {
+    let double = KernelType {
+        name: "double".into(),
+        kind: KernelKind::Float { size: 8 },
+    };
+    let (mut types, ids) = store(vec![int(), double]);
+    let member = |ty, offset_bits| KernelMember {
+        name: "m".into(),
+        ty,
+        offset_bits,
+        bitfield_bits: None,
+    };
+    let record = |name: &str, size, members| KernelType {
+        name: name.into(),
         kind: KernelKind::Struct {
             union: false,
-            size: 8,
-            members: Vec::new(),
+            size,
+            members,
         },
     };
-    let (types, ids) = store(vec![int(), small]);
-    let params = vec![
-        ("a".to_string(), ids[0]),
-        ("p".to_string(), ids[1]),
-        ("b".to_string(), ids[0]),
-    ];
+    let two_ints = record(
+        "struct two",
+        16,
+        vec![member(ids[0], 0), member(ids[0], 64)],
+    );
+    let floats = record("struct fl", 16, vec![member(ids[1], 0), member(ids[1], 64)]);
+    let [two, fl] = [two_ints, floats].map(|ty| {
+        let id = types.reserve();
+        types.set(id, ty);
+        id
+    });
+    let params: Vec<(String, KTypeId)> = [ids[0], two, fl, ids[0], ids[0], ids[0], ids[0]]
+        .iter()
+        .enumerate()
+        .map(|(i, &ty)| (format!("p{i}"), ty))
+        .collect();
     let passed = passing(&params, &types);
-    assert_eq!(passed[0], Ok(PassedIn::Register(0)));
-    assert_eq!(passed[1], Err("`struct pair` is passed by value".into()));
-    assert_eq!(passed[2], Err("it follows `p`, passed by value".into()));
+    use PassedIn::*;
+    assert_eq!(passed[0], Ok(Register(0)));
+    assert!(
+        passed[1]
+            .as_ref()
+            .is_err_and(|e| e.contains("`struct two` is passed by value"))
+    );
+    assert!(passed[2].is_err());
+    assert_eq!(
+        passed[3..],
+        [
+            Ok(Register(3)),
+            Ok(Register(4)),
+            Ok(Register(5)),
+            Ok(Stack(0))
+        ]
+    );
 }
