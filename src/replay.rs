@@ -287,7 +287,8 @@ fn message(error: RenderError) -> Failure {
 fn check_gates(cli: &Cli, captures: &Captures<'_>) -> Result<(), Failure> {
     let options = cli.compare.options(&cli.profile.metric);
     let comparison = captures.comparison(&options).map_err(message)?;
-    if let Some(warning) = comparison.power_warning() {
+    let warnings = comparison.power_warning().into_iter();
+    for warning in warnings.chain(comparison.thin_tails.iter().cloned()) {
         eprintln!("wprof: warning: {warning}");
     }
     for gate in &comparison.gates {
