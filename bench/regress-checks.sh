@@ -14,7 +14,7 @@
 #   -r REPS        repetitions of each check (default 20)
 #   -n RUNS        captures per side (default 5)
 #   -o DIR         scratch directory (default bench/results/regress-checks)
-#   --requests N   requests per benchmark run (default 1000)
+#   --requests N   requests per benchmark run (default 10000)
 #   CHECK          aa, slow, fast (default: all three)
 #
 # Prints one line per repetition (check, repetition, wprof's exit status,
@@ -73,7 +73,7 @@ repetition() {
 }
 
 run_checks() {
-  local reps=20 runs=5 out="$HERE/results/regress-checks" requests=1000
+  local reps=20 runs=5 out="$HERE/results/regress-checks" requests=10000
   local checks=()
   while [[ $# -gt 0 ]]; do
     case $1 in
@@ -93,6 +93,7 @@ run_checks() {
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
   build_bench "$out/build"
+  PRIORITY=$(priority)
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   : >"$out/results.tsv"
   for check in "${checks[@]}"; do

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Comparison benchmark: how long and how much memory `wprof -R -D new-* --baseline
-# base-*` takes on 5 + 5 captures of about 1 M events each, and whether its memory
+# base-*` takes on 5 + 5 captures of at least 1 M events each, and whether its memory
 # grows with the captures' size. See bench/README.md ("Comparison benchmark").
 #
 #   bench/regress.sh [-r RUNS] [-m MILLION_EVENTS] [-n ROUNDS]
 #
 #   -r RUNS   captures per side (default 5)
-#   -m N      events per capture, in millions (default 1); the size check
-#             also compares captures of N/2 million events
+#   -m N      events per capture, in millions (default 1: at least that
+#             many, a short capture is recorded again); the size check also
+#             compares captures of N/2 million events
 #   -n ROUNDS comparisons timed per size, the median reported (default 3)
 #
 # Each capture records a span per getppid(2) call of bench/syscall_load.c
@@ -33,7 +34,7 @@ while [[ $# -gt 0 ]]; do
     -r) RUNS=$2; shift 2 ;;
     -m) MILLIONS=$2; shift 2 ;;
     -n) ROUNDS=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
@@ -60,15 +61,29 @@ calibrate() {
   events "$OUT/calibrate.data"
 }
 
-# record_side PREFIX MILLIONS: RUNS captures PREFIX-I.data of about MILLIONS
-# million events each.
+# record_capture DATA MILLIONS: a capture DATA of at least MILLIONS million
+# events. Its duration comes from the calibration; a capture that falls
+# short (the machine got busier) is recorded again, longer in proportion.
+record_capture() {
+  local data=$1 target secs attempt got
+  target=$(awk "BEGIN {print int($2 * 1000000)}")
+  secs=$(awk "BEGIN {print $target / $PER_SECOND}")
+  for ((attempt = 1; attempt <= 4; attempt++)); do
+    "$WPROF" -e "$SCRIPT" -D "$data" -- "$OUT/syscall_load" 1 "$secs" "$RATE" \
+      >>"$OUT/record.log" 2>&1 || die "recording $data failed (see $OUT/record.log)"
+    got=$(events "$data")
+    ((got >= target)) && return
+    secs=$(awk "BEGIN {print $secs * $target / ($got + 1) * 1.05}")
+  done
+  die "$data holds $got events after 4 attempts, not $target (see $OUT/record.log)"
+}
+
+# record_side PREFIX MILLIONS: RUNS captures PREFIX-I.data of at least
+# MILLIONS million events each.
 record_side() {
-  local prefix=$1 millions=$2 i
-  local secs
-  secs=$(awk "BEGIN {print $millions * 1000000 / $PER_SECOND}")
+  local i
   for ((i = 1; i <= RUNS; i++)); do
-    "$WPROF" -e "$SCRIPT" -D "$prefix-$i.data" -- "$OUT/syscall_load" 1 "$secs" "$RATE" \
-      >>"$OUT/record.log" 2>&1 || die "recording $prefix-$i.data failed (see $OUT/record.log)"
+    record_capture "$1-$i.data" "$2"
   done
 }
 

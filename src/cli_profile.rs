@@ -114,7 +114,8 @@ pub struct ProfileArgs {
     #[arg(long = "metric", value_name = "GLOB", value_parser = parse_metric_glob)]
     pub metric: Vec<glob::Pattern>,
 
-    /// Outputs show only the command wprof runs (-c or --) and its descendants.
+    /// Outputs show only the command wprof runs (-c or --) and its descendants;
+    /// saved in the capture, so replays do too (at replay: the capture's command).
     #[arg(long = "only-command")]
     pub only_command: bool,
 }

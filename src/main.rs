@@ -185,6 +185,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
         let user = sources.iter().find(|s| s.origin == RecordOrigin::Script);
         let mut info = replay::capture_info(user);
         info.settings = tracking.settings();
+        if cli.profile.only_command {
+            // Saved, so that replays select the command's processes too.
+            info.settings.filters.push(replay::ONLY_COMMAND.to_owned());
+        }
         CaptureTarget {
             path: cli.data_path().to_path_buf(),
             info,

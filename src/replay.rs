@@ -287,7 +287,8 @@ fn message(error: RenderError) -> Failure {
 fn check_gates(cli: &Cli, captures: &Captures<'_>) -> Result<(), Failure> {
     let options = cli.compare.options(&cli.profile.metric);
     let comparison = captures.comparison(&options).map_err(message)?;
-    if let Some(warning) = comparison.power_warning() {
+    let warnings = comparison.power_warning().into_iter();
+    for warning in warnings.chain(comparison.thin_tails.iter().cloned()) {
         eprintln!("wprof: warning: {warning}");
     }
     for gate in &comparison.gates {
@@ -315,10 +316,11 @@ fn capture_filter(
         path: path.to_path_buf(),
         message,
     };
-    let recorded = task_filter_from_args(&reader.info().settings.filters)
-        .map_err(|e| error(format!("bad saved filter: {e}")))?;
+    let saved = &reader.info().settings.filters;
+    let recorded =
+        task_filter_from_args(saved).map_err(|e| error(format!("bad saved filter: {e}")))?;
     let mut filters = vec![recorded, cli.task_filter()];
-    if cli.profile.only_command {
+    if cli.profile.only_command || saved.iter().any(|f| f == ONLY_COMMAND) {
         filters.push(command_tree(cli, reader).map_err(error)?);
     }
     let tasks = filters
@@ -330,23 +332,30 @@ fn capture_filter(
     Ok(Filter { tasks, ..window })
 }
 
-/// `--only-command`: the processes of the command this wprof ran, found by
-/// their parent pid (this process) and their descendants'.
+/// `--only-command` as the capture saves it among its filters.
+pub const ONLY_COMMAND: &str = "--only-command";
+
+/// `--only-command`: the process of the command the capture's wprof ran
+/// (saved in the capture) and its descendants.
 fn command_tree(cli: &Cli, reader: &CaptureReader) -> Result<TaskFilter, String> {
-    if cli.replay {
-        return Err(
-            "--only-command applies to the command a capture runs; at replay select \
-                    its processes with -p or -n"
+    let Some(command) = reader.info().command_pid else {
+        return Err(match cli.replay {
+            true => "--only-command: the capture names no command (recorded without -c or \
+                     `--`, or by a wprof older than format 2.3): select its processes with \
+                     -p or -n"
                 .into(),
-        );
+            false => "--only-command needs a command to run (-c or after --)".into(),
+        });
+    };
+    let threads = reader.threads();
+    if !threads.iter().any(|t| t.pid == command) {
+        return Err(format!(
+            "the command's process ({command}) does not appear in the capture"
+        ));
     }
-    if cli.command.is_none() && cli.command_args.is_empty() {
-        return Err("--only-command needs a command to run (-c or after --)".into());
-    }
-    let pids = descendants(reader.threads(), std::process::id());
-    if pids.is_empty() {
-        return Err("the command's processes do not appear in the capture".into());
-    }
+    let mut pids = descendants(threads, command);
+    pids.push(command);
+    pids.sort_unstable();
     Ok(TaskFilter {
         pids,
         ..TaskFilter::default()
@@ -381,6 +390,7 @@ pub fn capture_info(source: Option<&Source>) -> CaptureInfo {
         start_realtime_ns: 0,
         wprof_version: env!("CARGO_PKG_VERSION").to_string(),
         settings: Default::default(),
+        command_pid: None,
     }
 }
 

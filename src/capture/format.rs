@@ -153,6 +153,8 @@ pub enum ChunkKind {
     End = 9,
     /// A `SequenceMark` for the chunk that follows it (format 2.1).
     Sequence = 10,
+    /// `CaptureInfo::command_pid`, right after the schemas (format 2.3).
+    Command = 11,
 }
 
 impl ChunkKind {
@@ -161,6 +163,7 @@ impl ChunkKind {
         use ChunkKind::*;
         [
             Info, Schemas, Strings, Threads, Frames, Stacks, Events, Symbols, End, Sequence,
+            Command,
         ]
         .into_iter()
         .find(|k| *k as u8 == b)
@@ -178,6 +181,7 @@ impl ChunkKind {
             ChunkKind::Symbols => "symbols",
             ChunkKind::End => "end",
             ChunkKind::Sequence => "sequence",
+            ChunkKind::Command => "command",
         }
     }
 
@@ -575,11 +579,11 @@ mod tests {
         assert_eq!(parse_file_header(&h), Err(HeaderProblem::Checksum));
         h[0] = b'P';
         assert_eq!(parse_file_header(&h), Err(HeaderProblem::NotACapture));
-        for b in 1..=10 {
+        for b in 1..=11 {
             assert_eq!(ChunkKind::from_u8(b).map(|k| k as u8), Some(b));
         }
         assert_eq!(ChunkKind::from_u8(0), None);
-        assert_eq!(ChunkKind::from_u8(11), None);
+        assert_eq!(ChunkKind::from_u8(12), None);
     }
 
     /// Sequence marks round-trip, and a cut one is an error.

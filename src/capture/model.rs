@@ -43,6 +43,10 @@ pub struct CaptureInfo {
     pub wprof_version: String,
     /// What was asked for: features, stacks, counters, filters, activation.
     pub settings: CaptureSettings,
+    /// The process of the command wprof ran (`-c` or after `--`): with its
+    /// descendants, what `--only-command` selects. Stored in the `command`
+    /// chunk (format 2.3); `None` in older captures and without a command.
+    pub command_pid: Option<u32>,
 }
 
 /// The capture's system-tracking settings as the user gave them (canonical

@@ -104,6 +104,11 @@ impl<W: Write> CaptureWriter<W> {
         })?;
         sink.write_chunk(ChunkKind::Schemas, count, &payload)?;
         sink.marking = true;
+        if let Some(pid) = info.command_pid {
+            payload.clear();
+            put_uvarint(&mut payload, u64::from(pid));
+            sink.write_chunk(ChunkKind::Command, 1, &payload)?;
+        }
         Ok(CaptureWriter {
             sink,
             schemas: schemas.to_vec(),

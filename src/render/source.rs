@@ -138,6 +138,7 @@ mod fake {
                     start_realtime_ns: 1_781_094_600_123_456_789,
                     wprof_version: "0.1.0".into(),
                     settings: Default::default(),
+                    command_pid: None,
                 },
                 stats: Some(CaptureStats {
                     duration_ns: 1_000_000_000,

@@ -79,6 +79,9 @@ fn write_description(text: &mut String, source: &dyn CaptureSource, utc_offset_s
     let command_line =
         shlex::try_join(command_line).unwrap_or_else(|_| info.command_line.join(" "));
     row(text, "command", command_line);
+    if let Some(pid) = info.command_pid {
+        row(text, "command pid", pid);
+    }
     row(text, "script", &info.script_name);
     row(text, "host", &info.hostname);
     row(text, "kernel", &info.kernel_release);

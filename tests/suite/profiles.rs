@@ -215,12 +215,11 @@ fn wall_clock_profile_of_spinning_and_sleeping() {
     check_folded(&lines, &worker);
     check_svg(&fs::read_to_string(dir.join("w.svg")).expect("the SVG"));
     check_pprof(&dir.join("w.pb.gz"), &lines);
-    // Replay takes the same path: the same bytes. `--only-command` does not
-    // apply to a replay, so the process is selected by pid.
-    let pid = worker["pid"].to_string();
+    // Replay takes the same path: the same bytes. The capture saved
+    // `--only-command` and the command's pid, so replay selects the same process.
     #[rustfmt::skip]
     wprof_ok(&[
-        "-R", "-D", &data, "-p", &pid, "--folded", &at("again.folded"),
+        "-R", "-D", &data, "--folded", &at("again.folded"),
         "--flamegraph", &at("again.svg"), "--pprof", &at("again.pb.gz"),
     ]);
     let outputs = [

@@ -84,6 +84,7 @@ pub(super) fn decode_info(d: &mut Decoder) -> Result<CaptureInfo, Malformed> {
         start_realtime_ns: d.uvarint()?,
         wprof_version: d.string()?,
         settings: decode_settings(d)?,
+        command_pid: None,
     })
 }
 

@@ -400,6 +400,12 @@ impl<'a> Scan<'a> {
         let t = &mut self.tables;
         match kind {
             ChunkKind::Info => self.info = Some(decode_info(d)?),
+            ChunkKind::Command => {
+                let pid = d.u32()?;
+                if let Some(info) = self.info.as_mut() {
+                    info.command_pid = Some(pid);
+                }
+            }
             ChunkKind::Schemas => {
                 let mut schemas = Vec::with_capacity((items as usize).min(d.remaining()));
                 for _ in 0..items {

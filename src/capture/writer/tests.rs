@@ -94,6 +94,7 @@ pub(crate) fn info() -> CaptureInfo {
             prepare: None,
             activate: Some("+1s".into()),
         },
+        command_pid: Some(4242),
     }
 }
 

@@ -30,6 +30,7 @@ mod rows;
 mod runs;
 mod settings;
 mod table;
+mod tails;
 
 use std::path::PathBuf;
 
@@ -96,6 +97,8 @@ pub struct Comparison {
     pub differences: Vec<Difference>,
     /// The gates, in the order given.
     pub gates: Vec<GateResult>,
+    /// Gated percentiles some run computed from too few events (`tails`).
+    pub thin_tails: Vec<String>,
 }
 
 impl Comparison {
@@ -122,6 +125,7 @@ impl Comparison {
         let exclusions = settings::exclusions(&differences);
         let (rows, one_sided) = rows::compare(&base_runs, &new_runs, &exclusions, options.alpha);
         let gates = gates::evaluate(&options.gates, &rows, &one_sided, !baseline.is_empty())?;
+        let thin_tails = tails::thin_tails(&options.gates, base_runs.iter().chain(&new_runs));
         let paths = |infos: Vec<(PathBuf, _)>| infos.into_iter().map(|(path, _)| path).collect();
         Ok(Comparison {
             baseline: paths(base_infos),
@@ -131,6 +135,7 @@ impl Comparison {
             one_sided,
             differences,
             gates,
+            thin_tails,
         })
     }
 

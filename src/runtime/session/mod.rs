@@ -203,7 +203,8 @@ pub fn run(
     // Time 0 of the capture: events before it never passed the gate.
     let start_ns = monotonic_ns();
     loaded.set_global(globals, GlobalSlot::StartNs, start_ns)?;
-    let recorder = create_recorder(compiled, options, start_ns)?;
+    let command_pid = child.as_ref().map(|c| c.pid());
+    let recorder = create_recorder(compiled, options, start_ns, command_pid)?;
     let mut receiver = Receiver::new(compiled, &values, printer, recorder, pid);
     // As in bpftrace, BEGIN runs before any other probe, and timers count
     // from after it (`interval:ms:500` fires 500 ms after BEGIN).
@@ -301,7 +302,7 @@ fn write_tracepoint_glue(compiled: &Compiled, loaded: &Loaded) -> Result<(), Run
 /// at the same path is not mistaken for this run's.
 fn empty_capture(compiled: &Compiled, options: &RunOptions) -> Result<RunSummary, RunError> {
     eprintln!("wprof: interrupted before activation: nothing was captured");
-    let capture = create_recorder(compiled, options, monotonic_ns())?
+    let capture = create_recorder(compiled, options, monotonic_ns(), None)?
         .map(|recorder| recorder.finish(Vec::new(), 0))
         .transpose()?;
     Ok(RunSummary { capture })
@@ -312,6 +313,7 @@ fn create_recorder(
     compiled: &Compiled,
     options: &RunOptions,
     start_ns: u64,
+    command_pid: Option<u32>,
 ) -> Result<Option<Recorder>, RunError> {
     let Some(target) = options
         .capture
@@ -323,6 +325,7 @@ fn create_recorder(
     let mut info = target.info.clone();
     info.start_monotonic_ns = start_ns;
     info.start_realtime_ns = realtime_ns();
+    info.command_pid = command_pid;
     let mut recorder = Recorder::create(&target.path, compiled, &info)?;
     if let Some(pid) = options.pid {
         recorder.add_process(pid as u32);
