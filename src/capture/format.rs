@@ -56,7 +56,7 @@ pub enum CaptureError {
 pub const MAGIC: [u8; 8] = *b"\x89WPROF\r\n";
 
 /// The format version this build writes and the newest it reads.
-pub const VERSION: Version = Version { major: 2, minor: 2 };
+pub const VERSION: Version = Version { major: 2, minor: 3 };
 
 /// The first version whose chunks are numbered by sequence marks.
 pub const SEQUENCED: Version = Version { major: 2, minor: 1 };
@@ -153,6 +153,9 @@ pub enum ChunkKind {
     End = 9,
     /// A `SequenceMark` for the chunk that follows it (format 2.1).
     Sequence = 10,
+    /// How the user stacks of the events chunk that follows were walked
+    /// (format 2.3).
+    StackWalks = 11,
 }
 
 impl ChunkKind {
@@ -161,6 +164,7 @@ impl ChunkKind {
         use ChunkKind::*;
         [
             Info, Schemas, Strings, Threads, Frames, Stacks, Events, Symbols, End, Sequence,
+            StackWalks,
         ]
         .into_iter()
         .find(|k| *k as u8 == b)
@@ -178,6 +182,7 @@ impl ChunkKind {
             ChunkKind::Symbols => "symbols",
             ChunkKind::End => "end",
             ChunkKind::Sequence => "sequence",
+            ChunkKind::StackWalks => "stack walks",
         }
     }
 
@@ -575,11 +580,11 @@ mod tests {
         assert_eq!(parse_file_header(&h), Err(HeaderProblem::Checksum));
         h[0] = b'P';
         assert_eq!(parse_file_header(&h), Err(HeaderProblem::NotACapture));
-        for b in 1..=10 {
+        for b in 1..=11 {
             assert_eq!(ChunkKind::from_u8(b).map(|k| k as u8), Some(b));
         }
         assert_eq!(ChunkKind::from_u8(0), None);
-        assert_eq!(ChunkKind::from_u8(11), None);
+        assert_eq!(ChunkKind::from_u8(12), None);
     }
 
     /// Sequence marks round-trip, and a cut one is an error.

@@ -324,6 +324,15 @@ impl<'a, 'o> LineWriter<'a, 'o> {
             buf.extend_from_slice(br#","stack":"#);
             write_u64(buf, stack.0.into());
         }
+        if let (Some(_), Some(walk)) = (event.stack, event.walk) {
+            buf.extend_from_slice(br#","unwind":{"unwinder":""#);
+            buf.extend_from_slice(walk.unwinder.name().as_bytes());
+            if let Some(ending) = walk.ending {
+                buf.extend_from_slice(br#"","ending":""#);
+                buf.extend_from_slice(ending.name().as_bytes());
+            }
+            buf.extend_from_slice(br#""}"#);
+        }
         buf.extend_from_slice(b"}\n");
         self.flush_if_full()
     }

@@ -354,7 +354,7 @@ fn refuses_a_newer_major_version() {
     assert_eq!(out.status.and_then(|s| s.code()), Some(1), "{}", out.stderr);
     assert!(
         out.stderr
-            .contains("written in capture format 3.0; this wprof reads format 2.2"),
+            .contains("written in capture format 3.0; this wprof reads format 2.3"),
         "{}",
         out.stderr
     );

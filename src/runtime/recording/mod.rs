@@ -167,6 +167,7 @@ impl Recorder {
                 .then_some(u64_at(header::DURATION)?),
             values,
             stack: None,
+            walk: None,
         };
         let stack = match self.frames_at.get(message).copied().flatten() {
             Some(frames_at) => self.message_stack(bytes, frames_at, pid, &mut event)?,
@@ -188,6 +189,7 @@ impl Recorder {
         let desc = StackHeader::read(bytes)?;
         if desc.user_frames > 0 {
             self.stack_counts.count(desc.flags);
+            event.walk = Some(tables::stack_walk(desc.flags));
         }
         if desc.flags & (flags::NO_PROCESS | flags::UNKNOWN_MAPPING) != 0
             && let Some(tables) = &mut self.tables
