@@ -237,7 +237,12 @@ impl CaptureReader {
             return Ok(Vec::new());
         };
         let mut walks = vec![0; header.payload_len as usize];
-        read_at(&self.file, &self.path, &mut walks, offset + CHUNK_HEADER_LEN as u64)?;
+        read_at(
+            &self.file,
+            &self.path,
+            &mut walks,
+            offset + CHUNK_HEADER_LEN as u64,
+        )?;
         if crc32fast::hash(&walks) != header.payload_crc {
             return Err(self.corrupt(offset, "stack walks chunk checksum mismatch"));
         }

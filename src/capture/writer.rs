@@ -239,7 +239,9 @@ impl<W: Write> CaptureWriter<W> {
         }
         if let Some(stack) = event.stack {
             put_uvarint(out, u64::from(stack.0));
-            self.walks.payload.push(event.walk.map_or(0, StackWalk::code));
+            self.walks
+                .payload
+                .push(event.walk.map_or(0, StackWalk::code));
             self.walks.items += 1;
         }
         self.events.items += 1;

@@ -320,11 +320,20 @@ impl<'a, 'o> LineWriter<'a, 'o> {
             }
         }
         buf.push(b'}');
-        if let Some(stack) = event.stack {
-            buf.extend_from_slice(br#","stack":"#);
-            write_u64(buf, stack.0.into());
-        }
-        if let (Some(_), Some(walk)) = (event.stack, event.walk) {
+        self.push_stack(event);
+        self.buf.extend_from_slice(b"}\n");
+        self.flush_if_full()
+    }
+
+    /// Appends `,"stack":ID` and how its user part was walked, if any.
+    fn push_stack(&mut self, event: &Event) {
+        let Some(stack) = event.stack else {
+            return;
+        };
+        let buf = &mut self.buf;
+        buf.extend_from_slice(br#","stack":"#);
+        write_u64(buf, stack.0.into());
+        if let Some(walk) = event.walk {
             buf.extend_from_slice(br#","unwind":{"unwinder":""#);
             buf.extend_from_slice(walk.unwinder.name().as_bytes());
             if let Some(ending) = walk.ending {
@@ -333,8 +342,6 @@ impl<'a, 'o> LineWriter<'a, 'o> {
             }
             buf.extend_from_slice(br#""}"#);
         }
-        buf.extend_from_slice(b"}\n");
-        self.flush_if_full()
     }
 
     /// Appends the `task` object of `thread`, made by `task` before.

@@ -174,7 +174,11 @@ fn cpu0(b: &mut Builder, t: &Threads) {
         timer.stack = Some(b.stack);
         // one stack walked before the process's tables loaded, then tables
         timer.walk = Some(StackWalk {
-            unwinder: if i == 0 { Unwinder::KernelWalk } else { Unwinder::Table },
+            unwinder: if i == 0 {
+                Unwinder::KernelWalk
+            } else {
+                Unwinder::Table
+            },
             ending: (i > 0).then_some(StackEnding::Outermost),
         });
         b.switch(start + MS, 0, (t.sleeper, t.spinner), 1);
