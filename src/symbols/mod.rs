@@ -32,6 +32,7 @@
 //! innermost frame of a stack taken in a syscall or tracepoint is itself the
 //! instruction after a `syscall`/`call`.
 
+mod demangle;
 mod kernel;
 mod modules;
 mod normalize;
