@@ -155,6 +155,9 @@ pub enum ChunkKind {
     Sequence = 10,
     /// `CaptureInfo::command_pid`, right after the schemas (format 2.3).
     Command = 11,
+    /// How the user stacks of the events chunk that follows were walked
+    /// (format 2.3).
+    StackWalks = 12,
 }
 
 impl ChunkKind {
@@ -164,6 +167,7 @@ impl ChunkKind {
         [
             Info, Schemas, Strings, Threads, Frames, Stacks, Events, Symbols, End, Sequence,
             Command,
+            StackWalks,
         ]
         .into_iter()
         .find(|k| *k as u8 == b)
@@ -182,6 +186,7 @@ impl ChunkKind {
             ChunkKind::End => "end",
             ChunkKind::Sequence => "sequence",
             ChunkKind::Command => "command",
+            ChunkKind::StackWalks => "stack walks",
         }
     }
 

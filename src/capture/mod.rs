@@ -6,4 +6,5 @@ pub mod files;
 pub mod format;
 pub mod model;
 pub mod reader;
+pub mod walk;
 pub mod writer;

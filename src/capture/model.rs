@@ -3,6 +3,8 @@
 //! and events. `CaptureWriter` stores these, `CaptureReader` gives them back,
 //! and renderers (Perfetto, NDJSON, summary) see nothing else.
 
+use super::walk::StackWalk;
+
 /// Index into the capture's string table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StringId(pub u32);
@@ -196,6 +198,9 @@ pub struct Event {
     /// In `RecordSchema::fields` order.
     pub values: Vec<FieldValue>,
     pub stack: Option<StackId>,
+    /// How the stack's user part was walked (format 2.3; `None` without a
+    /// user part, or in older captures).
+    pub walk: Option<StackWalk>,
 }
 
 /// Why events were lost.

@@ -26,6 +26,7 @@ use super::model::{
     CaptureInfo, CaptureStats, Event, FrameAddr, FrameId, RecordSchema, Stack, StackId, StringId,
     Symbol, Thread, ThreadId,
 };
+use super::walk::StackWalk;
 
 /// A capture opened for replay.
 pub struct CaptureReader {
@@ -64,6 +65,8 @@ pub(super) struct EventsChunk {
     strings: usize,
     threads: usize,
     stacks: usize,
+    /// Where its stack walks chunk is (format 2.3), if it has one.
+    walks: Option<(u64, ChunkHeader)>,
 }
 
 impl CaptureReader {
@@ -208,11 +211,17 @@ impl CaptureReader {
                 threads: chunk.threads,
                 stacks: chunk.stacks,
             };
+            let walks = self.read_walks(chunk)?;
+            let mut walks = walks.iter();
             let mut d = Decoder::new(&payload, start);
             let mut ts_ns = 0;
             for _ in 0..chunk.header.items {
                 decode_event(&mut d, &limits, &mut ts_ns, &mut event)
                     .map_err(|m| self.malformed(m))?;
+                event.walk = match event.stack {
+                    Some(_) => walks.next().and_then(|&code| StackWalk::from_code(code)),
+                    None => None,
+                };
                 if f(&event).is_break() {
                     return Ok(());
                 }
@@ -220,6 +229,24 @@ impl CaptureReader {
             d.finish().map_err(|m| self.malformed(m))?;
         }
         Ok(())
+    }
+
+    /// The walk codes of an events chunk's stacks, empty when it has none.
+    fn read_walks(&self, chunk: &EventsChunk) -> Result<Vec<u8>, CaptureError> {
+        let Some((offset, header)) = chunk.walks else {
+            return Ok(Vec::new());
+        };
+        let mut walks = vec![0; header.payload_len as usize];
+        read_at(
+            &self.file,
+            &self.path,
+            &mut walks,
+            offset + CHUNK_HEADER_LEN as u64,
+        )?;
+        if crc32fast::hash(&walks) != header.payload_crc {
+            return Err(self.corrupt(offset, "stack walks chunk checksum mismatch"));
+        }
+        Ok(walks)
     }
 
     fn corrupt(&self, offset: u64, what: &str) -> CaptureError {

@@ -22,6 +22,7 @@ use super::model::{
     CaptureInfo, CaptureStats, Event, FieldType, FieldValue, FrameAddr, FrameId, RecordKind,
     RecordOrigin, RecordSchema, StackId, StringId, Symbol, Thread, ThreadId, ThreadInfo,
 };
+use super::walk::StackWalk;
 
 /// Events are cut into chunks of about this many payload bytes: small enough
 /// that a crash loses little, large enough that chunk headers cost nothing.
@@ -45,6 +46,8 @@ pub struct CaptureWriter<W: Write> {
     /// Encoded table entries not yet written, in the order they must be written.
     pending: [Pending; 4],
     events: Pending,
+    /// One walk code per event of `events` with a stack, written after it.
+    walks: Pending,
     prev_ts_ns: u64,
     /// The newest time of the events in `events`.
     newest_ns: u64,
@@ -125,6 +128,7 @@ impl<W: Write> CaptureWriter<W> {
                 Pending::new(ChunkKind::Threads),
             ],
             events: Pending::new(ChunkKind::Events),
+            walks: Pending::new(ChunkKind::StackWalks),
             prev_ts_ns: 0,
             newest_ns: 0,
             events_chunk_bytes: EVENTS_CHUNK_BYTES,
@@ -239,6 +243,10 @@ impl<W: Write> CaptureWriter<W> {
         }
         if let Some(stack) = event.stack {
             put_uvarint(out, u64::from(stack.0));
+            self.walks
+                .payload
+                .push(event.walk.map_or(0, StackWalk::code));
+            self.walks.items += 1;
         }
         self.events.items += 1;
         self.events_written += 1;
@@ -296,6 +304,12 @@ impl<W: Write> CaptureWriter<W> {
         }
         let through = &mut self.sink.through;
         through.newest_ns = through.newest_ns.max(self.newest_ns);
+        // Before its events: a file cut between them loses both.
+        if self.walks.payload.iter().any(|&code| code != 0) {
+            self.sink.write_pending(&mut self.walks)?;
+        }
+        self.walks.payload.clear();
+        self.walks.items = 0;
         self.sink.write_pending(&mut self.events)?;
         self.prev_ts_ns = 0;
         Ok(())

@@ -312,12 +312,28 @@ impl<'a, 'o> LineWriter<'a, 'o> {
             }
         }
         buf.push(b'}');
-        if let Some(stack) = event.stack {
-            buf.extend_from_slice(br#","stack":"#);
-            write_u64(buf, stack.0.into());
-        }
-        buf.extend_from_slice(b"}\n");
+        self.push_stack(event);
+        self.buf.extend_from_slice(b"}\n");
         self.flush_if_full()
+    }
+
+    /// Appends `,"stack":ID` and how its user part was walked, if any.
+    fn push_stack(&mut self, event: &Event) {
+        let Some(stack) = event.stack else {
+            return;
+        };
+        let buf = &mut self.buf;
+        buf.extend_from_slice(br#","stack":"#);
+        write_u64(buf, stack.0.into());
+        if let Some(walk) = event.walk {
+            buf.extend_from_slice(br#","unwind":{"unwinder":""#);
+            buf.extend_from_slice(walk.unwinder.name().as_bytes());
+            if let Some(ending) = walk.ending {
+                buf.extend_from_slice(br#"","ending":""#);
+                buf.extend_from_slice(ending.name().as_bytes());
+            }
+            buf.extend_from_slice(br#""}"#);
+        }
     }
 
     /// Appends the `task` object of `thread`, made by `task` before.

@@ -92,6 +92,7 @@ mod fake {
         DropReason, FieldSchema, FieldType, FieldValue, FieldValue as V, RecordDrops, RecordId,
         RecordKind, RecordOrigin,
     };
+    use crate::capture::walk::{StackEnding, StackWalk, Unwinder};
     use crate::tracking::compiled;
 
     /// Fills the reused event with the event at an index.
@@ -210,10 +211,18 @@ mod fake {
             let text = c.intern("a\"b\\c\nd\te");
             let e = c.add_event(1_500_000_000, worker, lock, vec![V::Str(text), V::Int(-5)]);
             e.duration_ns = Some(123_000);
-            c.add_event(2_000_000_000, app, malloc, vec![V::UInt(128)])
-                .stack = Some(deep);
-            c.add_event(2_500_000_000, bash, malloc, vec![V::UInt(1)])
-                .stack = Some(odd);
+            let e = c.add_event(2_000_000_000, app, malloc, vec![V::UInt(128)]);
+            e.stack = Some(deep);
+            e.walk = Some(StackWalk {
+                unwinder: Unwinder::Table,
+                ending: Some(StackEnding::Outermost),
+            });
+            let e = c.add_event(2_500_000_000, bash, malloc, vec![V::UInt(1)]);
+            e.stack = Some(odd);
+            e.walk = Some(StackWalk {
+                unwinder: Unwinder::KernelWalk,
+                ending: None,
+            });
             let stats = c.stats.as_mut().expect("a new capture is finished");
             *stats = CaptureStats {
                 events: stats.events,
@@ -362,6 +371,7 @@ mod fake {
                 duration_ns: None,
                 values,
                 stack: None,
+                walk: None,
             });
             if let Some(stats) = &mut self.stats {
                 stats.events += 1;

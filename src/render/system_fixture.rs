@@ -13,6 +13,7 @@
 //!   hardirq's end reading is multiplexed (running = half of enabled).
 
 use crate::capture::model::{FieldValue as V, RecordId, StackId, ThreadId};
+use crate::capture::walk::{StackEnding, StackWalk, Unwinder};
 use crate::render::source::FakeCapture;
 use crate::tracking::compiled::{self, COUNTER};
 use crate::tracking::records::{PMU_ENABLED, PMU_END_PREFIX, PMU_PREFIX, PMU_RUNNING};
@@ -169,7 +170,17 @@ fn cpu0(b: &mut Builder, t: &Threads) {
         let state = if prev == t.spinner { u64::MAX } else { 0 };
         b.switch(start, 0, (prev, t.sleeper), state);
         b.add(start + MS / 2, 0, t.sleeper, "timer", &[]);
-        b.c.events.last_mut().expect("added").stack = Some(b.stack);
+        let timer = b.c.events.last_mut().expect("added");
+        timer.stack = Some(b.stack);
+        // one stack walked before the process's tables loaded, then tables
+        timer.walk = Some(StackWalk {
+            unwinder: if i == 0 {
+                Unwinder::KernelWalk
+            } else {
+                Unwinder::Table
+            },
+            ending: (i > 0).then_some(StackEnding::Outermost),
+        });
         b.switch(start + MS, 0, (t.sleeper, t.spinner), 1);
         prev = t.spinner;
     }

@@ -41,7 +41,7 @@ mod symbolize;
 mod tests;
 pub mod vdso;
 
-pub use demangle::{cpp_demangling, demangle_cpp};
+pub use demangle::{cpp_demangling, demangle, demangle_cpp};
 pub use kernel::{KernelSymbol, KernelSymbols};
 pub use modules::{ModuleIndex, PaddedBuildId};
 pub use normalize::StackNormalizer;

@@ -11,7 +11,7 @@ use blazesym::helper::read_elf_build_id;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized as BlazeSymbolized, Symbolizer};
 
-use super::{AddrKind, KernelSymbols, RawFrame, RawSymbol, vdso};
+use super::{AddrKind, KernelSymbols, RawFrame, RawSymbol, demangle, vdso};
 
 /// What to look up besides function names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +91,7 @@ pub fn symbolize(
         .enable_auto_reload(false)
         .enable_code_info(options.code_info)
         .enable_inlined_fns(options.inlined)
-        .enable_demangling(options.demangle)
+        .enable_demangling(false)
         .build();
 
     if !kernel.is_empty() {
@@ -119,7 +119,13 @@ pub fn symbolize(
         // Debian-style stripped libraries only have names in their
         // `/usr/lib/debug` files.
         let source = Source::Elf(Elf::new(*path));
-        if !fill(&symbolizer, &source, pending, &mut out.symbols) {
+        if !fill(
+            &symbolizer,
+            &source,
+            pending,
+            options.demangle,
+            &mut out.symbols,
+        ) {
             // Readable but not an ELF file blazesym can use.
             out.stats.missing_files += 1;
         }
@@ -193,6 +199,7 @@ fn fill(
     symbolizer: &Symbolizer,
     source: &Source<'_>,
     pending: &[Pending],
+    demangle: bool,
     symbols: &mut [RawSymbol],
 ) -> bool {
     let unique = unique_lookups(pending);
@@ -200,7 +207,7 @@ fn fill(
         return false;
     };
     place(pending, &unique, symbols, |at, bias| match &results[at] {
-        BlazeSymbolized::Sym(sym) => Some(convert(sym, bias)),
+        BlazeSymbolized::Sym(sym) => Some(convert(sym, bias, demangle)),
         BlazeSymbolized::Unknown(_) => None,
     });
     true
@@ -260,7 +267,11 @@ fn place(
     }
 }
 
-fn convert(sym: &Sym<'_>, bias: u64) -> RawSymbol {
+fn convert(sym: &Sym<'_>, bias: u64, demangle: bool) -> RawSymbol {
+    let name = |name: &str| match demangle {
+        true => demangle::demangle(name),
+        false => name.to_owned(),
+    };
     // The instruction's own location is the innermost inlined call's; without
     // inlining, the function's.
     let code_info = match sym.inlined.last() {
@@ -268,11 +279,11 @@ fn convert(sym: &Sym<'_>, bias: u64) -> RawSymbol {
         None => sym.code_info.as_deref(),
     };
     RawSymbol {
-        function: Some(sym.name.to_string()),
+        function: Some(name(&sym.name)),
         offset: sym.offset as u64 + bias,
         file: code_info.map(code_file),
         line: code_info.and_then(|info| info.line),
-        inlined: sym.inlined.iter().map(|f| f.name.to_string()).collect(),
+        inlined: sym.inlined.iter().map(|f| name(&f.name)).collect(),
     }
 }
 

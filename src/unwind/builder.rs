@@ -1,13 +1,12 @@
 //! Where unwind tables are built: on a worker thread, so that reading a big
 //! binary's CFI (rustc's driver: seconds in a debug build) never holds up
 //! the recorder, or in place for callers that want the table at once (tests,
-//! the sampler). Input: an ELF image (a file mapped into memory, or the
+//! the sampler). The worker builds the smallest image queued first. Input: an ELF image (a file mapped into memory, or the
 //! vDSO's bytes) and the table's key. Output: [`Built`] tables, collected
 //! by the manager.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -40,13 +39,56 @@ pub struct Built<K> {
 pub enum Builder<K> {
     InPlace(Vec<Built<K>>),
     Worker {
-        requests: Option<Sender<(K, Image)>>,
+        queue: Arc<Queue<K>>,
         results: Receiver<Built<K>>,
         thread: Option<JoinHandle<()>>,
         pending: usize,
-        /// Set when the builder is dropped: the builds still queued are not done.
-        stop: Arc<AtomicBool>,
     },
+}
+
+/// The images waiting for the worker. It takes the smallest first: the
+/// C library and ordinary programs are built in milliseconds, while one
+/// large binary (rustc's driver, a test binary with debug info) takes
+/// seconds, and the processes mapping the small ones should not wait for it.
+pub struct Queue<K> {
+    state: Mutex<QueueState<K>>,
+    ready: Condvar,
+}
+
+struct QueueState<K> {
+    images: Vec<(K, Image)>,
+    /// Set when the builder is dropped: the builds still queued are not done.
+    closed: bool,
+}
+
+impl<K> Queue<K> {
+    fn push(&self, key: K, image: Image) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.images.push((key, image));
+        self.ready.notify_one();
+    }
+
+    /// The smallest image queued, waiting for one; `None` once closed.
+    fn next(&self) -> Option<(K, Image)> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if state.closed {
+                return None;
+            }
+            let smallest = (state.images.iter().enumerate())
+                .min_by_key(|(_, (_, image))| image.bytes().len())
+                .map(|(index, _)| index);
+            if let Some(index) = smallest {
+                return Some(state.images.swap_remove(index));
+            }
+            state = self.ready.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn close(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
+        self.ready.notify_all();
+    }
 }
 
 impl<K: Send + 'static> Builder<K> {
@@ -56,26 +98,30 @@ impl<K: Send + 'static> Builder<K> {
 
     /// A builder thread; without one (the system refused), builds in place.
     pub fn worker() -> Self {
-        let (requests, work) = channel::<(K, Image)>();
         let (done, results) = channel();
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopped = Arc::clone(&stop);
+        let queue = Arc::new(Queue {
+            state: Mutex::new(QueueState {
+                images: Vec::new(),
+                closed: false,
+            }),
+            ready: Condvar::new(),
+        });
+        let work = Arc::clone(&queue);
         let spawned = std::thread::Builder::new()
             .name("wprof-unwind".into())
             .spawn(move || {
-                for (key, image) in work {
-                    if stopped.load(Ordering::Relaxed) || done.send(build(key, &image)).is_err() {
+                while let Some((key, image)) = work.next() {
+                    if done.send(build(key, &image)).is_err() {
                         return;
                     }
                 }
             });
         match spawned {
             Ok(thread) => Builder::Worker {
-                requests: Some(requests),
+                queue,
                 results,
                 thread: Some(thread),
                 pending: 0,
-                stop,
             },
             Err(_) => Builder::in_place(),
         }
@@ -85,13 +131,9 @@ impl<K: Send + 'static> Builder<K> {
     pub fn start(&mut self, key: K, image: Image) {
         match self {
             Builder::InPlace(done) => done.push(build(key, &image)),
-            Builder::Worker {
-                requests, pending, ..
-            } => {
-                let sent = requests.as_ref().map(|r| r.send((key, image)));
-                if matches!(sent, Some(Ok(()))) {
-                    *pending += 1;
-                }
+            Builder::Worker { queue, pending, .. } => {
+                queue.push(key, image);
+                *pending += 1;
             }
         }
     }
@@ -130,16 +172,9 @@ impl<K: Send + 'static> Builder<K> {
 
 impl<K> Drop for Builder<K> {
     fn drop(&mut self) {
-        if let Builder::Worker {
-            requests,
-            thread,
-            stop,
-            ..
-        } = self
-        {
+        if let Builder::Worker { queue, thread, .. } = self {
             // The worker ends after the build at hand, leaving the queue.
-            stop.store(true, Ordering::Relaxed);
-            drop(requests.take());
+            queue.close();
             if let Some(thread) = thread.take() {
                 let _ = thread.join();
             }
@@ -180,6 +215,30 @@ mod tests {
         assert!(done[0].table.as_ref().is_ok_and(|t| !t.rows.is_empty()));
         assert!(done[1].table.is_err());
         assert_eq!(builder.pending(), 0);
+    }
+
+    /// The worker's queue gives the smallest image first, and nothing once
+    /// closed.
+    #[test]
+    fn queue_takes_the_smallest_first() {
+        let queue = Queue {
+            state: Mutex::new(QueueState {
+                images: Vec::new(),
+                closed: false,
+            }),
+            ready: Condvar::new(),
+        };
+        queue.push("large", Image::Bytes(&[0; 64]));
+        queue.push("small", Image::Bytes(&[0; 8]));
+        queue.push("medium", Image::Bytes(&[0; 16]));
+        let order: Vec<&str> = (0..3)
+            .filter_map(|_| queue.next())
+            .map(|(k, _)| k)
+            .collect();
+        assert_eq!(order, ["small", "medium", "large"]);
+        queue.push("late", Image::Bytes(&[0; 8]));
+        queue.close();
+        assert!(queue.next().is_none());
     }
 
     /// In place, a build is done when it is started.

@@ -37,6 +37,9 @@ pub(super) struct Scan<'a> {
     pub cut: Option<Cut>,
     pub gaps: Vec<Gap>,
     marks: Marks,
+    /// A stack walks chunk just taken (marks aside): it belongs to the
+    /// events chunk that follows.
+    pending_walks: Option<(u64, ChunkHeader)>,
 }
 
 /// Where the walk is in the sequence of marks.
@@ -77,6 +80,7 @@ impl<'a> Scan<'a> {
             cut: None,
             gaps: Vec::new(),
             marks: Marks::default(),
+            pending_walks: None,
         }
     }
 
@@ -209,6 +213,10 @@ impl<'a> Scan<'a> {
         if kind == Some(ChunkKind::Sequence) && !(self.sequenced && described) {
             return Ok(()); // marks mean nothing before the description, or in 2.0
         }
+        let walks = match kind {
+            Some(ChunkKind::Sequence) => None,
+            _ => self.pending_walks.take(),
+        };
         let mark = match self.sequenced && described {
             true => match self.verdict(offset, header, raw, payload)? {
                 Verdict::Take(mark) => mark,
@@ -217,7 +225,7 @@ impl<'a> Scan<'a> {
             false => None,
         };
         if let Some(kind) = kind {
-            self.known_chunk(offset, kind, header, payload)?;
+            self.known_chunk(offset, kind, header, payload, walks)?;
         }
         match mark {
             Some(mark) => self.check_totals(offset, mark),
@@ -267,6 +275,11 @@ impl<'a> Scan<'a> {
             kind,
             events: None,
         };
+        if mark.seq != self.marks.next_seq || self.marks.announced.is_some() {
+            // A chunk is missing or repeated: walks waiting for the next
+            // events chunk may not be its own.
+            self.pending_walks = None;
+        }
         if let Some((_, lost)) = self.marks.announced.take() {
             // Two marks in a row: the first one's chunk is gone.
             self.gaps.push(gap(GapKind::Missing {
@@ -343,6 +356,7 @@ impl<'a> Scan<'a> {
         kind: ChunkKind,
         header: ChunkHeader,
         payload: &[u8],
+        walks: Option<(u64, ChunkHeader)>,
     ) -> Result<(), Malformed> {
         let expected = match (&self.info, &self.schemas) {
             (None, _) => Some(ChunkKind::Info),
@@ -360,7 +374,7 @@ impl<'a> Scan<'a> {
             });
         }
         if kind == ChunkKind::Events {
-            return self.events_chunk(offset, header);
+            return self.events_chunk(offset, header, walks);
         }
         let start = offset + CHUNK_HEADER_LEN as u64;
         if crc32fast::hash(payload) != header.payload_crc {
@@ -369,13 +383,21 @@ impl<'a> Scan<'a> {
                 what: format!("{} chunk checksum mismatch", kind.name()),
             });
         }
+        if kind == ChunkKind::StackWalks {
+            return self.stack_walks(offset, header);
+        }
         let mut d = Decoder::new(payload, start);
         self.decode(kind, header.items, &mut d)?;
         d.finish()
     }
 
     /// Locates an events chunk; it is read later, by `for_each_event`.
-    fn events_chunk(&mut self, offset: u64, header: ChunkHeader) -> Result<(), Malformed> {
+    fn events_chunk(
+        &mut self,
+        offset: u64,
+        header: ChunkHeader,
+        walks: Option<(u64, ChunkHeader)>,
+    ) -> Result<(), Malformed> {
         if u64::from(header.items) * u64::from(MIN_EVENT_BYTES) > u64::from(header.payload_len) {
             return Err(Malformed {
                 offset,
@@ -391,8 +413,27 @@ impl<'a> Scan<'a> {
             strings: self.tables.strings.len(),
             threads: self.tables.threads.len(),
             stacks: self.tables.stacks.len(),
+            walks,
         });
         self.events += u64::from(header.items);
+        Ok(())
+    }
+
+    /// Locates the stack walks of the events chunk that follows (one byte
+    /// per event with a stack, read by `for_each_event`). Walks whose
+    /// events chunk does not come next (it was skipped) are dropped: they
+    /// are optional.
+    fn stack_walks(&mut self, offset: u64, header: ChunkHeader) -> Result<(), Malformed> {
+        if header.payload_len != header.items {
+            return Err(Malformed {
+                offset,
+                what: format!(
+                    "the stack walks chunk claims {} walks in {} bytes",
+                    header.items, header.payload_len
+                ),
+            });
+        }
+        self.pending_walks = Some((offset, header));
         Ok(())
     }
 
@@ -441,7 +482,7 @@ impl<'a> Scan<'a> {
                 self.finished = true;
             }
             // read by `for_each_event` and `verdict`, not here
-            ChunkKind::Events | ChunkKind::Sequence => {}
+            ChunkKind::Events | ChunkKind::Sequence | ChunkKind::StackWalks => {}
         }
         Ok(())
     }

@@ -392,6 +392,7 @@ fn killed_writer_replays_flushed_events() {
         duration_ns: None,
         values: vec![],
         stack: None,
+        walk: None,
     };
     for ts in 0..1234 {
         w.event(&event(ts)).unwrap();
@@ -471,6 +472,7 @@ fn decode_throughput() {
             duration_ns: None,
             values: vec![FieldValue::UInt(i % 4096), FieldValue::Int(-1)],
             stack: Some(stack),
+            walk: None,
         };
         w.event(&event).unwrap();
     }

@@ -162,6 +162,8 @@ fn fill<W: Write>(w: &mut CaptureWriter<W>, s: &mut Sample) -> Result<(), Captur
             duration_ns,
             values,
             stack,
+            // every unwinder and ending, and stacks without a walk
+            walk: stack.and_then(|_| StackWalk::from_code((i % 5) as u8 * 0x11)),
         };
         w.event(&event)?;
         s.events.push(event);
@@ -284,6 +286,7 @@ fn rejects_bad_events() {
         duration_ns: None,
         values: vec![],
         stack: None,
+        walk: None,
     };
     w.event(&good).unwrap();
     let bad = [
@@ -393,6 +396,7 @@ fn bytes_per_event() {
             duration_ns: None,
             values,
             stack: Some(stacks[(r >> 48) as usize % stacks.len()]),
+            walk: None,
         };
         w.event(&event).unwrap();
     }

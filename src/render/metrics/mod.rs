@@ -38,6 +38,7 @@ use crate::analysis::stats::LogHistogram;
 use crate::analysis::wallclock::{ThreadTimes, Window};
 use crate::capture::format::CaptureError;
 use crate::capture::model::ThreadId;
+use crate::capture::walk::StackWalk;
 use crate::render::Capture;
 use crate::render::recorded::RecordedStacks;
 use crate::render::sched::window_as_read;
@@ -93,6 +94,8 @@ pub struct Contents {
     pub pids: BTreeSet<u32>,
     /// Distinct stacks of kept events.
     pub stacks_used: usize,
+    /// Kept events with a user stack, by how it was walked.
+    pub stack_walks: BTreeMap<StackWalk, u64>,
     pub first_ns: Option<u64>,
     pub last_ns: u64,
 }

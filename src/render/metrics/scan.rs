@@ -105,6 +105,9 @@ impl<'c> Scanner<'c> {
         mark(&mut self.threads_seen, event.thread.0);
         if let Some(stack) = event.stack {
             mark(&mut self.stacks_seen, stack.0);
+            if let Some(walk) = event.walk {
+                *contents.stack_walks.entry(walk).or_insert(0) += 1;
+            }
         }
         contents.pids.insert(source.thread(event.thread).pid);
         let Some(stats) = self.records.get_mut(event.record.0 as usize) else {

@@ -41,10 +41,7 @@ impl LineWriter<'_, '_> {
         }
         self.pmu(event, &t.pmu, br#","pmu":{"#);
         self.pmu(event, &t.pmu_end, br#","pmu_end":{"#);
-        if let Some(stack) = event.stack {
-            self.buf.extend_from_slice(br#","stack":"#);
-            write_u64(&mut self.buf, stack.0.into());
-        }
+        self.push_stack(event);
         self.buf.extend_from_slice(b"}\n");
         self.flush_if_full()
     }
@@ -127,6 +124,7 @@ mod tests {
     use serde_json::Value;
 
     use crate::capture::model::{FieldType, FieldValue as V, RecordKind};
+    use crate::capture::walk::{StackEnding, StackWalk, Unwinder};
     use crate::frontend::options::TaskFilter;
     use crate::render::filter::{Filter, TaskSelector};
     use crate::render::ndjson::json_schema;
@@ -313,6 +311,10 @@ mod tests {
                 .collect();
             let event = c.add_event(1, thread, record, values);
             event.stack = tracker.has_stack.then_some(stack);
+            event.walk = Some(StackWalk {
+                unwinder: Unwinder::Table,
+                ending: Some(StackEnding::Outermost),
+            });
             event.duration_ns = (tracker.kind == RecordKind::Span).then_some(5);
             names.push(tracker.name.clone());
         }
@@ -352,7 +354,7 @@ mod tests {
                 .map(|k| k.as_str())
                 .collect();
             assert_eq!(properties, keys, "the properties of {t}");
-            let optional = ["stack", "pmu", "pmu_end"];
+            let optional = ["stack", "unwind", "pmu", "pmu_end"];
             let required: BTreeSet<&str> = definition["required"]
                 .as_array()
                 .unwrap()

@@ -74,6 +74,7 @@ pub fn malloc(ts_ns: u64, thread: u32, size: u64, stack: u32) -> Event {
         duration_ns: None,
         values: vec![FieldValue::UInt(size), FieldValue::Int(3)],
         stack: Some(StackId(stack)),
+        walk: None,
     }
 }
 
@@ -88,6 +89,7 @@ pub fn read(c: &FakeCapture, ts_ns: u64, duration_ns: u64, thread: u32) -> Event
         duration_ns: Some(duration_ns),
         values: vec![FieldValue::Str(StringId(path.expect("interned") as u32))],
         stack: None,
+        walk: None,
     }
 }
 

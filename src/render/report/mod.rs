@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::analysis::wallclock::ThreadTimes;
+use crate::capture::walk::StackEnding;
 use crate::render::format::describe_tasks;
 use crate::render::metrics::{Measurement, ThreadRow, measure};
 use crate::render::source::CaptureSource;
@@ -163,6 +164,18 @@ pub struct ReportData {
     /// Timer samples of the selected threads, the base of the functions' shares.
     pub timer_samples: u64,
     pub functions: Vec<FunctionRow>,
+    /// Events of the selected threads with a user stack, by how it was
+    /// walked (unwinder, then ending).
+    pub user_stacks: Vec<WalkRow>,
+}
+
+/// The events whose user stack one unwinder walked, ending one way
+/// (`ending` absent: the walk ran out of frames).
+#[derive(Clone, Debug, Serialize)]
+pub struct WalkRow {
+    pub unwinder: &'static str,
+    pub ending: Option<&'static str>,
+    pub events: u64,
 }
 
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -248,6 +261,13 @@ impl ReportData {
             threads,
             timer_samples: m.timer_samples,
             functions: functions(&m, options.top),
+            user_stacks: (m.contents.stack_walks.iter())
+                .map(|(walk, &events)| WalkRow {
+                    unwinder: walk.unwinder.name(),
+                    ending: walk.ending.map(StackEnding::name),
+                    events,
+                })
+                .collect(),
         })
     }
 }

@@ -72,6 +72,15 @@ fn json_rows() {
     // The sleeper's 10 samples, all in main, stand for its 10 ms on a CPU.
     assert_eq!(json["functions"][0]["self_ns"], 10 * MS);
     assert_eq!(json["offcpu_stacks"], "every block");
+    // the sleeper's timer stacks: one kernel walk, then nine table walks
+    let walks = &json["user_stacks"];
+    assert_eq!(walks.as_array().map(Vec::len), Some(2), "{walks}");
+    assert_eq!(walks[0]["unwinder"], "table");
+    assert_eq!(walks[0]["ending"], "outermost");
+    assert_eq!(walks[0]["events"], 9);
+    assert_eq!(walks[1]["unwinder"], "kernel-walk");
+    assert_eq!(walks[1]["ending"], serde_json::Value::Null);
+    assert_eq!(walks[1]["events"], 1);
 }
 
 /// Sort keys parse by name, and an unknown one lists them.

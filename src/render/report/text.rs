@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::{FunctionRow, ReportData, Row};
+use super::{FunctionRow, ReportData, Row, WalkRow};
 use crate::render::format::{Table, seconds, short_duration};
 
 /// The whole report.
@@ -58,11 +58,33 @@ fn header(data: &ReportData, out: &mut String) {
     };
     field(out, "timer", &timer);
     field(out, "off-CPU", &format!("stacks of {}", data.offcpu_stacks));
+    if let Some(walks) = describe_walks(&data.user_stacks) {
+        field(out, "user stacks", &walks);
+    }
     let top = match data.top {
         0 => "all rows".to_owned(),
         n => format!("top {n}"),
     };
     field(out, "sorted by", &format!("{}, {top}", data.sort));
+}
+
+/// `N: table A (outermost B, truncated C), cached D`: per unwinder its
+/// events, then those that ended a known way; `None` without user stacks.
+fn describe_walks(rows: &[WalkRow]) -> Option<String> {
+    let total: u64 = rows.iter().map(|r| r.events).sum();
+    let mut parts: Vec<String> = Vec::new();
+    for unwinder in rows.chunk_by(|a, b| a.unwinder == b.unwinder) {
+        let events: u64 = unwinder.iter().map(|r| r.events).sum();
+        let endings: Vec<String> = (unwinder.iter())
+            .filter_map(|r| Some(format!("{} {}", r.ending?, r.events)))
+            .collect();
+        let mut part = format!("{} {events}", unwinder[0].unwinder);
+        if !endings.is_empty() {
+            write!(part, " ({})", endings.join(", ")).expect("String");
+        }
+        parts.push(part);
+    }
+    (total > 0).then(|| format!("{total}: {}", parts.join(", ")))
 }
 
 /// The time columns every row has, after its names.

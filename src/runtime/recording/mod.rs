@@ -169,6 +169,7 @@ impl Recorder {
                 .then_some(u64_at(header::DURATION)?),
             values,
             stack: None,
+            walk: None,
         };
         let stack = match self.frames_at.get(message).copied().flatten() {
             Some(frames_at) => {
@@ -194,6 +195,7 @@ impl Recorder {
         let desc = StackHeader::read(bytes)?;
         if desc.user_frames > 0 {
             self.stack_counts.count(desc.flags);
+            event.walk = Some(tables::stack_walk(desc.flags));
         }
         if desc.flags & (flags::NO_PROCESS | flags::UNKNOWN_MAPPING) != 0
             && let Some(tables) = &mut self.tables

@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use crate::capture::model::StackCount;
+use crate::capture::walk::{StackEnding, StackWalk, Unwinder};
 use crate::runtime::bpf::loader::Loaded;
 use crate::unwind::manager::{ManagerStats, TableManager};
 use crate::unwind::maps::{UnwindLimits, UnwindMaps, flags};
@@ -97,6 +98,30 @@ impl Tables {
     }
 }
 
+/// How a user stack with these `unwind::maps::flags` was walked: a cached
+/// or kernel walk before the walk's own flags; a truncated walk before the
+/// ways a walk that went on would have ended.
+pub(super) fn stack_walk(stack_flags: u32) -> StackWalk {
+    let unwinder = if stack_flags & flags::CACHED != 0 {
+        Unwinder::Cached
+    } else if stack_flags & flags::KERNEL_WALK != 0 {
+        Unwinder::KernelWalk
+    } else if stack_flags & flags::TABLE != 0 {
+        Unwinder::Table
+    } else {
+        Unwinder::FramePointer
+    };
+    let ending = [
+        (flags::TRUNCATED, StackEnding::Truncated),
+        (flags::NO_PROGRESS, StackEnding::NoProgress),
+        (flags::READ_FAILED, StackEnding::ReadFailed),
+        (flags::OUTERMOST, StackEnding::Outermost),
+    ]
+    .into_iter()
+    .find_map(|(bit, ending)| (stack_flags & bit != 0).then_some(ending));
+    StackWalk { unwinder, ending }
+}
+
 /// How the user stacks of events were walked and how they ended (their
 /// `unwind::maps::flags`), for the capture's stats.
 #[derive(Debug, Default)]
@@ -106,14 +131,11 @@ pub(super) struct StackCounts {
 
 impl StackCounts {
     pub(super) fn count(&mut self, stack_flags: u32) {
-        let walk = if stack_flags & flags::CACHED != 0 {
-            StackCount::Cached
-        } else if stack_flags & flags::KERNEL_WALK != 0 {
-            StackCount::KernelWalk
-        } else if stack_flags & flags::TABLE != 0 {
-            StackCount::Table
-        } else {
-            StackCount::FramePointer
+        let walk = match stack_walk(stack_flags).unwinder {
+            Unwinder::Cached => StackCount::Cached,
+            Unwinder::KernelWalk => StackCount::KernelWalk,
+            Unwinder::Table => StackCount::Table,
+            Unwinder::FramePointer => StackCount::FramePointer,
         };
         *self.counts.entry(walk).or_default() += 1;
         for (bit, ending) in [
@@ -146,6 +168,27 @@ impl StackCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each stack's walk: the unwinder by the same precedence as the
+    /// counts, one ending, truncation first.
+    #[test]
+    fn walks_of_flags() {
+        let walk = |f| stack_walk(f);
+        let of = |unwinder, ending| StackWalk { unwinder, ending };
+        assert_eq!(
+            walk(flags::TABLE | flags::FRAME_POINTER | flags::OUTERMOST),
+            of(Unwinder::Table, Some(StackEnding::Outermost))
+        );
+        assert_eq!(walk(flags::FRAME_POINTER), of(Unwinder::FramePointer, None));
+        assert_eq!(
+            walk(flags::CACHED | flags::TABLE | flags::TRUNCATED | flags::READ_FAILED),
+            of(Unwinder::Cached, Some(StackEnding::Truncated))
+        );
+        assert_eq!(
+            walk(flags::KERNEL_WALK | flags::NO_PROCESS),
+            of(Unwinder::KernelWalk, None)
+        );
+    }
 
     /// A stack counts once by how it was walked (a cached or kernel walk
     /// before the flags of the walk) and once per way it ended.

@@ -28,12 +28,13 @@ impl Default for UserSymbols {
             threads: HashMap::new(),
             normalizer: StackNormalizer::new(),
             // bpftrace prints function names only, C++ names demangled
-            // unless BPFTRACE_NO_CPP_DEMANGLE is set.
+            // unless BPFTRACE_NO_CPP_DEMANGLE is set (`symbols::demangle`:
+            // blazesym's own demangling reads C names like `c` as types).
             symbolizer: Symbolizer::builder()
                 .enable_auto_reload(false)
                 .enable_code_info(false)
                 .enable_inlined_fns(false)
-                .enable_demangling(crate::symbols::cpp_demangling())
+                .enable_demangling(false)
                 .build(),
             known: HashMap::new(),
         }
@@ -101,9 +102,18 @@ impl UserSymbols {
             .symbolize_single(source, Input::FileOffset(offset))
             .ok()?
         {
-            Symbolized::Sym(sym) => Some((sym.name.to_string(), sym.offset as u64)),
+            Symbolized::Sym(sym) => Some((printed_name(&sym.name), sym.offset as u64)),
             Symbolized::Unknown(_) => None,
         }
+    }
+}
+
+/// A function's name as bpftrace prints it: mangled C++ (and Rust) names
+/// demangled unless `BPFTRACE_NO_CPP_DEMANGLE` is set.
+fn printed_name(name: &str) -> String {
+    match crate::symbols::cpp_demangling() {
+        true => crate::symbols::demangle(name),
+        false => name.to_owned(),
     }
 }
 

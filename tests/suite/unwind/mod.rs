@@ -1,6 +1,7 @@
 //! User-stack unwinding from `.eh_frame`: tables against readelf, and the
 //! BPF unwinder on the real kernel against `perf --call-graph dwarf`.
 
+mod captures;
 mod cost;
 mod kernel;
 mod proof;

@@ -75,6 +75,34 @@ pub fn rust_chain() -> PathBuf {
     build("chain.rs", "chain_rs", "rustc", &["-C", "opt-level=2"], &[])
 }
 
+/// `spin_sleep.c` (main alternating `spin_here` and `sleep_here`) built
+/// without frame pointers, or with them (`frame_pointers`).
+#[track_caller]
+pub fn c_spin_sleep(frame_pointers: bool) -> PathBuf {
+    match frame_pointers {
+        true => build(
+            "spin_sleep.c",
+            "spin_sleep_fp",
+            "cc",
+            &["-O2", "-g", "-fno-omit-frame-pointer"],
+            &[],
+        ),
+        false => build("spin_sleep.c", "spin_sleep", "cc", NO_FP_CFLAGS, &[]),
+    }
+}
+
+/// `spin_sleep.rs` built as a release binary: `rustc -C opt-level=3`.
+#[track_caller]
+pub fn rust_spin_sleep() -> PathBuf {
+    build(
+        "spin_sleep.rs",
+        "spin_sleep_rs",
+        "rustc",
+        &["-C", "opt-level=3"],
+        &[],
+    )
+}
+
 /// `spin_lib.c` as a shared library without frame pointers.
 #[track_caller]
 pub fn spin_lib() -> PathBuf {

@@ -1,0 +1,384 @@
+//! `-S` captures of the unwinding workloads through the `wprof` binary on
+//! the real kernel: kernel stacks start at the traced event (no tracer
+//! frames), the issue's sleep path is whole, and user stacks of code
+//! without frame pointers (C, a Rust release binary, a library dlopened
+//! during the capture) reach `main`, frame for frame as `perf record
+//! --call-graph dwarf` finds them.
+//!
+//! A process's first stacks, before its tables are built, come from the
+//! kernel's frame-pointer walk and miss callers (issue 12); the shares
+//! below are of the stacks walked once its tables were loaded (from its
+//! first stack the tables walked to `main`), and those must be most of its
+//! stacks.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::super::capture::{Ndjson, fresh_dir};
+use super::super::{path_str, wprof_ok};
+use super::kernel::{modal, perf_dwarf_stacks, spawn};
+use super::workloads::{c_chain, c_spin_sleep, dlopen_main, rust_spin_sleep, spin_lib};
+use crate::common::wprof_bin;
+use crate::require_bpf;
+
+/// Whether a frame is the tracer's own: a BPF program (`bpf_prog_TAG_NAME`,
+/// TAG 16 hex digits; not the kernel's `bpf_prog_load`), the raw
+/// tracepoint runner `bpf_trace_runN`, a tracepoint iterator `__traceiter_*`.
+fn is_tracer_frame(frame: &str) -> bool {
+    let Some(function) = frame.strip_prefix("[K] ").map(function_name) else {
+        return false;
+    };
+    let program = (function.strip_prefix("bpf_prog_"))
+        .and_then(|rest| rest.get(..16))
+        .is_some_and(|tag| tag.bytes().all(|b| b.is_ascii_hexdigit()));
+    program || function.starts_with("bpf_trace_run") || function.starts_with("__traceiter_")
+}
+
+/// One event's stack from the NDJSON output.
+struct Sample<'a> {
+    /// The tracker record: `timer`, `switch`, ...
+    kind: &'a str,
+    event: &'a Value,
+    unwinder: Option<&'a str>,
+    ending: Option<&'a str>,
+    frames: &'a [String],
+}
+
+impl Sample<'_> {
+    /// Function names of the user frames, innermost first.
+    fn user_functions(&self) -> Vec<&str> {
+        (self.frames.iter())
+            .filter_map(|f| f.strip_prefix("[U] "))
+            .map(function_name)
+            .collect()
+    }
+
+    /// Function names of the kernel frames, innermost first.
+    fn kernel_functions(&self) -> Vec<&str> {
+        (self.frames.iter())
+            .filter_map(|f| f.strip_prefix("[K] "))
+            .map(function_name)
+            .collect()
+    }
+}
+
+/// `c+0x1f (file.c:3) chain` → `c`; `a::b (inlined) x` → `a::b`.
+fn function_name(frame: &str) -> &str {
+    let end = [frame.find('+'), frame.find(" (")]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(frame.len());
+    &frame[..end]
+}
+
+/// Runs `wprof -S -n NAME -D … -J … args` and reads its NDJSON. The name
+/// filter keeps the capture to the workload: system-wide, symbolizing the
+/// stacks of every process on a busy machine takes longer than the test.
+#[track_caller]
+fn capture(test: &str, name: &str, args: &[&str]) -> Ndjson {
+    let dir = fresh_dir(test);
+    let (data, json) = (dir.join("c.data"), dir.join("c.json"));
+    let mut all = vec![
+        "-S",
+        "-n",
+        name,
+        "-D",
+        &path_str(&data),
+        "-J",
+        &path_str(&json),
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect::<Vec<_>>();
+    all.extend(args.iter().map(|a| a.to_string()));
+    let all: Vec<&str> = all.iter().map(String::as_str).collect();
+    wprof_ok(&all);
+    let text = std::fs::read_to_string(&json).expect("NDJSON written");
+    let _ = std::fs::remove_file(&data);
+    Ndjson::parse(&text)
+}
+
+/// The stacks of the events of process `comm` (timer and switch-out), in time order.
+fn samples<'a>(json: &'a Ndjson, comm: &str) -> Vec<Sample<'a>> {
+    (json.events.iter())
+        .filter(|e| e["task"]["pcomm"] == comm && e.get("stack").is_some())
+        .filter(|e| e["t"] == "timer" || e["t"] == "switch")
+        .map(|e| Sample {
+            kind: e["t"].as_str().unwrap_or(""),
+            event: e,
+            unwinder: e["unwind"]["unwinder"].as_str(),
+            ending: e["unwind"]["ending"].as_str(),
+            frames: json.stack_of(e),
+        })
+        .collect()
+}
+
+/// The samples from the first one the tables walked through `main` to the
+/// outermost frame: the tables of the program and of the C library were
+/// loaded by then.
+fn after_tables_loaded<'s, 'a>(samples: &'s [Sample<'a>], main: &str) -> &'s [Sample<'a>] {
+    let first = (samples.iter()).position(|s| {
+        s.unwinder == Some("table")
+            && s.ending == Some("outermost")
+            && s.user_functions().contains(&main)
+    });
+    &samples[first.unwrap_or(samples.len())..]
+}
+
+/// Whether `names` holds one of each of `path`'s alternatives, in order.
+fn in_order(names: &[&str], path: &[&[&str]]) -> bool {
+    let at: Vec<Option<usize>> = (path.iter())
+        .map(|alts| names.iter().position(|n| alts.contains(n)))
+        .collect();
+    at.iter().all(Option::is_some) && at.is_sorted()
+}
+
+/// Asserts that `kind` samples of `comm` reach `main` (a user frame named
+/// `main`) in ≥ 95% once its tables are loaded, and that those are most of
+/// its samples.
+#[track_caller]
+fn assert_reach_main(json: &Ndjson, comm: &str, kind: &str, main: &str) {
+    let all: Vec<Sample> = (samples(json, comm).into_iter())
+        .filter(|s| s.kind == kind && !s.user_functions().is_empty())
+        .collect();
+    let loaded = after_tables_loaded(&all, main);
+    let reach = |set: &[Sample]| {
+        set.iter()
+            .filter(|s| s.user_functions().contains(&main))
+            .count()
+    };
+    eprintln!(
+        "{comm} {kind}: {} of {} stacks reach {main} ({} of {} after its tables loaded)",
+        reach(&all),
+        all.len(),
+        reach(loaded),
+        loaded.len()
+    );
+    assert!(
+        all.len() >= 10,
+        "only {} {kind} stacks of {comm}",
+        all.len()
+    );
+    assert!(
+        loaded.len() * 2 >= all.len(),
+        "tables loaded only for the last {} of {} {kind} stacks",
+        loaded.len(),
+        all.len()
+    );
+    let missing: Vec<Vec<&str>> = (loaded.iter())
+        .filter(|s| !s.user_functions().contains(&main))
+        .map(Sample::user_functions)
+        .take(3)
+        .collect();
+    assert!(
+        reach(loaded) * 100 >= loaded.len() * 95,
+        "{} of {} {kind} stacks reach {main}; e.g. {missing:#?}",
+        reach(loaded),
+        loaded.len()
+    );
+    assert!(
+        (loaded.iter()).all(|s| matches!(s.unwinder, Some("table" | "cached"))),
+        "stacks after the tables loaded not walked with them"
+    );
+}
+
+/// In a `-S` capture of the issue's workload (built with frame pointers),
+/// no kernel stack of any process shows the tracer (`bpf_prog_`,
+/// `bpf_trace_run`, `__traceiter`), and the sleep's off-CPU stacks read
+/// `schedule … do_nanosleep … __x64_sys_clock_nanosleep →
+/// clock_nanosleep → nanosleep → sleep_here → main`, every kind of walk
+/// saying so in the NDJSON.
+#[test]
+fn kernel_stacks_and_the_sleep_path() {
+    require_bpf!();
+    let workload = c_spin_sleep(true);
+    let command = format!("{} 100 10", path_str(&workload));
+    let json = capture("unwind-sleep-path", "spin_sleep_fp", &["-c", &command]);
+    let tracer: Vec<&String> = (json.stacks.values().flatten())
+        .filter(|f| is_tracer_frame(f))
+        .collect();
+    assert!(tracer.is_empty(), "tracer frames in stacks: {tracer:?}");
+    let all = samples(&json, "spin_sleep_fp");
+    let sleeps: Vec<&Sample> = (after_tables_loaded(&all, "main").iter())
+        .filter(|s| s.kind == "switch" && s.event["prev_state"] == "S")
+        .collect();
+    let whole = |s: &Sample| {
+        let kernel = s.kernel_functions();
+        let user = s.user_functions();
+        kernel.first() == Some(&"schedule")
+            && in_order(
+                &kernel,
+                &[
+                    &["do_nanosleep"],
+                    &["hrtimer_nanosleep"],
+                    &["__x64_sys_clock_nanosleep"],
+                ],
+            )
+            && in_order(
+                &user,
+                &[
+                    &["__GI___clock_nanosleep", "clock_nanosleep"],
+                    &["__GI___nanosleep", "__nanosleep", "nanosleep"],
+                    &["sleep_here"],
+                    &["main"],
+                ],
+            )
+    };
+    let good = sleeps.iter().filter(|s| whole(s)).count();
+    eprintln!("{good} of {} sleeps have the whole path", sleeps.len());
+    assert!(
+        sleeps.len() >= 20,
+        "only {} sleeps after the tables loaded",
+        sleeps.len()
+    );
+    let bad: Vec<&[String]> = (sleeps.iter().filter(|s| !whole(s)))
+        .map(|s| s.frames)
+        .take(2)
+        .collect();
+    assert!(
+        good * 100 >= sleeps.len() * 95,
+        "{good} of {}: {bad:#?}",
+        sleeps.len()
+    );
+    assert!(
+        (all.iter())
+            .filter(|s| !s.user_functions().is_empty())
+            .all(|s| s.unwinder.is_some()),
+        "every stack with user frames says how it was walked"
+    );
+}
+
+/// `spin_sleep.c` built `-O2 -fomit-frame-pointer`: timer and off-CPU
+/// stacks reach `main` in ≥ 95% once its tables are loaded.
+#[test]
+fn c_without_frame_pointers_reaches_main() {
+    require_bpf!();
+    let command = format!("{} 150 10", path_str(&c_spin_sleep(false)));
+    let json = capture("unwind-c-no-fp", "spin_sleep", &["-c", &command]);
+    assert_reach_main(&json, "spin_sleep", "timer", "main");
+    assert_reach_main(&json, "spin_sleep", "switch", "main");
+}
+
+/// A Rust release binary (`rustc -C opt-level=3`, no frame pointers):
+/// timer and off-CPU stacks reach its `main` in ≥ 95% once its tables
+/// are loaded.
+#[test]
+fn rust_release_binary_reaches_main() {
+    require_bpf!();
+    let command = format!("{} 150 10", path_str(&rust_spin_sleep()));
+    let json = capture("unwind-rust", "spin_sleep_rs", &["-c", &command]);
+    assert_reach_main(&json, "spin_sleep_rs", "timer", "spin_sleep::main");
+    assert_reach_main(&json, "spin_sleep_rs", "switch", "spin_sleep::main");
+}
+
+/// A program that dlopens a library (no frame pointers) a second after
+/// the capture started: its stacks in the library reach `main` through
+/// it in ≥ 95% once the library's table is loaded.
+#[test]
+fn library_dlopened_during_the_capture() {
+    require_bpf!();
+    let script = format!(
+        "(sleep 1; echo go) | {} {} 3000",
+        path_str(&dlopen_main()),
+        path_str(&spin_lib())
+    );
+    let json = capture("unwind-dlopen", "dlopen_main", &["--", "sh", "-c", &script]);
+    let all = samples(&json, "dlopen_main");
+    let in_library: Vec<Sample> = (all.into_iter())
+        .filter(|s| s.kind == "timer" && s.user_functions().contains(&"lib_spin"))
+        .collect();
+    let path: [&[&str]; 5] = [
+        &["lib_spin"],
+        &["lib_middle"],
+        &["lib_entry"],
+        &["run_library"],
+        &["main"],
+    ];
+    let loaded = after_tables_loaded(&in_library, "main");
+    let through = (loaded.iter())
+        .filter(|s| in_order(&s.user_functions(), &path))
+        .count();
+    let other: Vec<Vec<&str>> = (loaded.iter())
+        .map(Sample::user_functions)
+        .filter(|f| !in_order(f, &path))
+        .take(2)
+        .collect();
+    eprintln!(
+        "{through} of {} stacks in the library go {path:?} ({} before its table loaded)",
+        loaded.len(),
+        in_library.len() - loaded.len()
+    );
+    assert!(
+        in_library.len() >= 10,
+        "only {} stacks in the library",
+        in_library.len()
+    );
+    assert!(
+        loaded.len() * 2 >= in_library.len(),
+        "the library's table came late"
+    );
+    assert!(
+        through * 100 >= loaded.len() * 95,
+        "{through} of {}: {other:#?}",
+        loaded.len()
+    );
+}
+
+/// `chain.c` (`-O2 -fomit-frame-pointer`) sampled by wprof `-S` and by
+/// `perf record --call-graph dwarf` at once: the most common stack is the
+/// same, frame for frame, from the leaf to `main`.
+#[test]
+fn matches_perf_dwarf_stacks() {
+    require_bpf!();
+    let chain = spawn(&c_chain(), &["8000"]);
+    let pid = chain.0.id();
+    let dir = fresh_dir("unwind-perf");
+    let json_path = dir.join("c.json");
+    let mut wprof = Command::new(wprof_bin())
+        .args([
+            "-S",
+            "timer=499hz",
+            "-p",
+            &pid.to_string(),
+            "-d",
+            "4s",
+            "-J",
+        ])
+        .arg(&json_path)
+        .spawn()
+        .expect("start wprof");
+    // Let the capture attach and the tables load before perf starts.
+    std::thread::sleep(Duration::from_secs(1));
+    let perf = perf_dwarf_stacks(pid, Duration::from_secs(2));
+    let status = wprof.wait().expect("wait for wprof");
+    drop(chain);
+    assert!(status.success(), "wprof failed: {status:?}");
+    let Some(perf) = perf else {
+        eprintln!("SKIPPED matches_perf_dwarf_stacks: perf record could not record here");
+        return;
+    };
+    let json = Ndjson::parse(&std::fs::read_to_string(&json_path).expect("NDJSON"));
+    let samples = samples(&json, "chain");
+    let physical = |s: &Sample| -> Vec<String> {
+        (s.frames.iter())
+            .filter_map(|f| f.strip_prefix("[U] "))
+            .filter(|f| !f.contains(" (inlined)"))
+            .map(|f| function_name(f).to_owned())
+            .collect()
+    };
+    let ours = modal(samples.iter().filter(|s| s.kind == "timer").map(physical));
+    let theirs = modal(perf.into_iter());
+    let to_main = |stack: &[String]| -> Vec<String> {
+        let end = stack
+            .iter()
+            .position(|f| f == "main")
+            .map_or(0, |at| at + 1);
+        stack[..end].to_vec()
+    };
+    eprintln!("wprof: {ours:?}\nperf:  {theirs:?}");
+    assert_eq!(to_main(&ours), ["c", "b", "a", "main"]);
+    assert_eq!(to_main(&ours), to_main(&theirs));
+}
