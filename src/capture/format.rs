@@ -166,8 +166,7 @@ impl ChunkKind {
         use ChunkKind::*;
         [
             Info, Schemas, Strings, Threads, Frames, Stacks, Events, Symbols, End, Sequence,
-            Command,
-            StackWalks,
+            Command, StackWalks,
         ]
         .into_iter()
         .find(|k| *k as u8 == b)
@@ -584,11 +583,11 @@ mod tests {
         assert_eq!(parse_file_header(&h), Err(HeaderProblem::Checksum));
         h[0] = b'P';
         assert_eq!(parse_file_header(&h), Err(HeaderProblem::NotACapture));
-        for b in 1..=11 {
+        for b in 1..=12 {
             assert_eq!(ChunkKind::from_u8(b).map(|k| k as u8), Some(b));
         }
         assert_eq!(ChunkKind::from_u8(0), None);
-        assert_eq!(ChunkKind::from_u8(12), None);
+        assert_eq!(ChunkKind::from_u8(13), None);
     }
 
     /// Sequence marks round-trip, and a cut one is an error.
