@@ -3,7 +3,7 @@
 //! identity (`identity(task)`).
 
 use super::{Entry, Kind, RecordItem, Site, Written};
-use crate::frontend::ast::{BinOp, Expr, ExprKind, RecordItem as Item, Span, TypeName};
+use crate::frontend::ast::{BinOp, Expr, ExprKind, RecordItem as Item, Span};
 use crate::frontend::check::Checker;
 use crate::frontend::check_record::RecordItems;
 use crate::frontend::checked::SwitchStack;
@@ -157,20 +157,6 @@ fn identity_items(task: &Expr, span: Span) -> Vec<Item> {
             rhs: Box::new(rhs),
         })
     };
-    // The parent and the group leader are reached through a plain
-    // (non-BTF) view of the task, so they are probe-read: a direct load of
-    // a struct pointer from a trusted task pointer makes the verifier
-    // search all of kernel BTF by name (`btf_nested_type_is_trusted`),
-    // which was most of the start-up's program loading. This runs once
-    // per task, so the helper calls cost nothing that matters.
-    let plain = node(ExprKind::Cast {
-        ty: TypeName {
-            name: "struct task_struct".into(),
-            pointer_depth: 1,
-            span,
-        },
-        expr: Box::new(task.clone()),
-    });
     const PF_KTHREAD_BIT: u64 = 21;
     let kthread = binary(
         BinOp::BitAnd,
@@ -184,9 +170,12 @@ fn identity_items(task: &Expr, span: Span) -> Vec<Item> {
     [
         ("tid", member(task.clone(), "pid")),
         ("pid", member(task.clone(), "tgid")),
-        ("ppid", member(member(plain.clone(), "real_parent"), "tgid")),
+        ("ppid", member(member(task.clone(), "real_parent"), "tgid")),
         ("comm", member(task.clone(), "comm")),
-        ("pcomm", member(member(plain, "group_leader"), "comm")),
+        (
+            "pcomm",
+            member(member(task.clone(), "group_leader"), "comm"),
+        ),
         ("kthread", kthread),
     ]
     .into_iter()

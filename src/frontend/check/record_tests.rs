@@ -4,7 +4,7 @@
 
 use crate::capture::model::RecordOrigin;
 use crate::frontend::check::check;
-use crate::frontend::checked::{Access, CheckedProgram, RecordDecl, StackKind};
+use crate::frontend::checked::{CheckedProgram, RecordDecl, StackKind};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::fake_machine::FakeMachine;
 use crate::frontend::options::CompileOptions;
@@ -358,37 +358,4 @@ fn pmu_items_expand_per_counter() {
         unused.counters.is_empty(),
         "no maps for counters nobody reads"
     );
-}
-
-/// The outermost read of a record item's value, if it reads memory.
-fn outer_access(value: &crate::frontend::checked::RecordValue) -> Option<Access> {
-    use crate::frontend::checked::{RecordValue, TExprKind};
-    let RecordValue::Expr(mut expr) = value.clone() else {
-        return None;
-    };
-    loop {
-        match expr.kind {
-            TExprKind::MemoryRead { access, .. } => return Some(access),
-            TExprKind::Cast(inner) => expr = *inner,
-            _ => return None,
-        }
-    }
-}
-
-/// `identity(task)` probe-reads the parent's and group leader's fields:
-/// walking to them directly from a trusted task pointer costs the verifier
-/// a by-name search of kernel BTF per load (most of the start-up's loading).
-#[test]
-fn identity_reaches_parent_and_leader_by_probe_reads() {
-    let program = checked("tp_btf:sched_switch < identity(args.next) >")
-        .unwrap_or_else(|e| panic!("unexpected errors: {e:#?}"));
-    let record = program.probes[0].record.as_ref().expect("a record");
-    let names = &program.records[0].fields;
-    let access = |name: &str| {
-        let index = names.iter().position(|(n, _)| n == name).expect(name);
-        outer_access(&record.values[index])
-    };
-    assert_eq!(access("tid"), Some(Access::Direct));
-    assert_eq!(access("ppid"), Some(Access::Kernel));
-    assert_eq!(access("pcomm"), Some(Access::Kernel));
 }
