@@ -352,10 +352,9 @@ impl Lowerer<'_> {
 
     /// `stack(offcpu, NEXT)` at a context switch. The task switched out
     /// (the current one) leaves its switch-out time and its user stack in
-    /// its own storage (walked only when its registers changed since the
-    /// last walk). Without a threshold the record takes that stack and the
+    /// its own storage (walked at every switch-out). Without a threshold the record takes that stack and the
     /// kernel stack below the switch; with `-S offcpu=DUR` it takes, when
-    /// `NEXT` was off the CPU at least DUR, `NEXT`'s cached user stack and
+    /// `NEXT` was off the CPU at least DUR, `NEXT`'s stored user stack and
     /// its kernel stack as it sleeps.
     fn switch_stack(
         &mut self,
@@ -379,12 +378,11 @@ impl Lowerer<'_> {
         let prev_state = self.offset_pointer(cache, offcpu::STATE as u32);
         let threshold = self.program.offcpu_min_block_ns;
         if parts.user() {
-            let cached = self.cached_user_stack(prev_state);
+            self.walk_user_stack(prev_state);
             if threshold.is_none() {
                 self.copy_state_frames(prev_state, target, user);
                 let stored = self.load_sized(Base::Reg(prev_state), state::FLAGS, Size::U32);
                 self.mov(user.flags, stored);
-                self.alu(AluOp::Or, user.flags, Src::Reg(cached));
             }
         }
         self.emit(Inst::Bind(no_cache));
@@ -428,41 +426,13 @@ impl Lowerer<'_> {
         self.emit(Inst::Bind(done));
     }
 
-    /// Brings the current task's cached user stack in `state` up to date:
-    /// kept when the task's user registers are those it was unwound from
-    /// and the first return address is still where it was read, walked
-    /// again otherwise. Walks that may go better later (no tables yet, a
-    /// failed read) are not kept. Returns `flags::CACHED` when the cached
-    /// stack was kept, else 0.
-    fn cached_user_stack(&mut self, state: VReg) -> VReg {
-        let walk = self.label();
-        let done = self.label();
-        let cached = self.vreg();
-        self.mov_imm(cached, flags::CACHED as i32);
-        let regs = self.user_regs();
-        let valid = self.load_sized(Base::Reg(state), state::CALLER_U32, Size::U32);
-        self.branch(Cond::Eq, valid, Src::Imm(0), walk);
-        for (index, reg) in regs.iter().enumerate() {
-            let key = self.load_sized(Base::Reg(state), state::KEY + 8 * index as i16, Size::U64);
-            self.branch(Cond::Ne, key, Src::Reg(*reg), walk);
-        }
-        let frames = self.load_sized(Base::Reg(state), state::FRAMES, Size::U32);
-        self.branch(Cond::Lt, frames, Src::Imm(2), done);
-        let slot = self.load_sized(Base::Reg(state), state::FIRST_SLOT, Size::U64);
-        let word = self.alloc(8);
-        let read = self.vreg();
-        self.emit(Inst::Call {
-            helper: PROBE_READ_USER,
-            args: vec![Arg::Frame(word), Arg::Imm(8), Arg::Reg(slot)],
-            ret: Some(read),
-        });
-        self.branch(Cond::Ne, read, Src::Imm(0), walk);
-        let seen = self.load_sized(Base::Frame, word, Size::U64);
-        let first = self.load_sized(Base::Reg(state), state::STACK + 8, Size::U64);
-        self.branch(Cond::Eq, seen, Src::Reg(first), done);
-        self.emit(Inst::Bind(walk));
-        self.comment("walk the user stack into the task's cache");
-        self.mov_imm(cached, 0);
+    /// Walks the current task's user stack into `state`: the table
+    /// unwinder, or the kernel's frame-pointer walk for a process without
+    /// tables yet. Every switch-out walks: reusing the last walk while ip,
+    /// sp, bp and the first return address were unchanged gave a block the
+    /// stack of another caller of the same depth.
+    fn walk_user_stack(&mut self, state: VReg) {
+        self.comment("walk the user stack into the task's storage");
         self.unwind(state, 0);
         let unwound = self.load_sized(Base::Reg(state), state::FLAGS, Size::U32);
         let walked = self.label();
@@ -475,41 +445,6 @@ impl Lowerer<'_> {
         self.alu(AluOp::Or, unwound, Src::Imm(flags::KERNEL_WALK as i32));
         self.store_reg(Base::Reg(state), state::FLAGS, unwound, Size::U32);
         self.emit(Inst::Bind(walked));
-        for (index, reg) in regs.iter().enumerate() {
-            self.store_reg(
-                Base::Reg(state),
-                state::KEY + 8 * index as i16,
-                *reg,
-                Size::U64,
-            );
-        }
-        let keep = self.vreg();
-        self.mov_imm(keep, 1);
-        let cacheable = self.label();
-        self.bit_clear_branch(unwound, flags::NOT_CACHEABLE, cacheable);
-        self.mov_imm(keep, 0);
-        self.emit(Inst::Bind(cacheable));
-        self.store_reg(Base::Reg(state), state::CALLER_U32, keep, Size::U32);
-        self.emit(Inst::Bind(done));
-        cached
-    }
-
-    /// The current task's user `ip`, `sp`, `bp` (`bpf_task_pt_regs`).
-    fn user_regs(&mut self) -> [VReg; 3] {
-        let task = self.vreg();
-        self.emit(Inst::Call {
-            helper: GET_CURRENT_TASK_BTF,
-            args: vec![],
-            ret: Some(task),
-        });
-        let regs = self.vreg();
-        self.emit(Inst::Call {
-            helper: TASK_PT_REGS,
-            args: vec![Arg::Reg(task)],
-            ret: Some(regs),
-        });
-        [x86_64::RIP, x86_64::RSP, x86_64::RBP]
-            .map(|at| self.load_sized(Base::Reg(regs), at as i16, Size::U64))
     }
 
     /// `bpf_task_storage_get(map, task, NULL, create ? F_CREATE : 0)`.

@@ -156,8 +156,9 @@ fn measured(stderr: &str) -> BTreeMap<String, BTreeMap<String, f64>> {
 /// within 10% of the workload's own measure for each kind of block; the
 /// threshold is shown by `-I`, the report, NDJSON and the flame graph.
 #[test]
-#[ignore = "known defect (issue 11): on main some 5 ms blocks get the stack of a short block, \
-            and the short blocks' 10% tolerance fails on a shared machine; run with --ignored"]
+#[ignore = "known defect (issue 11): every switch-out now walks the user stack after the \
+            switch's timestamp, which adds the walk (~6 µs) to each short block's off-CPU time, \
+            so the short blocks' total is ~20% above the workload's own; run with --ignored"]
 fn threshold_keeps_stacks_of_long_blocks_only() {
     require_bpf!();
     let dir = fresh_dir("offcpu-threshold");
