@@ -113,8 +113,8 @@ pub struct Cli {
     #[arg(short = 'f', value_name = "FORMAT|[no-]NAME", value_parser = parse_format_or_feature)]
     pub features: Vec<FormatOrFeature>,
 
-    /// Capture stacks (repeatable): timer[=Nhz], offcpu, waker, probe, pmu=EVENT[@RATE];
-    /// bare -S is timer + offcpu.
+    /// Capture stacks (repeatable): timer[=Nhz], offcpu[=MIN_BLOCK, e.g. offcpu=1ms],
+    /// waker, probe, pmu=EVENT[@RATE]; bare -S is timer + offcpu.
     #[arg(short = 'S', value_name = "KIND", num_args = 0..=1, default_missing_value = "",
           value_parser = parse_stack_kinds)]
     pub stacks: Vec<StackKinds>,
