@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::capture::{fresh_dir, summary_events};
-use super::{path_str, workload, wprof_ok};
+use super::{machine_lock, path_str, workload, wprof_ok};
 use crate::common::{find_in_path, run_with_timeout, wprof_bin};
 use crate::require_bpf;
 
@@ -30,6 +30,7 @@ const FLOODED: &str = "sys_enter_getppid";
 #[test]
 fn kept_plus_dropped_is_calls_under_overload() {
     require_bpf!();
+    let _machine = machine_lock();
     let dir = fresh_dir("drops_overload");
     let data = path_str(&dir.join("flood.data"));
     let flood = workload("capture_flood");
@@ -68,6 +69,7 @@ fn kept_plus_dropped_is_calls_under_overload() {
 #[test]
 fn parallel_build_loses_no_stacks() {
     require_bpf!();
+    let _machine = machine_lock();
     let Some(make) = find_in_path("make") else {
         eprintln!("SKIPPED {}: make is not installed", module_path!());
         return;

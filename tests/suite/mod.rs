@@ -26,12 +26,24 @@ mod unwind;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::common::{RunOutput, run_with_timeout, wprof_bin};
 
 /// Longest any single wprof run may take before the test fails.
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Serialises the tests that load the machine on purpose (the CI recipe's
+/// real-time benchmark, a parallel build, a syscall flood) with the tests
+/// that assert a workload's timings: on two CPUs the load starves the
+/// recorder and the workload, and the timings then measure the other test.
+static MACHINE_LOCK: Mutex<()> = Mutex::new(());
+
+/// Holds [`MACHINE_LOCK`] (a failed test leaves it usable).
+pub fn machine_lock() -> MutexGuard<'static, ()> {
+    MACHINE_LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Runs wprof with `args` (stdin closed) and fails the test if it panicked or hung.
 #[track_caller]

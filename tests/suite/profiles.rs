@@ -11,7 +11,7 @@ use std::process::Command;
 use serde_json::Value;
 
 use super::capture::fresh_dir;
-use super::{path_str, workload, wprof, wprof_ok};
+use super::{machine_lock, path_str, workload, wprof, wprof_ok};
 use crate::require_bpf;
 
 /// `key=value` numbers of a line starting with `prefix` in `text`.
@@ -119,17 +119,25 @@ pub(super) fn field(row: &Value, key: &str) -> f64 {
 /// `cpu_ns` of it on a CPU.
 fn check_report(worker: &Value, measured: &BTreeMap<String, f64>) {
     let (wall, cpu) = (measured["wall_ns"], measured["cpu_ns"]);
+    // Each message carries the whole row: a miss then shows where the time went.
+    let check = |actual: f64, expected: f64, what: &str| {
+        assert_near(
+            actual,
+            expected,
+            0.10,
+            &format!("{what} (report row {worker})"),
+        );
+    };
     let on_cpu = field(worker, "oncpu_ns");
-    assert_near(on_cpu, cpu, 0.10, "on-CPU against the thread's CPU time");
-    assert_near(on_cpu, 0.3e9, 0.10, "on-CPU");
+    check(on_cpu, cpu, "on-CPU against the thread's CPU time");
+    check(on_cpu, 0.3e9, "on-CPU");
     let off_cpu = field(worker, "offcpu_ns");
-    assert_near(
+    check(
         off_cpu,
         wall - cpu,
-        0.10,
         "off-CPU against its life minus CPU time",
     );
-    assert_near(field(worker, "sleeping_ns"), 0.7e9, 0.10, "sleeping");
+    check(field(worker, "sleeping_ns"), 0.7e9, "sleeping");
     let coverage = field(worker, "coverage");
     assert!(coverage >= 0.99, "coverage {coverage}");
     // A software counter of CPU time, summed between the thread's switches;
@@ -194,6 +202,7 @@ fn check_pprof(path: &Path, lines: &[(String, u64)]) {
 #[test]
 fn wall_clock_profile_of_spinning_and_sleeping() {
     require_bpf!();
+    let _machine = machine_lock();
     let dir = fresh_dir("profile-wall");
     let at = |name: &str| path_str(&dir.join(name));
     let data = at("w.data");
@@ -412,6 +421,7 @@ fn requests_measured(stderr: &str) -> (Vec<f64>, f64) {
 #[test]
 fn metrics_agree_with_the_workload() {
     require_bpf!();
+    let _machine = machine_lock();
     let dir = fresh_dir("profile-metrics");
     let program = workload("prof_requests");
     let script = format!(

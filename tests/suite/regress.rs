@@ -8,24 +8,14 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde_json::Value;
 
 use super::capture::fresh_dir;
-use super::{path_str, wprof};
+use super::{machine_lock, path_str, wprof};
 use crate::common::{RunOutput, run_with_timeout, wprof_bin};
 use crate::require_bpf;
-
-/// Serialises the tests that run the benchmark: it runs at real-time
-/// priority, and two at once would slow each other down.
-static BENCH_LOCK: Mutex<()> = Mutex::new(());
-
-/// Holds [`BENCH_LOCK`] (a failed test leaves it usable).
-fn bench_lock() -> MutexGuard<'static, ()> {
-    BENCH_LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The recipe records 10 captures of about 3 s each on a busy machine.
 const RECIPE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -132,7 +122,7 @@ fn check_runs_against_the_benchmark(json: &Value, out: &Path, side: &str, prefix
 #[test]
 fn ci_recipe_fails_a_slower_build() {
     require_bpf!();
-    let _bench = bench_lock();
+    let _machine = machine_lock();
     let out = fresh_dir("regress-slower");
     let run = recipe(&out, &["--new-args", "--slow"]);
     assert_eq!(exit_code(&run), Some(1), "{}", run.stderr);
@@ -181,7 +171,7 @@ fn ci_recipe_fails_a_slower_build() {
 #[test]
 fn ci_recipe_passes_the_same_and_a_faster_build() {
     require_bpf!();
-    let _bench = bench_lock();
+    let _machine = machine_lock();
     let out = fresh_dir("regress-same");
     let run = recipe(&out, &["--base-args", "-n 400", "--new-args", "-n 400"]);
     assert_eq!(exit_code(&run), Some(0), "{}", run.stderr);
@@ -249,7 +239,7 @@ fn expect_exit(args: &[&str], code: i32, message: &str) {
 #[test]
 fn bad_input_exits_2_and_budgets_gate_one_capture() {
     require_bpf!();
-    let _bench = bench_lock();
+    let _machine = machine_lock();
     let dir = fresh_dir("regress-bad-input");
     let bench = build_bench(&dir);
     let span = |name: &str| {
@@ -340,7 +330,7 @@ fn bad_input_exits_2_and_budgets_gate_one_capture() {
 #[test]
 fn different_settings_are_reported() {
     require_bpf!();
-    let _bench = bench_lock();
+    let _machine = machine_lock();
     let dir = fresh_dir("regress-settings");
     let bench = build_bench(&dir);
     let script = format!("span request {{ uprobe:{bench}:request < > uretprobe:{bench}:request }}");
@@ -410,7 +400,7 @@ fn processes(args: &[&str], metrics: &Path) -> Vec<String> {
 #[test]
 fn only_command_is_saved_and_applied_at_replay() {
     require_bpf!();
-    let _bench = bench_lock();
+    let _machine = machine_lock();
     let dir = fresh_dir("regress-only-command");
     let bench = build_bench(&dir);
     let script = format!("span request {{ uprobe:{bench}:request < > uretprobe:{bench}:request }}");
