@@ -229,9 +229,11 @@ pub fn render_outputs(cli: &Cli, window: Filter) -> Result<(), Failure> {
     );
     for output in &OUTPUTS {
         if let Some(destination) = (output.asked)(cli) {
-            (output.renderer)(cli)
-                .render(&captures, &Destination::new(destination))
-                .map_err(message)?;
+            let rendered = (output.renderer)(cli).render(&captures, &Destination::new(destination));
+            match rendered {
+                Err(RenderError::StdoutClosed) | Ok(()) => {}
+                Err(error) => return Err(message(error)),
+            }
         }
     }
     if cli.compare.gating() {

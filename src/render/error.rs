@@ -39,6 +39,10 @@ pub enum RenderError {
         #[source]
         source: io::Error,
     },
+    /// Standard output's reader went away (`wprof -R … -J - | head`): it has
+    /// what it wanted, so this output ends quietly and the others are written.
+    #[error("the reader of standard output closed it")]
+    StdoutClosed,
     /// The profile asked for cannot be made from the capture.
     #[error(transparent)]
     Profile(#[from] ProfileError),

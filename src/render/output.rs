@@ -31,7 +31,10 @@ impl Destination {
     /// Files are created by `create_output`: no symbolic link followed, mode 0600.
     pub fn open(&self) -> Result<Output<'static>, RenderError> {
         match self {
-            Destination::Stdout => Ok(Output::new(self.to_string(), io::stdout().lock())),
+            Destination::Stdout => Ok(Output {
+                stdout: true,
+                ..Output::new(self.to_string(), io::stdout().lock())
+            }),
             Destination::File(path) => {
                 let file = create_output(path)?;
                 Ok(Output::new(self.to_string(), BufWriter::new(file)))
@@ -53,6 +56,7 @@ impl fmt::Display for Destination {
 pub struct Output<'w> {
     name: String,
     writer: Box<dyn Write + 'w>,
+    stdout: bool,
 }
 
 impl<'w> Output<'w> {
@@ -60,6 +64,7 @@ impl<'w> Output<'w> {
         Output {
             name: name.into(),
             writer: Box::new(writer),
+            stdout: false,
         }
     }
 
@@ -75,6 +80,9 @@ impl<'w> Output<'w> {
     }
 
     fn error(&self, source: io::Error) -> RenderError {
+        if self.stdout && source.kind() == io::ErrorKind::BrokenPipe {
+            return RenderError::StdoutClosed;
+        }
         RenderError::Write {
             output: self.name.clone(),
             source,

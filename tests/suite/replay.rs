@@ -509,3 +509,28 @@ fn replay_windows_select_by_time() {
         );
     }
 }
+
+/// `wprof -R … -J - | head`: when standard output's reader has gone, that
+/// output ends quietly (status 0, nothing on stderr) and the file outputs
+/// are still written.
+#[test]
+fn closed_standard_output_ends_quietly() {
+    require_bpf!();
+    let (dir, _) = finished_capture("replay-closed-stdout");
+    let folded = dir.join("f.folded");
+    let mut child = Command::new(wprof_bin())
+        .args(["-R", "-D", &path_str(&dir.join("f.data")), "-J", "-"])
+        .args(["--profile", "malloc", "--folded", &path_str(&folded)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run wprof");
+    // No reader from the start: the first write fails with EPIPE.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wprof finishes");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(stderr.is_empty(), "{stderr}");
+    let lines = fs::read_to_string(&folded).expect("the folded file is written");
+    assert!(lines.contains("malloc"), "{lines}");
+}
