@@ -134,7 +134,10 @@ impl<'a> Lowerer<'a> {
             self.span = Some(predicate.span);
             self.comment("predicate");
             let end = self.block_end;
+            // The predicate's buffers are dead once it has branched.
+            let mark = self.frame_top;
             self.branch_unless(predicate, end);
+            self.frame_top = mark;
         }
         if let Some(record) = &probe.record {
             self.span = Some(probe.span);
