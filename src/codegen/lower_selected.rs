@@ -9,6 +9,7 @@ use crate::codegen::helpers::MAP_LOOKUP_ELEM;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, VReg};
 use crate::codegen::lower::Lowerer;
 use crate::frontend::checked::TExpr;
+use crate::frontend::options::COMMAND_TREE_MAP;
 
 /// `PF_KTHREAD` in `task->flags`.
 const PF_KTHREAD: i32 = 0x0020_0000;
@@ -49,6 +50,11 @@ impl Lowerer<'_> {
             leader_comm,
         };
         let (yes, no, done) = (self.label(), self.label(), self.label());
+        if filter.command {
+            self.comment("selected(): the command's process tree");
+            let tgid = self.int_expr(task.tgid);
+            self.unless_in_command_tree(tgid, no);
+        }
         self.comment("selected(): exclude filters");
         self.any_id(task.tgid, &filter.no_pids, no);
         self.any_id(task.tid, &filter.no_tids, no);
@@ -64,6 +70,7 @@ impl Lowerer<'_> {
             self.kthread(task.flags, no);
         }
         let include = self.run_globs(&globs.lanes, &task, no);
+        // The command tree is required, not one of the alternatives.
         let includes = !filter.pids.is_empty()
             || !filter.tids.is_empty()
             || !filter.names.is_empty()
@@ -111,6 +118,32 @@ impl Lowerer<'_> {
         let bit = self.int_expr(flags);
         self.alu(AluOp::And, bit, Src::Imm(PF_KTHREAD));
         self.branch(Cond::Ne, bit, Src::Imm(0), target);
+    }
+
+    /// Jumps to `no` unless the process `tgid` is in the command's tree
+    /// ([`COMMAND_TREE_MAP`], which `--only-command` adds to the program).
+    pub(super) fn unless_in_command_tree(&mut self, tgid: VReg, no: Label) {
+        let index = (self.program.maps.iter())
+            .position(|m| m.name == COMMAND_TREE_MAP)
+            .expect("the command tree's tracker declares its map");
+        let layout = &self.maps.script[index];
+        let (map, size) = (layout.id, layout.key_size);
+        let key = self.alloc(8);
+        self.emit(Inst::Store {
+            base: Base::Frame,
+            offset: key,
+            src: Src::Imm(0),
+            size: Size::U64,
+        });
+        let width = if size == 4 { Size::U32 } else { Size::U64 };
+        self.store_reg(Base::Frame, key, tgid, width);
+        let found = self.vreg();
+        self.emit(Inst::Call {
+            helper: MAP_LOOKUP_ELEM,
+            args: vec![Arg::Map(map), Arg::Frame(key)],
+            ret: Some(found),
+        });
+        self.branch(Cond::Eq, found, Src::Imm(0), no);
     }
 
     /// Jumps to `no` when an exclude glob matches either name; else the
@@ -295,6 +328,7 @@ mod tests {
             no_names: vec!["*x".into()],
             idle: Some(false),
             kthread: Some(false),
+            command: false,
         });
         assert!(
             stack_depth(&every) <= stack_depth(&bare) + 16,

@@ -5,6 +5,7 @@ use crate::codegen::lower_selected::FILTER_SCRATCH_BYTES;
 use crate::codegen::program::drop_counters;
 use crate::codegen::stack_layout::{self, StackMaps};
 use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind};
+use crate::frontend::options::COMMAND_TREE_MAP;
 use crate::frontend::types::{Pointer, Type};
 use crate::vocab::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
 
@@ -306,6 +307,12 @@ fn script_map(decl: &MapDecl, id: MapId, max_entries: u32) -> (MapSpec, ScriptMa
             kind: MapKind::TaskStorage,
             key_size: 4,
             max_entries: 0,
+            script_map: None,
+            ..spec
+        }
+    } else if decl.name == COMMAND_TREE_MAP {
+        // wprof's own bookkeeping, not the user's to see printed.
+        MapSpec {
             script_map: None,
             ..spec
         }

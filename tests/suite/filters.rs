@@ -1,7 +1,9 @@
 //! Task filters in the kernel on real captures: name, pid and tid filters
 //! together with off-CPU stacks (whose `sched_switch` program has the least
-//! BPF stack to spare) record exactly the tasks they select.
+//! BPF stack to spare) record exactly the tasks they select; `--only-command`
+//! records the command's process tree alone, in trackers and user probes.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
@@ -9,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::capture::fresh_dir;
+use super::capture::{Ndjson, fresh_dir};
 use super::system::{capture, involves, tid_named};
-use super::workload;
+use super::{map_lines, path_str, workload, wprof_ok};
 use crate::require_bpf;
 
 /// A workload process, killed and reaped when dropped (a failed test
@@ -115,4 +117,75 @@ fn offcpu_stacks_with_name_pid_and_tid_filters() {
         let stacks = switch_ins.iter().filter(|e| e["stack"].is_u64()).count();
         assert!(stacks >= 5, "{what}: {stacks} switch-ins with stacks");
     }
+}
+
+/// `--only-command` selects in the kernel the command's process and its
+/// descendants (a child and a grandchild forked without exec, the
+/// grandchild's exec included) while unrelated processes keep busy and
+/// make system calls: every recorded event involves the tree, every process
+/// of the tree has switch-ins, the user's system-call probe counted only
+/// the tree's processes, and the capture says `--only-command`.
+#[test]
+fn only_command_records_the_command_tree_in_the_kernel() {
+    require_bpf!();
+    let dir = fresh_dir("filters-command-tree");
+    let _busy = Background::start("sys_spin", &["100000"]);
+    let _sleeper = Background::start("sys_sleeper", &["5000", "5"]);
+    let command = format!("{} 5", workload("tree_fork"));
+    let script = "tracepoint:raw_syscalls:sys_enter { @calls[pid] = count(); }";
+    let (data, json) = (path_str(&dir.join("c.data")), dir.join("c.json"));
+    let args = [
+        "--only-command",
+        "-e",
+        script,
+        "-D",
+        &data,
+        "-J",
+        &path_str(&json),
+    ];
+    let run = wprof_ok(&[&args[..], &["-c", &command]].concat());
+    let json = Ndjson::parse(&fs::read_to_string(&json).expect("NDJSON"));
+    let printed = &run.stdout;
+    let tree: BTreeSet<u64> = ["parent", "child", "grandchild"]
+        .iter()
+        .map(|who| pid_printed(printed, who))
+        .collect();
+    let in_tree = |t: &Value| t["pid"].as_u64().is_some_and(|p| tree.contains(&p));
+    for event in &json.events {
+        assert!(
+            involves(event, in_tree),
+            "not of the command's tree: {event}"
+        );
+    }
+    for pid in &tree {
+        let switch_ins = (json.events.iter())
+            .filter(|e| e["t"] == "switch" && e["next"]["pid"] == *pid)
+            .count();
+        assert!(switch_ins >= 3, "process {pid}: {switch_ins} switch-ins");
+    }
+    let exec = json.events.iter().find(|e| e["t"] == "exec");
+    assert!(
+        exec.is_some_and(|e| in_tree(&e["task"])),
+        "the grandchild's exec"
+    );
+    let calls = map_lines(printed);
+    let counted: BTreeSet<u64> = (calls.keys())
+        .filter_map(|k| k.strip_prefix("@calls[")?.strip_suffix(']')?.parse().ok())
+        .collect();
+    assert!(!counted.is_empty() && counted.is_subset(&tree), "{calls:?}");
+    assert!(
+        json.header["filters"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == "--only-command")),
+        "{}",
+        json.header
+    );
+}
+
+/// The pid the workload printed as `WHO PID`.
+#[track_caller]
+fn pid_printed(stdout: &str, who: &str) -> u64 {
+    (stdout.lines())
+        .find_map(|l| l.strip_prefix(who)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {who} pid in:\n{stdout}"))
 }
