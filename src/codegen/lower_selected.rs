@@ -10,6 +10,7 @@ use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, VReg};
 use crate::codegen::lower::Lowerer;
 use crate::frontend::checked::TExpr;
 use crate::frontend::options::COMMAND_TREE_MAP;
+use crate::vocab::MapId;
 
 /// `PF_KTHREAD` in `task->flags`.
 const PF_KTHREAD: i32 = 0x0020_0000;
@@ -137,6 +138,11 @@ impl Lowerer<'_> {
         });
         let width = if size == 4 { Size::U32 } else { Size::U64 };
         self.store_reg(Base::Frame, key, tgid, width);
+        self.lookup_or_jump(map, key, no);
+    }
+
+    /// The value at the key in the frame at `key`; jumps to `no` without one.
+    fn lookup_or_jump(&mut self, map: MapId, key: i16, no: Label) -> VReg {
         let found = self.vreg();
         self.emit(Inst::Call {
             helper: MAP_LOOKUP_ELEM,
@@ -144,6 +150,7 @@ impl Lowerer<'_> {
             ret: Some(found),
         });
         self.branch(Cond::Eq, found, Src::Imm(0), no);
+        found
     }
 
     /// Jumps to `no` when an exclude glob matches either name; else the
@@ -196,14 +203,7 @@ impl Lowerer<'_> {
             src: Src::Imm(self.probe_index as i32),
             size: Size::U32,
         });
-        let slot = self.vreg();
-        self.emit(Inst::Call {
-            helper: MAP_LOOKUP_ELEM,
-            args: vec![Arg::Map(map), Arg::Frame(key)],
-            ret: Some(slot),
-        });
-        self.branch(Cond::Eq, slot, Src::Imm(0), no);
-        slot
+        self.lookup_or_jump(map, key, no)
     }
 
     /// `reg &= mask`, as an immediate when the mask sign-extends from 32 bits.
