@@ -193,10 +193,9 @@ impl Recorder {
         event: &mut Event,
     ) -> Result<Option<(u128, RawStack)>, RecordError> {
         let desc = StackHeader::read(bytes)?;
-        if desc.user_frames > 0 {
-            self.stack_counts.count(desc.flags);
-            event.walk = Some(tables::stack_walk(desc.flags));
-        }
+        let user = desc.user_frames > 0;
+        self.stack_counts.count(desc.flags, user);
+        event.walk = tables::stack_walk(desc.flags, user);
         if desc.flags & (flags::NO_PROCESS | flags::UNKNOWN_MAPPING) != 0
             && let Some(tables) = &mut self.tables
         {

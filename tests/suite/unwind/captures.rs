@@ -43,6 +43,8 @@ struct Sample<'a> {
     event: &'a Value,
     unwinder: Option<&'a str>,
     ending: Option<&'a str>,
+    /// The kernel part reached the kernel's depth limit.
+    kernel_truncated: bool,
     frames: &'a [String],
 }
 
@@ -111,6 +113,7 @@ fn samples<'a>(json: &'a Ndjson, comm: &str) -> Vec<Sample<'a>> {
             event: e,
             unwinder: e["unwind"]["unwinder"].as_str(),
             ending: e["unwind"]["ending"].as_str(),
+            kernel_truncated: e["unwind"]["kernel"] == "truncated",
             frames: json.stack_of(e),
         })
         .collect()
@@ -190,7 +193,8 @@ fn assert_reach_main(json: &Ndjson, comm: &str, kind: &str, main: &str) {
 /// `bpf_trace_run`, `__traceiter`), and the sleep's off-CPU stacks read
 /// `schedule … do_nanosleep … __x64_sys_clock_nanosleep →
 /// clock_nanosleep → nanosleep → sleep_here → main`, every kind of walk
-/// saying so in the NDJSON.
+/// saying so in the NDJSON; only a kernel stack near the depth limit says
+/// it was cut.
 #[test]
 fn kernel_stacks_and_the_sleep_path() {
     require_bpf!();
@@ -249,6 +253,13 @@ fn kernel_stacks_and_the_sleep_path() {
             .all(|s| s.unwinder.is_some()),
         "every stack with user frames says how it was walked"
     );
+    // These kernel stacks are a few dozen frames deep: none reached the
+    // kernel's depth limit (127 frames with the tracer's few skipped ones).
+    let cut: Vec<usize> = (all.iter())
+        .filter(|s| s.kernel_truncated)
+        .map(|s| s.kernel_functions().len())
+        .collect();
+    assert!(cut.is_empty(), "kernel stacks said cut, by depth: {cut:?}");
 }
 
 /// `spin_sleep.c` built `-O2 -fomit-frame-pointer`: timer and off-CPU
