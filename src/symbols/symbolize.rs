@@ -11,6 +11,7 @@ use blazesym::helper::read_elf_build_id;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized as BlazeSymbolized, Symbolizer};
 
+use super::plt::PltStubs;
 use super::{AddrKind, KernelSymbols, RawFrame, RawSymbol, demangle, vdso};
 
 /// What to look up besides function names.
@@ -128,7 +129,13 @@ pub fn symbolize(
         ) {
             // Readable but not an ELF file blazesym can use.
             out.stats.missing_files += 1;
+            continue;
         }
+        fill_plt(
+            &PltStubs::of_file(Path::new(path)),
+            pending,
+            &mut out.symbols,
+        );
     }
     let resolved = out.symbols.iter().filter(|s| s.function.is_some()).count();
     out.stats.resolved = resolved;
@@ -211,6 +218,23 @@ fn fill(
         BlazeSymbolized::Unknown(_) => None,
     });
     true
+}
+
+/// Names the frames in PLT stubs `func@plt` (a symbolizer gives them the
+/// symbol before the PLT, `_init`).
+fn fill_plt(stubs: &PltStubs, pending: &[Pending], symbols: &mut [RawSymbol]) {
+    if stubs.is_empty() {
+        return;
+    }
+    for p in pending {
+        if let Some((name, offset)) = stubs.name_at(p.lookup) {
+            symbols[p.index] = RawSymbol {
+                function: Some(name.to_owned()),
+                offset: offset + p.bias,
+                ..RawSymbol::default()
+            };
+        }
+    }
 }
 
 /// [`fill`] for frames in the vDSO, from this kernel's image when it is

@@ -435,7 +435,7 @@ impl TableManager {
 
 /// A file mapped read-only: building its table reads only the pages its
 /// headers and CFI are on.
-fn map_file(path: &std::path::Path) -> std::io::Result<memmap2::Mmap> {
+pub(crate) fn map_file(path: &std::path::Path) -> std::io::Result<memmap2::Mmap> {
     // Opened without blocking: a FIFO or device is refused, never waited on.
     let (file, _) = crate::capture::files::open_regular(path)?.map_err(std::io::Error::other)?;
     // SAFETY: the map is only read. A file truncated while mapped makes

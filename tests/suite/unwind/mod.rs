@@ -4,6 +4,7 @@
 mod captures;
 mod cost;
 mod kernel;
+mod plt;
 mod proof;
 mod readelf;
 mod tables;
