@@ -87,6 +87,12 @@ pub fn c_plt_loop(ibt: bool) -> PathBuf {
     }
 }
 
+/// `jit.c`: runs a loop it copied into anonymous executable memory.
+#[track_caller]
+pub fn c_jit() -> PathBuf {
+    build("jit.c", "jit", "cc", NO_FP_CFLAGS, &[])
+}
+
 /// `chain.rs` built with `rustc -C opt-level=2`.
 #[track_caller]
 pub fn rust_chain() -> PathBuf {
