@@ -20,12 +20,14 @@ use self::stacks::{RawStack, StackHeader, digest, probed_binaries, raw_stack};
 use self::tables::Tables;
 use self::threads::{Comm, ThreadTable};
 use crate::capture::model::{
-    CaptureInfo, CaptureStats, Event, FieldValue, RecordDrops, RecordId, RecordKind, StackId,
+    CaptureInfo, CaptureSettings, CaptureStats, Event, FieldValue, RecordDrops, RecordId,
+    RecordKind, StackId,
 };
 use crate::capture::writer::CaptureWriter;
 use crate::codegen::program::Compiled;
 use crate::runtime::bpf::loader::Loaded;
 use crate::symbols::{AddrKind, KernelSymbols, ModuleIndex};
+use crate::tracking::options::StackKind;
 use crate::unwind::maps::flags;
 use crate::vocab::{Message, record_header as header};
 
@@ -122,7 +124,9 @@ impl Recorder {
             identity: identity_record(&compiled.records),
             threads: ThreadTable::default(),
             kernel_symbols: KernelSymbols::default(),
-            tables: compiled.unwind.map(Tables::new),
+            tables: (compiled.unwind)
+                .filter(|_| !frame_pointers_only(&info.settings))
+                .map(Tables::new),
             stack_counts: tables::StackCounts::default(),
             modules: probed_binaries(compiled),
             stacks: HashMap::new(),
@@ -313,6 +317,14 @@ impl Recorder {
         self.writer.finish(&symbols, &stats)?;
         Ok(stats)
     }
+}
+
+/// Whether the capture asked for frame pointers only (`-S unwind=fp`): no
+/// tables are built, so the unwinder finds no process and every user stack
+/// is the kernel's frame-pointer walk.
+fn frame_pointers_only(settings: &CaptureSettings) -> bool {
+    let asked = StackKind::FramePointersOnly.to_string();
+    settings.stacks.contains(&asked)
 }
 
 /// Merge sorted `batch` into sorted `ordered`; equal times keep `ordered` first.

@@ -393,3 +393,33 @@ fn matches_perf_dwarf_stacks() {
     assert_eq!(to_main(&ours), ["c", "b", "a", "main"]);
     assert_eq!(to_main(&ours), to_main(&theirs));
 }
+
+/// `-S unwind=fp`: no tables, every user stack is the kernel's
+/// frame-pointer walk, which reaches `main` in the program built with
+/// frame pointers (the capture's settings say it was asked).
+#[test]
+fn frame_pointers_only_on_request() {
+    require_bpf!();
+    let command = format!("{} 150 10", path_str(&c_spin_sleep(true)));
+    let args = ["-S", "unwind=fp", "-c", &command];
+    let json = capture("unwind-fp-only", "spin_sleep_fp", &args);
+    assert_eq!(json.header["stacks"][2], "unwind=fp");
+    let all = samples(&json, "spin_sleep_fp");
+    let user: Vec<&Sample> = (all.iter())
+        .filter(|s| !s.user_functions().is_empty())
+        .collect();
+    assert!(user.len() >= 20, "only {} user stacks", user.len());
+    let unwinders: Vec<_> = user.iter().map(|s| s.unwinder).collect();
+    assert!(
+        unwinders.iter().all(|u| *u == Some("kernel-walk")),
+        "{unwinders:?}"
+    );
+    let main = (user.iter())
+        .filter(|s| s.user_functions().contains(&"main"))
+        .count();
+    assert!(
+        main * 100 >= user.len() * 90,
+        "{main} of {} reach main",
+        user.len()
+    );
+}
