@@ -324,7 +324,8 @@ pub enum StackCount {
     /// Unwind tables built, and those that did not fit the table memory.
     TablesBuilt,
     TablesDropped,
-    /// Peak rows of table memory (8 bytes each) and code bytes covered.
+    /// Peak rows of table memory (8 bytes each) and the code bytes they
+    /// covered.
     TableRows,
     TableTextBytes,
     /// Kernel stacks cut at the depth limit (127 frames).
@@ -366,7 +367,7 @@ impl StackCount {
             StackCount::TablesBuilt => "unwind tables built",
             StackCount::TablesDropped => "unwind tables dropped",
             StackCount::TableRows => "unwind table rows (peak)",
-            StackCount::TableTextBytes => "code bytes covered",
+            StackCount::TableTextBytes => "code bytes covered (at the peak)",
             StackCount::KernelTruncated => "kernel stacks truncated at 127 frames",
         }
     }

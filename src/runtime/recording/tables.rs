@@ -176,7 +176,7 @@ impl StackCounts {
             all.insert(StackCount::TablesBuilt, tables.built as u64);
             all.insert(StackCount::TablesDropped, tables.dropped_tables as u64);
             all.insert(StackCount::TableRows, u64::from(tables.peak_rows));
-            all.insert(StackCount::TableTextBytes, tables.text_bytes);
+            all.insert(StackCount::TableTextBytes, tables.peak_text_bytes);
         }
         let mut counts: Vec<_> = all.into_iter().collect();
         counts.sort();
