@@ -11,6 +11,7 @@
 //! first stack the tables walked to `main`), and those must be most of its
 //! stacks.
 
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -80,7 +81,15 @@ fn function_name(frame: &str) -> &str {
 /// filter keeps the capture to the workload: system-wide, symbolizing the
 /// stacks of every process on a busy machine takes longer than the test.
 #[track_caller]
-fn capture(test: &str, name: &str, args: &[&str]) -> Ndjson {
+pub(super) fn capture(test: &str, name: &str, args: &[&str]) -> Ndjson {
+    let (json, data) = capture_keeping(test, name, args);
+    let _ = std::fs::remove_file(&data);
+    json
+}
+
+/// [`capture`], keeping the capture file (returned) for replays.
+#[track_caller]
+pub(super) fn capture_keeping(test: &str, name: &str, args: &[&str]) -> (Ndjson, PathBuf) {
     let dir = fresh_dir(test);
     let (data, json) = (dir.join("c.data"), dir.join("c.json"));
     let mut all = vec![
@@ -99,8 +108,7 @@ fn capture(test: &str, name: &str, args: &[&str]) -> Ndjson {
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
     wprof_ok(&all);
     let text = std::fs::read_to_string(&json).expect("NDJSON written");
-    let _ = std::fs::remove_file(&data);
-    Ndjson::parse(&text)
+    (Ndjson::parse(&text), data)
 }
 
 /// The stacks of the events of process `comm` (timer and switch-out), in time order.

@@ -2,31 +2,16 @@
 //! named from the process's perf map (`/tmp/perf-PID.map`) when it writes
 //! one: timer samples of `jit.c`, which runs a loop it copied there.
 
-use super::super::capture::{Ndjson, fresh_dir};
-use super::super::{path_str, wprof_ok};
+use super::super::path_str;
+use super::captures::capture;
 use super::workloads::c_jit;
 use crate::require_bpf;
 
 /// The innermost user frames of the timer samples of `jit` run with
 /// `args`, and the pid of the workload.
 fn innermost_frames(test: &str, args: &str) -> (Vec<String>, Option<u64>) {
-    let dir = fresh_dir(test);
-    let (data, json) = (path_str(&dir.join("c.data")), path_str(&dir.join("c.json")));
     let command = format!("{} {args}", path_str(&c_jit()));
-    let wprof_args = [
-        "-S",
-        "timer=997hz",
-        "-n",
-        "jit",
-        "-D",
-        &data,
-        "-J",
-        &json,
-        "-c",
-        &command,
-    ];
-    wprof_ok(&wprof_args);
-    let ndjson = Ndjson::parse(&std::fs::read_to_string(&json).expect("NDJSON written"));
+    let ndjson = capture(test, "jit", &["-S", "timer=997hz", "-c", &command]);
     let timer: Vec<_> = (ndjson.events.iter())
         .filter(|e| e["t"] == "timer" && e["task"]["pcomm"] == "jit")
         .collect();
