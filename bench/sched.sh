@@ -7,15 +7,17 @@
 #   -l LOOPS    `perf bench sched pipe -l LOOPS` per run (default 200000)
 #   -b SECONDS  length of the busy and of the idle capture (default 10)
 #
-# Each round runs `taskset -c 0 perf bench sched pipe -l LOOPS` five ways, in
+# Each round runs `taskset -c 0 perf bench sched pipe -l LOOPS` six ways, in
 # turn: untraced, under `wprof` (default features), under `wprof -S` (plus
-# timer and off-CPU stacks), under `wprof -S offcpu=1ms` (off-CPU stacks of
-# blocks of at least 1 ms only, issue 11), and under `perf record -e
-# sched:sched_switch -a`. The slowdown is the workload's own "Total time"
-# against the untraced median of the same run. Then: peak RSS of a busy and
-# of an idle capture, and the BPF program cost (kernel.bpf_stats_enabled) of
-# the default and of the `-S offcpu=1ms` capture. Prints issue 10's table
-# (markdown) in one run; see bench/README.md.
+# timer and off-CPU stacks, user stacks through the .eh_frame tables), under
+# `wprof -S -S unwind=fp` (the same, frame pointers only, issue 12), under
+# `wprof -S offcpu=1ms` (off-CPU stacks of blocks of at least 1 ms only,
+# issue 11), and under `perf record -e sched:sched_switch -a`. The slowdown
+# is the workload's own "Total time" against the untraced median of the same
+# run. Then: peak RSS of a busy and of an idle capture, and the BPF program
+# cost (kernel.bpf_stats_enabled) of the default, `-S`, `-S -S unwind=fp`
+# and `-S offcpu=1ms` captures. Prints issues 10 and 12's table (markdown)
+# in one run; see bench/README.md.
 #
 # Environment: WPROF (default target/release/wprof). Needs root and perf.
 set -euo pipefail
@@ -105,6 +107,7 @@ for round in $(seq "$ROUNDS"); do
   run none
   run default
   run stacks -S
+  run stacksfp -S -S unwind=fp
   run offcpu -S offcpu=1ms
   run perf
   echo "  round $round/$ROUNDS done" >&2
@@ -127,17 +130,8 @@ capture_rss idle -d "${BUSY_S}s"
 # BPF program cost of the default capture (stable under load, unlike the
 # slowdown): every program's run_time_ns / run_cnt from /proc/PID/fdinfo with
 # kernel.bpf_stats_enabled=1, read while wprof still runs, after one workload.
-prog_stats() {
-  local f
-  for f in /proc/"$1"/fdinfo/*; do
-    grep -q '^prog_type:' "$f" 2>/dev/null || continue
-    awk '/^prog_id:/ {id=$2} /^run_time_ns:/ {t=$2} /^run_cnt:/ {c=$2}
-         END {if (c > 0) print id, c, t}' "$f"
-  done
-}
-old_stats=$(sysctl -n kernel.bpf_stats_enabled)
-trap 'sysctl -q -w kernel.bpf_stats_enabled=$old_stats' EXIT
-sysctl -q -w kernel.bpf_stats_enabled=1
+source "$ROOT/bench/bpf_stats.sh"
+enable_bpf_stats
 # $1 = name, the rest = wprof's arguments: programs-NAME.txt (id, runs, ns)
 # and the capture's switch count in cost-NAME.switches.
 bpf_cost() {
@@ -147,10 +141,7 @@ bpf_cost() {
   # Recording has begun once the trackers' programs run (start-up runs two
   # test programs of its own first; a debug build on a busy machine takes
   # seconds to get there).
-  for _ in $(seq 600); do
-    (($(prog_stats "$cost_pid" | wc -l) >= 6)) && break
-    sleep 0.05
-  done
+  wait_for_programs "$cost_pid" 6 || true
   "${WORKLOAD[@]}" >/dev/null 2>>"$LOG"
   prog_stats "$cost_pid" | sort -k3,3nr >"$OUT/programs-$name.txt"
   kill -INT "$cost_pid"
@@ -160,8 +151,9 @@ bpf_cost() {
   rm -f "$OUT/cost.data"
 }
 bpf_cost default
+bpf_cost stacks -S
+bpf_cost stacksfp -S -S unwind=fp
 bpf_cost offcpu -S offcpu=1ms
-sysctl -q -w kernel.bpf_stats_enabled="$old_stats"
 
 median() {
   awk -F'\t' -v c="$1" -v m="$2" '$1 == c && $2 == m {print $3}' "$RAW" | sort -g |
@@ -178,9 +170,10 @@ mb() { calc %.1f "$(median "$1" maxrss_kb) / 1024"; }
   echo '| | slowdown | drops | B/switch data | B/switch Perfetto | launch → recording | peak RSS |'
   echo '|---|---|---|---|---|---|---|'
   base=$(median none seconds)
-  for c in default stacks offcpu perf; do
+  for c in default stacks stacksfp offcpu perf; do
     label="wprof default"
     [[ $c == stacks ]] && label="wprof \`-S\`"
+    [[ $c == stacksfp ]] && label="wprof \`-S -S unwind=fp\`"
     [[ $c == offcpu ]] && label="wprof \`-S offcpu=1ms\`"
     [[ $c == perf ]] && label="\`perf record -e sched:sched_switch -a\`"
     ratio=$(calc %.2f "$(median "$c" seconds) / $base")
@@ -198,7 +191,7 @@ mb() { calc %.1f "$(median "$1" maxrss_kb) / 1024"; }
   echo "| ${BUSY_S} s idle capture | | $(median idle drops) | | | | $(mb idle) MB |"
   echo
   echo "untraced: $(median none seconds) s; switches per wprof run: $(median default switches)"
-  for c in default offcpu; do
+  for c in default stacks stacksfp offcpu; do
     awk -v sw="$(cat "$OUT/cost-$c.switches")" -v c="$c" '{n += $3; r[NR] = $2; t[NR] = $3}
       END {printf "%s capture BPF cost (bpf_stats): %.0f ns per switch over all programs", c, (sw > 0 ? n / sw : 0);
            printf " (%d switches); busiest programs (runs, ns/run):", sw

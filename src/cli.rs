@@ -114,7 +114,8 @@ pub struct Cli {
     pub features: Vec<FormatOrFeature>,
 
     /// Capture stacks (repeatable): timer[=Nhz], offcpu[=MIN_BLOCK, e.g. offcpu=1ms],
-    /// waker, probe, pmu=EVENT[@RATE]; bare -S is timer + offcpu.
+    /// waker, probe, pmu=EVENT[@RATE]; bare -S is timer + offcpu. unwind=fp: user
+    /// stacks by frame pointers only (no .eh_frame tables).
     #[arg(short = 'S', value_name = "KIND", num_args = 0..=1, default_missing_value = "",
           value_parser = parse_stack_kinds)]
     pub stacks: Vec<StackKinds>,

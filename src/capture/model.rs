@@ -301,7 +301,8 @@ impl CaptureStats {
 }
 
 /// What [`CaptureStats::stacks`] counts: events whose user stack was walked
-/// a given way or ended a given way, and the unwind tables at the end.
+/// a given way or ended a given way, kernel stacks cut at the depth limit,
+/// and the unwind tables at the end.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum StackCount {
     /// Some frame came from an `.eh_frame` table.
@@ -323,13 +324,16 @@ pub enum StackCount {
     /// Unwind tables built, and those that did not fit the table memory.
     TablesBuilt,
     TablesDropped,
-    /// Peak rows of table memory (8 bytes each) and code bytes covered.
+    /// Peak rows of table memory (8 bytes each) and the code bytes they
+    /// covered.
     TableRows,
     TableTextBytes,
+    /// Kernel stacks cut at the depth limit (127 frames).
+    KernelTruncated,
 }
 
 impl StackCount {
-    pub const ALL: [StackCount; 12] = [
+    pub const ALL: [StackCount; 13] = [
         StackCount::Table,
         StackCount::FramePointer,
         StackCount::KernelWalk,
@@ -342,6 +346,7 @@ impl StackCount {
         StackCount::TablesDropped,
         StackCount::TableRows,
         StackCount::TableTextBytes,
+        StackCount::KernelTruncated,
     ];
 
     /// Its code in the capture's end chunk, and its label in summaries.
@@ -362,7 +367,8 @@ impl StackCount {
             StackCount::TablesBuilt => "unwind tables built",
             StackCount::TablesDropped => "unwind tables dropped",
             StackCount::TableRows => "unwind table rows (peak)",
-            StackCount::TableTextBytes => "code bytes covered",
+            StackCount::TableTextBytes => "code bytes covered (at the peak)",
+            StackCount::KernelTruncated => "kernel stacks truncated at 127 frames",
         }
     }
 }

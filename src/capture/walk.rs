@@ -1,7 +1,8 @@
-//! How an event's user stack was walked: the unwinder that produced its
-//! frames and how the walk ended. One byte per event in the capture's
-//! `stack walks` chunks (format 2.3, `docs/data-format.md`); renderers show
-//! it per event (NDJSON) and as counts (the profile report).
+//! How an event's stack was walked: the unwinder that produced its user
+//! frames, how that walk ended, and whether the kernel part was cut at the
+//! depth limit. One byte per event in the capture's `stack walks` chunks
+//! (format 2.3, `docs/data-format.md`); renderers show it per event
+//! (NDJSON) and as counts (the profile report).
 
 /// The unwinder behind a user stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -30,12 +31,17 @@ pub enum StackEnding {
     NoProgress = 4,
 }
 
-/// An event's user stack walk.
+/// An event's stack walk: its user part (`unwinder` absent without user
+/// frames) and whether its kernel part reached the kernel's depth limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StackWalk {
-    pub unwinder: Unwinder,
+    pub unwinder: Option<Unwinder>,
     pub ending: Option<StackEnding>,
+    pub kernel_truncated: bool,
 }
+
+/// The bit of a walk's byte that marks a truncated kernel stack.
+const KERNEL_TRUNCATED: u8 = 8;
 
 impl Unwinder {
     pub const ALL: [Unwinder; 4] = [
@@ -76,21 +82,41 @@ impl StackEnding {
 }
 
 impl StackWalk {
-    /// The byte stored per event: the unwinder in the low nibble, the
-    /// ending (0 for none) in the high one.
-    pub fn code(self) -> u8 {
-        self.unwinder as u8 | self.ending.map_or(0, |e| e as u8) << 4
+    /// Whether there is anything to say: user frames or a cut kernel stack.
+    pub fn is_some(self) -> bool {
+        self.unwinder.is_some() || self.kernel_truncated
     }
 
-    /// The walk a stored byte describes; `None` for 0 (no user stack) and
+    /// The byte stored per event: the unwinder (0 for none) in the low
+    /// three bits, [`KERNEL_TRUNCATED`], the ending (0 for none) in the high
+    /// nibble.
+    pub fn code(self) -> u8 {
+        let truncated = if self.kernel_truncated {
+            KERNEL_TRUNCATED
+        } else {
+            0
+        };
+        let unwinder = self.unwinder.map_or(0, |u| u as u8);
+        unwinder | truncated | self.ending.map_or(0, |e| e as u8) << 4
+    }
+
+    /// The walk a stored byte describes; `None` for 0 (nothing to say) and
     /// for codes a newer writer may add.
     pub fn from_code(code: u8) -> Option<StackWalk> {
-        let unwinder = *Unwinder::ALL.iter().find(|u| **u as u8 == code & 15)?;
+        let unwinder = match code & 7 {
+            0 => None,
+            u => Some(*Unwinder::ALL.iter().find(|k| **k as u8 == u)?),
+        };
         let ending = match code >> 4 {
             0 => None,
             e => Some(*StackEnding::ALL.iter().find(|k| **k as u8 == e)?),
         };
-        Some(StackWalk { unwinder, ending })
+        let walk = StackWalk {
+            unwinder,
+            ending,
+            kernel_truncated: code & KERNEL_TRUNCATED != 0,
+        };
+        (walk.is_some() && (unwinder.is_some() || ending.is_none())).then_some(walk)
     }
 }
 
@@ -98,18 +124,33 @@ impl StackWalk {
 mod tests {
     use super::*;
 
-    /// Every walk survives its byte, 0 means none, unknown codes are none.
+    /// Every walk survives its byte, 0 means none, unknown codes and an
+    /// ending without an unwinder are none.
     #[test]
     fn codes_round_trip() {
         for unwinder in Unwinder::ALL {
             let endings = StackEnding::ALL.map(Some);
             for ending in endings.into_iter().chain([None]) {
-                let walk = StackWalk { unwinder, ending };
-                assert_eq!(StackWalk::from_code(walk.code()), Some(walk));
+                for kernel_truncated in [false, true] {
+                    let unwinder = Some(unwinder);
+                    let walk = StackWalk {
+                        unwinder,
+                        ending,
+                        kernel_truncated,
+                    };
+                    assert_eq!(StackWalk::from_code(walk.code()), Some(walk));
+                }
             }
         }
+        let kernel_only = StackWalk {
+            unwinder: None,
+            ending: None,
+            kernel_truncated: true,
+        };
+        assert_eq!(StackWalk::from_code(kernel_only.code()), Some(kernel_only));
         assert_eq!(StackWalk::from_code(0), None);
         assert_eq!(StackWalk::from_code(5), None);
         assert_eq!(StackWalk::from_code(0x51), None);
+        assert_eq!(StackWalk::from_code(0x18), None);
     }
 }

@@ -220,6 +220,7 @@ impl Lowerer<'_> {
             KernelSource::Current { caller_frames } => {
                 let skip = self.kernel_skip();
                 let got = self.get_stack(to, KERNEL_STACK_MAX, Src::Reg(skip));
+                self.flag_kernel_truncated(got, Src::Reg(skip), user);
                 self.drop_glue_frames(to, got, caller_frames);
                 got
             }
@@ -236,6 +237,7 @@ impl Lowerer<'_> {
                     args,
                     ret: Some(got),
                 });
+                self.flag_kernel_truncated(got, Src::Imm(0), user);
                 got
             }
         };
@@ -247,6 +249,23 @@ impl Lowerer<'_> {
         self.clamp_bytes(got, KERNEL_FRAMES_BYTES);
         self.alu(AluOp::Rsh, got, Src::Imm(3));
         self.store_reg(buf, target.desc(header::KERNEL_FRAMES), got, Size::U32);
+    }
+
+    /// Sets `KERNEL_TRUNCATED` in the user flags when the kernel's walk
+    /// (`got` bytes after `skip` frames) reached the depth limit: the
+    /// kernel stops at `perf_event_max_stack` frames, skipped ones included
+    /// (127, the default, also the room), so the stack may go on.
+    fn flag_kernel_truncated(&mut self, got: VReg, skip: Src, user: &UserFrames) {
+        let whole = self.label();
+        self.branch(Cond::Slt, got, Src::Imm(0), whole);
+        let depth = self.vreg();
+        self.mov(depth, got);
+        self.alu(AluOp::Rsh, depth, Src::Imm(3));
+        self.alu(AluOp::Add, depth, skip);
+        self.branch(Cond::Lt, depth, Src::Imm(MAX_FRAMES as i32), whole);
+        let cut = Src::Imm(flags::KERNEL_TRUNCATED as i32);
+        self.alu(AluOp::Or, user.flags, cut);
+        self.emit(Inst::Bind(whole));
     }
 
     /// Removes the first frames of the `got` bytes of frames at `to`: at a

@@ -325,15 +325,29 @@ impl<'a, 'o> LineWriter<'a, 'o> {
         let buf = &mut self.buf;
         buf.extend_from_slice(br#","stack":"#);
         write_u64(buf, stack.0.into());
-        if let Some(walk) = event.walk {
-            buf.extend_from_slice(br#","unwind":{"unwinder":""#);
-            buf.extend_from_slice(walk.unwinder.name().as_bytes());
-            if let Some(ending) = walk.ending {
-                buf.extend_from_slice(br#"","ending":""#);
-                buf.extend_from_slice(ending.name().as_bytes());
-            }
-            buf.extend_from_slice(br#""}"#);
+        let Some(walk) = event.walk else {
+            return;
+        };
+        let mut parts = Vec::with_capacity(3);
+        if let Some(unwinder) = walk.unwinder {
+            parts.push(("unwinder", unwinder.name()));
         }
+        if let Some(ending) = walk.ending {
+            parts.push(("ending", ending.name()));
+        }
+        if walk.kernel_truncated {
+            parts.push(("kernel", "truncated"));
+        }
+        buf.extend_from_slice(br#","unwind":{"#);
+        for (i, (key, value)) in parts.into_iter().enumerate() {
+            if i > 0 {
+                buf.push(b',');
+            }
+            for part in ["\"", key, "\":\"", value, "\""] {
+                buf.extend_from_slice(part.as_bytes());
+            }
+        }
+        buf.push(b'}');
     }
 
     /// Appends the `task` object of `thread`, made by `task` before.

@@ -214,14 +214,16 @@ mod fake {
             let e = c.add_event(2_000_000_000, app, malloc, vec![V::UInt(128)]);
             e.stack = Some(deep);
             e.walk = Some(StackWalk {
-                unwinder: Unwinder::Table,
+                unwinder: Some(Unwinder::Table),
                 ending: Some(StackEnding::Outermost),
+                kernel_truncated: false,
             });
             let e = c.add_event(2_500_000_000, bash, malloc, vec![V::UInt(1)]);
             e.stack = Some(odd);
             e.walk = Some(StackWalk {
-                unwinder: Unwinder::KernelWalk,
+                unwinder: Some(Unwinder::KernelWalk),
                 ending: None,
+                kernel_truncated: true,
             });
             let stats = c.stats.as_mut().expect("a new capture is finished");
             *stats = CaptureStats {

@@ -172,14 +172,16 @@ fn cpu0(b: &mut Builder, t: &Threads) {
         b.add(start + MS / 2, 0, t.sleeper, "timer", &[]);
         let timer = b.c.events.last_mut().expect("added");
         timer.stack = Some(b.stack);
-        // one stack walked before the process's tables loaded, then tables
+        // one stack walked before the process's tables loaded, then tables;
+        // the second one's kernel part cut at the depth limit
         timer.walk = Some(StackWalk {
-            unwinder: if i == 0 {
+            unwinder: Some(if i == 0 {
                 Unwinder::KernelWalk
             } else {
                 Unwinder::Table
-            },
+            }),
             ending: (i > 0).then_some(StackEnding::Outermost),
+            kernel_truncated: i == 1,
         });
         b.switch(start + MS, 0, (t.sleeper, t.spinner), 1);
         prev = t.spinner;

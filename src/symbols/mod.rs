@@ -36,6 +36,8 @@ mod demangle;
 mod kernel;
 mod modules;
 mod normalize;
+mod perf_map;
+mod plt;
 mod symbolize;
 #[cfg(test)]
 mod tests;

@@ -3,14 +3,22 @@
 //! own binaries, the traced command, and every process seen while it lives.
 //! Executable code without a file is named after its mapping: the vDSO
 //! (`[vdso]`, at its offset in the image), anonymous memory (`[anon]`, or
-//! the mapping's own name such as `[anon:NAME]`, at its address): JIT code.
+//! the mapping's own name such as `[anon:NAME]`, at its address): JIT code,
+//! whose module is the process's perf map when it writes one
+//! (`/tmp/perf-PID.map`, `symbols::perf_map`).
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-/// A process's mappings are read again at most this often: a stack in code
-/// mapped since they were read asks for it, and many stacks may ask at once.
+/// A process's mappings are read again at most this often for addresses
+/// already missing from them once (stacks walked through garbage return
+/// addresses may ask at every stack); an address in a page not seen missing
+/// asks at once (code mapped since: `dlopen`, JIT code, whose first stacks
+/// the recorder may take within moments of the last read).
 const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
+/// Most pages remembered missing per process; past it only the interval
+/// applies.
+const MISSING_PAGES: usize = 4096;
 
 /// Build ids as the kernel stores them: zero-padded to 20 bytes.
 pub type PaddedBuildId = [u8; 20];
@@ -24,6 +32,8 @@ pub struct ModuleIndex {
     /// Mappings of every process seen, as they were when last read, and when.
     processes: HashMap<u32, Vec<Mapping>>,
     read_at: HashMap<u32, Instant>,
+    /// Pages of each process found in no mapping after a read.
+    missing: HashMap<u32, HashSet<u64>>,
 }
 
 /// `start..end` of a process maps `path` from `file_offset`.
@@ -58,22 +68,45 @@ impl ModuleIndex {
         }
     }
 
-    /// Reads the mappings of process `pid` again (code mapped since: a
-    /// `dlopen`, JIT code), unless it was read moments ago; keeps the old
-    /// ones when it is gone.
-    pub fn refresh_process(&mut self, pid: u32) {
-        let now = Instant::now();
-        if (self.read_at.get(&pid)).is_some_and(|at| now.duration_since(*at) < REFRESH_INTERVAL) {
+    /// Reads the mappings of process `pid` again for `addr`, which none
+    /// holds (code mapped since: a `dlopen`, JIT code), unless `addr`'s
+    /// page was missing before and they were read moments ago; keeps the
+    /// old ones when it is gone.
+    pub fn refresh_for(&mut self, pid: u32, addr: u64) {
+        let page = addr >> 12;
+        let missing = self.missing.entry(pid).or_default();
+        let known_missing = missing.contains(&page);
+        let recent = (self.read_at.get(&pid)).is_some_and(|at| at.elapsed() < REFRESH_INTERVAL);
+        if known_missing && recent {
             return;
         }
+        self.refresh_process(pid);
+        if self.translate(pid, addr).is_none() {
+            let missing = self.missing.entry(pid).or_default();
+            if missing.len() < MISSING_PAGES {
+                missing.insert(page);
+            }
+        }
+    }
+
+    /// Reads the mappings of process `pid`; keeps the old ones when it is
+    /// gone.
+    fn refresh_process(&mut self, pid: u32) {
+        let now = Instant::now();
         self.read_at.insert(pid, now);
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        let mappings: Vec<Mapping> = maps.lines().filter_map(parse_mapping).collect();
+        let mut mappings: Vec<Mapping> = maps.lines().filter_map(parse_mapping).collect();
         if mappings.is_empty() {
             return;
         }
+        let perf_map = super::perf_map::path_of(pid);
+        if std::path::Path::new(&perf_map).is_file() {
+            for mapping in mappings.iter_mut().filter(|m| m.path.starts_with("[anon")) {
+                mapping.path.clone_from(&perf_map);
+            }
+        }
         let files: HashSet<String> = (mappings.iter())
-            .filter(|m| m.path.starts_with('/'))
+            .filter(|m| m.path.starts_with('/') && !super::perf_map::is_perf_map(&m.path))
             .map(|m| m.path.clone())
             .collect();
         self.processes.insert(pid, mappings);
@@ -212,5 +245,26 @@ mod tests {
             Some(("[anon]", 0x7f00_0000_0042))
         );
         assert!(index.build_id_of("[vdso]").is_some());
+    }
+
+    /// Code mapped right after the mappings were read is found at once,
+    /// named by the process's perf map when it has one; a page still
+    /// missing is remembered.
+    #[test]
+    fn finds_code_mapped_since() {
+        let me = std::process::id();
+        let mut index = ModuleIndex::new();
+        index.add_process(me);
+        let map = memmap2::MmapOptions::new().len(4096).map_anon();
+        let code = map.and_then(|m| m.make_exec()).expect("an executable page");
+        let addr = code.as_ptr() as u64 + 8;
+        assert_eq!(index.translate(me, addr), None);
+        let perf_map = super::super::perf_map::path_of(me);
+        std::fs::write(&perf_map, format!("{:x} 10 jitted\n", addr - 8)).expect("perf map");
+        index.refresh_for(me, addr);
+        let _ = std::fs::remove_file(&perf_map);
+        assert_eq!(index.translate(me, addr), Some((perf_map.as_str(), addr)));
+        index.refresh_for(me, 8);
+        assert!(index.missing[&me].contains(&0));
     }
 }

@@ -11,6 +11,8 @@ use blazesym::helper::read_elf_build_id;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized as BlazeSymbolized, Symbolizer};
 
+use super::perf_map::{self, PerfMap};
+use super::plt::PltStubs;
 use super::{AddrKind, KernelSymbols, RawFrame, RawSymbol, demangle, vdso};
 
 /// What to look up besides function names.
@@ -104,6 +106,12 @@ pub fn symbolize(
             fill_vdso(*build_id, pending, &mut out.symbols);
             continue;
         }
+        if perf_map::is_perf_map(path) {
+            // JIT code: the frames' file offsets are their addresses.
+            let map = PerfMap::read(Path::new(path));
+            fill_names(pending, &mut out.symbols, |addr| map.lookup(addr));
+            continue;
+        }
         match check_file(path, *build_id) {
             FileCheck::Usable => {}
             FileCheck::Missing => {
@@ -128,7 +136,10 @@ pub fn symbolize(
         ) {
             // Readable but not an ELF file blazesym can use.
             out.stats.missing_files += 1;
+            continue;
         }
+        let stubs = PltStubs::of_file(Path::new(path));
+        fill_names(pending, &mut out.symbols, |offset| stubs.name_at(offset));
     }
     let resolved = out.symbols.iter().filter(|s| s.function.is_some()).count();
     out.stats.resolved = resolved;
@@ -211,6 +222,25 @@ fn fill(
         BlazeSymbolized::Unknown(_) => None,
     });
     true
+}
+
+/// Names the frames `name_at` knows, with their offset into the name's
+/// code: JIT functions of a perf map, PLT stubs (which a symbolizer names
+/// after the symbol before the PLT, `_init`).
+fn fill_names<'a>(
+    pending: &[Pending],
+    symbols: &mut [RawSymbol],
+    name_at: impl Fn(u64) -> Option<(&'a str, u64)>,
+) {
+    for p in pending {
+        if let Some((name, offset)) = name_at(p.lookup) {
+            symbols[p.index] = RawSymbol {
+                function: Some(name.to_owned()),
+                offset: offset + p.bias,
+                ..RawSymbol::default()
+            };
+        }
+    }
 }
 
 /// [`fill`] for frames in the vDSO, from this kernel's image when it is

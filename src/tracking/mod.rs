@@ -37,9 +37,8 @@ impl Tracking {
     /// The options every script (trackers and the user's) compiles with.
     pub fn compile_options(&self) -> Result<CompileOptions, String> {
         Ok(CompileOptions {
-            stacks: self
-                .stacks
-                .iter()
+            stacks: (self.stacks.iter())
+                .filter(|k| **k != StackKind::FramePointersOnly)
                 .map(|k| k.item_name().to_string())
                 .collect(),
             pmu: crate::frontend::pmu::parse_counters(&self.pmu)?,

@@ -129,6 +129,11 @@ pub enum StackKind {
     Probe,
     /// Samples on a perf event: `pmu=EVENT[@RATE]`.
     Pmu { event: String, rate: PerfSample },
+    /// `unwind=fp`: user stacks by frame pointers only (the kernel's walk),
+    /// no `.eh_frame` tables built or loaded. A setting of every stack
+    /// kind, not a kind: for code built with frame pointers, and to measure
+    /// what the tables cost.
+    FramePointersOnly,
 }
 
 /// The sampling rate of `-S timer` without `=Nhz`.
@@ -145,6 +150,7 @@ impl StackKind {
             StackKind::Waker => "waker",
             StackKind::Probe => "probe",
             StackKind::Pmu { .. } => "pmu",
+            StackKind::FramePointersOnly => "unwind",
         }
     }
 }
@@ -157,6 +163,7 @@ impl fmt::Display for StackKind {
             StackKind::Offcpu {
                 min_block_ns: Some(ns),
             } => write!(f, "offcpu={}", whole_duration(*ns)),
+            StackKind::FramePointersOnly => f.write_str("unwind=fp"),
             other => f.write_str(other.item_name()),
         }
     }
@@ -215,9 +222,14 @@ pub fn parse_stack_arg(text: &str) -> Result<Vec<StackKind>, String> {
             }]
         }
         ("pmu", None) => return Err(bad("`pmu=EVENT[@RATE]` needs an event".into())),
+        ("unwind", Some("fp")) => vec![StackKind::FramePointersOnly],
+        ("unwind", Some("tables")) => vec![],
+        ("unwind", _) => return Err(bad("user stacks unwind with `tables` or `fp`".into())),
         _ => {
             return Err(bad(
-                "kinds are timer[=Nhz], offcpu[=DUR], waker, probe, pmu=EVENT[@RATE]".into(),
+                "kinds are timer[=Nhz], offcpu[=DUR], waker, probe, pmu=EVENT[@RATE]; \
+                 unwind=fp|tables chooses the user-stack unwinder"
+                    .into(),
             ));
         }
     };
@@ -349,6 +361,10 @@ mod tests {
         assert_eq!(canonical("offcpu=1ms"), ["offcpu=1ms"]);
         assert_eq!(canonical("offcpu=1500us"), ["offcpu=1500us"]);
         assert_eq!(canonical("offcpu=2s"), ["offcpu=2s"]);
+        assert_eq!(canonical("unwind=fp"), ["unwind=fp"]);
+        assert!(canonical("unwind=tables").is_empty());
+        let bad = parse_stack_arg("unwind=dwarf").expect_err("not an unwinder");
+        assert!(bad.contains("`tables` or `fp`"), "{bad}");
     }
 
     /// Bad kinds, rates and missing events are errors naming the argument.

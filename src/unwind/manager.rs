@@ -48,8 +48,11 @@ pub struct ManagerStats {
     pub tables: usize,
     pub rows: u32,
     pub text_bytes: u64,
-    /// Most rows loaded at once.
+    /// Most rows loaded at once, and the executable bytes they covered
+    /// (tables of exited processes are freed, so `text_bytes` at the end
+    /// may be 0).
     pub peak_rows: u32,
+    pub peak_text_bytes: u64,
     /// Tables built (each file once).
     pub built: usize,
     /// Tables that did not fit the rows map or the table limit (their
@@ -236,6 +239,9 @@ impl TableManager {
             };
             if let TableState::Loaded(..) = state {
                 self.stats.text_bytes += text_bytes;
+                if self.stats.rows == self.stats.peak_rows {
+                    self.stats.peak_text_bytes = self.stats.text_bytes;
+                }
             }
             self.tables.get_mut(&key).expect("present above").state = state;
             let users: Vec<u32> = (self.processes.iter())
@@ -435,7 +441,7 @@ impl TableManager {
 
 /// A file mapped read-only: building its table reads only the pages its
 /// headers and CFI are on.
-fn map_file(path: &std::path::Path) -> std::io::Result<memmap2::Mmap> {
+pub(crate) fn map_file(path: &std::path::Path) -> std::io::Result<memmap2::Mmap> {
     // Opened without blocking: a FIFO or device is refused, never waited on.
     let (file, _) = crate::capture::files::open_regular(path)?.map_err(std::io::Error::other)?;
     // SAFETY: the map is only read. A file truncated while mapped makes
@@ -527,7 +533,7 @@ mod tests {
 
     /// Adding this process loads a table for its executable and libc and
     /// writes sorted mappings; adding it again shares the tables; removing
-    /// it frees everything.
+    /// it frees everything but the peak of rows and the code they covered.
     #[test]
     fn adds_shares_and_removes() {
         let pid = std::process::id();
@@ -552,8 +558,12 @@ mod tests {
             tables,
             "a re-read loaded tables twice"
         );
+        let (rows, text) = (manager.stats().rows, manager.stats().text_bytes);
         manager.remove_process(&mut store, pid).expect("remove");
         assert_eq!((manager.stats().tables, manager.stats().rows), (0, 0));
+        let stats = manager.stats();
+        assert_eq!((stats.peak_rows, stats.peak_text_bytes), (rows, text));
+        assert!(text > 0 && stats.text_bytes == 0, "{stats:?}");
         assert!(store.processes.is_empty());
         assert!(store.tables.values().all(|&(_, rows)| rows == 0));
     }

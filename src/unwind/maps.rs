@@ -188,6 +188,9 @@ pub mod flags {
     /// The user frames are `struct bpf_stack_build_id`s (file and offset),
     /// from a kernel walk (set by the caller).
     pub const BUILD_ID: u32 = 1024;
+    /// The kernel stack reached the kernel's depth limit and goes on (set
+    /// by the caller after taking it).
+    pub const KERNEL_TRUNCATED: u32 = 2048;
     /// Ways a walk can go wrong for reasons that may pass: such stacks are
     /// not cached.
     pub const NOT_CACHEABLE: u32 = READ_FAILED | NO_PROCESS | UNKNOWN_MAPPING | KERNEL_WALK;

@@ -38,7 +38,7 @@ const S1: &str = r#"{"type":"stack","id":1,"frames":["[U] 0x7f00deadbeef","[U] l
 const E0: &str = r#"{"type":"event","ts":1.234567890,"cpu":1,"task":{"tid":100,"pid":100,"comm":"app","pcomm":"app"},"probe":"malloc","fields":{"size":64},"stack":0}"#;
 const E1: &str = r#"{"type":"event","ts":1.500000000,"cpu":0,"task":{"tid":101,"pid":100,"comm":"work\"er\u0001","pcomm":"app"},"probe":"lock","dur":0.000123000,"fields":{"what":"a\"b\\c\nd\te","ret":-5}}"#;
 const E2: &str = r#"{"type":"event","ts":2.000000000,"cpu":0,"task":{"tid":100,"pid":100,"comm":"app","pcomm":"app"},"probe":"malloc","fields":{"size":128},"stack":0,"unwind":{"unwinder":"table","ending":"outermost"}}"#;
-const E3: &str = "{\"type\":\"event\",\"ts\":2.500000000,\"cpu\":0,\"task\":{\"tid\":200,\"pid\":200,\"comm\":\"ba\u{fffd}sh\",\"pcomm\":\"bash\"},\"probe\":\"malloc\",\"fields\":{\"size\":1},\"stack\":1,\"unwind\":{\"unwinder\":\"kernel-walk\"}}";
+const E3: &str = "{\"type\":\"event\",\"ts\":2.500000000,\"cpu\":0,\"task\":{\"tid\":200,\"pid\":200,\"comm\":\"ba\u{fffd}sh\",\"pcomm\":\"bash\"},\"probe\":\"malloc\",\"fields\":{\"size\":1},\"stack\":1,\"unwind\":{\"unwinder\":\"kernel-walk\",\"kernel\":\"truncated\"}}";
 
 /// The whole output of a small capture: header, stacks once before first use, events.
 #[test]

@@ -312,8 +312,9 @@ mod tests {
             let event = c.add_event(1, thread, record, values);
             event.stack = tracker.has_stack.then_some(stack);
             event.walk = Some(StackWalk {
-                unwinder: Unwinder::Table,
+                unwinder: Some(Unwinder::Table),
                 ending: Some(StackEnding::Outermost),
+                kernel_truncated: false,
             });
             event.duration_ns = (tracker.kind == RecordKind::Span).then_some(5);
             names.push(tracker.name.clone());

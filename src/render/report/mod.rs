@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::analysis::wallclock::ThreadTimes;
-use crate::capture::walk::StackEnding;
+use crate::capture::walk::{StackEnding, StackWalk, Unwinder};
 use crate::render::format::describe_tasks;
 use crate::render::metrics::{Measurement, ThreadRow, measure};
 use crate::render::source::CaptureSource;
@@ -167,6 +167,9 @@ pub struct ReportData {
     /// Events of the selected threads with a user stack, by how it was
     /// walked (unwinder, then ending).
     pub user_stacks: Vec<WalkRow>,
+    /// Events of the selected threads whose kernel stack was cut at the
+    /// kernel's depth limit.
+    pub kernel_stacks_truncated: u64,
 }
 
 /// The events whose user stack one unwinder walked, ending one way
@@ -261,15 +264,30 @@ impl ReportData {
             threads,
             timer_samples: m.timer_samples,
             functions: functions(&m, options.top),
-            user_stacks: (m.contents.stack_walks.iter())
-                .map(|(walk, &events)| WalkRow {
-                    unwinder: walk.unwinder.name(),
-                    ending: walk.ending.map(StackEnding::name),
-                    events,
-                })
-                .collect(),
+            user_stacks: user_stacks(&m.contents.stack_walks),
+            kernel_stacks_truncated: (m.contents.stack_walks.iter())
+                .filter(|(walk, _)| walk.kernel_truncated)
+                .map(|(_, events)| events)
+                .sum(),
         })
     }
+}
+
+/// The user stacks' rows by unwinder, then ending (whatever their kernel part).
+fn user_stacks(walks: &BTreeMap<StackWalk, u64>) -> Vec<WalkRow> {
+    let mut rows: BTreeMap<(Unwinder, Option<StackEnding>), u64> = BTreeMap::new();
+    for (walk, &events) in walks {
+        if let Some(unwinder) = walk.unwinder {
+            *rows.entry((unwinder, walk.ending)).or_default() += events;
+        }
+    }
+    (rows.into_iter())
+        .map(|((unwinder, ending), events)| WalkRow {
+            unwinder: unwinder.name(),
+            ending: ending.map(StackEnding::name),
+            events,
+        })
+        .collect()
 }
 
 fn thread_row(source: &dyn CaptureSource, m: &Measurement, tid: u32, row: &ThreadRow) -> Row {

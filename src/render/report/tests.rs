@@ -81,6 +81,7 @@ fn json_rows() {
     assert_eq!(walks[1]["unwinder"], "kernel-walk");
     assert_eq!(walks[1]["ending"], serde_json::Value::Null);
     assert_eq!(walks[1]["events"], 1);
+    assert_eq!(json["kernel_stacks_truncated"], 1);
 }
 
 /// Sort keys parse by name, and an unknown one lists them.

@@ -61,6 +61,10 @@ fn header(data: &ReportData, out: &mut String) {
     if let Some(walks) = describe_walks(&data.user_stacks) {
         field(out, "user stacks", &walks);
     }
+    if data.kernel_stacks_truncated > 0 {
+        let cut = format!("{} stacks cut at 127 frames", data.kernel_stacks_truncated);
+        field(out, "kernel", &cut);
+    }
     let top = match data.top {
         0 => "all rows".to_owned(),
         n => format!("top {n}"),

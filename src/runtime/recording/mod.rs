@@ -22,12 +22,14 @@ use self::tables::Tables;
 use self::threads::{Comm, ThreadTable};
 use self::window::ReorderWindow;
 use crate::capture::model::{
-    CaptureInfo, CaptureStats, Event, FieldValue, RecordDrops, RecordId, RecordKind, StackId,
+    CaptureInfo, CaptureSettings, CaptureStats, Event, FieldValue, RecordDrops, RecordId,
+    RecordKind, StackId,
 };
 use crate::capture::writer::CaptureWriter;
 use crate::codegen::program::Compiled;
 use crate::runtime::bpf::loader::Loaded;
 use crate::symbols::{AddrKind, KernelSymbols, ModuleIndex};
+use crate::tracking::options::StackKind;
 use crate::unwind::maps::flags;
 use crate::vocab::{Message, record_header as header};
 
@@ -133,7 +135,9 @@ impl Recorder {
             identity: identity_record(&compiled.records),
             threads: ThreadTable::default(),
             kernel_symbols: KernelSymbols::default(),
-            tables: compiled.unwind.map(Tables::new),
+            tables: (compiled.unwind)
+                .filter(|_| !frame_pointers_only(&info.settings))
+                .map(Tables::new),
             stack_counts: tables::StackCounts::default(),
             modules: probed_binaries(compiled),
             stacks: HashMap::new(),
@@ -205,10 +209,9 @@ impl Recorder {
         event: &mut Event,
     ) -> Result<Option<(u128, RawStack)>, RecordError> {
         let desc = StackHeader::read(bytes)?;
-        if desc.user_frames > 0 {
-            self.stack_counts.count(desc.flags);
-            event.walk = Some(tables::stack_walk(desc.flags));
-        }
+        let user = desc.user_frames > 0;
+        self.stack_counts.count(desc.flags, user);
+        event.walk = tables::stack_walk(desc.flags, user);
         if desc.flags & (flags::NO_PROCESS | flags::UNKNOWN_MAPPING) != 0
             && let Some(tables) = &mut self.tables
         {
@@ -332,4 +335,12 @@ impl Recorder {
         self.writer.finish(&symbols, &stats)?;
         Ok(stats)
     }
+}
+
+/// Whether the capture asked for frame pointers only (`-S unwind=fp`): no
+/// tables are built, so the unwinder finds no process and every user stack
+/// is the kernel's frame-pointer walk.
+fn frame_pointers_only(settings: &CaptureSettings) -> bool {
+    let asked = StackKind::FramePointersOnly.to_string();
+    settings.stacks.contains(&asked)
 }

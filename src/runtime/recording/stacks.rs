@@ -189,7 +189,7 @@ impl Recorder {
     /// they were read (a `dlopen`, JIT code), they are read again.
     fn mapped_frame(&mut self, pid: u32, addr: u64) -> FrameAddr {
         if self.modules.translate(pid, addr).is_none() {
-            self.modules.refresh_process(pid);
+            self.modules.refresh_for(pid, addr);
         }
         match self.modules.translate(pid, addr) {
             Some((path, file_offset)) => {

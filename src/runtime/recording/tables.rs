@@ -98,19 +98,13 @@ impl Tables {
     }
 }
 
-/// How a user stack with these `unwind::maps::flags` was walked: a cached
-/// or kernel walk before the walk's own flags; a truncated walk before the
-/// ways a walk that went on would have ended.
-pub(super) fn stack_walk(stack_flags: u32) -> StackWalk {
-    let unwinder = if stack_flags & flags::CACHED != 0 {
-        Unwinder::Cached
-    } else if stack_flags & flags::KERNEL_WALK != 0 {
-        Unwinder::KernelWalk
-    } else if stack_flags & flags::TABLE != 0 {
-        Unwinder::Table
-    } else {
-        Unwinder::FramePointer
-    };
+/// How a stack with these `unwind::maps::flags` was walked (`None` when
+/// there is nothing to say): with `user` frames, the unwinder (a cached or
+/// kernel walk before the walk's own flags) and the ending (a truncated walk
+/// before the ways a walk that went on would have ended); a kernel stack cut
+/// at the depth limit.
+pub(super) fn stack_walk(stack_flags: u32, user: bool) -> Option<StackWalk> {
+    let unwinder = user.then(|| user_unwinder(stack_flags));
     let ending = [
         (flags::TRUNCATED, StackEnding::Truncated),
         (flags::NO_PROGRESS, StackEnding::NoProgress),
@@ -118,20 +112,45 @@ pub(super) fn stack_walk(stack_flags: u32) -> StackWalk {
         (flags::OUTERMOST, StackEnding::Outermost),
     ]
     .into_iter()
-    .find_map(|(bit, ending)| (stack_flags & bit != 0).then_some(ending));
-    StackWalk { unwinder, ending }
+    .find_map(|(bit, ending)| (user && stack_flags & bit != 0).then_some(ending));
+    let walk = StackWalk {
+        unwinder,
+        ending,
+        kernel_truncated: stack_flags & flags::KERNEL_TRUNCATED != 0,
+    };
+    walk.is_some().then_some(walk)
+}
+
+fn user_unwinder(stack_flags: u32) -> Unwinder {
+    if stack_flags & flags::CACHED != 0 {
+        Unwinder::Cached
+    } else if stack_flags & flags::KERNEL_WALK != 0 {
+        Unwinder::KernelWalk
+    } else if stack_flags & flags::TABLE != 0 {
+        Unwinder::Table
+    } else {
+        Unwinder::FramePointer
+    }
 }
 
 /// How the user stacks of events were walked and how they ended (their
-/// `unwind::maps::flags`), for the capture's stats.
+/// `unwind::maps::flags`), and the kernel stacks cut at the depth limit,
+/// for the capture's stats.
 #[derive(Debug, Default)]
 pub(super) struct StackCounts {
     counts: HashMap<StackCount, u64>,
 }
 
 impl StackCounts {
-    pub(super) fn count(&mut self, stack_flags: u32) {
-        let walk = match stack_walk(stack_flags).unwinder {
+    /// Counts one stack with these flags, with or without `user` frames.
+    pub(super) fn count(&mut self, stack_flags: u32, user: bool) {
+        if stack_flags & flags::KERNEL_TRUNCATED != 0 {
+            *self.counts.entry(StackCount::KernelTruncated).or_default() += 1;
+        }
+        if !user {
+            return;
+        }
+        let walk = match user_unwinder(stack_flags) {
             Unwinder::Cached => StackCount::Cached,
             Unwinder::KernelWalk => StackCount::KernelWalk,
             Unwinder::Table => StackCount::Table,
@@ -157,7 +176,7 @@ impl StackCounts {
             all.insert(StackCount::TablesBuilt, tables.built as u64);
             all.insert(StackCount::TablesDropped, tables.dropped_tables as u64);
             all.insert(StackCount::TableRows, u64::from(tables.peak_rows));
-            all.insert(StackCount::TableTextBytes, tables.text_bytes);
+            all.insert(StackCount::TableTextBytes, tables.peak_text_bytes);
         }
         let mut counts: Vec<_> = all.into_iter().collect();
         counts.sort();
@@ -170,35 +189,57 @@ mod tests {
     use super::*;
 
     /// Each stack's walk: the unwinder by the same precedence as the
-    /// counts, one ending, truncation first.
+    /// counts, one ending, truncation first; a cut kernel stack with or
+    /// without user frames; nothing to say is none.
     #[test]
     fn walks_of_flags() {
-        let walk = |f| stack_walk(f);
-        let of = |unwinder, ending| StackWalk { unwinder, ending };
+        let user = |f| stack_walk(f, true);
+        let of = |unwinder, ending| {
+            Some(StackWalk {
+                unwinder: Some(unwinder),
+                ending,
+                kernel_truncated: false,
+            })
+        };
         assert_eq!(
-            walk(flags::TABLE | flags::FRAME_POINTER | flags::OUTERMOST),
+            user(flags::TABLE | flags::FRAME_POINTER | flags::OUTERMOST),
             of(Unwinder::Table, Some(StackEnding::Outermost))
         );
-        assert_eq!(walk(flags::FRAME_POINTER), of(Unwinder::FramePointer, None));
+        assert_eq!(user(flags::FRAME_POINTER), of(Unwinder::FramePointer, None));
         assert_eq!(
-            walk(flags::CACHED | flags::TABLE | flags::TRUNCATED | flags::READ_FAILED),
+            user(flags::CACHED | flags::TABLE | flags::TRUNCATED | flags::READ_FAILED),
             of(Unwinder::Cached, Some(StackEnding::Truncated))
         );
         assert_eq!(
-            walk(flags::KERNEL_WALK | flags::NO_PROCESS),
+            user(flags::KERNEL_WALK | flags::NO_PROCESS),
             of(Unwinder::KernelWalk, None)
         );
+        let cut = stack_walk(flags::KERNEL_TRUNCATED | flags::OUTERMOST, false);
+        let kernel_only = StackWalk {
+            unwinder: None,
+            ending: None,
+            kernel_truncated: true,
+        };
+        assert_eq!(cut, Some(kernel_only));
+        let both = user(flags::KERNEL_TRUNCATED | flags::TABLE);
+        assert!(both.is_some_and(|w| w.kernel_truncated && w.unwinder == Some(Unwinder::Table)));
+        assert_eq!(stack_walk(0, false), None);
     }
 
-    /// A stack counts once by how it was walked (a cached or kernel walk
-    /// before the flags of the walk) and once per way it ended.
+    /// A user stack counts once by how it was walked (a cached or kernel
+    /// walk before the flags of the walk) and once per way it ended; a cut
+    /// kernel stack counts with or without user frames.
     #[test]
     fn counts_walks_and_endings() {
         let mut counts = StackCounts::default();
-        counts.count(flags::TABLE | flags::FRAME_POINTER | flags::OUTERMOST);
-        counts.count(flags::FRAME_POINTER | flags::TRUNCATED);
-        counts.count(flags::CACHED | flags::TABLE | flags::OUTERMOST);
-        counts.count(flags::KERNEL_WALK | flags::NO_PROCESS);
+        counts.count(flags::TABLE | flags::FRAME_POINTER | flags::OUTERMOST, true);
+        counts.count(flags::FRAME_POINTER | flags::TRUNCATED, true);
+        counts.count(flags::CACHED | flags::TABLE | flags::OUTERMOST, true);
+        counts.count(
+            flags::KERNEL_WALK | flags::NO_PROCESS | flags::KERNEL_TRUNCATED,
+            true,
+        );
+        counts.count(flags::KERNEL_TRUNCATED, false);
         let stats = ManagerStats {
             built: 3,
             peak_rows: 100,
@@ -217,6 +258,7 @@ mod tests {
                 (StackCount::TablesDropped, 0),
                 (StackCount::TableRows, 100),
                 (StackCount::TableTextBytes, 0),
+                (StackCount::KernelTruncated, 2),
             ]
         );
     }

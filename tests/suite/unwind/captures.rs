@@ -11,6 +11,7 @@
 //! first stack the tables walked to `main`), and those must be most of its
 //! stacks.
 
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -43,6 +44,8 @@ struct Sample<'a> {
     event: &'a Value,
     unwinder: Option<&'a str>,
     ending: Option<&'a str>,
+    /// The kernel part reached the kernel's depth limit.
+    kernel_truncated: bool,
     frames: &'a [String],
 }
 
@@ -78,7 +81,15 @@ fn function_name(frame: &str) -> &str {
 /// filter keeps the capture to the workload: system-wide, symbolizing the
 /// stacks of every process on a busy machine takes longer than the test.
 #[track_caller]
-fn capture(test: &str, name: &str, args: &[&str]) -> Ndjson {
+pub(super) fn capture(test: &str, name: &str, args: &[&str]) -> Ndjson {
+    let (json, data) = capture_keeping(test, name, args);
+    let _ = std::fs::remove_file(&data);
+    json
+}
+
+/// [`capture`], keeping the capture file (returned) for replays.
+#[track_caller]
+pub(super) fn capture_keeping(test: &str, name: &str, args: &[&str]) -> (Ndjson, PathBuf) {
     let dir = fresh_dir(test);
     let (data, json) = (dir.join("c.data"), dir.join("c.json"));
     let mut all = vec![
@@ -97,8 +108,7 @@ fn capture(test: &str, name: &str, args: &[&str]) -> Ndjson {
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
     wprof_ok(&all);
     let text = std::fs::read_to_string(&json).expect("NDJSON written");
-    let _ = std::fs::remove_file(&data);
-    Ndjson::parse(&text)
+    (Ndjson::parse(&text), data)
 }
 
 /// The stacks of the events of process `comm` (timer and switch-out), in time order.
@@ -111,6 +121,7 @@ fn samples<'a>(json: &'a Ndjson, comm: &str) -> Vec<Sample<'a>> {
             event: e,
             unwinder: e["unwind"]["unwinder"].as_str(),
             ending: e["unwind"]["ending"].as_str(),
+            kernel_truncated: e["unwind"]["kernel"] == "truncated",
             frames: json.stack_of(e),
         })
         .collect()
@@ -190,7 +201,8 @@ fn assert_reach_main(json: &Ndjson, comm: &str, kind: &str, main: &str) {
 /// `bpf_trace_run`, `__traceiter`), and the sleep's off-CPU stacks read
 /// `schedule … do_nanosleep … __x64_sys_clock_nanosleep →
 /// clock_nanosleep → nanosleep → sleep_here → main`, every kind of walk
-/// saying so in the NDJSON.
+/// saying so in the NDJSON; only a kernel stack near the depth limit says
+/// it was cut.
 #[test]
 fn kernel_stacks_and_the_sleep_path() {
     require_bpf!();
@@ -249,6 +261,13 @@ fn kernel_stacks_and_the_sleep_path() {
             .all(|s| s.unwinder.is_some()),
         "every stack with user frames says how it was walked"
     );
+    // These kernel stacks are a few dozen frames deep: none reached the
+    // kernel's depth limit (127 frames with the tracer's few skipped ones).
+    let cut: Vec<usize> = (all.iter())
+        .filter(|s| s.kernel_truncated)
+        .map(|s| s.kernel_functions().len())
+        .collect();
+    assert!(cut.is_empty(), "kernel stacks said cut, by depth: {cut:?}");
 }
 
 /// `spin_sleep.c` built `-O2 -fomit-frame-pointer`: timer and off-CPU
@@ -381,4 +400,34 @@ fn matches_perf_dwarf_stacks() {
     eprintln!("wprof: {ours:?}\nperf:  {theirs:?}");
     assert_eq!(to_main(&ours), ["c", "b", "a", "main"]);
     assert_eq!(to_main(&ours), to_main(&theirs));
+}
+
+/// `-S unwind=fp`: no tables, every user stack is the kernel's
+/// frame-pointer walk, which reaches `main` in the program built with
+/// frame pointers (the capture's settings say it was asked).
+#[test]
+fn frame_pointers_only_on_request() {
+    require_bpf!();
+    let command = format!("{} 150 10", path_str(&c_spin_sleep(true)));
+    let args = ["-S", "unwind=fp", "-c", &command];
+    let json = capture("unwind-fp-only", "spin_sleep_fp", &args);
+    assert_eq!(json.header["stacks"][2], "unwind=fp");
+    let all = samples(&json, "spin_sleep_fp");
+    let user: Vec<&Sample> = (all.iter())
+        .filter(|s| !s.user_functions().is_empty())
+        .collect();
+    assert!(user.len() >= 20, "only {} user stacks", user.len());
+    let unwinders: Vec<_> = user.iter().map(|s| s.unwinder).collect();
+    assert!(
+        unwinders.iter().all(|u| *u == Some("kernel-walk")),
+        "{unwinders:?}"
+    );
+    let main = (user.iter())
+        .filter(|s| s.user_functions().contains(&"main"))
+        .count();
+    assert!(
+        main * 100 >= user.len() * 90,
+        "{main} of {} reach main",
+        user.len()
+    );
 }

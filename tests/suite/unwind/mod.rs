@@ -3,7 +3,9 @@
 
 mod captures;
 mod cost;
+mod jit;
 mod kernel;
+mod plt;
 mod proof;
 mod readelf;
 mod tables;

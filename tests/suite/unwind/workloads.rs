@@ -69,6 +69,30 @@ pub fn c_chain_with_frame_pointers() -> PathBuf {
     )
 }
 
+/// `plt_loop.c` (`-fno-builtin`), calling `labs` through its PLT stub in a loop:
+/// with the classic PLT (`.plt`), or built for indirect branch tracking
+/// (`ibt`: the stubs called are in `.plt.sec`, `endbr64; bnd jmp *GOT`).
+#[track_caller]
+pub fn c_plt_loop(ibt: bool) -> PathBuf {
+    match ibt {
+        true => {
+            let ibt = ["-fno-builtin", "-fcf-protection=full", "-Wl,-z,ibtplt"];
+            let flags = [NO_FP_CFLAGS, &ibt].concat();
+            build("plt_loop.c", "plt_loop_ibt", "cc", &flags, &[])
+        }
+        false => {
+            let flags = [NO_FP_CFLAGS, &["-fno-builtin"]].concat();
+            build("plt_loop.c", "plt_loop", "cc", &flags, &[])
+        }
+    }
+}
+
+/// `jit.c`: runs a loop it copied into anonymous executable memory.
+#[track_caller]
+pub fn c_jit() -> PathBuf {
+    build("jit.c", "jit", "cc", NO_FP_CFLAGS, &[])
+}
+
 /// `chain.rs` built with `rustc -C opt-level=2`.
 #[track_caller]
 pub fn rust_chain() -> PathBuf {
