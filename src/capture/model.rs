@@ -310,7 +310,8 @@ pub enum StackCount {
     FramePointer,
     /// The kernel's frame-pointer walk: the process had no tables yet.
     KernelWalk,
-    /// An off-CPU stack reused from the task's last walk (same registers).
+    /// An off-CPU stack reused from the task's last walk (legacy: captures
+    /// of wprof's removed per-task cache still read; nothing counts it now).
     Cached,
     /// Ended at the outermost frame (`_start`, a thread's entry).
     Outermost,
@@ -326,10 +327,16 @@ pub enum StackCount {
     /// Peak rows of table memory (8 bytes each) and code bytes covered.
     TableRows,
     TableTextBytes,
+    /// Under `-S offcpu=DUR`: long blocks in a system call whose user stack
+    /// was joined from the call's return, and those whose return never
+    /// sent it (the task exited, or the record was lost), kept with their
+    /// kernel stack only.
+    PendingJoined,
+    PendingLost,
 }
 
 impl StackCount {
-    pub const ALL: [StackCount; 12] = [
+    pub const ALL: [StackCount; 14] = [
         StackCount::Table,
         StackCount::FramePointer,
         StackCount::KernelWalk,
@@ -342,6 +349,8 @@ impl StackCount {
         StackCount::TablesDropped,
         StackCount::TableRows,
         StackCount::TableTextBytes,
+        StackCount::PendingJoined,
+        StackCount::PendingLost,
     ];
 
     /// Its code in the capture's end chunk, and its label in summaries.
@@ -363,6 +372,8 @@ impl StackCount {
             StackCount::TablesDropped => "unwind tables dropped",
             StackCount::TableRows => "unwind table rows (peak)",
             StackCount::TableTextBytes => "code bytes covered",
+            StackCount::PendingJoined => "off-CPU user stacks joined at syscall return",
+            StackCount::PendingLost => "off-CPU user stacks lost (no syscall return)",
         }
     }
 }

@@ -5,6 +5,7 @@
 //! every frame and writes the statistics.
 
 mod decode;
+mod pending;
 mod stacks;
 mod tables;
 mod threads;
@@ -16,6 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use self::decode::{FieldDecoder, IdentityRecord, decoders, identity_record, malformed, u64_at};
+use self::pending::{Join, PendingJoin};
 use self::stacks::{RawStack, StackHeader, digest, probed_binaries, raw_stack};
 use self::tables::Tables;
 use self::threads::{Comm, ThreadTable};
@@ -47,6 +49,8 @@ pub enum RecordError {
 struct Pending {
     event: Event,
     stack: Option<(u128, RawStack)>,
+    /// Its part in joining deferred off-CPU user stacks.
+    join: Option<Join>,
 }
 
 /// Most value vectors kept for reuse.
@@ -78,6 +82,8 @@ pub struct Recorder {
     /// How each frame was first seen (innermost or return address).
     frame_kinds: Vec<AddrKind>,
     pending: Vec<Pending>,
+    /// Long blocks waiting for their deferred user stacks.
+    joins: PendingJoin,
     /// Events in time order until they leave the reorder window.
     ordered: VecDeque<Event>,
     /// Value vectors of written events, reused for new ones.
@@ -128,6 +134,7 @@ impl Recorder {
             stacks: HashMap::new(),
             frame_kinds: Vec::new(),
             pending: Vec::new(),
+            joins: PendingJoin::new(&compiled.records),
             ordered: VecDeque::new(),
             spare: Vec::new(),
             newest_ns: 0,
@@ -171,28 +178,35 @@ impl Recorder {
             stack: None,
             walk: None,
         };
-        let stack = match self.frames_at.get(message).copied().flatten() {
-            Some(frames_at) => {
-                let stack_pid = if stack_tgid == 0 { pid } else { stack_tgid };
-                self.message_stack(bytes, frames_at, stack_pid, &mut event)?
-            }
-            None => None,
-        };
-        self.pending.push(Pending { event, stack });
+        let (mut stack, mut join) = (None, None);
+        if let Some(frames_at) = self.frames_at.get(message).copied().flatten() {
+            let desc = StackHeader::read(bytes)?;
+            let fields = self
+                .fields
+                .get(message)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            join = (self.joins).classify(record, desc.flags, tid, fields, bytes);
+            let stack_pid = if stack_tgid == 0 { pid } else { stack_tgid };
+            let at = (frames_at, stack_pid);
+            stack = self.message_stack(bytes, &desc, at, join.is_some(), &mut event)?;
+        }
+        self.pending.push(Pending { event, stack, join });
         Ok(())
     }
 
-    /// The stack a message carries: the event's stack when it is known,
-    /// else the raw stack to resolve (with its digest); `pid` is the
-    /// process of its user frames.
+    /// The stack a message carries (described by `desc`, its frames and
+    /// their process at `(frames_at, pid)`): the event's stack when it is
+    /// known, else (and always for stacks to join) the raw stack to resolve,
+    /// with its digest.
     fn message_stack(
         &mut self,
         bytes: &[u8],
-        frames_at: u32,
-        pid: u32,
+        desc: &StackHeader,
+        (frames_at, pid): (u32, u32),
+        to_join: bool,
         event: &mut Event,
     ) -> Result<Option<(u128, RawStack)>, RecordError> {
-        let desc = StackHeader::read(bytes)?;
         if desc.user_frames > 0 {
             self.stack_counts.count(desc.flags);
             event.walk = Some(tables::stack_walk(desc.flags));
@@ -207,8 +221,8 @@ impl Recorder {
         }
         let user_pid = if desc.user_frames > 0 { pid } else { 0 };
         let stack_bytes = bytes.get(frames_at as usize..).unwrap_or_default();
-        let key = digest(stack_bytes, user_pid, 0, &desc);
-        if let Some(&known) = self.stacks.get(&key) {
+        let key = digest(stack_bytes, user_pid, 0, desc);
+        if let Some(&known) = self.stacks.get(&key).filter(|_| !to_join) {
             event.stack = Some(known);
             return Ok(None);
         }
@@ -216,7 +230,7 @@ impl Recorder {
             // While the process lives: its files name the build ids of its frames.
             self.modules.add_process(pid);
         }
-        Ok(Some((key, raw_stack(bytes, frames_at, &desc, pid)?)))
+        Ok(Some((key, raw_stack(bytes, frames_at, desc, pid)?)))
     }
 
     fn recycle(&mut self, mut values: Vec<FieldValue>) {
@@ -233,20 +247,20 @@ impl Recorder {
             tables.update(loaded);
         }
         let mut batch = Vec::with_capacity(self.pending.len());
-        for mut pending in std::mem::take(&mut self.pending) {
-            if let Some((key, raw)) = pending.stack {
-                pending.event.stack = match self.stacks.get(&key) {
-                    Some(&known) => Some(known),
-                    None => {
-                        let stack = self.resolve_stack(&raw);
-                        if let Some(stack) = stack {
-                            self.stacks.insert(key, stack);
-                        }
-                        stack
+        for pending in std::mem::take(&mut self.pending) {
+            match pending.join {
+                Some(Join::Awaits { tid }) => self.joins.wait(tid, pending),
+                Some(Join::Brings { tid }) => {
+                    for block in self.joins.answer(tid, &pending) {
+                        batch.push(self.resolved(block));
                     }
-                };
+                    self.recycle(pending.event.values);
+                }
+                None => batch.push(self.resolved(pending)),
             }
-            batch.push(pending.event);
+        }
+        for block in self.joins.expire(self.newest_ns) {
+            batch.push(self.resolved(block));
         }
         // The ring buffer delivers in reservation order, which is nearly
         // time order: a stable sort of the batch is cheap, and merging it
@@ -263,6 +277,23 @@ impl Recorder {
             self.last_flush = Instant::now();
         }
         Ok(())
+    }
+
+    /// The event of `pending`, its stack resolved (while its process lives).
+    fn resolved(&mut self, mut pending: Pending) -> Event {
+        if let Some((key, raw)) = pending.stack {
+            pending.event.stack = match self.stacks.get(&key) {
+                Some(&known) => Some(known),
+                None => {
+                    let stack = self.resolve_stack(&raw);
+                    if let Some(stack) = stack {
+                        self.stacks.insert(key, stack);
+                    }
+                    stack
+                }
+            };
+        }
+        pending.event
     }
 
     fn write_older_than(&mut self, limit_ns: u64) -> Result<(), RecordError> {
@@ -302,9 +333,15 @@ impl Recorder {
         drops: Vec<RecordDrops>,
         duration_ns: u64,
     ) -> Result<CaptureStats, RecordError> {
+        let mut unanswered: Vec<Event> = (self.joins.expire(u64::MAX).into_iter())
+            .map(|block| self.resolved(block))
+            .collect();
+        unanswered.sort_by_key(|e| e.ts_ns);
+        merge_sorted(&mut self.ordered, unanswered);
         self.write_older_than(u64::MAX)?;
         let symbols = self.symbols();
-        let stacks = (self.stack_counts).finish(self.tables.as_ref().map(Tables::stats));
+        let mut stacks = (self.stack_counts).finish(self.tables.as_ref().map(Tables::stats));
+        stacks.extend(self.joins.counts());
         let stats = CaptureStats {
             events: self.writer.events_written(),
             duration_ns,

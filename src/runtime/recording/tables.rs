@@ -98,13 +98,11 @@ impl Tables {
     }
 }
 
-/// How a user stack with these `unwind::maps::flags` was walked: a cached
-/// or kernel walk before the walk's own flags; a truncated walk before the
-/// ways a walk that went on would have ended.
+/// How a user stack with these `unwind::maps::flags` was walked: a kernel
+/// walk before the walk's own flags; a truncated walk before the ways a
+/// walk that went on would have ended.
 pub(super) fn stack_walk(stack_flags: u32) -> StackWalk {
-    let unwinder = if stack_flags & flags::CACHED != 0 {
-        Unwinder::Cached
-    } else if stack_flags & flags::KERNEL_WALK != 0 {
+    let unwinder = if stack_flags & flags::KERNEL_WALK != 0 {
         Unwinder::KernelWalk
     } else if stack_flags & flags::TABLE != 0 {
         Unwinder::Table
@@ -181,8 +179,8 @@ mod tests {
         );
         assert_eq!(walk(flags::FRAME_POINTER), of(Unwinder::FramePointer, None));
         assert_eq!(
-            walk(flags::CACHED | flags::TABLE | flags::TRUNCATED | flags::READ_FAILED),
-            of(Unwinder::Cached, Some(StackEnding::Truncated))
+            walk(flags::TABLE | flags::TRUNCATED | flags::READ_FAILED),
+            of(Unwinder::Table, Some(StackEnding::Truncated))
         );
         assert_eq!(
             walk(flags::KERNEL_WALK | flags::NO_PROCESS),
@@ -190,14 +188,14 @@ mod tests {
         );
     }
 
-    /// A stack counts once by how it was walked (a cached or kernel walk
-    /// before the flags of the walk) and once per way it ended.
+    /// A stack counts once by how it was walked (a kernel walk before the
+    /// flags of the walk) and once per way it ended.
     #[test]
     fn counts_walks_and_endings() {
         let mut counts = StackCounts::default();
         counts.count(flags::TABLE | flags::FRAME_POINTER | flags::OUTERMOST);
         counts.count(flags::FRAME_POINTER | flags::TRUNCATED);
-        counts.count(flags::CACHED | flags::TABLE | flags::OUTERMOST);
+        counts.count(flags::TABLE | flags::OUTERMOST);
         counts.count(flags::KERNEL_WALK | flags::NO_PROCESS);
         let stats = ManagerStats {
             built: 3,
@@ -207,10 +205,9 @@ mod tests {
         assert_eq!(
             counts.finish(Some(&stats)),
             [
-                (StackCount::Table, 1),
+                (StackCount::Table, 2),
                 (StackCount::FramePointer, 1),
                 (StackCount::KernelWalk, 1),
-                (StackCount::Cached, 1),
                 (StackCount::Outermost, 2),
                 (StackCount::Truncated, 1),
                 (StackCount::TablesBuilt, 3),
