@@ -8,3 +8,5 @@ mod proof;
 mod readelf;
 mod tables;
 mod workloads;
+
+pub(super) use cost::StatsOn;
