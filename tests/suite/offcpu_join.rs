@@ -121,7 +121,7 @@ fn sys_exit_stats() -> (u64, u64) {
         })
 }
 
-/// Under `-S offcpu=1ms`, 20000 short sleeps (each a `sys_exit` with no
+/// Under `-S offcpu=1ms`, 5000 short sleeps (each a `sys_exit` with no
 /// long block waiting) cost the `sys_exit` program well under a stack walk
 /// per run on average (`bpf_stats`): it returns before walking.
 #[test]
@@ -132,7 +132,7 @@ fn sys_exit_returns_early_without_pending_blocks() {
     #[rustfmt::skip]
     let args = [
         "-S", "offcpu=1ms", "-D", &path_str(&dir.join("o.data")), "--only-command",
-        "--", &workload("offcpu_mix"), "20000", "10", "20", "5",
+        "--", &workload("offcpu_mix"), "5000", "10", "20", "5",
     ];
     let mut child = (Command::new(wprof_bin()).args(args))
         .stdout(Stdio::null())
@@ -142,7 +142,10 @@ fn sys_exit_returns_early_without_pending_blocks() {
     let started = Instant::now();
     let mut seen = (0, 0);
     while child.try_wait().expect("wait").is_none() {
-        assert!(started.elapsed() < super::RUN_TIMEOUT, "wprof hangs");
+        if started.elapsed() > super::RUN_TIMEOUT {
+            let _ = child.kill();
+            panic!("wprof did not finish within {:?}", super::RUN_TIMEOUT);
+        }
         let now = sys_exit_stats();
         if now.1 > seen.1 {
             seen = now;
@@ -153,7 +156,7 @@ fn sys_exit_returns_early_without_pending_blocks() {
     let (ns, runs) = seen;
     let per_run = ns as f64 / runs.max(1) as f64;
     println!("sys_exit program: {runs} runs, {per_run:.0} ns per run (bpf_stats)");
-    assert!(runs >= 20_000, "{runs} runs of the sys_exit program");
+    assert!(runs >= 5_000, "{runs} runs of the sys_exit program");
     assert!(
         per_run < 1000.0,
         "{per_run:.0} ns per run: the program walks"
