@@ -270,7 +270,12 @@ impl Recorder {
             self.newest_ns = self.newest_ns.max(last.ts_ns);
         }
         merge_sorted(&mut self.ordered, batch);
-        self.write_older_than(self.newest_ns.saturating_sub(REORDER_WINDOW_NS))?;
+        let window = self.newest_ns.saturating_sub(REORDER_WINDOW_NS);
+        let limit = self
+            .joins
+            .oldest()
+            .map_or(window, |oldest| oldest.min(window));
+        self.write_older_than(limit)?;
         // Complete chunks on disk: a capture killed now still replays to here.
         if self.last_flush.elapsed() >= FLUSH_INTERVAL {
             self.writer.flush()?;

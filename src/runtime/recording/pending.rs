@@ -22,9 +22,11 @@ use crate::tracking::records::{Field, Kind, Trackers};
 pub const PENDING_RECORD: &str = "offcpu_pending";
 
 /// How long a block waits for its task's return: past this (behind the
-/// newest event) it is written without its user stack, well before the
-/// reorder window lets later events out.
-pub(super) const MAX_WAIT_NS: u64 = super::REORDER_WINDOW_NS / 2;
+/// newest event) it is written without its user stack. Events after a
+/// waiting block stay in the reorder window until it goes out
+/// ([`PendingJoin::oldest`]); a woken task can wait long for a CPU on a
+/// loaded machine before it returns.
+pub(super) const MAX_WAIT_NS: u64 = 500_000_000;
 
 /// What a message means to the join.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +120,12 @@ impl PendingJoin {
                 block
             })
             .collect()
+    }
+
+    /// The time of the oldest waiting block: nothing after it may be written.
+    pub(super) fn oldest(&self) -> Option<u64> {
+        let blocks = self.waiting.values().flatten();
+        blocks.map(|b| b.event.ts_ns).min()
     }
 
     /// Blocks that waited too long before `newest_ns` (all with
@@ -289,12 +297,13 @@ mod tests {
     }
 
     /// Blocks left waiting past the wait limit, and all at the end, go out
-    /// as they are and count lost.
+    /// as they are and count lost; the oldest waiting one holds writes back.
     #[test]
     fn expires_blocks_that_wait_too_long() {
         let mut join = PendingJoin::new(&records());
         join.wait(TID, block(5, &[1]));
         join.wait(TID + 1, block(MAX_WAIT_NS, &[2]));
+        assert_eq!(join.oldest(), Some(5));
         assert!(join.expire(MAX_WAIT_NS + 5).is_empty());
         let expired = join.expire(MAX_WAIT_NS + 6);
         assert_eq!(expired.len(), 1);
