@@ -18,8 +18,9 @@
 #   CHECK          aa, slow, fast (default: all three)
 #
 # Prints one line per repetition (check, repetition, wprof's exit status,
-# the failing gates, the gated metrics' verdicts), then per check how many
-# repetitions came out as expected; the load average before and after. Raw
+# the failing gates, the gated metrics' verdicts; the checks take turns),
+# then per check how many repetitions came out as expected and in how many
+# every gated metric was `~`; the load average before and after. Raw
 # lines go to DIR/results.tsv. Needs root and cc; WPROF as for regress.sh.
 set -euo pipefail
 
@@ -96,8 +97,10 @@ run_checks() {
   PRIORITY=$(priority)
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   : >"$out/results.tsv"
-  for check in "${checks[@]}"; do
-    for ((i = 1; i <= reps; i++)); do
+  # The checks take turns, so that a machine getting busier or quieter
+  # touches every check alike.
+  for ((i = 1; i <= reps; i++)); do
+    for check in "${checks[@]}"; do
       repetition "$check" "$i" "$out" "$runs" "$requests" | tee -a "$out/results.tsv"
     done
   done
@@ -105,7 +108,9 @@ run_checks() {
   for check in "${checks[@]}"; do
     local good
     good=$(awk -F'\t' -v c="$check" '$1 == c && $4 == "yes"' "$out/results.tsv" | wc -l)
-    echo "$check: $good of $reps repetitions as expected"
+    local quiet
+    quiet=$(awk -F'\t' -v c="$check" '$1 == c && $6 !~ /[+-]/' "$out/results.tsv" | wc -l)
+    echo "$check: $good of $reps repetitions as expected; gated metrics all \`~\` in $quiet"
   done
   rm -f "$out"/base-*.data "$out"/new-*.data "$out"/*.data.log
 }

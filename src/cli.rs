@@ -268,6 +268,7 @@ impl Cli {
             no_names: self.no_names.clone(),
             idle: flag(self.idle, self.no_idle),
             kthread: flag(self.kthread, self.no_kthread),
+            command: false,
         }
     }
 

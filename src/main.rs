@@ -149,6 +149,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         (None, false) => Some(cli.command_args.clone()),
         (None, true) => None,
     };
+    // The command's process tree is selected in the kernel too.
+    compile_options.filter.command = cli.profile.only_command && command.is_some();
     let mut env = SystemEnvironment::new(cli.target_pid());
     env.command = command.as_ref().and_then(|argv| argv.first().cloned());
     let (sources, checked, compiled) = compile(&cli, &tracking, user, &env, &compile_options)?;
@@ -246,18 +248,27 @@ fn compile(
         Some((source, params)) => (vec![source], params),
         None => (Vec::new(), Vec::new()),
     };
+    let command_tree = options.filter.command.then(trackers::command_tree);
     if let Some(user) = sources.first() {
-        let alone = std::slice::from_ref(user);
-        let (checked, compiled) = driver::compile(alone, &params, env, options)?;
-        if compiled.programs.is_empty() {
+        let alone: Vec<Source> = [user.clone()]
+            .into_iter()
+            .chain(command_tree.clone())
+            .collect();
+        let (checked, compiled) = driver::compile(&alone, &params, env, options)?;
+        if checked
+            .probes
+            .iter()
+            .all(|p| p.origin == RecordOrigin::Tracker)
+        {
             let name = &user.name;
             return Err(format!("{name} has no probes: nothing to attach").into());
         }
         if !replay::wants_capture(cli) && compiled.records.is_empty() {
-            return Ok((sources, checked, compiled));
+            return Ok((alone, checked, compiled));
         }
     }
     sources.extend(trackers::sources(tracking)?);
+    sources.extend(command_tree);
     let (checked, compiled) = driver::compile(&sources, &params, env, options)?;
     Ok((sources, checked, compiled))
 }

@@ -259,7 +259,10 @@ fn run_tool(cfg: &Config, tool: &Path, script: &Script, w: &Workloads) -> Result
             out.stdout,
             out.stderr
         )),
-        Some(_) => Ok(w.normalise(&out.stdout)),
+        // Messages name the script file, whose directory is the checkout's.
+        Some(_) => Ok(w
+            .normalise(&out.stdout)
+            .replace(&*file.to_string_lossy(), "{script}")),
     }
 }
 
@@ -283,7 +286,19 @@ fn reference(cfg: &Config, script: &Script, w: &Workloads) -> Result<(String, St
         }
         None => script,
     };
-    let live = run_tool(cfg, bpftrace, source, w).map_err(|e| format!("bpftrace failed: {e}"))?;
+    let live = match (run_tool(cfg, bpftrace, source, w), &committed) {
+        (Ok(live), _) => live,
+        // The oracle is not under test: when it fails on a loaded machine
+        // ("Child died unexpectedly"), its committed output stands in.
+        (Err(error), Some(text)) if !cfg.bless => {
+            eprintln!(
+                "WARNING {}: bpftrace failed, comparing with {}.expected: {error}",
+                script.name, script.name
+            );
+            return Ok((text.clone(), format!("{}.expected", script.name)));
+        }
+        (Err(error), _) => return Err(format!("bpftrace failed: {error}")),
+    };
     if cfg.bless {
         fs::write(&expected_path, &live).map_err(|e| e.to_string())?;
     } else if committed.as_deref().is_some_and(|c| c != live) {

@@ -30,15 +30,14 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 WPROF=${WPROF:-wprof}
 # The spans are the command's own (cpid); process: and func: metrics are
-# those of the command's processes (--only-command, saved in each capture),
-# whatever else runs on the machine.
+# those of the command's processes (--only-command), whatever else runs on
+# the machine.
 SCRIPT='span request { uprobe:./bench:request /pid == cpid/ < > uretprobe:./bench:request /pid == cpid/ }'
 # Timer samples at 4999 Hz: with 10000 requests, about 3000 samples per run
-# in compact(), enough to see a 10% change in it. -n bench keeps the sampler
-# off every other task in the kernel already (--only-command selects when
-# the capture is read): sampling and unwinding the whole machine would
-# cost more CPU than the benchmark.
-RECORD_FLAGS=(-S timer=4999hz -n bench --only-command)
+# in compact(), enough to see a 10% change in it. --only-command selects the
+# benchmark's process tree in the kernel (and again when the capture is
+# read): nothing else on the machine is sampled, unwound or recorded.
+RECORD_FLAGS=(-S timer=4999hz --only-command)
 DEFAULT_GATES=(
   'span:request.p50 > +5%'
   'span:request.p99 > +5%'

@@ -11,7 +11,7 @@ use crate::frontend::ast::Span;
 use crate::frontend::checked::{CheckedProbe, CheckedProgram, MapDecl, TStmt, TStmtKind};
 use crate::frontend::types::Type;
 use crate::providers;
-use crate::vocab::{GlobalSlot, Message, ProbeState};
+use crate::vocab::{AttachPoint, GlobalSlot, Message, ProbeState};
 
 /// Where a value produced by an expression lives.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -134,7 +134,10 @@ impl<'a> Lowerer<'a> {
             self.span = Some(predicate.span);
             self.comment("predicate");
             let end = self.block_end;
+            // The predicate's buffers are dead once it has branched.
+            let mark = self.frame_top;
             self.branch_unless(predicate, end);
+            self.frame_top = mark;
         }
         if let Some(record) = &probe.record {
             self.span = Some(probe.span);
@@ -168,6 +171,18 @@ impl<'a> Lowerer<'a> {
         });
         self.alu(AluOp::Rsh, task, Src::Imm(32));
         self.branch(Cond::Eq, task, Src::Reg(me), exit);
+        // Timers fire in whichever task they interrupt: not the command's.
+        let timer = matches!(
+            self.probe.attach,
+            AttachPoint::PerfEvent {
+                all_cpus: false,
+                ..
+            }
+        );
+        if self.program.filter.command && !timer {
+            self.comment("only the command's process tree");
+            self.unless_in_command_tree(task, exit);
+        }
     }
 
     /// The block's scratch variables, zeroed (bpftrace reads an unassigned one as 0).

@@ -6,7 +6,7 @@
 use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
-use crate::frontend::checked::{Access, Load, TExpr};
+use crate::frontend::checked::{Access, Load, TExpr, TExprKind};
 use crate::providers;
 
 impl Lowerer<'_> {
@@ -55,7 +55,7 @@ impl Lowerer<'_> {
                 if access == Access::Direct {
                     self.copy_direct(buffer, pointer, offset, len);
                 } else {
-                    self.probe_read(buffer, len, pointer, offset, access);
+                    self.probe_read(Arg::Frame(buffer), len, pointer, offset, access);
                 }
                 Value::Mem(buffer)
             }
@@ -130,7 +130,7 @@ impl Lowerer<'_> {
     fn read_into_u64(&mut self, bytes: u32, pointer: VReg, offset: u32, access: Access) -> VReg {
         let buffer = self.alloc(8);
         self.zero(Base::Frame, buffer, 8);
-        self.probe_read(buffer, bytes, pointer, offset, access);
+        self.probe_read(Arg::Frame(buffer), bytes, pointer, offset, access);
         let value = self.vreg();
         self.emit(Inst::Load {
             dst: value,
@@ -188,8 +188,24 @@ impl Lowerer<'_> {
         }
     }
 
-    /// `bpf_probe_read_{kernel,user}(r10 + buffer, len, pointer + offset)`.
-    fn probe_read(&mut self, buffer: i16, len: u32, pointer: VReg, offset: u32, access: Access) {
+    /// The bytes `name` (a string member, such as `task->comm`) reads,
+    /// copied to the address in `to` (a buffer outside the BPF stack).
+    pub(super) fn read_bytes_to(&mut self, name: &TExpr, to: VReg) {
+        let TExprKind::MemoryRead {
+            ptr,
+            offset,
+            load: Load::Bytes(len),
+            access,
+        } = &name.kind
+        else {
+            unreachable!("names are read from memory")
+        };
+        let pointer = self.int_expr(ptr);
+        self.probe_read(Arg::Reg(to), *len, pointer, *offset, *access);
+    }
+
+    /// `bpf_probe_read_{kernel,user}(to, len, pointer + offset)`.
+    fn probe_read(&mut self, to: Arg, len: u32, pointer: VReg, offset: u32, access: Access) {
         let source = self.vreg();
         self.mov(source, pointer);
         if offset != 0 {
@@ -200,11 +216,7 @@ impl Lowerer<'_> {
             Access::User => PROBE_READ_USER,
             Access::Kernel | Access::Direct => PROBE_READ_KERNEL,
         };
-        let args = vec![
-            Arg::Frame(buffer),
-            Arg::Imm(i64::from(len)),
-            Arg::Reg(source),
-        ];
+        let args = vec![to, Arg::Imm(i64::from(len)), Arg::Reg(source)];
         self.checked_call_unused(helper, args);
     }
 

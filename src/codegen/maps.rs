@@ -1,9 +1,11 @@
 //! Map layouts: how each script map and the internal maps are stored.
 
 use crate::codegen::glob_nfa::{GlobSet, LANE_TABLE_BYTES};
+use crate::codegen::lower_selected::FILTER_SCRATCH_BYTES;
 use crate::codegen::program::drop_counters;
 use crate::codegen::stack_layout::{self, StackMaps};
 use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind};
+use crate::frontend::options::COMMAND_TREE_MAP;
 use crate::frontend::types::{Pointer, Type};
 use crate::vocab::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
 
@@ -58,6 +60,10 @@ pub struct MapLayouts {
     /// their character tables (when there are name filters).
     pub glob_set: GlobSet,
     pub globs: Option<MapId>,
+    /// Per-CPU, one [`FILTER_SCRATCH_BYTES`] slot per probe: the names
+    /// `selected()` matches, read there rather than onto the BPF stack
+    /// (when there are name filters).
+    pub filter_scratch: Option<MapId>,
     /// One perf event array per counter, in `CheckedProgram::counters` order.
     pub counters: Vec<MapId>,
     /// The stack trace maps of `kstack`/`ustack` values, by depth.
@@ -164,6 +170,19 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         let bytes = LANE_TABLE_BYTES * glob_set.lanes.len() as u32;
         internal("wprof_globs".into(), MapKind::Array, 4, bytes, 1)
     });
+    // One slot per probe: a program never runs nested in itself on one
+    // CPU (the kernel skips the recursion), while others may interrupt it.
+    let filter_scratch = (!glob_set.lanes.is_empty()).then(|| {
+        let probes = program.probes.len().max(1) as u32;
+        let bytes = FILTER_SCRATCH_BYTES;
+        internal(
+            "wprof_filter".into(),
+            MapKind::PerCpuArray,
+            4,
+            bytes,
+            probes,
+        )
+    });
     let counters = program
         .counters
         .iter()
@@ -216,6 +235,7 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         spans,
         glob_set,
         globs,
+        filter_scratch,
         counters,
         value_stacks,
         seen_threads,
@@ -287,6 +307,12 @@ fn script_map(decl: &MapDecl, id: MapId, max_entries: u32) -> (MapSpec, ScriptMa
             kind: MapKind::TaskStorage,
             key_size: 4,
             max_entries: 0,
+            script_map: None,
+            ..spec
+        }
+    } else if decl.name == COMMAND_TREE_MAP {
+        // wprof's own bookkeeping, not the user's to see printed.
+        MapSpec {
             script_map: None,
             ..spec
         }

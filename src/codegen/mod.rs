@@ -31,9 +31,24 @@ pub mod stack_layout;
 use crate::capture::model::{FieldSchema, FieldType, RecordKind, RecordSchema};
 use crate::frontend::checked::{CheckedProbe, CheckedProgram, RecordDecl};
 use crate::frontend::diag::ScriptError;
+use crate::frontend::options::COMMAND_TREE_MAP;
 use crate::frontend::types::Type;
 use crate::vocab::{AttachPoint, WatchTarget};
-use program::{BpfProgram, Compiled, CounterMap};
+use program::{BpfProgram, CommandTreeMap, Compiled, CounterMap};
+
+/// The map of `--only-command`'s tracker, when the program has it.
+fn command_tree_map(
+    program: &CheckedProgram,
+    layouts: &maps::MapLayouts,
+) -> Option<CommandTreeMap> {
+    let index = (program.maps.iter()).position(|m| m.name == COMMAND_TREE_MAP)?;
+    let layout = &layouts.script[index];
+    Some(CommandTreeMap {
+        map: layout.id,
+        key_size: layout.key_size,
+        value_size: layout.value_size,
+    })
+}
 
 /// The most stack a BPF program may use.
 pub const STACK_LIMIT: u32 = 512;
@@ -58,6 +73,7 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
             .collect(),
         texts: program.values.texts.clone(),
         value_stacks: layouts.value_stacks.clone(),
+        command_tree: command_tree_map(program, &layouts),
         counters: program
             .counters
             .iter()

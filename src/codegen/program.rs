@@ -46,6 +46,28 @@ pub struct Compiled {
     /// The `--pmu` counters records read, each from its perf event array,
     /// which user space fills with one event per CPU after loading.
     pub counters: Vec<CounterMap>,
+    /// `--only-command`'s map of the command's processes, with its key and
+    /// value sizes: the session puts the command's pid in before it runs.
+    pub command_tree: Option<CommandTreeMap>,
+}
+
+/// The map `probes/command-tree.wp` keeps the command's processes in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CommandTreeMap {
+    pub map: MapId,
+    pub key_size: u32,
+    pub value_size: u32,
+}
+
+impl CommandTreeMap {
+    /// The key and value that put process `pid` in the tree.
+    pub fn entry(&self, pid: u32) -> (Vec<u8>, Vec<u8>) {
+        let mut key = u64::from(pid).to_ne_bytes().to_vec();
+        key.resize(self.key_size as usize, 0);
+        let mut value = 1u64.to_ne_bytes().to_vec();
+        value.resize(self.value_size as usize, 0);
+        (key, value)
+    }
 }
 
 /// The index of the counter of `record`'s events lost for `reason` in the

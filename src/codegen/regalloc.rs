@@ -40,12 +40,7 @@ pub fn allocate(function: &Function) -> Allocation {
     let mut locations = HashMap::new();
     let mut active: Vec<(Interval, u8)> = Vec::new();
     let mut free: Vec<u8> = ALLOCATABLE.iter().rev().copied().collect();
-    let mut spills = 0u32;
-    let mut spill = |locations: &mut HashMap<VReg, Location>, vreg: VReg| {
-        spills += 1;
-        let offset = -((function.frame_bytes + 8 * spills) as i32);
-        locations.insert(vreg, Location::Spill(offset as i16));
-    };
+    let mut spills = SpillSlots::below(function.frame_bytes);
 
     for interval in intervals {
         active.retain(|(live, reg)| {
@@ -68,16 +63,56 @@ pub fn allocate(function: &Function) -> Allocation {
             .expect("no free register means four live intervals");
         if active[victim_index].0.end > interval.end {
             let (victim, reg) = active.swap_remove(victim_index);
-            spill(&mut locations, victim.vreg);
+            locations.insert(victim.vreg, spills.assign(victim));
             locations.insert(interval.vreg, Location::Reg(reg));
             active.push((interval, reg));
         } else {
-            spill(&mut locations, interval.vreg);
+            locations.insert(interval.vreg, spills.assign(interval));
         }
     }
     Allocation {
         locations,
-        frame_bytes: function.frame_bytes + 8 * spills,
+        frame_bytes: function.frame_bytes + spills.bytes(),
+    }
+}
+
+/// Stack slots of spilled values, below the frame buffers: values whose
+/// live intervals do not overlap share a slot, so a long program with many
+/// short-lived spills needs as many slots as values spilled at once.
+struct SpillSlots {
+    /// Frame bytes above the slots.
+    base: u32,
+    /// The intervals stored in each slot.
+    slots: Vec<Vec<Interval>>,
+}
+
+impl SpillSlots {
+    fn below(base: u32) -> SpillSlots {
+        SpillSlots {
+            base,
+            slots: Vec::new(),
+        }
+    }
+
+    /// The first slot free during all of `interval`.
+    fn assign(&mut self, interval: Interval) -> Location {
+        let free = |held: &Vec<Interval>| {
+            (held.iter()).all(|h| h.end < interval.start || interval.end < h.start)
+        };
+        let index = match self.slots.iter().position(free) {
+            Some(index) => index,
+            None => {
+                self.slots.push(Vec::new());
+                self.slots.len() - 1
+            }
+        };
+        self.slots[index].push(interval);
+        let offset = -((self.base + 8 * (index as u32 + 1)) as i32);
+        Location::Spill(offset as i16)
+    }
+
+    fn bytes(&self) -> u32 {
+        8 * self.slots.len() as u32
     }
 }
 
@@ -216,6 +251,25 @@ mod tests {
             .filter(|l| matches!(l, Location::Spill(_)))
             .collect();
         assert_eq!(spilled, vec![&Location::Spill(-24)]);
+        assert_eq!(alloc.frame_bytes, 24);
+    }
+
+    /// Spilled values whose lives do not overlap share one stack slot.
+    #[test]
+    fn spill_slots_are_reused() {
+        let five_live = |first: u32| -> Vec<Inst> {
+            let mut insts: Vec<Inst> = (first..first + 5).map(|v| mov(v, 1)).collect();
+            insts.push(call_using(&(first..first + 5).collect::<Vec<_>>()));
+            insts
+        };
+        let mut insts = five_live(0);
+        insts.extend(five_live(5));
+        insts.push(Inst::Exit);
+        let alloc = allocate(&function(insts, 10));
+        let spilled: Vec<_> = (alloc.locations.values())
+            .filter(|l| matches!(l, Location::Spill(_)))
+            .collect();
+        assert_eq!(spilled, [&Location::Spill(-24); 2]);
         assert_eq!(alloc.frame_bytes, 24);
     }
 

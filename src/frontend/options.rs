@@ -92,7 +92,16 @@ pub struct TaskFilter {
     pub idle: Option<bool>,
     /// `--kthread` / `--no-kthread`.
     pub kthread: Option<bool>,
+    /// `--only-command` with a command to run: only the command's process
+    /// and its descendants, whose tgids the `command-tree` tracker keeps in
+    /// [`COMMAND_TREE_MAP`]; required on top of the other filters.
+    pub command: bool,
 }
+
+/// The map of the processes of the command wprof runs, keyed by tgid
+/// (`probes/command-tree.wp`); wprof puts the command's pid in it before
+/// the command starts.
+pub const COMMAND_TREE_MAP: &str = "@command_tree";
 
 impl TaskFilter {
     /// Whether no filter is given: every task is selected.

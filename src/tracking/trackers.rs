@@ -65,6 +65,17 @@ pub fn sources(tracking: &Tracking) -> Result<Vec<Source>, String> {
 const PENDING_STACKS: &str =
     "tp_btf:sys_exit { record offcpu_pending < stack(offcpu, pending) > }\n";
 
+/// The tracker of the command's process tree (`--only-command` with a
+/// command), compiled after every other block on its attach points so that
+/// a process leaves the tree after its last record.
+pub fn command_tree() -> Source {
+    Source {
+        name: "probes/command-tree.wp".into(),
+        text: include_str!("../../probes/command-tree.wp").into(),
+        origin: RecordOrigin::Tracker,
+    }
+}
+
 /// `-S pmu=EVENT@RATE`: `sw:NAME` is a software event, other names (and raw
 /// `rXXXX` codes) hardware.
 fn pmu_sampler(event: &str, rate: PerfSample) -> String {
@@ -195,5 +206,26 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The command-tree tracker compiles with every tracker and a filter
+    /// of the command, on the real kernel's BTF; its map is the one the
+    /// session fills, and is not printed at exit.
+    #[test]
+    fn command_tree_compiles_with_the_trackers() {
+        let env = crate::runtime::targets::environment::SystemEnvironment::default();
+        let tracking = tracking(&Feature::ALL, &["offcpu=1ms"]);
+        let mut options = tracking.compile_options().unwrap();
+        options.filter.command = true;
+        options.filter.names.push("bench".into());
+        let mut sources = sources(&tracking).unwrap();
+        sources.push(command_tree());
+        let (_, compiled) = crate::driver::compile(&sources, &[], &env, &options)
+            .unwrap_or_else(|errors| panic!("{}", errors.render()));
+        let tree = compiled.command_tree.expect("the command tree's map");
+        let spec = &compiled.maps[tree.map.0 as usize];
+        assert_eq!(spec.kind, crate::vocab::MapKind::Hash);
+        assert!(spec.script_map.is_none(), "printed at exit");
+        assert!(tree.key_size >= 4 && tree.value_size == 8, "{tree:?}");
     }
 }

@@ -8,6 +8,7 @@ mod command_line;
 mod drops;
 mod dump;
 mod errors;
+mod filters;
 mod helper_checks;
 mod hostile;
 mod load;

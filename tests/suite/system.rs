@@ -157,7 +157,7 @@ fn secs(event: &Value) -> f64 {
 
 /// The tid of the (first) thread named `comm` in any thread field.
 #[track_caller]
-fn tid_named(json: &Ndjson, comm: &str) -> u64 {
+pub(super) fn tid_named(json: &Ndjson, comm: &str) -> u64 {
     json.events
         .iter()
         .flat_map(|e| THREAD_KEYS.iter().map(move |k| &e[*k]))
@@ -203,7 +203,7 @@ fn switch_ins(json: &Ndjson, tid: u64, comm: &str) -> usize {
 
 /// Runs a capture with `args`, writing NDJSON and Perfetto into `dir`.
 #[track_caller]
-fn capture(dir: &Path, args: &[&str]) -> (Ndjson, std::path::PathBuf) {
+pub(super) fn capture(dir: &Path, args: &[&str]) -> (Ndjson, std::path::PathBuf) {
     let (data, json, trace) = (dir.join("c.data"), dir.join("c.json"), dir.join("c.pb"));
     let mut all = vec![
         "-D".to_string(),
@@ -507,7 +507,7 @@ fn pmu_hardware_counter_fails_without_pmu() {
 }
 
 /// Whether any thread field of `event` (current task or other) satisfies `pick`.
-fn involves(event: &Value, pick: impl Fn(&Value) -> bool) -> bool {
+pub(super) fn involves(event: &Value, pick: impl Fn(&Value) -> bool) -> bool {
     THREAD_KEYS
         .iter()
         .any(|k| event[*k].is_object() && pick(&event[*k]))

@@ -7,7 +7,7 @@
 //! names, strings, frames and stacks, never with the number of events, and
 //! iids depend only on the order of first use, so output is deterministic.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use super::proto::{
     Callstack, DebugAnnotationName, EventName, FRAME_KIND_KERNEL, FRAME_KIND_NATIVE, Frame,
@@ -82,8 +82,6 @@ pub struct Interner {
     event_names_by_string: Vec<u64>,
     /// By `StringId`.
     string_values: Vec<u64>,
-    /// Shares the iids of `string_values`.
-    text_values: HashMap<&'static str, u64>,
     next_string_value: u64,
     /// By `StringId`.
     function_names: Vec<u64>,
@@ -112,7 +110,6 @@ impl Interner {
             annotation_names: Index::new(),
             event_names_by_string: Vec::new(),
             string_values: Vec::new(),
-            text_values: HashMap::new(),
             next_string_value: 1,
             function_names: Vec::new(),
             next_function_name: 1,
@@ -197,20 +194,6 @@ impl Interner {
         }
         let iid = self.event_name(source.string(id));
         remember(&mut self.event_names_by_string, id.0, iid);
-        iid
-    }
-
-    /// The iid of a string annotation value that is not in the capture.
-    pub fn text_value(&mut self, text: &'static str) -> u64 {
-        if let Some(&iid) = self.text_values.get(text) {
-            return iid;
-        }
-        let iid = self.next_string_value;
-        self.next_string_value += 1;
-        self.text_values.insert(text, iid);
-        self.pending
-            .debug_annotation_string_values
-            .push(interned_string(iid, text.as_bytes()));
         iid
     }
 

@@ -229,8 +229,6 @@ struct Renderer<'a, 'o> {
     /// iids once interned (0 before).
     pmu_names: Vec<String>,
     pmu_iids: Vec<u64>,
-    /// By [`system::Arg`]: the on-CPU slice annotations' name iids (0 before).
-    arg_iids: [u64; system::Arg::COUNT],
     /// By `ThreadId`: 0 not decided yet, 1 selected, 2 not.
     selected: Vec<u8>,
     stats: RenderStats,
@@ -279,7 +277,6 @@ impl<'a, 'o> Renderer<'a, 'o> {
                 .map(|c| format!("pmu:{c}"))
                 .collect(),
             pmu_iids: vec![0; trackers.counters.len()],
-            arg_iids: [0; system::Arg::COUNT],
             selected: Vec::new(),
             stats: RenderStats::default(),
         }
@@ -459,6 +456,16 @@ impl<'a, 'o> Renderer<'a, 'o> {
         name_iid: u64,
     ) -> Result<(), RenderError> {
         self.field_annotations(event, schema, self.trackers.get(event));
+        self.emit_event(event, (kind, track), name_iid)
+    }
+
+    /// Writes `event` with the annotations gathered so far and its stack.
+    fn emit_event(
+        &mut self,
+        event: &Event,
+        (kind, track): (i32, u64),
+        name_iid: u64,
+    ) -> Result<(), RenderError> {
         let callstack_iid = event
             .stack
             .map(|id| self.interner.callstack(self.source, id));

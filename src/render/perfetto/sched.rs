@@ -1,10 +1,8 @@
 //! Scheduling state for on-CPU slices: what runs on each CPU (its slice's
-//! track), and for each task that is not running yet the last waking and the
-//! flows that end at its next slice. Memory is per CPU and per live task.
+//! track), and for each task that is not running yet the flows that end at
+//! its next slice. Memory is per CPU and per live task.
 
 use std::collections::HashMap;
-
-use crate::capture::model::ThreadId;
 
 /// Flows waiting for a task's next slice beyond this many are dropped,
 /// oldest first (a task woken again and again without running).
@@ -17,16 +15,8 @@ pub struct OnCpu {
     pub tid: u32,
 }
 
-/// The last waking of a task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Wake {
-    pub ts_ns: u64,
-    pub waker: ThreadId,
-}
-
 #[derive(Debug, Default)]
 struct Task {
-    wake: Option<Wake>,
     flows: Vec<u64>,
     /// The CPU whose slice is this task's, if one is open.
     on_cpu: Option<u32>,
@@ -47,13 +37,11 @@ impl Sched {
         self.next_flow
     }
 
-    /// Ends what runs on `cpu`, returning its slice. A waking seen while
-    /// the task still ran did not cause its next slice, so it is forgotten.
+    /// Ends what runs on `cpu`, returning its slice.
     pub fn switch_out(&mut self, cpu: u32) -> Option<OnCpu> {
         let on = self.cpus.get_mut(cpu as usize)?.take()?;
         if let Some(task) = self.tasks.get_mut(&on.tid) {
             task.on_cpu = None;
-            task.wake = None;
         }
         Some(on)
     }
@@ -81,13 +69,6 @@ impl Sched {
         self.cpus.iter().flatten().copied()
     }
 
-    /// Records that `tid` was woken.
-    pub fn woken(&mut self, tid: u32, wake: Wake) {
-        if tid != 0 {
-            self.tasks.entry(tid).or_default().wake = Some(wake);
-        }
-    }
-
     /// Adds a flow that ends at `tid`'s next slice.
     pub fn add_flow(&mut self, tid: u32, flow: u64) {
         let flows = &mut self.tasks.entry(tid).or_default().flows;
@@ -97,12 +78,11 @@ impl Sched {
         flows.push(flow);
     }
 
-    /// The last waking of `tid` and the flows ending at the slice it starts
-    /// now (moved into `flows`), forgetting both.
-    pub fn take_wake(&mut self, tid: u32, flows: &mut Vec<u64>) -> Option<Wake> {
-        let task = self.tasks.get_mut(&tid)?;
-        flows.append(&mut task.flows);
-        task.wake.take()
+    /// Moves the flows ending at the slice `tid` starts now into `flows`.
+    pub fn take_flows(&mut self, tid: u32, flows: &mut Vec<u64>) {
+        if let Some(task) = self.tasks.get_mut(&tid) {
+            flows.append(&mut task.flows);
+        }
     }
 
     /// Forgets a freed task.
@@ -117,8 +97,8 @@ impl Sched {
 mod tests {
     use super::*;
 
-    /// A task seen on a second CPU ends its slice on the first; wakings and
-    /// flows are handed to the next slice once.
+    /// A task seen on a second CPU ends its slice on the first; pending
+    /// flows are handed to the next slice once, the newest four kept.
     #[test]
     fn tracks_cpus_and_wakings() {
         let mut sched = Sched::default();
@@ -127,19 +107,15 @@ mod tests {
         assert_eq!(sched.switch_in(1, OnCpu { track: 1, tid: 7 }), Some(a));
         assert_eq!(sched.switch_out(0), None);
         assert_eq!(sched.switch_out(1), Some(a));
-        let wake = Wake {
-            ts_ns: 5,
-            waker: ThreadId(3),
-        };
-        sched.woken(7, wake);
         for _ in 0..6 {
             let flow = sched.new_flow();
             sched.add_flow(7, flow);
         }
         let mut flows = Vec::new();
-        assert_eq!(sched.take_wake(7, &mut flows), Some(wake));
+        sched.take_flows(7, &mut flows);
         assert_eq!(flows, [3, 4, 5, 6]);
-        assert_eq!(sched.take_wake(7, &mut flows), None);
+        sched.take_flows(7, &mut flows);
+        assert_eq!(flows, [3, 4, 5, 6]);
         sched.forget(7);
         assert!(sched.tasks.is_empty());
     }

@@ -1,14 +1,19 @@
 //! The built-in trackers' records → native Perfetto events:
 //!
-//! - `switch`: ends the slice of the task switched out (annotated with its
-//!   off-CPU `state` letter and PMU deltas; the raw `prev_state` bits are in
-//!   the `compact_sched` switch, not written twice) and begins one
-//!   for `next`, named after its comm, on its thread track (an idle task's on
-//!   its CPU's track), annotated with `cpu`, `waker`, `waker_tid` and
-//!   `wake_delay_ns`; preemption starts a flow that ends at the preempted
-//!   task's next slice; also a `compact_sched` switch;
-//! - `waking`, `wakeup_new`, `fork`: an instant on the current task's track
-//!   with a flow to the other task's next slice;
+//! - `switch`: a `compact_sched` switch, the one encoding of the switch's
+//!   facts (CPU, the raw `prev_state`, next task and priority; trace
+//!   processor derives each thread's states, their CPU, waker and wait from
+//!   it with the `compact_sched` wakings). It also ends the on-CPU slice of
+//!   the task switched out (annotated only with PMU deltas) and begins one
+//!   for `next`, named after its comm, on its thread track (an idle task's
+//!   on its CPU's track); preemption starts a flow that ends at the
+//!   preempted task's next slice;
+//! - `waking`: a `compact_sched` waking, and an instant on the waker's track
+//!   (no annotations: wakee and target CPU are the waking's) with a flow to
+//!   the wakee's next slice;
+//! - `wakeup_new`, `fork`: an instant on the current task's track, fields as
+//!   annotations, with a flow to the other task's next slice; a
+//!   `wakeup_new` is also a `compact_sched` waking;
 //! - `hardirq`, `softirq`: slices on the interrupted task's track, so they
 //!   nest in its on-CPU slice, with PMU deltas;
 //! - `wq`: slices on the worker's `wq` child track (work items may sleep, so
@@ -20,42 +25,17 @@
 use std::cmp::Reverse;
 
 use super::ftrace::{Switch, Waking};
-use super::proto::{self, AnnotationValue};
-use super::sched::{OnCpu, Wake};
+use super::proto;
+use super::sched::OnCpu;
 use super::tracks::Names;
 use super::{Emit, RenderError, Renderer};
 use crate::capture::model::{Event, RecordSchema, ThreadId};
-use crate::render::tracker::{reported_state, softirq_name, state_letter};
+use crate::render::tracker::{reported_state, softirq_name};
 use crate::tracking::records::delta;
 use crate::tracking::records::{Field, Kind, TrackerSchema, reading};
 
 /// `next_prio` when a switch lacks it: the default nice 0 priority.
 const DEFAULT_PRIO: i64 = 120;
-
-/// Annotations of on-CPU slices, written for every switch: their name iids
-/// are cached in [`Renderer::arg_iids`].
-#[derive(Clone, Copy)]
-pub(super) enum Arg {
-    Cpu,
-    State,
-    Waker,
-    WakerTid,
-    WakeDelay,
-}
-
-impl Arg {
-    pub(super) const COUNT: usize = 5;
-
-    fn name(self) -> &'static str {
-        match self {
-            Arg::Cpu => "cpu",
-            Arg::State => "state",
-            Arg::Waker => "waker",
-            Arg::WakerTid => "waker_tid",
-            Arg::WakeDelay => "wake_delay_ns",
-        }
-    }
-}
 
 impl Renderer<'_, '_> {
     pub(super) fn tracker_event(
@@ -79,16 +59,6 @@ impl Renderer<'_, '_> {
                 self.task_instant(event, schema)
             }
         }
-    }
-
-    fn arg(&mut self, arg: Arg) -> u64 {
-        let cached = self.arg_iids[arg as usize];
-        if cached != 0 {
-            return cached;
-        }
-        let iid = self.interner.annotation_name(arg.name());
-        self.arg_iids[arg as usize] = iid;
-        iid
     }
 
     /// The track where task `id` runs on `cpu` (described if new), `None`
@@ -133,10 +103,6 @@ impl Renderer<'_, '_> {
         }
         if let Some(on) = self.sched.switch_out(event.cpu) {
             if on.tid == prev_tid {
-                let state = self.arg(Arg::State);
-                let letter = self.interner.text_value(state_letter(prev_state, preempt));
-                self.annotations
-                    .push((state, AnnotationValue::StringIid(letter)));
                 self.annotate_deltas(&deltas);
             }
             self.end_slice(event.ts_ns, on.track)?;
@@ -153,7 +119,7 @@ impl Renderer<'_, '_> {
                 self.sched.add_flow(prev_tid, flow);
                 self.flows_out.push(flow);
             }
-            self.begin_on_cpu(event, next, track)?;
+            self.begin_on_cpu(event.ts_ns, next, track)?;
         }
         self.compact_switch(event, t, next, reported_state(prev_state, preempt))
     }
@@ -169,34 +135,13 @@ impl Renderer<'_, '_> {
     }
 
     /// Begins `next`'s on-CPU slice, ending the flows that wait for it.
-    fn begin_on_cpu(
-        &mut self,
-        event: &Event,
-        next: ThreadId,
-        track: u64,
-    ) -> Result<(), RenderError> {
-        let source = self.source;
-        let thread = source.thread(next);
-        let cpu = self.arg(Arg::Cpu);
-        self.annotations
-            .push((cpu, AnnotationValue::Uint(event.cpu.into())));
-        if let Some(wake) = self.sched.take_wake(thread.tid, &mut self.flows_in) {
-            let waker = source.thread(wake.waker);
-            let name = self.arg(Arg::Waker);
-            let comm = self.interner.string_value(source, waker.name);
-            self.annotations
-                .push((name, AnnotationValue::StringIid(comm)));
-            let name = self.arg(Arg::WakerTid);
-            self.annotations
-                .push((name, AnnotationValue::Uint(waker.tid.into())));
-            let name = self.arg(Arg::WakeDelay);
-            let delay = event.ts_ns.saturating_sub(wake.ts_ns);
-            self.annotations.push((name, AnnotationValue::Uint(delay)));
-        }
+    fn begin_on_cpu(&mut self, ts_ns: u64, next: ThreadId, track: u64) -> Result<(), RenderError> {
+        let thread = self.source.thread(next);
+        self.sched.take_flows(thread.tid, &mut self.flows_in);
         self.stats.slices += 1;
-        let name_iid = Some(self.interner.event_name_of(source, thread.name));
+        let name_iid = Some(self.interner.event_name_of(self.source, thread.name));
         self.emit(Emit {
-            ts_ns: event.ts_ns,
+            ts_ns,
             kind: proto::TYPE_SLICE_BEGIN,
             track,
             name_iid,
@@ -227,7 +172,7 @@ impl Renderer<'_, '_> {
     }
 
     /// `waking`, `wakeup_new` and `fork`: an instant with a flow to the
-    /// other task's next slice.
+    /// other task's next slice; a waking also goes to `compact_sched`.
     fn wake(
         &mut self,
         event: &Event,
@@ -248,16 +193,15 @@ impl Renderer<'_, '_> {
             }
             self.stats.instants += 1;
             let name = self.interner.record(source, event.record).name;
-            self.write_event(event, schema, (proto::TYPE_INSTANT, track), name)?;
+            if t.kind == Kind::Waking {
+                self.emit_event(event, (proto::TYPE_INSTANT, track), name)?;
+            } else {
+                self.write_event(event, schema, (proto::TYPE_INSTANT, track), name)?;
+            }
         }
         if t.kind == Kind::Fork {
             return Ok(());
         }
-        let wake = Wake {
-            ts_ns: event.ts_ns,
-            waker: event.thread,
-        };
-        self.sched.woken(wakee.tid, wake);
         let waking = Waking {
             ts: self.start_ns.saturating_add(event.ts_ns),
             tid: wakee.tid,

@@ -9,8 +9,9 @@ mod pending;
 mod stacks;
 mod tables;
 mod threads;
+mod window;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::Path;
@@ -21,6 +22,7 @@ use self::pending::{Join, PendingJoin};
 use self::stacks::{RawStack, StackHeader, digest, probed_binaries, raw_stack};
 use self::tables::Tables;
 use self::threads::{Comm, ThreadTable};
+use self::window::ReorderWindow;
 use crate::capture::model::{
     CaptureInfo, CaptureStats, Event, FieldValue, RecordDrops, RecordId, RecordKind, StackId,
 };
@@ -34,6 +36,13 @@ use crate::vocab::{Message, record_header as header};
 /// How far back events may arrive out of order: a probe reads the clock
 /// before it sends, and may be preempted in between.
 const REORDER_WINDOW_NS: u64 = 100_000_000;
+/// Most events the reorder window holds (~200 bytes each): at high rates
+/// the window is shorter than [`REORDER_WINDOW_NS`] (24 ms at 700 k
+/// events/s, still far above a probe's usual clock-to-send delay), so the
+/// recorder's memory does not follow the event rate. An event arriving
+/// later than the window is written out of time order (the format allows
+/// it) and counted.
+const REORDER_WINDOW_EVENTS: usize = 16 * 1024;
 /// How often what has been written is made a complete chunk on disk.
 const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -85,10 +94,12 @@ pub struct Recorder {
     /// Long blocks waiting for their deferred user stacks.
     joins: PendingJoin,
     /// Events in time order until they leave the reorder window.
-    ordered: VecDeque<Event>,
+    window: ReorderWindow,
     /// Value vectors of written events, reused for new ones.
     spare: Vec<Vec<FieldValue>>,
-    newest_ns: u64,
+    /// The newest time written, and how many events came after it.
+    written_ns: u64,
+    late: u64,
     last_flush: Instant,
 }
 
@@ -135,9 +146,10 @@ impl Recorder {
             frame_kinds: Vec::new(),
             pending: Vec::new(),
             joins: PendingJoin::new(&compiled.records),
-            ordered: VecDeque::new(),
+            window: ReorderWindow::new(REORDER_WINDOW_NS, REORDER_WINDOW_EVENTS),
             spare: Vec::new(),
-            newest_ns: 0,
+            written_ns: 0,
+            late: 0,
             last_flush: Instant::now(),
         })
     }
@@ -259,23 +271,15 @@ impl Recorder {
                 None => batch.push(self.resolved(pending)),
             }
         }
-        for block in self.joins.expire(self.newest_ns) {
+        for block in self.joins.expire(self.window.newest_ns()) {
             batch.push(self.resolved(block));
         }
-        // The ring buffer delivers in reservation order, which is nearly
-        // time order: a stable sort of the batch is cheap, and merging it
-        // into the window is mostly an append.
-        batch.sort_by_key(|e| e.ts_ns);
-        if let Some(last) = batch.last() {
-            self.newest_ns = self.newest_ns.max(last.ts_ns);
+        self.window.insert(batch);
+        // Nothing after a block still waiting for its user stack goes out.
+        let hold_ns = self.joins.oldest().unwrap_or(u64::MAX);
+        while let Some(event) = self.window.pop_due_before(hold_ns) {
+            self.write(event)?;
         }
-        merge_sorted(&mut self.ordered, batch);
-        let window = self.newest_ns.saturating_sub(REORDER_WINDOW_NS);
-        let limit = self
-            .joins
-            .oldest()
-            .map_or(window, |oldest| oldest.min(window));
-        self.write_older_than(limit)?;
         // Complete chunks on disk: a capture killed now still replays to here.
         if self.last_flush.elapsed() >= FLUSH_INTERVAL {
             self.writer.flush()?;
@@ -301,12 +305,14 @@ impl Recorder {
         pending.event
     }
 
-    fn write_older_than(&mut self, limit_ns: u64) -> Result<(), RecordError> {
-        while self.ordered.front().is_some_and(|e| e.ts_ns < limit_ns) {
-            let event = self.ordered.pop_front().expect("checked");
-            self.writer.event(&event)?;
-            self.recycle(event.values);
+    /// Writes `event`, counting it when it comes after a later one.
+    fn write(&mut self, event: Event) -> Result<(), RecordError> {
+        if event.ts_ns < self.written_ns {
+            self.late += 1;
         }
+        self.written_ns = self.written_ns.max(event.ts_ns);
+        self.writer.event(&event)?;
+        self.recycle(event.values);
         Ok(())
     }
 
@@ -324,7 +330,7 @@ impl Recorder {
     }
 
     pub fn events(&self) -> u64 {
-        self.writer.events_written() + self.ordered.len() as u64
+        self.writer.events_written() + self.window.len() as u64
     }
 
     pub fn bytes(&self) -> u64 {
@@ -338,12 +344,20 @@ impl Recorder {
         drops: Vec<RecordDrops>,
         duration_ns: u64,
     ) -> Result<CaptureStats, RecordError> {
-        let mut unanswered: Vec<Event> = (self.joins.expire(u64::MAX).into_iter())
+        let unanswered: Vec<Event> = (self.joins.expire(u64::MAX).into_iter())
             .map(|block| self.resolved(block))
             .collect();
-        unanswered.sort_by_key(|e| e.ts_ns);
-        merge_sorted(&mut self.ordered, unanswered);
-        self.write_older_than(u64::MAX)?;
+        self.window.insert(unanswered);
+        while let Some(event) = self.window.pop() {
+            self.write(event)?;
+        }
+        if self.late > 0 {
+            eprintln!(
+                "wprof: {} events arrived after the reorder window and are out of time order \
+                 in the capture",
+                self.late
+            );
+        }
         let symbols = self.symbols();
         let mut stacks = (self.stack_counts).finish(self.tables.as_ref().map(Tables::stats));
         stacks.extend(self.joins.counts());
@@ -355,53 +369,5 @@ impl Recorder {
         };
         self.writer.finish(&symbols, &stats)?;
         Ok(stats)
-    }
-}
-
-/// Merge sorted `batch` into sorted `ordered`; equal times keep `ordered` first.
-fn merge_sorted(ordered: &mut VecDeque<Event>, batch: Vec<Event>) {
-    let Some(first) = batch.first() else {
-        return;
-    };
-    if ordered.back().is_none_or(|last| last.ts_ns <= first.ts_ns) {
-        ordered.extend(batch);
-        return;
-    }
-    let mut merged = VecDeque::with_capacity(ordered.len() + batch.len());
-    let mut batch = batch.into_iter().peekable();
-    while let Some(old) = ordered.pop_front() {
-        while let Some(new) = batch.next_if(|new| new.ts_ns < old.ts_ns) {
-            merged.push_back(new);
-        }
-        merged.push_back(old);
-    }
-    merged.extend(batch);
-    *ordered = merged;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(ts_ns: u64, cpu: u32) -> Event {
-        Event {
-            ts_ns,
-            cpu,
-            ..Event::default()
-        }
-    }
-
-    /// Batches merge into time order; equal times keep earlier arrivals first.
-    #[test]
-    fn merges_batches_in_time_order() {
-        let mut ordered = VecDeque::new();
-        merge_sorted(&mut ordered, vec![at(1, 0), at(5, 0)]);
-        merge_sorted(&mut ordered, vec![at(6, 1), at(7, 1)]);
-        merge_sorted(&mut ordered, vec![at(0, 1), at(5, 1), at(9, 1)]);
-        let order: Vec<(u64, u32)> = ordered.iter().map(|e| (e.ts_ns, e.cpu)).collect();
-        assert_eq!(
-            order,
-            [(0, 1), (1, 0), (5, 0), (5, 1), (6, 1), (7, 1), (9, 1)]
-        );
     }
 }

@@ -169,6 +169,10 @@ pub fn run(
                 source,
             })?;
             loaded.set_global(globals, GlobalSlot::ChildPid, u64::from(child.pid()))?;
+            if let Some(tree) = &compiled.command_tree {
+                let (key, value) = tree.entry(child.pid());
+                loaded.update(tree.map, &key, &value)?;
+            }
             Some(child)
         }
         None => None,

@@ -1,0 +1,191 @@
+//! Task filters in the kernel on real captures: name, pid and tid filters
+//! together with off-CPU stacks (whose `sched_switch` program has the least
+//! BPF stack to spare) record exactly the tasks they select; `--only-command`
+//! records the command's process tree alone, in trackers and user probes.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::capture::{Ndjson, fresh_dir};
+use super::system::{capture, involves, tid_named};
+use super::{map_lines, path_str, workload, wprof_ok};
+use crate::require_bpf;
+
+/// A workload process, killed and reaped when dropped (a failed test
+/// leaves nothing running).
+struct Background(Child);
+
+impl Background {
+    fn start(name: &str, args: &[&str]) -> Background {
+        let child = Command::new(workload(name))
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Background(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// The tid of this process's thread named `comm`, once it exists.
+    fn thread_named(&self, comm: &str) -> u64 {
+        let started = Instant::now();
+        loop {
+            let tasks = fs::read_dir(format!("/proc/{}/task", self.pid())).expect("/proc");
+            for task in tasks.flatten() {
+                let name = fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+                if name.trim_end() == comm {
+                    return task.file_name().to_string_lossy().parse().expect("a tid");
+                }
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "no thread {comm}"
+            );
+            sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `-S offcpu=1ms -n NAME -p PID --tid TID` loads (its `sched_switch`
+/// program once needed more than the 512 bytes of BPF stack) and records
+/// exactly the selected tasks: the command named NAME, every thread of
+/// process PID, thread TID but not the rest of its process, nothing of an
+/// unrelated process; long blocks of the selected threads have stacks.
+#[test]
+fn offcpu_stacks_with_name_pid_and_tid_filters() {
+    require_bpf!();
+    let dir = fresh_dir("filters-offcpu-name-pid-tid");
+    // The sleepers outlive the capture, which ends with the command (or
+    // with process PID, `-p` being followed).
+    let by_pid = Background::start("sys_sleeper", &["5000", "10"]);
+    let by_tid = Background::start("sys_sleeper", &["5000", "10"]);
+    let _unrelated = Background::start("sys_sleeper", &["5000", "10"]);
+    let (of_pid, napper) = (by_pid.thread_named("napper"), by_tid.thread_named("napper"));
+    let (pid, tid) = (by_pid.pid().to_string(), napper.to_string());
+    let spin = format!("{} 300", workload("sys_spin"));
+    let args = [
+        "-S",
+        "offcpu=1ms",
+        "-n",
+        "sys_spin",
+        "-p",
+        &pid,
+        "--tid",
+        &tid,
+        "-c",
+        &spin,
+    ];
+    let (json, _) = capture(&dir, &args);
+    let selected =
+        |t: &Value| t["comm"] == "sys_spin" || t["pid"] == by_pid.pid() || t["tid"] == napper;
+    // A switch between a selected and an unselected task is recorded; an
+    // event of unselected tasks only (the unrelated process's many
+    // switches) never is.
+    for event in &json.events {
+        assert!(involves(event, selected), "not selected: {event}");
+    }
+    tid_named(&json, "sys_spin");
+    let switches = |pick: &dyn Fn(&Value) -> bool| {
+        (json.events.iter())
+            .filter(|e| e["t"] == "switch" && pick(&e["next"]))
+            .collect::<Vec<_>>()
+    };
+    let of_pid = switches(&|t| t["tid"] == of_pid);
+    let of_tid = switches(&|t| t["tid"] == napper);
+    for (what, switch_ins) in [("-p", of_pid), ("--tid", of_tid)] {
+        assert!(
+            switch_ins.len() >= 5,
+            "{what}: {} switch-ins",
+            switch_ins.len()
+        );
+        let stacks = switch_ins.iter().filter(|e| e["stack"].is_u64()).count();
+        assert!(stacks >= 5, "{what}: {stacks} switch-ins with stacks");
+    }
+}
+
+/// `--only-command` selects in the kernel the command's process and its
+/// descendants (a child and a grandchild forked without exec, the
+/// grandchild's exec included) while unrelated processes keep busy and
+/// make system calls: every recorded event involves the tree, every process
+/// of the tree has switch-ins, the user's system-call probe counted only
+/// the tree's processes, and the capture says `--only-command`.
+#[test]
+fn only_command_records_the_command_tree_in_the_kernel() {
+    require_bpf!();
+    let dir = fresh_dir("filters-command-tree");
+    let _busy = Background::start("sys_spin", &["100000"]);
+    let _sleeper = Background::start("sys_sleeper", &["5000", "5"]);
+    let command = format!("{} 5", workload("tree_fork"));
+    let script = "tracepoint:raw_syscalls:sys_enter { @calls[pid] = count(); }";
+    let (data, json) = (path_str(&dir.join("c.data")), dir.join("c.json"));
+    let args = [
+        "--only-command",
+        "-e",
+        script,
+        "-D",
+        &data,
+        "-J",
+        &path_str(&json),
+    ];
+    let run = wprof_ok(&[&args[..], &["-c", &command]].concat());
+    let json = Ndjson::parse(&fs::read_to_string(&json).expect("NDJSON"));
+    let printed = &run.stdout;
+    let tree: BTreeSet<u64> = ["parent", "child", "grandchild"]
+        .iter()
+        .map(|who| pid_printed(printed, who))
+        .collect();
+    let in_tree = |t: &Value| t["pid"].as_u64().is_some_and(|p| tree.contains(&p));
+    for event in &json.events {
+        assert!(
+            involves(event, in_tree),
+            "not of the command's tree: {event}"
+        );
+    }
+    for pid in &tree {
+        let switch_ins = (json.events.iter())
+            .filter(|e| e["t"] == "switch" && e["next"]["pid"] == *pid)
+            .count();
+        assert!(switch_ins >= 3, "process {pid}: {switch_ins} switch-ins");
+    }
+    let exec = json.events.iter().find(|e| e["t"] == "exec");
+    assert!(
+        exec.is_some_and(|e| in_tree(&e["task"])),
+        "the grandchild's exec"
+    );
+    let calls = map_lines(printed);
+    let counted: BTreeSet<u64> = (calls.keys())
+        .filter_map(|k| k.strip_prefix("@calls[")?.strip_suffix(']')?.parse().ok())
+        .collect();
+    assert!(!counted.is_empty() && counted.is_subset(&tree), "{calls:?}");
+    assert!(
+        json.header["filters"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|f| f == "--only-command")),
+        "{}",
+        json.header
+    );
+}
+
+/// The pid the workload printed as `WHO PID`.
+#[track_caller]
+fn pid_printed(stdout: &str, who: &str) -> u64 {
+    (stdout.lines())
+        .find_map(|l| l.strip_prefix(who)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {who} pid in:\n{stdout}"))
+}
