@@ -153,4 +153,17 @@ mod tests {
         );
         assert_eq!(window.len(), 3);
     }
+
+    /// A hold keeps events from its time on, even past the span and the cap.
+    #[test]
+    fn a_hold_keeps_later_events() {
+        let mut window = ReorderWindow::new(10, 1);
+        window.insert(vec![at(1, 0), at(5, 0), at(30, 0)]);
+        assert_eq!(window.newest_ns(), 30);
+        let held: Vec<u64> = std::iter::from_fn(|| window.pop_due_before(5))
+            .map(|e| e.ts_ns)
+            .collect();
+        assert_eq!(held, [1]);
+        assert_eq!(window.pop_due_before(u64::MAX).map(|e| e.ts_ns), Some(5));
+    }
 }
