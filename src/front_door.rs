@@ -4,7 +4,7 @@
 //!
 //! Input: the command line. A first argument `profile` makes the rest a
 //! [`ProfileCommand`], rewritten into the equivalent main command line
-//! ([`ProfileCommand::main_args`]: `-S timer=…hz -S offcpu`, filters, the
+//! ([`ProfileCommand::main_args`]: `-S timer=…hz -S offcpu=MIN_BLOCK`, filters, the
 //! outputs, `--only-command -- CMD`), which `--explain` prints; anything
 //! else is the main command line. Output: the [`Cli`] wprof runs.
 
@@ -81,7 +81,9 @@ pub struct ProfileCommand {
     pub kernel_only: bool,
 
     /// Off-CPU blocks shorter than this show without their stack (wall-clock
-    /// profiler --min-block-us, with a unit: 1000us, 1ms; their time still counts).
+    /// profiler --min-block-us, with a unit: 1000us, 1ms; their time still
+    /// counts). Decided in the kernel (`-S offcpu=DUR`): short blocks cost
+    /// no stack walk; 0s keeps every block's stack.
     #[arg(short = 'm', long = "min-block", value_name = "DURATION", default_value = "1ms",
           value_parser = parse_unit_duration)]
     pub min_block: Duration,
@@ -127,7 +129,12 @@ impl ProfileCommand {
         let mut push = |items: &[&str]| args.extend(items.iter().map(|s| s.to_string()));
         push(&["-S", &format!("timer={}hz", self.frequency)]);
         if self.profile != "cpu" {
-            push(&["-S", "offcpu"]);
+            // Decided in the kernel: short blocks cost no stack walk.
+            let min_block_ns = self.min_block.as_nanos() as u64;
+            match min_block_ns {
+                0 => push(&["-S", "offcpu"]),
+                ns => push(&["-S", &format!("offcpu={}", whole_duration(ns))]),
+            }
         }
         // IRQ spans are not part of a profile.
         push(&["-f", "no-hardirq", "-f", "no-softirq"]);
@@ -170,8 +177,6 @@ impl ProfileCommand {
         for (flag, value) in self.outputs.asked() {
             args.extend([flag.to_owned(), path(value)]);
         }
-        let min_block = whole_duration(self.min_block.as_nanos() as u64);
-        args.extend(["--min-block".into(), min_block]);
         for (on, flag) in [
             (self.user_only, "--user-only"),
             (self.kernel_only, "--kernel-only"),
@@ -270,18 +275,17 @@ mod tests {
                 "5ms",
                 "--per-thread"
             ]),
-            "wprof -S timer=99hz -S offcpu -f no-hardirq -f no-softirq -p 42 -d 10s \
-             -D wprof.data --profile wall --flamegraph profile.svg --min-block 5ms \
-             --user-only --per-thread"
+            "wprof -S timer=99hz -S offcpu=5ms -f no-hardirq -f no-softirq -p 42 -d 10s \
+             -D wprof.data --profile wall --flamegraph profile.svg --user-only --per-thread"
         );
         assert_eq!(
             main_args(&["--profile", "cpu", "-d", "1s", "--folded", "-"]),
             "wprof -S timer=49hz -f no-hardirq -f no-softirq --no-idle -d 1s -D wprof.data \
-             --profile cpu --flamegraph profile.svg --folded - --min-block 1ms"
+             --profile cpu --flamegraph profile.svg --folded -"
         );
         let command = main_args(&["-o", "x.svg", "--", "./prog", "--flag"]);
         assert!(
-            command.ends_with("--flamegraph x.svg --min-block 1ms --only-command -- ./prog --flag"),
+            command.ends_with("--flamegraph x.svg --only-command -- ./prog --flag"),
             "{command}"
         );
         let argv: Vec<String> = command.split(' ').map(String::from).collect();

@@ -6,7 +6,7 @@ use super::{Entry, Kind, RecordItem, Site, Written};
 use crate::frontend::ast::{BinOp, Expr, ExprKind, RecordItem as Item, Span};
 use crate::frontend::check::Checker;
 use crate::frontend::check_record::RecordItems;
-use crate::frontend::checked::SwitchStack;
+use crate::frontend::checked::{OffcpuStack, SwitchStack};
 use crate::frontend::checked::{RecordValue, StackKind};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::options::STACK_KINDS;
@@ -26,8 +26,8 @@ impl RecordItem for Stack {
     }
 }
 
-/// `stack(KIND)`: both stacks, only when `-S KIND` is on; and
-/// `stack(offcpu, NEXT)` at a context switch.
+/// `stack(KIND)`: both stacks, only when `-S KIND` is on;
+/// `stack(offcpu, NEXT)` at a context switch; `stack(offcpu, pending)`.
 fn stack_of_kind(cx: &mut Checker, site: &Site, items: &mut RecordItems) -> Option<()> {
     let kind = match site.args {
         [
@@ -41,7 +41,8 @@ fn stack_of_kind(cx: &mut Checker, site: &Site, items: &mut RecordItems) -> Opti
         }
         _ => {
             let message = format!(
-                "`stack(KIND)` takes one of {}; `stack(offcpu, NEXT)` the task switched in",
+                "`stack(KIND)` takes one of {}; `stack(offcpu, NEXT)` the task switched in, \
+                 or `pending`",
                 STACK_KINDS.join(", ")
             );
             cx.error(ScriptError::new(site.span, message).with_label("unknown stack kind"));
@@ -50,8 +51,11 @@ fn stack_of_kind(cx: &mut Checker, site: &Site, items: &mut RecordItems) -> Opti
     };
     let on = kind.is_some_and(|kind| cx.options.stacks.contains(kind));
     if let [_, next] = site.args {
+        if matches!(&next.kind, ExprKind::Ident(name) if name == "pending") {
+            return pending_stack(cx, next.span, items);
+        }
         let switch = switch_stack(cx, next)?;
-        items.switch_stack = on.then(|| Box::new(switch));
+        items.offcpu_stack = on.then(|| OffcpuStack::Switch(Box::new(switch)));
     }
     set_stack(cx, items, on.then_some(StackKind::Both), site.span);
     Some(())
@@ -93,6 +97,31 @@ fn switch_stack(cx: &mut Checker, next: &Expr) -> Option<SwitchStack> {
         prev_selected: cx.expr(&selected(curtask))?,
         next_selected: cx.expr(&selected(next.clone()))?,
     })
+}
+
+/// `stack(offcpu, pending)`: the user stack of the long blocks the current
+/// task is returning from, at `sys_exit`; only under `-S offcpu=DUR`, which
+/// defers those stacks to the return (`docs/unwinding.md`).
+fn pending_stack(cx: &mut Checker, span: Span, items: &mut RecordItems) -> Option<()> {
+    let at_sys_exit = matches!(
+        &cx.resolved().attach,
+        AttachPoint::TpBtf { name } | AttachPoint::RawTracepoint { name } if name == "sys_exit"
+    );
+    if !at_sys_exit {
+        return cx.fail(
+            span,
+            "`stack(offcpu, pending)` is taken at a system call's return: use it in `tp_btf:sys_exit`",
+        );
+    }
+    if cx.options.offcpu_min_block_ns.is_none() {
+        return cx.fail(
+            span,
+            "`stack(offcpu, pending)` needs `-S offcpu=DUR` (without a threshold no stack is deferred)",
+        );
+    }
+    items.offcpu_stack = Some(OffcpuStack::Pending);
+    set_stack(cx, items, Some(StackKind::User), span);
+    Some(())
 }
 
 fn set_stack(cx: &mut Checker, items: &mut RecordItems, stack: Option<StackKind>, span: Span) {

@@ -311,7 +311,8 @@ pub enum StackCount {
     FramePointer,
     /// The kernel's frame-pointer walk: the process had no tables yet.
     KernelWalk,
-    /// An off-CPU stack reused from the task's last walk (same registers).
+    /// An off-CPU stack reused from the task's last walk (legacy: captures
+    /// of wprof's removed per-task cache still read; nothing counts it now).
     Cached,
     /// Ended at the outermost frame (`_start`, a thread's entry).
     Outermost,
@@ -330,10 +331,16 @@ pub enum StackCount {
     TableTextBytes,
     /// Kernel stacks cut at the depth limit (127 frames).
     KernelTruncated,
+    /// Under `-S offcpu=DUR`: long blocks in a system call whose user stack
+    /// was joined from the call's return, and those whose return never
+    /// sent it (the task exited, or the record was lost), kept with their
+    /// kernel stack only.
+    PendingJoined,
+    PendingLost,
 }
 
 impl StackCount {
-    pub const ALL: [StackCount; 13] = [
+    pub const ALL: [StackCount; 15] = [
         StackCount::Table,
         StackCount::FramePointer,
         StackCount::KernelWalk,
@@ -347,6 +354,8 @@ impl StackCount {
         StackCount::TableRows,
         StackCount::TableTextBytes,
         StackCount::KernelTruncated,
+        StackCount::PendingJoined,
+        StackCount::PendingLost,
     ];
 
     /// Its code in the capture's end chunk, and its label in summaries.
@@ -369,6 +378,8 @@ impl StackCount {
             StackCount::TableRows => "unwind table rows (peak)",
             StackCount::TableTextBytes => "code bytes covered (at the peak)",
             StackCount::KernelTruncated => "kernel stacks truncated at 127 frames",
+            StackCount::PendingJoined => "off-CPU user stacks joined at syscall return",
+            StackCount::PendingLost => "off-CPU user stacks lost (no syscall return)",
         }
     }
 }

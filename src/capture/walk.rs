@@ -13,7 +13,8 @@ pub enum Unwinder {
     FramePointer = 2,
     /// The kernel's frame-pointer walk: the process had no tables yet.
     KernelWalk = 3,
-    /// Reused from the task's last off-CPU walk (same registers).
+    /// Reused from the task's last off-CPU walk (legacy: written by wprof's
+    /// removed per-task cache; still decoded in older captures).
     Cached = 4,
 }
 

@@ -14,7 +14,7 @@ use crate::codegen::stack_layout::{
     KERNEL_FRAMES_BYTES, SPAN_FRAMES_BYTES, USER_FRAMES_BYTES, records_of,
 };
 use crate::frontend::checked::{
-    CheckedRecord, RecordRef, RecordRole, RecordValue, SpanRef, StackKind, TExpr,
+    CheckedRecord, OffcpuStack, RecordRef, RecordRole, RecordValue, SpanRef, StackKind, TExpr,
 };
 use crate::frontend::types::{COMM_LEN, Type};
 use crate::unwind::maps::flags as stack_flags;
@@ -100,8 +100,17 @@ impl Lowerer<'_> {
             self.send(id, Arg::Frame(buffer), size, None);
             return;
         }
+        let offcpu = record.offcpu_stack.as_ref();
+        let skip = self.label();
+        let pending =
+            matches!(offcpu, Some(OffcpuStack::Pending)).then(|| self.pending_blocks(skip));
         self.with_scratch(id, |cx, scratch| {
-            let now = cx.call_result(KTIME_GET_NS, vec![]);
+            // The deferred user stack of long blocks goes out at the time of
+            // the first's switch-in, which identifies them.
+            let now = match &pending {
+                Some(pending) => pending.from,
+                None => cx.call_result(KTIME_GET_NS, vec![]),
+            };
             let at = Place::reg(scratch.buf);
             cx.record_header(at, message, now);
             cx.store_fields(at.at(header::FIELDS), &record.values, &fields);
@@ -113,12 +122,16 @@ impl Lowerer<'_> {
                         frames_at: fixed,
                         desc_at: header::KERNEL_FRAMES as i16,
                     };
-                    let frames = cx.take_stack(parts, record.switch_stack.as_deref(), target, now);
+                    let frames = cx.take_stack(parts, offcpu, target, now);
                     cx.send_with_frames(id, scratch.buf, fixed, frames, parts);
                 }
                 None => cx.send(id, Arg::Reg(scratch.buf), Arg::Imm(i64::from(fixed)), None),
             }
         });
+        if let Some(pending) = pending {
+            self.pending_sent(&pending);
+        }
+        self.emit(Inst::Bind(skip));
     }
 
     /// Whether some record of this probe has a user stack.

@@ -12,7 +12,7 @@ use crate::codegen::stack_layout::{
     BUILD_ID_STACK_MAX, GLUE_BYTES, KERNEL_FRAMES_BYTES, KERNEL_STACK_MAX, NEST_LEVELS, STATE_AT,
     StackMaps, USER_FRAMES_BYTES, offcpu,
 };
-use crate::frontend::checked::{StackKind, SwitchStack};
+use crate::frontend::checked::{OffcpuStack, StackKind, SwitchStack};
 use crate::providers;
 use crate::unwind::maps::{MAX_FRAMES, flags, input, state};
 use crate::vocab::{AttachPoint, MapId, record_header as header, x86_64};
@@ -96,11 +96,12 @@ impl Lowerer<'_> {
     }
 
     /// Takes the record's stack into `target`; returns the bytes of frames
-    /// written. `now` is the record's time (off-CPU blocks are measured to it).
+    /// written. `now` is the record's time (off-CPU blocks are measured to
+    /// it; a switch-out's walk moves it past the walk).
     pub(super) fn take_stack(
         &mut self,
         parts: StackKind,
-        switch: Option<&SwitchStack>,
+        offcpu: Option<&OffcpuStack>,
         target: StackTarget,
         now: VReg,
     ) -> VReg {
@@ -113,9 +114,11 @@ impl Lowerer<'_> {
             self.store_imm(buf, target.desc(field), 0, Size::U64);
         }
         let user = UserFrames::empty(self);
-        match switch {
-            Some(switch) => self.switch_stack(parts, switch, target, now, &user),
-            None => {
+        match offcpu {
+            Some(OffcpuStack::Switch(switch)) => {
+                self.switch_stack(parts, switch, target, now, &user);
+            }
+            Some(OffcpuStack::Pending) | None => {
                 if parts.user() {
                     self.current_user_stack(target, &user);
                 }
@@ -370,11 +373,13 @@ impl Lowerer<'_> {
     }
 
     /// `stack(offcpu, NEXT)` at a context switch. The task switched out
-    /// (the current one) leaves its switch-out time and its user stack in
-    /// its own storage (walked at every switch-out). Without a threshold the record takes that stack and the
-    /// kernel stack below the switch; with `-S offcpu=DUR` it takes, when
-    /// `NEXT` was off the CPU at least DUR, `NEXT`'s stored user stack and
-    /// its kernel stack as it sleeps.
+    /// (the current one) leaves its switch-out time in its own storage, and
+    /// its user stack, walked there, unless under `-S offcpu=DUR` it is in
+    /// a system call (the stack is then taken at the call's return, only
+    /// after a long block). Without a threshold the record takes that stack
+    /// and the kernel stack below the switch; with one, when `NEXT` was off
+    /// the CPU at least DUR, `NEXT`'s kernel stack as it sleeps and its
+    /// stored user stack, or marks the user stack pending.
     fn switch_stack(
         &mut self,
         parts: StackKind,
@@ -387,24 +392,35 @@ impl Lowerer<'_> {
             .stack_maps()
             .offcpu
             .expect("`stack(offcpu, NEXT)` has its task storage");
-        let no_cache = self.label();
-        let prev_selected = self.int_expr(&switch.prev_selected);
-        self.branch(Cond::Eq, prev_selected, Src::Imm(0), no_cache);
-        let prev = self.curtask();
-        let cache = self.task_storage(map, prev, true);
-        self.branch(Cond::Eq, cache, Src::Imm(0), no_cache);
-        self.store_reg(Base::Reg(cache), offcpu::OUT_NS, now, Size::U64);
-        let prev_state = self.offset_pointer(cache, offcpu::STATE as u32);
         let threshold = self.program.offcpu_min_block_ns;
+        let stored = self.label();
+        let prev_selected = self.int_expr(&switch.prev_selected);
+        self.branch(Cond::Eq, prev_selected, Src::Imm(0), stored);
+        let prev = self.curtask();
+        let storage = self.task_storage(map, prev, true);
+        self.branch(Cond::Eq, storage, Src::Imm(0), stored);
         if parts.user() {
+            let walked = self.label();
+            if threshold.is_some() {
+                let in_syscall = self.in_syscall(prev);
+                self.store_reg(
+                    Base::Reg(storage),
+                    offcpu::IN_SYSCALL,
+                    in_syscall,
+                    Size::U64,
+                );
+                self.branch(Cond::Ne, in_syscall, Src::Imm(0), walked);
+            }
+            let prev_state = self.offset_pointer(storage, offcpu::STATE as u32);
             self.walk_user_stack(prev_state);
             if threshold.is_none() {
-                self.copy_state_frames(prev_state, target, user);
-                let stored = self.load_sized(Base::Reg(prev_state), state::FLAGS, Size::U32);
-                self.mov(user.flags, stored);
+                self.copy_stored_frames(prev_state, target, user);
             }
+            self.restamp_after_walk(target, now);
+            self.emit(Inst::Bind(walked));
         }
-        self.emit(Inst::Bind(no_cache));
+        self.store_reg(Base::Reg(storage), offcpu::OUT_NS, now, Size::U64);
+        self.emit(Inst::Bind(stored));
         let Some(min_block_ns) = threshold else {
             if parts.kernel() {
                 // The tracepoint is in `__schedule`: drop it too.
@@ -417,9 +433,9 @@ impl Lowerer<'_> {
         let next_selected = self.int_expr(&switch.next_selected);
         self.branch(Cond::Eq, next_selected, Src::Imm(0), done);
         let next = self.int_expr(&switch.next);
-        let next_cache = self.task_storage(map, next, false);
-        self.branch(Cond::Eq, next_cache, Src::Imm(0), done);
-        let out = self.load_sized(Base::Reg(next_cache), offcpu::OUT_NS, Size::U64);
+        let next_storage = self.task_storage(map, next, false);
+        self.branch(Cond::Eq, next_storage, Src::Imm(0), done);
+        let out = self.load_sized(Base::Reg(next_storage), offcpu::OUT_NS, Size::U64);
         self.branch(Cond::Eq, out, Src::Imm(0), done);
         let blocked = self.vreg();
         self.mov(blocked, now);
@@ -428,16 +444,7 @@ impl Lowerer<'_> {
         self.branch(Cond::Lt, blocked, Src::Reg(min), done);
         self.comment("a long block: the stacks of the task switched in");
         if parts.user() {
-            let next_state = self.offset_pointer(next_cache, offcpu::STATE as u32);
-            self.copy_state_frames(next_state, target, user);
-            let stored = self.load_sized(Base::Reg(next_state), state::FLAGS, Size::U32);
-            self.mov(user.flags, stored);
-            if target.is_message() {
-                // The frames are addresses of NEXT's process, not the current one's.
-                let tgid = self.load_sized(Base::Reg(next_state), state::TGID, Size::U32);
-                let at = header::STACK_TGID as i16;
-                self.store_reg(Base::Reg(target.buf), at, tgid, Size::U32);
-            }
+            self.long_block_user_stack(next_storage, target, now, user);
         }
         if parts.kernel() {
             self.kernel_stack(target, user, KernelSource::Task(next));
@@ -445,10 +452,104 @@ impl Lowerer<'_> {
         self.emit(Inst::Bind(done));
     }
 
+    /// Whether `task` (the current one, a BTF pointer) entered the kernel
+    /// by a system call: its saved user registers have a system call
+    /// number (`orig_ax` is -1 for interrupts and exceptions) and an ip
+    /// (a kernel thread's are zero).
+    fn in_syscall(&mut self, task: VReg) -> VReg {
+        let regs = self.call_result(TASK_PT_REGS, vec![Arg::Reg(task)]);
+        let orig_ax = self.load_sized(Base::Reg(regs), x86_64::ORIG_RAX as i16, Size::U64);
+        let ip = self.load_sized(Base::Reg(regs), x86_64::RIP as i16, Size::U64);
+        let result = self.vreg();
+        self.mov_imm(result, 0);
+        let no = self.label();
+        self.branch(Cond::Slt, orig_ax, Src::Imm(0), no);
+        self.branch(Cond::Eq, ip, Src::Imm(0), no);
+        self.mov_imm(result, 1);
+        self.emit(Inst::Bind(no));
+        result
+    }
+
+    /// The user part of a long block's stack under `-S offcpu=DUR`: the
+    /// stack walked at its switch-out, or, when its task blocked in a system
+    /// call, none yet: the record is flagged `USER_PENDING` and the task
+    /// remembers the first such switch-in, which its return's record
+    /// (`stack(offcpu, pending)`) carries as its time.
+    fn long_block_user_stack(
+        &mut self,
+        storage: VReg,
+        target: StackTarget,
+        now: VReg,
+        user: &UserFrames,
+    ) {
+        let walked = self.label();
+        let done = self.label();
+        let in_syscall = self.load_sized(Base::Reg(storage), offcpu::IN_SYSCALL, Size::U64);
+        self.branch(Cond::Eq, in_syscall, Src::Imm(0), walked);
+        self.mov_imm(user.flags, flags::USER_PENDING as i32);
+        let from = self.load_sized(Base::Reg(storage), offcpu::PENDING_FROM, Size::U64);
+        self.branch(Cond::Ne, from, Src::Imm(0), done);
+        self.store_reg(Base::Reg(storage), offcpu::PENDING_FROM, now, Size::U64);
+        self.emit(Inst::Jump(done));
+        self.emit(Inst::Bind(walked));
+        let state = self.offset_pointer(storage, offcpu::STATE as u32);
+        self.copy_stored_frames(state, target, user);
+        if target.is_message() {
+            // The frames are addresses of NEXT's process, not the current one's.
+            let tgid = self.load_sized(Base::Reg(state), state::TGID, Size::U32);
+            let at = header::STACK_TGID as i16;
+            self.store_reg(Base::Reg(target.buf), at, tgid, Size::U32);
+        }
+        self.emit(Inst::Bind(done));
+    }
+
+    /// Copies a stored walk's frames and flags to the target.
+    fn copy_stored_frames(&mut self, state: VReg, target: StackTarget, user: &UserFrames) {
+        self.copy_state_frames(state, target, user);
+        let stored = self.load_sized(Base::Reg(state), state::FLAGS, Size::U32);
+        self.mov(user.flags, stored);
+    }
+
+    /// After a switch-out's walk: the task leaves the CPU only now, so the
+    /// record's time (and the block's start) is read again; the walk is
+    /// not off-CPU time.
+    fn restamp_after_walk(&mut self, target: StackTarget, now: VReg) {
+        let after = self.call_result(KTIME_GET_NS, vec![]);
+        self.mov(now, after);
+        if target.is_message() {
+            self.store_reg(Base::Reg(target.buf), header::TS as i16, now, Size::U64);
+        }
+    }
+
+    /// `stack(offcpu, pending)`: nothing to send (jump to `skip`) unless
+    /// the current task has long blocks waiting for their user stack.
+    pub(super) fn pending_blocks(&mut self, skip: Label) -> PendingBlocks {
+        let map = self
+            .stack_maps()
+            .offcpu
+            .expect("`stack(offcpu, pending)` has its task storage");
+        let task = self.curtask();
+        let storage = self.task_storage(map, task, false);
+        self.branch(Cond::Eq, storage, Src::Imm(0), skip);
+        let from = self.load_sized(Base::Reg(storage), offcpu::PENDING_FROM, Size::U64);
+        self.branch(Cond::Eq, from, Src::Imm(0), skip);
+        PendingBlocks { storage, from }
+    }
+
+    /// The pending blocks are answered (or their record lost): none waits.
+    pub(super) fn pending_sent(&mut self, pending: &PendingBlocks) {
+        self.store_imm(
+            Base::Reg(pending.storage),
+            offcpu::PENDING_FROM,
+            0,
+            Size::U64,
+        );
+    }
+
     /// Walks the current task's user stack into `state`: the table
     /// unwinder, or the kernel's frame-pointer walk for a process without
-    /// tables yet. Every switch-out walks: reusing the last walk while ip,
-    /// sp, bp and the first return address were unchanged gave a block the
+    /// tables yet. Every walk is fresh: reusing the last walk while ip, sp,
+    /// bp and the first return address were unchanged gave a block the
     /// stack of another caller of the same depth.
     fn walk_user_stack(&mut self, state: VReg) {
         self.comment("walk the user stack into the task's storage");
@@ -571,6 +672,13 @@ impl Lowerer<'_> {
 enum KernelSource {
     Current { caller_frames: i32 },
     Task(VReg),
+}
+
+/// The current task's long blocks waiting for their user stack: its
+/// storage, and the switch-in time of the first.
+pub(super) struct PendingBlocks {
+    storage: VReg,
+    pub(super) from: VReg,
 }
 
 /// The user part of a stack as it is taken: count, bytes and flags.

@@ -41,15 +41,19 @@ pub const SCRATCH_BYTES: u32 = STATE_AT + state::BYTES;
 /// Bytes of frames a span start with a stack keeps until its end.
 pub const SPAN_FRAMES_BYTES: u32 = USER_FRAMES_BYTES + KERNEL_FRAMES_BYTES;
 
-/// A task's off-CPU bookkeeping (task storage), for `stack(offcpu, NEXT)`:
-/// when it last left the CPU, and its user stack then, cached with the
-/// registers it was unwound from (`state::KEY`; `state::CALLER_U32` is 1
-/// while the cache is valid).
+/// A task's off-CPU bookkeeping (task storage), for `stack(offcpu, NEXT)`
+/// and `stack(offcpu, pending)`: when it last left the CPU, whether it was
+/// then in a system call (under `-S offcpu=DUR` its user stack was not
+/// walked: it is taken at the call's return), the switch-in time of its
+/// first long block waiting for that return (0: none), and the user stack
+/// walked when it left the CPU outside a system call.
 pub mod offcpu {
     use crate::unwind::maps::state;
 
     pub const OUT_NS: i16 = 0;
-    pub const STATE: i16 = 8;
+    pub const IN_SYSCALL: i16 = 8;
+    pub const PENDING_FROM: i16 = 16;
+    pub const STATE: i16 = 24;
     pub const BYTES: u32 = STATE as u32 + state::BYTES;
 }
 
@@ -110,7 +114,7 @@ pub fn add_maps(program: &CheckedProgram, specs: &mut Vec<MapSpec>) -> Option<St
         SCRATCH_BYTES,
         NEST_LEVELS,
     );
-    let offcpu = has_switch_stack(program)
+    let offcpu = has_offcpu_stack(program)
         .then(|| add("wprof_offcpu", MapKind::TaskStorage, 4, offcpu::BYTES, 0));
     let glue = (!tracepoint_glue(program).is_empty()).then(|| {
         let probes = program.probes.len() as u32;
@@ -127,10 +131,10 @@ pub fn add_maps(program: &CheckedProgram, specs: &mut Vec<MapSpec>) -> Option<St
     })
 }
 
-/// Whether a probe records `stack(offcpu, NEXT)`.
-fn has_switch_stack(program: &CheckedProgram) -> bool {
+/// Whether a probe records `stack(offcpu, NEXT)` or `stack(offcpu, pending)`.
+fn has_offcpu_stack(program: &CheckedProgram) -> bool {
     (program.probes.iter())
-        .any(|probe| records_of(probe).any(|record| record.switch_stack.is_some()))
+        .any(|probe| records_of(probe).any(|record| record.offcpu_stack.is_some()))
 }
 
 /// Every record a probe may send: its record block and `record` statements.

@@ -74,7 +74,7 @@ impl Checker<'_> {
             role,
             values: items.values,
             stack: items.stack,
-            switch_stack: items.switch_stack,
+            offcpu_stack: items.offcpu_stack,
         })
     }
 
@@ -122,7 +122,7 @@ impl Checker<'_> {
             role: RecordRole::Instant(id),
             values: items.values,
             stack: items.stack,
-            switch_stack: items.switch_stack,
+            offcpu_stack: items.offcpu_stack,
         })
     }
 
@@ -317,8 +317,8 @@ pub(crate) struct RecordItems {
     pub(crate) fields: Vec<(String, Type)>,
     pub(crate) values: Vec<RecordValue>,
     pub(crate) stack: Option<StackKind>,
-    /// `stack(offcpu, NEXT)`.
-    pub(crate) switch_stack: Option<Box<SwitchStack>>,
+    /// `stack(offcpu, NEXT)` or `stack(offcpu, pending)`.
+    pub(crate) offcpu_stack: Option<OffcpuStack>,
     /// Some item is a stack, even one whose kind is off.
     pub(crate) has_stack_item: bool,
     /// Counter fields are named `PREFIX:COUNTER`: `pmu`, or `pmu_end` at a

@@ -135,8 +135,21 @@ pub struct CheckedRecord {
     /// Values in field order (stacks are not fields).
     pub values: Vec<RecordValue>,
     pub stack: Option<StackKind>,
+    /// `stack(offcpu, NEXT)` at a context switch, `stack(offcpu, pending)`
+    /// at a system call's return.
+    pub offcpu_stack: Option<OffcpuStack>,
+}
+
+/// The off-CPU stack forms of a record (`docs/unwinding.md`, "Off-CPU stacks").
+#[derive(Clone, Debug)]
+pub enum OffcpuStack {
     /// `stack(offcpu, NEXT)` at a context switch.
-    pub switch_stack: Option<Box<SwitchStack>>,
+    Switch(Box<SwitchStack>),
+    /// `stack(offcpu, pending)` at `sys_exit` under `-S offcpu=DUR`: the
+    /// user stack of the current task's long blocks in the system call it
+    /// returns from; the record is sent only when such blocks are pending,
+    /// stamped with the switch-in time of the first.
+    Pending,
 }
 
 /// `stack(offcpu, NEXT)`: the off-CPU stack of the task switched out (the

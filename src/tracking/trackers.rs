@@ -45,6 +45,9 @@ pub fn sources(tracking: &Tracking) -> Result<Vec<Source>, String> {
                 format!("profile:hz:{hz} /selected(curtask)/ {{ record timer < stack > }}\n")
             }
             StackKind::Pmu { event, rate } => pmu_sampler(event, *rate),
+            StackKind::Offcpu {
+                min_block_ns: Some(_),
+            } if tracking.features.contains(&Feature::Sched) => PENDING_STACKS.into(),
             _ => continue,
         };
         sources.push(Source {
@@ -55,6 +58,12 @@ pub fn sources(tracking: &Tracking) -> Result<Vec<Source>, String> {
     }
     Ok(sources)
 }
+
+/// `-S offcpu=DUR`: the user stacks of long blocks in a system call, taken
+/// at its return (`docs/unwinding.md`, "Off-CPU stacks"); the program
+/// returns at once unless the task has such blocks.
+const PENDING_STACKS: &str =
+    "tp_btf:sys_exit { record offcpu_pending < stack(offcpu, pending) > }\n";
 
 /// The tracker of the command's process tree (`--only-command` with a
 /// command), compiled after every other block on its attach points so that
@@ -137,6 +146,22 @@ mod tests {
         );
     }
 
+    /// `-S offcpu=DUR` with the sched tracker adds the `sys_exit` probe of
+    /// the deferred user stacks; without a threshold or without sched, none.
+    #[test]
+    fn offcpu_threshold_adds_the_pending_stacks_probe() {
+        let names = |features: &[Feature], stacks: &[&str]| -> Vec<String> {
+            let sources = sources(&tracking(features, stacks)).unwrap();
+            sources.into_iter().map(|s| s.name).collect()
+        };
+        assert_eq!(
+            names(&[Feature::Sched], &["offcpu=1ms"]),
+            ["probes/sched.wp", "<-S offcpu=1ms>"]
+        );
+        assert_eq!(names(&[Feature::Sched], &["offcpu"]), ["probes/sched.wp"]);
+        assert_eq!(names(&[Feature::Wq], &["offcpu=1ms"]), ["probes/wq.wp"]);
+    }
+
     /// A raw code samples as a raw perf event, at the rate given.
     #[test]
     fn raw_pmu_sampling_is_a_raw_event() {
@@ -171,7 +196,8 @@ mod tests {
                 .filter(|(i, _)| mask & (1 << i) != 0)
                 .map(|(_, f)| f)
                 .collect();
-            for stacks in [&[][..], &["", "waker", "pmu=sw:cpu-clock@1000"][..]] {
+            let all = ["", "waker", "pmu=sw:cpu-clock@1000"];
+            for stacks in [&[][..], &all[..], &["offcpu=1ms"][..]] {
                 let tracking = tracking(&features, stacks);
                 let options = tracking.compile_options().unwrap();
                 let sources = sources(&tracking).unwrap();

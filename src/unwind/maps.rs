@@ -182,16 +182,14 @@ pub mod flags {
     /// The user frames are the kernel's frame-pointer walk (set by the
     /// caller after a `NO_PROCESS` unwind).
     pub const KERNEL_WALK: u32 = 256;
-    /// The stack was the task's cached one: its registers had not changed
-    /// since it was unwound (set by the per-task cache).
-    pub const CACHED: u32 = 512;
+    /// No user frames yet: the block's task was in a system call, whose
+    /// return sends them (`stack(offcpu, pending)`; set at the switch-in
+    /// of a long block under `-S offcpu=DUR`).
+    pub const USER_PENDING: u32 = 512;
     /// The user frames are `struct bpf_stack_build_id`s (file and offset),
     /// from a kernel walk (set by the caller).
     pub const BUILD_ID: u32 = 1024;
     /// The kernel stack reached the kernel's depth limit and goes on (set
     /// by the caller after taking it).
     pub const KERNEL_TRUNCATED: u32 = 2048;
-    /// Ways a walk can go wrong for reasons that may pass: such stacks are
-    /// not cached.
-    pub const NOT_CACHEABLE: u32 = READ_FAILED | NO_PROCESS | UNKNOWN_MAPPING | KERNEL_WALK;
 }

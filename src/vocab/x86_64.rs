@@ -20,6 +20,9 @@ pub const RCX: u16 = 88;
 pub const RDX: u16 = 96;
 pub const RSI: u16 = 104;
 pub const RDI: u16 = 112;
+/// The system call number at a system call's entry; -1 at every other
+/// entry into the kernel (interrupts, exceptions).
+pub const ORIG_RAX: u16 = 120;
 pub const RIP: u16 = 128;
 pub const RSP: u16 = 152;
 

@@ -13,6 +13,7 @@ mod helper_checks;
 mod hostile;
 mod load;
 mod offcpu;
+mod offcpu_join;
 mod probe_forms;
 mod profiles;
 mod records;

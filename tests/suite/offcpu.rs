@@ -21,10 +21,10 @@ const SHORT_FRAME: &str = "[no stack: block < 1ms]";
 
 /// One off-CPU block of a thread, from its switch-out to its switch-in.
 #[derive(Debug)]
-struct Block {
-    duration_ns: u64,
+pub(super) struct Block {
+    pub(super) duration_ns: u64,
     /// The frames the switch-in recorded (innermost first), if any.
-    frames: Option<Vec<String>>,
+    pub(super) frames: Option<Vec<String>>,
 }
 
 /// An NDJSON timestamp (seconds with 9 decimals) in ns.
@@ -34,7 +34,7 @@ fn ts_ns(event: &Value) -> u64 {
 }
 
 /// The blocks of thread `tid`, each with the stack of the switch that ended it.
-fn blocks_of(nd: &Ndjson, tid: u64) -> Vec<Block> {
+pub(super) fn blocks_of(nd: &Ndjson, tid: u64) -> Vec<Block> {
     let mut out_at = None;
     let mut blocks = Vec::new();
     for event in nd.events.iter().filter(|e| e["t"] == "switch") {
@@ -55,7 +55,7 @@ fn blocks_of(nd: &Ndjson, tid: u64) -> Vec<Block> {
 }
 
 /// The index of the first frame naming `function`.
-fn frame_index(frames: &[String], function: &str) -> Option<usize> {
+pub(super) fn frame_index(frames: &[String], function: &str) -> Option<usize> {
     frames
         .iter()
         .position(|f| f.contains(&format!(" {function}+")))
@@ -154,11 +154,9 @@ fn measured(stderr: &str) -> BTreeMap<String, BTreeMap<String, f64>> {
 /// switches), through `long_block` to `main` for the long sleeps; off-CPU
 /// totals equal between report, folded stacks and `go tool pprof`, and
 /// within 10% of the workload's own measure for each kind of block; the
-/// threshold is shown by `-I`, the report, NDJSON and the flame graph.
+/// threshold is shown by `-I` (with the user stacks joined at the sleeps'
+/// returns), the report, NDJSON and the flame graph; replay folds the same.
 #[test]
-#[ignore = "known defect (issue 11): every switch-out now walks the user stack after the \
-            switch's timestamp, which adds the walk (~6 µs) to each short block's off-CPU time, \
-            so the short blocks' total is ~20% above the workload's own; run with --ignored"]
 fn threshold_keeps_stacks_of_long_blocks_only() {
     require_bpf!();
     let dir = fresh_dir("offcpu-threshold");
@@ -202,6 +200,29 @@ fn threshold_keeps_stacks_of_long_blocks_only() {
     let info = wprof_ok(&["-R", "-D", &at("o.data"), "-I"]).stdout;
     assert!(info.contains("stacks      offcpu=1ms"), "{info}");
     assert!(info.contains("stacks of blocks of at least 1ms"), "{info}");
+    assert!(
+        stack_count(&info, "off-CPU user stacks joined at syscall return")
+            >= measured["long"]["count"],
+        "{info}"
+    );
+    assert!(
+        info.contains("off-CPU user stacks lost (no syscall return)"),
+        "{info}"
+    );
+
+    #[rustfmt::skip]
+    wprof_ok(&[
+        "-R", "-D", &at("o.data"), "--profile", "offcpu", "--folded", &at("r.folded"),
+    ]);
+    let [live, replayed] = ["o.folded", "r.folded"].map(|f| fs::read_to_string(dir.join(f)));
+    assert_eq!(live.expect("folded"), replayed.expect("replayed folded"));
+}
+
+/// The count on the `-I` line labelled `label`.
+pub(super) fn stack_count(info: &str, label: &str) -> f64 {
+    let line = info.lines().find(|l| l.contains(label));
+    let count = line.and_then(|l| l.split_whitespace().last()?.parse().ok());
+    count.unwrap_or_else(|| panic!("no `{label}` count in {info}"))
 }
 
 /// `go tool pprof` reads the folded off-CPU total from the pprof file.

@@ -467,8 +467,8 @@ fn front_door_profiles_a_command() {
     let out = wprof_ok(&["profile", "--explain", "-F", "99", "-p", "42", "-d", "5s"]);
     assert_eq!(
         out.stdout.trim(),
-        "wprof -S timer=99hz -S offcpu -f no-hardirq -f no-softirq -p 42 -d 5s -D wprof.data \
-         --profile wall --flamegraph profile.svg --min-block 1ms"
+        "wprof -S timer=99hz -S offcpu=1ms -f no-hardirq -f no-softirq -p 42 -d 5s \
+         -D wprof.data --profile wall --flamegraph profile.svg"
     );
     require_bpf!();
     let dir = fresh_dir("profile-front-door");

@@ -295,10 +295,26 @@ fn rejects_unknown_stack_kind() {
         errors("kprobe:f < stack(oncpu) >"),
         [(
             "`stack(KIND)` takes one of timer, offcpu, waker, probe, pmu; \
-             `stack(offcpu, NEXT)` the task switched in"
+             `stack(offcpu, NEXT)` the task switched in, or `pending`"
                 .to_string(),
             "stack(oncpu)".to_string()
         )]
+    );
+}
+
+/// `stack(offcpu, pending)` belongs at `sys_exit`, and only with a
+/// threshold: elsewhere it is an error naming the place.
+#[test]
+fn pending_stacks_only_at_sys_exit() {
+    let threshold = CompileOptions {
+        offcpu_min_block_ns: Some(1_000_000),
+        ..options(&["offcpu"], &[])
+    };
+    let script = parse::parse("kprobe:f < stack(offcpu, pending) >", "t.bt").expect("parses");
+    let errors = check(&script, &FakeMachine, &threshold).expect_err("not at sys_exit");
+    assert_eq!(
+        errors[0].message,
+        "`stack(offcpu, pending)` is taken at a system call's return: use it in `tp_btf:sys_exit`"
     );
 }
 

@@ -5,6 +5,7 @@
 //! every frame and writes the statistics.
 
 mod decode;
+mod pending;
 mod stacks;
 mod tables;
 mod threads;
@@ -17,6 +18,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use self::decode::{FieldDecoder, IdentityRecord, decoders, identity_record, malformed, u64_at};
+use self::pending::{Join, PendingJoin};
 use self::stacks::{RawStack, StackHeader, digest, probed_binaries, raw_stack};
 use self::tables::Tables;
 use self::threads::{Comm, ThreadTable};
@@ -58,6 +60,8 @@ pub enum RecordError {
 struct Pending {
     event: Event,
     stack: Option<(u128, RawStack)>,
+    /// Its part in joining deferred off-CPU user stacks.
+    join: Option<Join>,
 }
 
 /// Most value vectors kept for reuse.
@@ -89,6 +93,8 @@ pub struct Recorder {
     /// How each frame was first seen (innermost or return address).
     frame_kinds: Vec<AddrKind>,
     pending: Vec<Pending>,
+    /// Long blocks waiting for their deferred user stacks.
+    joins: PendingJoin,
     /// Events in time order until they leave the reorder window.
     window: ReorderWindow,
     /// Value vectors of written events, reused for new ones.
@@ -143,6 +149,7 @@ impl Recorder {
             stacks: HashMap::new(),
             frame_kinds: Vec::new(),
             pending: Vec::new(),
+            joins: PendingJoin::new(&compiled.records),
             window: ReorderWindow::new(REORDER_WINDOW_NS, REORDER_WINDOW_EVENTS),
             spare: Vec::new(),
             written_ns: 0,
@@ -187,28 +194,35 @@ impl Recorder {
             stack: None,
             walk: None,
         };
-        let stack = match self.frames_at.get(message).copied().flatten() {
-            Some(frames_at) => {
-                let stack_pid = if stack_tgid == 0 { pid } else { stack_tgid };
-                self.message_stack(bytes, frames_at, stack_pid, &mut event)?
-            }
-            None => None,
-        };
-        self.pending.push(Pending { event, stack });
+        let (mut stack, mut join) = (None, None);
+        if let Some(frames_at) = self.frames_at.get(message).copied().flatten() {
+            let desc = StackHeader::read(bytes)?;
+            let fields = self
+                .fields
+                .get(message)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            join = (self.joins).classify(record, desc.flags, tid, fields, bytes);
+            let stack_pid = if stack_tgid == 0 { pid } else { stack_tgid };
+            let at = (frames_at, stack_pid);
+            stack = self.message_stack(bytes, &desc, at, join.is_some(), &mut event)?;
+        }
+        self.pending.push(Pending { event, stack, join });
         Ok(())
     }
 
-    /// The stack a message carries: the event's stack when it is known,
-    /// else the raw stack to resolve (with its digest); `pid` is the
-    /// process of its user frames.
+    /// The stack a message carries (described by `desc`, its frames and
+    /// their process at `(frames_at, pid)`): the event's stack when it is
+    /// known, else (and always for stacks to join) the raw stack to resolve,
+    /// with its digest.
     fn message_stack(
         &mut self,
         bytes: &[u8],
-        frames_at: u32,
-        pid: u32,
+        desc: &StackHeader,
+        (frames_at, pid): (u32, u32),
+        to_join: bool,
         event: &mut Event,
     ) -> Result<Option<(u128, RawStack)>, RecordError> {
-        let desc = StackHeader::read(bytes)?;
         let user = desc.user_frames > 0;
         self.stack_counts.count(desc.flags, user);
         event.walk = tables::stack_walk(desc.flags, user);
@@ -222,8 +236,8 @@ impl Recorder {
         }
         let user_pid = if desc.user_frames > 0 { pid } else { 0 };
         let stack_bytes = bytes.get(frames_at as usize..).unwrap_or_default();
-        let key = digest(stack_bytes, user_pid, 0, &desc);
-        if let Some(&known) = self.stacks.get(&key) {
+        let key = digest(stack_bytes, user_pid, 0, desc);
+        if let Some(&known) = self.stacks.get(&key).filter(|_| !to_join) {
             event.stack = Some(known);
             return Ok(None);
         }
@@ -231,7 +245,7 @@ impl Recorder {
             // While the process lives: its files name the build ids of its frames.
             self.modules.add_process(pid);
         }
-        Ok(Some((key, raw_stack(bytes, frames_at, &desc, pid)?)))
+        Ok(Some((key, raw_stack(bytes, frames_at, desc, pid)?)))
     }
 
     fn recycle(&mut self, mut values: Vec<FieldValue>) {
@@ -248,23 +262,25 @@ impl Recorder {
             tables.update(loaded);
         }
         let mut batch = Vec::with_capacity(self.pending.len());
-        for mut pending in std::mem::take(&mut self.pending) {
-            if let Some((key, raw)) = pending.stack {
-                pending.event.stack = match self.stacks.get(&key) {
-                    Some(&known) => Some(known),
-                    None => {
-                        let stack = self.resolve_stack(&raw);
-                        if let Some(stack) = stack {
-                            self.stacks.insert(key, stack);
-                        }
-                        stack
+        for pending in std::mem::take(&mut self.pending) {
+            match pending.join {
+                Some(Join::Awaits { tid }) => self.joins.wait(tid, pending),
+                Some(Join::Brings { tid }) => {
+                    for block in self.joins.answer(tid, &pending) {
+                        batch.push(self.resolved(block));
                     }
-                };
+                    self.recycle(pending.event.values);
+                }
+                None => batch.push(self.resolved(pending)),
             }
-            batch.push(pending.event);
+        }
+        for block in self.joins.expire(self.window.newest_ns()) {
+            batch.push(self.resolved(block));
         }
         self.window.insert(batch);
-        while let Some(event) = self.window.pop_due() {
+        // Nothing after a block still waiting for its user stack goes out.
+        let hold_ns = self.joins.oldest().unwrap_or(u64::MAX);
+        while let Some(event) = self.window.pop_due_before(hold_ns) {
             self.write(event)?;
         }
         // Complete chunks on disk: a capture killed now still replays to here.
@@ -273,6 +289,23 @@ impl Recorder {
             self.last_flush = Instant::now();
         }
         Ok(())
+    }
+
+    /// The event of `pending`, its stack resolved (while its process lives).
+    fn resolved(&mut self, mut pending: Pending) -> Event {
+        if let Some((key, raw)) = pending.stack {
+            pending.event.stack = match self.stacks.get(&key) {
+                Some(&known) => Some(known),
+                None => {
+                    let stack = self.resolve_stack(&raw);
+                    if let Some(stack) = stack {
+                        self.stacks.insert(key, stack);
+                    }
+                    stack
+                }
+            };
+        }
+        pending.event
     }
 
     /// Writes `event`, counting it when it comes after a later one.
@@ -314,6 +347,10 @@ impl Recorder {
         drops: Vec<RecordDrops>,
         duration_ns: u64,
     ) -> Result<CaptureStats, RecordError> {
+        let unanswered: Vec<Event> = (self.joins.expire(u64::MAX).into_iter())
+            .map(|block| self.resolved(block))
+            .collect();
+        self.window.insert(unanswered);
         while let Some(event) = self.window.pop() {
             self.write(event)?;
         }
@@ -325,7 +362,8 @@ impl Recorder {
             );
         }
         let symbols = self.symbols();
-        let stacks = (self.stack_counts).finish(self.tables.as_ref().map(Tables::stats));
+        let mut stacks = (self.stack_counts).finish(self.tables.as_ref().map(Tables::stats));
+        stacks.extend(self.joins.counts());
         let stats = CaptureStats {
             events: self.writer.events_written(),
             duration_ns,

@@ -16,7 +16,7 @@ use crate::unwind::maps::flags;
 use crate::vocab::{AttachPoint, BUILD_ID_FRAME_BYTES, record_header as header};
 
 /// A user frame as the kernel or the unwinder left it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(super) enum UserFrame {
     /// In a file with this build id (zero-padded to 20 bytes), at this
     /// offset (a kernel walk with build ids).
@@ -29,7 +29,7 @@ pub(super) enum UserFrame {
 }
 
 /// The stack a message carries, as it came.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(super) struct RawStack {
     pub(super) pid: u32,
     pub(super) flags: u32,
@@ -135,6 +135,16 @@ pub(super) fn digest(stack_bytes: &[u8], pid: u32, generation: u32, desc: &Stack
     let build_id = desc.flags & flags::BUILD_ID;
     let key = (stack_bytes, pid, generation, build_id, desc.entry_return);
     let [a, b] = [(1, 2, 3, 4), (5, 6, 7, 8)]
+        .map(|(k0, k1, k2, k3)| ahash::RandomState::with_seeds(k0, k1, k2, k3).hash_one(key));
+    (u128::from(a) << 64) | u128::from(b)
+}
+
+/// A 128-bit digest of a stack put together from two messages (a joined
+/// off-CPU stack), hashed apart from messages' [`digest`]s (another key,
+/// other seeds).
+pub(super) fn raw_digest(raw: &RawStack) -> u128 {
+    let key = ("joined", raw);
+    let [a, b] = [(9, 10, 11, 12), (13, 14, 15, 16)]
         .map(|(k0, k1, k2, k3)| ahash::RandomState::with_seeds(k0, k1, k2, k3).hash_one(key));
     (u128::from(a) << 64) | u128::from(b)
 }

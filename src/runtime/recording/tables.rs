@@ -99,8 +99,8 @@ impl Tables {
 }
 
 /// How a stack with these `unwind::maps::flags` was walked (`None` when
-/// there is nothing to say): with `user` frames, the unwinder (a cached or
-/// kernel walk before the walk's own flags) and the ending (a truncated walk
+/// there is nothing to say): with `user` frames, the unwinder (a kernel walk
+/// before the walk's own flags) and the ending (a truncated walk
 /// before the ways a walk that went on would have ended); a kernel stack cut
 /// at the depth limit.
 pub(super) fn stack_walk(stack_flags: u32, user: bool) -> Option<StackWalk> {
@@ -122,9 +122,7 @@ pub(super) fn stack_walk(stack_flags: u32, user: bool) -> Option<StackWalk> {
 }
 
 fn user_unwinder(stack_flags: u32) -> Unwinder {
-    if stack_flags & flags::CACHED != 0 {
-        Unwinder::Cached
-    } else if stack_flags & flags::KERNEL_WALK != 0 {
+    if stack_flags & flags::KERNEL_WALK != 0 {
         Unwinder::KernelWalk
     } else if stack_flags & flags::TABLE != 0 {
         Unwinder::Table
@@ -207,8 +205,8 @@ mod tests {
         );
         assert_eq!(user(flags::FRAME_POINTER), of(Unwinder::FramePointer, None));
         assert_eq!(
-            user(flags::CACHED | flags::TABLE | flags::TRUNCATED | flags::READ_FAILED),
-            of(Unwinder::Cached, Some(StackEnding::Truncated))
+            user(flags::TABLE | flags::TRUNCATED | flags::READ_FAILED),
+            of(Unwinder::Table, Some(StackEnding::Truncated))
         );
         assert_eq!(
             user(flags::KERNEL_WALK | flags::NO_PROCESS),
@@ -226,15 +224,15 @@ mod tests {
         assert_eq!(stack_walk(0, false), None);
     }
 
-    /// A user stack counts once by how it was walked (a cached or kernel
-    /// walk before the flags of the walk) and once per way it ended; a cut
+    /// A user stack counts once by how it was walked (a kernel walk
+    /// before the flags of the walk) and once per way it ended; a cut
     /// kernel stack counts with or without user frames.
     #[test]
     fn counts_walks_and_endings() {
         let mut counts = StackCounts::default();
         counts.count(flags::TABLE | flags::FRAME_POINTER | flags::OUTERMOST, true);
         counts.count(flags::FRAME_POINTER | flags::TRUNCATED, true);
-        counts.count(flags::CACHED | flags::TABLE | flags::OUTERMOST, true);
+        counts.count(flags::TABLE | flags::OUTERMOST, true);
         counts.count(
             flags::KERNEL_WALK | flags::NO_PROCESS | flags::KERNEL_TRUNCATED,
             true,
@@ -248,10 +246,9 @@ mod tests {
         assert_eq!(
             counts.finish(Some(&stats)),
             [
-                (StackCount::Table, 1),
+                (StackCount::Table, 2),
                 (StackCount::FramePointer, 1),
                 (StackCount::KernelWalk, 1),
-                (StackCount::Cached, 1),
                 (StackCount::Outermost, 2),
                 (StackCount::Truncated, 1),
                 (StackCount::TablesBuilt, 3),

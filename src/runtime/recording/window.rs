@@ -47,6 +47,19 @@ impl ReorderWindow {
         }
     }
 
+    /// The oldest event, if it is due and older than `hold_ns`.
+    pub fn pop_due_before(&mut self, hold_ns: u64) -> Option<Event> {
+        if self.events.front()?.ts_ns >= hold_ns {
+            return None;
+        }
+        self.pop_due()
+    }
+
+    /// The newest time inserted.
+    pub fn newest_ns(&self) -> u64 {
+        self.newest_ns
+    }
+
     /// The oldest event, due or not (at the end of the capture).
     pub fn pop(&mut self) -> Option<Event> {
         self.events.pop_front()
@@ -139,5 +152,18 @@ mod tests {
             "over the cap"
         );
         assert_eq!(window.len(), 3);
+    }
+
+    /// A hold keeps events from its time on, even past the span and the cap.
+    #[test]
+    fn a_hold_keeps_later_events() {
+        let mut window = ReorderWindow::new(10, 1);
+        window.insert(vec![at(1, 0), at(5, 0), at(30, 0)]);
+        assert_eq!(window.newest_ns(), 30);
+        let held: Vec<u64> = std::iter::from_fn(|| window.pop_due_before(5))
+            .map(|e| e.ts_ns)
+            .collect();
+        assert_eq!(held, [1]);
+        assert_eq!(window.pop_due_before(u64::MAX).map(|e| e.ts_ns), Some(5));
     }
 }

@@ -142,10 +142,10 @@ fn cost_per_stack() {
 }
 
 /// Enables `bpf_stats` while alive (`BPF_ENABLE_STATS` returns an fd).
-struct StatsOn(i32);
+pub(crate) struct StatsOn(i32);
 
 impl StatsOn {
-    fn new() -> StatsOn {
+    pub(crate) fn new() -> StatsOn {
         // SAFETY: a plain syscall wrapper taking no pointers.
         StatsOn(unsafe {
             libbpf_rs::libbpf_sys::bpf_enable_stats(libbpf_rs::libbpf_sys::BPF_STATS_RUN_TIME)

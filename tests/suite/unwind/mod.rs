@@ -10,3 +10,5 @@ mod proof;
 mod readelf;
 mod tables;
 mod workloads;
+
+pub(super) use cost::StatsOn;

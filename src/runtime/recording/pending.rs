@@ -1,0 +1,325 @@
+//! Recording: the deferred user stacks of `-S offcpu=DUR` joined to their
+//! blocks (`docs/unwinding.md`, "Off-CPU stacks"). A long block that began
+//! in a system call ends with a `switch` record flagged `USER_PENDING`,
+//! holding its kernel stack only; it waits here until its task returns from
+//! the call and the `offcpu_pending` record brings the user stack, stamped
+//! with the switch-in time of the first block it answers. Every waiting
+//! block of that task from that time on takes the user stack (one stack:
+//! the task ran no user code in between); earlier ones, whose own answer was
+//! lost, and blocks whose task never returns, keep their kernel stack and
+//! are counted lost. Joined here, the capture holds whole stacks, so every
+//! renderer sees them, live and in replay.
+
+use std::collections::HashMap;
+
+use super::Pending;
+use super::decode::FieldDecoder;
+use super::stacks::{RawStack, raw_digest};
+use crate::capture::walk::StackWalk;
+use crate::capture::model::{RecordSchema, StackCount};
+use crate::tracking::records::{Field, Kind, Trackers};
+
+/// The tracker record that brings deferred user stacks.
+pub const PENDING_RECORD: &str = "offcpu_pending";
+
+/// How long a block waits for its task's return: past this (behind the
+/// newest event) it is written without its user stack. Events after a
+/// waiting block stay in the reorder window until it goes out
+/// ([`PendingJoin::oldest`]); a woken task can wait long for a CPU on a
+/// loaded machine before it returns.
+pub(super) const MAX_WAIT_NS: u64 = 500_000_000;
+
+/// What a message means to the join.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Join {
+    /// A long block of thread `tid` waiting for its user stack.
+    Awaits { tid: u32 },
+    /// The user stack of thread `tid`'s waiting blocks.
+    Brings { tid: u32 },
+}
+
+/// The blocks waiting for their user stacks, by thread.
+#[derive(Default)]
+pub(super) struct PendingJoin {
+    /// The `switch` record and the position of its `next` field.
+    switch: Option<(u32, usize)>,
+    pending_record: Option<u32>,
+    waiting: HashMap<u32, Vec<Pending>>,
+    joined: u64,
+    lost: u64,
+}
+
+impl PendingJoin {
+    pub(super) fn new(records: &[RecordSchema]) -> PendingJoin {
+        let trackers = Trackers::new(records);
+        let pending_record = records.iter().position(|r| {
+            r.name == PENDING_RECORD && r.origin == crate::capture::model::RecordOrigin::Tracker
+        });
+        let switch = trackers
+            .find(Kind::Switch)
+            .and_then(|(record, layout)| Some((record as u32, layout.position(Field::Next)?)));
+        PendingJoin {
+            switch: switch.filter(|_| pending_record.is_some()),
+            pending_record: pending_record.map(|r| r as u32),
+            ..PendingJoin::default()
+        }
+    }
+
+    /// Whether the capture defers user stacks at all.
+    pub(super) fn active(&self) -> bool {
+        self.pending_record.is_some()
+    }
+
+    /// What the message of `record` (stack `flags`, sent by `tid`) means to
+    /// the join; `fields` decode it, `bytes` hold it.
+    pub(super) fn classify(
+        &self,
+        record: u32,
+        stack_flags: u32,
+        tid: u32,
+        fields: &[FieldDecoder],
+        bytes: &[u8],
+    ) -> Option<Join> {
+        if self.pending_record == Some(record) {
+            return Some(Join::Brings { tid });
+        }
+        let (switch, next) = self.switch?;
+        if record != switch || stack_flags & crate::unwind::maps::flags::USER_PENDING == 0 {
+            return None;
+        }
+        let FieldDecoder::Thread { at } = fields.get(next)? else {
+            return None;
+        };
+        let next_tid = super::decode::u64_at(bytes, *at).ok()? as u32;
+        Some(Join::Awaits { tid: next_tid })
+    }
+
+    /// A block to wait.
+    pub(super) fn wait(&mut self, tid: u32, block: Pending) {
+        self.waiting.entry(tid).or_default().push(block);
+    }
+
+    /// The waiting blocks `brings` answers, each with its user stack
+    /// joined; and those it cannot answer (earlier than its time), as they
+    /// are.
+    pub(super) fn answer(&mut self, tid: u32, brings: &Pending) -> Vec<Pending> {
+        let Some(blocks) = self.waiting.remove(&tid) else {
+            return Vec::new();
+        };
+        let from = brings.event.ts_ns;
+        let user = brings.stack.as_ref().map(|(_, raw)| raw);
+        blocks
+            .into_iter()
+            .map(|mut block| {
+                if block.event.ts_ns < from {
+                    self.lost += 1;
+                    return block;
+                }
+                self.joined += 1;
+                // The user walk comes with the return; the kernel stack's cut
+                // is the block's own.
+                let kernel_truncated = block.event.walk.is_some_and(|w| w.kernel_truncated);
+                block.event.walk = (brings.event.walk).map(|w| StackWalk {
+                    kernel_truncated,
+                    ..w
+                });
+                block.stack = joined(block.stack.take().map(|(_, raw)| raw), user);
+                block
+            })
+            .collect()
+    }
+
+    /// The time of the oldest waiting block: nothing after it may be written.
+    pub(super) fn oldest(&self) -> Option<u64> {
+        let blocks = self.waiting.values().flatten();
+        blocks.map(|b| b.event.ts_ns).min()
+    }
+
+    /// Blocks that waited too long before `newest_ns` (all with
+    /// `u64::MAX`), written without their user stack.
+    pub(super) fn expire(&mut self, newest_ns: u64) -> Vec<Pending> {
+        let limit = newest_ns.saturating_sub(MAX_WAIT_NS);
+        let mut expired = Vec::new();
+        self.waiting.retain(|_, blocks| {
+            let (old, young): (Vec<Pending>, Vec<Pending>) = std::mem::take(blocks)
+                .into_iter()
+                .partition(|b| b.event.ts_ns < limit || newest_ns == u64::MAX);
+            expired.extend(old);
+            *blocks = young;
+            !blocks.is_empty()
+        });
+        self.lost += expired.len() as u64;
+        expired
+    }
+
+    /// The joined and lost counts for the capture's stats.
+    pub(super) fn counts(&self) -> Vec<(StackCount, u64)> {
+        if !self.active() {
+            return Vec::new();
+        }
+        vec![
+            (StackCount::PendingJoined, self.joined),
+            (StackCount::PendingLost, self.lost),
+        ]
+    }
+}
+
+/// A block's kernel stack with the user stack its return brought.
+fn joined(kernel: Option<RawStack>, user: Option<&RawStack>) -> Option<(u128, RawStack)> {
+    let kernel = kernel.map(|k| k.kernel).unwrap_or_default();
+    let stack = match user {
+        Some(user) => RawStack {
+            kernel,
+            ..user.clone()
+        },
+        None => RawStack {
+            pid: 0,
+            flags: 0,
+            kernel,
+            user: Vec::new(),
+            entry_return: 0,
+        },
+    };
+    Some((raw_digest(&stack), stack))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::model::{Event, FieldSchema, RecordKind, RecordOrigin};
+    use crate::capture::walk::Unwinder;
+    use crate::runtime::recording::stacks::UserFrame;
+    use crate::unwind::maps::flags;
+
+    const TID: u32 = 7;
+
+    fn schema(name: &str, fields: Vec<FieldSchema>) -> RecordSchema {
+        RecordSchema {
+            probe: String::new(),
+            name: name.into(),
+            kind: RecordKind::Instant,
+            fields,
+            has_stack: true,
+            origin: RecordOrigin::Tracker,
+        }
+    }
+
+    /// The tracker `switch` record (record 0) and `offcpu_pending` (1).
+    fn records() -> Vec<RecordSchema> {
+        let fields = (Kind::Switch.fields().iter())
+            .map(|f| FieldSchema {
+                name: f.name().into(),
+                ty: f.ty(),
+            })
+            .collect();
+        vec![schema("switch", fields), schema(PENDING_RECORD, Vec::new())]
+    }
+
+    fn raw(kernel: &[u64], user: &[u64]) -> RawStack {
+        RawStack {
+            pid: 1,
+            flags: flags::FRAME_POINTER,
+            kernel: kernel.to_vec(),
+            user: user.iter().map(|&ip| UserFrame::Ip(ip)).collect(),
+            entry_return: 0,
+        }
+    }
+
+    fn block(ts_ns: u64, kernel: &[u64]) -> Pending {
+        Pending {
+            event: Event {
+                ts_ns,
+                ..Event::default()
+            },
+            stack: Some((u128::from(ts_ns), raw(kernel, &[]))),
+            join: Some(Join::Awaits { tid: TID }),
+        }
+    }
+
+    fn brings(ts_ns: u64, user: &[u64]) -> Pending {
+        let walk = StackWalk {
+            unwinder: Some(Unwinder::FramePointer),
+            ending: None,
+            kernel_truncated: false,
+        };
+        Pending {
+            event: Event {
+                ts_ns,
+                walk: Some(walk),
+                ..Event::default()
+            },
+            stack: Some((0, raw(&[], user))),
+            join: Some(Join::Brings { tid: TID }),
+        }
+    }
+
+    /// The pending record brings; a `switch` flagged `USER_PENDING` awaits
+    /// for its `next` thread; other switches and captures without the
+    /// pending record take no part.
+    #[test]
+    fn classifies_by_record_and_flag() {
+        let join = PendingJoin::new(&records());
+        let next = Kind::Switch.fields().iter().position(|f| *f == Field::Next);
+        let ty = crate::vocab::ValueType::Int {
+            size: 8,
+            signed: false,
+        };
+        let mut fields = vec![FieldDecoder::Value { at: 0, ty }; 8];
+        fields[next.expect("switch has next")] = FieldDecoder::Thread { at: 8 };
+        let bytes = [[0u8; 8], 42u64.to_le_bytes()].concat();
+        let classify = |record, bits| join.classify(record, bits, TID, &fields, &bytes);
+        assert_eq!(classify(1, 0), Some(Join::Brings { tid: TID }));
+        assert_eq!(
+            classify(0, flags::USER_PENDING),
+            Some(Join::Awaits { tid: 42 })
+        );
+        assert_eq!(classify(0, flags::TABLE), None);
+        let without = PendingJoin::new(&records()[..1]);
+        assert!(!without.active() && without.counts().is_empty());
+        let classify = without.classify(0, flags::USER_PENDING, TID, &fields, &bytes);
+        assert_eq!(classify, None);
+    }
+
+    /// A return's user stack joins every block waiting from its time on,
+    /// with the walk of its user part; an older block (its own answer was
+    /// lost) keeps its kernel stack and counts lost.
+    #[test]
+    fn answers_blocks_from_its_time_on() {
+        let mut join = PendingJoin::new(&records());
+        join.wait(TID, block(10, &[1]));
+        join.wait(TID, block(20, &[2]));
+        join.wait(TID, block(30, &[3]));
+        let answered = join.answer(TID, &brings(20, &[100, 200]));
+        let stacks: Vec<(Vec<u64>, usize)> = (answered.iter())
+            .map(|b| b.stack.as_ref().expect("a stack"))
+            .map(|(_, raw)| (raw.kernel.clone(), raw.user.len()))
+            .collect();
+        assert_eq!(stacks, [(vec![1], 0), (vec![2], 2), (vec![3], 2)]);
+        assert_eq!(answered[0].event.walk, None);
+        assert_eq!(answered[1].event.walk, brings(0, &[]).event.walk);
+        assert!(join.answer(TID, &brings(40, &[1])).is_empty());
+        assert_eq!(
+            join.counts(),
+            [(StackCount::PendingJoined, 2), (StackCount::PendingLost, 1)]
+        );
+    }
+
+    /// Blocks left waiting past the wait limit, and all at the end, go out
+    /// as they are and count lost; the oldest waiting one holds writes back.
+    #[test]
+    fn expires_blocks_that_wait_too_long() {
+        let mut join = PendingJoin::new(&records());
+        join.wait(TID, block(5, &[1]));
+        join.wait(TID + 1, block(MAX_WAIT_NS, &[2]));
+        assert_eq!(join.oldest(), Some(5));
+        assert!(join.expire(MAX_WAIT_NS + 5).is_empty());
+        let expired = join.expire(MAX_WAIT_NS + 6);
+        assert_eq!(expired.len(), 1);
+        assert_eq!(expired[0].event.ts_ns, 5);
+        assert_eq!(join.expire(u64::MAX).len(), 1);
+        assert_eq!(
+            join.counts(),
+            [(StackCount::PendingJoined, 0), (StackCount::PendingLost, 2)]
+        );
+    }
+}

@@ -1,0 +1,181 @@
+//! Which stack a block gets under `-S offcpu=DUR`, on the real kernel: the
+//! user stack of a block in a system call is taken at the call's return
+//! and joined to the block by the recorder. Two callers of the same depth
+//! that block alternately each keep their own caller (the case a per-task
+//! stack cache got wrong), a thread killed while blocked keeps its own
+//! stack or none, and the `sys_exit` program returns at once when no block
+//! waits (`bpf_stats`).
+
+use std::process::{Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use libbpf_rs::query::ProgInfoIter;
+
+use super::capture::{Ndjson, fresh_dir};
+use super::offcpu::{blocks_of, frame_index, stack_count};
+use super::unwind::StatsOn;
+use super::{path_str, workload, wprof_ok};
+use crate::common::wprof_bin;
+use crate::require_bpf;
+
+const ROUNDS: usize = 10;
+
+/// The tids of the workload's process: its main thread and the other one.
+fn threads_of(nd: &Ndjson, comm: &str) -> (u64, u64) {
+    let mut tids: Vec<(u64, u64)> = (nd.events.iter())
+        .filter(|e| e["t"] == "switch" && e["next"]["comm"] == comm)
+        .map(|e| (e["next"]["tid"].as_u64(), e["next"]["pid"].as_u64()))
+        .filter_map(|(tid, pid)| Some((tid?, pid?)))
+        .collect();
+    tids.sort_unstable();
+    tids.dedup();
+    let main = tids.iter().find(|(tid, pid)| tid == pid).map(|t| t.0);
+    let main = main.unwrap_or_else(|| panic!("no main thread of {comm} in {tids:?}"));
+    let other = tids.iter().find(|(tid, pid)| *pid == main && *tid != main);
+    (
+        main,
+        other
+            .unwrap_or_else(|| panic!("no second thread in {tids:?}"))
+            .0,
+    )
+}
+
+/// `caller_a` and `caller_b` block alternately in the same `block_here`:
+/// the long blocks' stacks name them in exactly that order, each through
+/// `block_here` to `main` (or, if lost under load, no user part, counted by
+/// `-I`); the thread killed while blocked in
+/// `doomed_sleep` never shows their frames, and its last block keeps its
+/// own stack (joined at the killed call's return) or no user part; `-I`
+/// counts the joined stacks.
+#[test]
+fn each_block_keeps_its_own_caller() {
+    require_bpf!();
+    let dir = fresh_dir("offcpu-callers");
+    let at = |name: &str| path_str(&dir.join(name));
+    let rounds = ROUNDS.to_string();
+    #[rustfmt::skip]
+    let out = wprof_ok(&[
+        "-S", "offcpu=1ms", "-D", &at("o.data"), "-J", &at("o.ndjson"), "--only-command",
+        "--", &workload("offcpu_callers"), &rounds,
+    ]);
+    assert!(out.stderr.contains(&format!("alternated rounds={ROUNDS}")));
+    let text = std::fs::read_to_string(dir.join("o.ndjson")).expect("NDJSON");
+    let nd = Ndjson::parse(&text);
+    let (main, doomed) = threads_of(&nd, "offcpu_callers");
+
+    // The naps, in order, by their kernel frames; a nap whose user stack was
+    // lost (counted by `-I`) has none, but never another nap's.
+    let naps: Vec<Vec<String>> = (blocks_of(&nd, main).into_iter())
+        .filter_map(|b| b.frames)
+        .filter(|frames| frame_index(frames, "hrtimer_nanosleep").is_some())
+        .collect();
+    let callers: Vec<Option<&str>> = (naps.iter())
+        .map(|frames| {
+            let order = |f: &str| frame_index(frames, f);
+            match (order("caller_a"), order("caller_b")) {
+                (Some(_), None) => Some("caller_a"),
+                (None, Some(_)) => Some("caller_b"),
+                (None, None) if frames.iter().all(|f| f.starts_with("[K]")) => None,
+                _ => panic!("not one caller in {frames:#?}"),
+            }
+        })
+        .collect();
+    let expected = ["caller_a", "caller_b"].repeat(ROUNDS);
+    assert_eq!(callers.len(), expected.len(), "{callers:?}");
+    for (got, want) in callers.iter().zip(&expected) {
+        assert!(got.is_none_or(|got| got == *want), "{callers:?}");
+    }
+    let info = wprof_ok(&["-R", "-D", &at("o.data"), "-I"]).stdout;
+    let lost = stack_count(&info, "off-CPU user stacks lost (no syscall return)");
+    let without = callers.iter().filter(|c| c.is_none()).count();
+    assert!(
+        without as f64 <= lost,
+        "{without} naps without a user stack: {info}"
+    );
+    let stacks = naps
+        .iter()
+        .filter(|f| frame_index(f, "block_here").is_some());
+    for frames in stacks {
+        let at: Vec<Option<usize>> = ["hrtimer_nanosleep", "block_here", "main"]
+            .iter()
+            .map(|f| frame_index(frames, f))
+            .collect();
+        assert!(
+            at.iter().all(Option::is_some) && at.is_sorted(),
+            "{frames:#?}"
+        );
+    }
+
+    let doomed_blocks = blocks_of(&nd, doomed);
+    for frames in doomed_blocks.iter().filter_map(|b| b.frames.as_ref()) {
+        let foreign = ["caller_a", "caller_b", "block_here"];
+        assert!(
+            foreign.iter().all(|f| frame_index(frames, f).is_none()),
+            "the killed thread's block took the main thread's stack: {frames:#?}"
+        );
+    }
+    let last = doomed_blocks
+        .last()
+        .expect("the killed thread's block ends");
+    assert!(last.duration_ns >= 1_000_000, "{last:?}");
+    let frames = last.frames.as_ref().expect("a long block has a stack");
+    let user_part = frames.iter().any(|f| !f.starts_with("[K]"));
+    assert!(
+        !user_part || frame_index(frames, "doomed_sleep").is_some(),
+        "{frames:#?}"
+    );
+    let joined = stack_count(&info, "off-CPU user stacks joined at syscall return");
+    assert!(joined + lost >= (2 * ROUNDS) as f64, "{info}");
+}
+
+/// Run time and runs of the live `tp_btf:sys_exit` programs.
+fn sys_exit_stats() -> (u64, u64) {
+    (ProgInfoIter::default())
+        .filter(|p| p.name.to_string_lossy().ends_with("_sys_exit"))
+        .fold((0, 0), |(ns, runs), p| {
+            (ns + p.run_time_ns, runs + p.run_cnt)
+        })
+}
+
+/// Under `-S offcpu=1ms`, 5000 short sleeps (each a `sys_exit` with no
+/// long block waiting) cost the `sys_exit` program well under a stack walk
+/// per run on average (`bpf_stats`): it returns before walking.
+#[test]
+fn sys_exit_returns_early_without_pending_blocks() {
+    require_bpf!();
+    let dir = fresh_dir("offcpu-sys-exit");
+    let stats = StatsOn::new();
+    #[rustfmt::skip]
+    let args = [
+        "-S", "offcpu=1ms", "-D", &path_str(&dir.join("o.data")), "--only-command",
+        "--", &workload("offcpu_mix"), "5000", "10", "20", "5",
+    ];
+    let mut child = (Command::new(wprof_bin()).args(args))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("wprof runs");
+    let started = Instant::now();
+    let mut seen = (0, 0);
+    while child.try_wait().expect("wait").is_none() {
+        if started.elapsed() > super::RUN_TIMEOUT {
+            let _ = child.kill();
+            panic!("wprof did not finish within {:?}", super::RUN_TIMEOUT);
+        }
+        let now = sys_exit_stats();
+        if now.1 > seen.1 {
+            seen = now;
+        }
+        sleep(Duration::from_millis(20));
+    }
+    drop(stats);
+    let (ns, runs) = seen;
+    let per_run = ns as f64 / runs.max(1) as f64;
+    println!("sys_exit program: {runs} runs, {per_run:.0} ns per run (bpf_stats)");
+    assert!(runs >= 5_000, "{runs} runs of the sys_exit program");
+    assert!(
+        per_run < 1000.0,
+        "{per_run:.0} ns per run: the program walks"
+    );
+}
