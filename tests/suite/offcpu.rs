@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::capture::{Ndjson, fresh_dir};
 use super::profiles::{assert_near, field, folded, go_pprof_total, numbers, weight};
-use super::{path_str, workload, wprof, wprof_ok};
+use super::{machine_lock, path_str, workload, wprof, wprof_ok};
 use crate::require_bpf;
 
 const THRESHOLD_NS: u64 = 1_000_000;
@@ -159,6 +159,7 @@ fn measured(stderr: &str) -> BTreeMap<String, BTreeMap<String, f64>> {
 #[test]
 fn threshold_keeps_stacks_of_long_blocks_only() {
     require_bpf!();
+    let _machine = machine_lock();
     let dir = fresh_dir("offcpu-threshold");
     let at = |name: &str| path_str(&dir.join(name));
     #[rustfmt::skip]
