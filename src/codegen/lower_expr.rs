@@ -96,7 +96,7 @@ impl Lowerer<'_> {
         reg
     }
 
-    fn string_literal(&mut self, text: &[u8], ty: &Type) -> i16 {
+    pub(crate) fn string_literal(&mut self, text: &[u8], ty: &Type) -> i16 {
         let offset = self.alloc(ty.size());
         let mut bytes = text.to_vec();
         bytes.resize(ty.size() as usize, 0);

@@ -21,6 +21,7 @@ mod session;
 mod system;
 mod tools;
 mod tools_run;
+mod trace_pipe;
 mod unwind;
 
 use std::collections::BTreeMap;

@@ -284,6 +284,27 @@ fn checks_printf_format_and_arguments() {
     assert_eq!(at, r#""%q %d\n""#);
 }
 
+/// debugf() takes what the kernel's `bpf_trace_printk` formats (at most 3
+/// integers or strings, no precision, no `%c`) and warns as bpftrace does.
+#[test]
+fn checks_debugf_against_trace_printk() {
+    let program = checks(r#"BEGIN { debugf("%s %-5lld %x", comm, pid, 255); }"#);
+    assert!(program.warnings[0].contains("not recommended for production"));
+    let (message, _, _) = error(r#"BEGIN { debugf("%d %d %d %d", 1, 2, 3, 4); }"#);
+    assert_eq!(
+        message,
+        "debugf() takes at most 3 arguments after the format"
+    );
+    let (message, _, help) = error(r#"BEGIN { debugf("%.2d", 1); }"#);
+    assert_eq!(message, "debugf() cannot print a precision");
+    assert!(help.is_some_and(|h| h.contains("%s")));
+    let (message, _, _) = error(r#"BEGIN { debugf("%c", 65); }"#);
+    assert_eq!(message, "debugf() cannot print `%c`");
+    let (message, at, _) = error(r#"BEGIN { debugf("%s", 1); }"#);
+    assert_eq!(message, "debugf()'s `%s` prints strings, not int64");
+    assert_eq!(at, "1");
+}
+
 /// Several independent mistakes are all reported, in source order.
 #[test]
 fn reports_every_error() {
