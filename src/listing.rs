@@ -46,6 +46,7 @@ pub fn list(
 ) -> Result<Listing, String> {
     let pattern = pattern.unwrap_or("*");
     let words = split_pattern(pattern);
+    check_first_word(&words[0])?;
     let mut parts: Vec<&str> = words.iter().map(String::as_str).collect();
     let mut listing = Listing::default();
     let probes = match canonical_type(parts[0]) {
@@ -94,6 +95,19 @@ fn split_pattern(pattern: &str) -> Vec<String> {
         }
     }
     parts
+}
+
+/// The first word of a pattern is a probe type or a name to search for:
+/// word characters and globs, as bpftrace's lexer reads it (`-l '\n'` is an
+/// error, not an empty listing).
+fn check_first_word(word: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "_-.*?[]!{},".contains(c);
+    match word.chars().find(|&c| !allowed(c)) {
+        Some(c) => Err(format!(
+            "invalid character {c:?} in the -l pattern's probe type or search word `{word}`"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The probe type a word names (aliases included), as the providers spell it.
@@ -265,6 +279,18 @@ mod tests {
             ["uprobe", "/bin/x", "ns::f(int)"]
         );
         assert_eq!(split_pattern("usdt:/bin/x::p"), ["usdt", "/bin/x", "", "p"]);
+    }
+
+    /// A probe type or search word with a character no probe name has is
+    /// refused, naming the character.
+    #[test]
+    fn invalid_characters_in_the_first_word() {
+        let error = list(Some("\\n"), false, &FakeMachine).unwrap_err();
+        assert_eq!(
+            error,
+            "invalid character '\\\\' in the -l pattern's probe type or search word `\\n`"
+        );
+        assert!(list(Some("it:task"), false, &FakeMachine).is_ok());
     }
 
     /// Aliases name their probe type; other words do not.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use wprof::bpftrace_env::BpftraceEnv;
 use wprof::capture::model::RecordOrigin;
 use wprof::cli::Cli;
+use wprof::cli_bpftrace::{invoked_as_bpftrace, split_command_as_bpftrace};
 use wprof::codegen::listing::render_listing;
 use wprof::codegen::program::Compiled;
 use wprof::driver::{self, Source};
@@ -41,6 +42,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Script(errors)) => {
             eprintln!("{}", render(errors));
+            error
+        }
+        Err(Failure::Message(message)) if invoked_as_bpftrace() => {
+            eprintln!("ERROR: {message}");
             error
         }
         Err(Failure::Message(message)) => {
@@ -141,6 +146,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 .to_string()
                 .into());
         }
+        (Some(text), true) if invoked_as_bpftrace() => Some(split_command_as_bpftrace(text)),
         (Some(text), true) => Some(
             shlex::split(text)
                 .filter(|argv| !argv.is_empty())
@@ -302,9 +308,14 @@ fn read_source(cli: &Cli) -> Result<Option<(Source, Vec<String>)>, Failure> {
     }
 }
 
-/// Diagnostics with colour on a terminal, plain text otherwise (tests read it).
+/// Diagnostics as bpftrace prints them when run as `bpftrace`; else with
+/// colour on a terminal, plain text otherwise (tests read it).
 fn render(errors: ScriptErrors) -> String {
-    if io::stderr().is_terminal() {
+    if invoked_as_bpftrace() {
+        // Printed with a newline of its own.
+        let text = errors.render_as_bpftrace();
+        text.trim_end_matches('\n').to_string()
+    } else if io::stderr().is_terminal() {
         format!("{:?}", miette::Report::new(errors))
     } else {
         errors.render()

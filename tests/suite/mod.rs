@@ -1,6 +1,7 @@
 //! Helpers shared by the suite: running wprof with a timeout, checking that it
 //! never panics, and reading the maps it prints at exit.
 
+mod as_bpftrace;
 mod attach;
 mod btf;
 mod capture;

@@ -31,7 +31,7 @@ fn debugf_writes_kernel_formatted_lines() {
     let script = format!(
         "BEGIN {{ $s = \"str\"; debugf(\"wprof-debugf {marker} %s %x %5d\", $s, 255, -3); exit(); }}"
     );
-    let run = wprof_ok(&["bpftrace", "-e", &script]);
+    let run = wprof_ok(&["-e", &script]);
     assert!(
         run.stderr.contains("debugf() builtin is not recommended"),
         "{}",
