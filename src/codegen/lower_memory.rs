@@ -35,19 +35,14 @@ impl Lowerer<'_> {
                 let value = self.read_into_u64(u32::from(size), pointer, offset, access);
                 Value::Int(self.extend(value, size, signed))
             }
-            Load::Bits {
-                bytes,
-                shift,
-                bits,
-                signed,
-            } => {
+            Load::Bits { bytes, shift, bits } => {
                 let value = if access == Access::Direct {
                     let (base, at) = self.load_base(pointer, offset);
                     self.gather_bytes(Base::Reg(base), at, bytes)
                 } else {
                     self.read_into_u64(u32::from(bytes), pointer, offset, access)
                 };
-                Value::Int(self.extract_bits(value, shift, bits, signed))
+                Value::Int(self.extract_bits(value, shift, bits))
             }
             Load::Bytes(len) => {
                 let buffer = self.alloc(len);
@@ -80,14 +75,9 @@ impl Lowerer<'_> {
                 });
                 Value::Int(self.extend(reg, size, signed))
             }
-            Load::Bits {
-                bytes,
-                shift,
-                bits,
-                signed,
-            } => {
+            Load::Bits { bytes, shift, bits } => {
                 let value = self.gather_bytes(Base::Frame, at, bytes);
-                Value::Int(self.extract_bits(value, shift, bits, signed))
+                Value::Int(self.extract_bits(value, shift, bits))
             }
             Load::Bytes(len) => {
                 let buffer = self.alloc(len);
@@ -160,15 +150,15 @@ impl Lowerer<'_> {
         value
     }
 
-    /// The `bits` bits `shift` bits up `value`, sign-extended if `signed`.
-    fn extract_bits(&mut self, value: VReg, shift: u8, bits: u8, signed: bool) -> VReg {
+    /// The `bits` bits `shift` bits up `value`, zero-extended.
+    fn extract_bits(&mut self, value: VReg, shift: u8, bits: u8) -> VReg {
         if shift > 0 {
             self.shift(value, AluOp::Rsh, i32::from(shift));
         }
         let unused = 64 - i32::from(bits);
         if unused > 0 {
             self.shift(value, AluOp::Lsh, unused);
-            self.shift(value, if signed { AluOp::Arsh } else { AluOp::Rsh }, unused);
+            self.shift(value, AluOp::Rsh, unused);
         }
         value
     }
