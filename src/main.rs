@@ -131,6 +131,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     compile_options.includes = cli.includes();
     let environment = BpftraceEnv::read().map_err(|e| e.to_string())?;
     compile_options.map_keys_max = environment.map_keys_max;
+    compile_options.output_pages_per_cpu = environment.output_pages_per_cpu;
     compile_options.string_len = environment.strlen;
     compile_options.helper_checks =
         (cli.bpftrace.helper_check_level()).map_err(|e| e.to_string())?;

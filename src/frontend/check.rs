@@ -119,6 +119,7 @@ pub fn check(
             spans: checker.spans,
             filter: options.filter.clone(),
             map_keys_max: options.map_keys_max,
+            output_pages_per_cpu: options.output_pages_per_cpu,
             helper_checks: options.helper_checks,
             values: checker.values,
             counters: match checker.reads_counters {

@@ -29,6 +29,8 @@ pub struct CheckedProgram {
     pub counters: Vec<PmuCounter>,
     /// Entries a script map holds, when not the default.
     pub map_keys_max: Option<u32>,
+    /// Output buffer pages per CPU, when not the default.
+    pub output_pages_per_cpu: Option<u32>,
     /// `-k`/`-kk`: which failed helper calls the programs report.
     pub helper_checks: crate::frontend::options::HelperChecks,
     /// What the user should know about how probes were resolved, for stderr.
