@@ -3,8 +3,9 @@
 //! that change what wprof does, or bpftrace's message for a bad value.
 //! Every variable bpftrace reads is checked as bpftrace checks it;
 //! [`VARIABLES`] says what each one does here. One that would change
-//! nothing in wprof (`BPFTRACE_VERIFY_LLVM_IR` without LLVM) is refused with
-//! why, never silently ignored.
+//! nothing in wprof (`BPFTRACE_BTF`: types come from the running kernel) is
+//! refused with why, never silently ignored; `BPFTRACE_VERIFY_LLVM_IR` alone
+//! is accepted without effect, as bpftrace's test runner sets it everywhere.
 
 use std::ffi::OsString;
 
@@ -117,10 +118,11 @@ pub const VARIABLES: [(&str, Kind, Effect); 15] = [
     (
         "BPFTRACE_VERIFY_LLVM_IR",
         Kind::Flag,
-        Effect::Refused {
-            accepted: Some("0"),
-            why: "wprof compiles without LLVM, so there is no LLVM IR to verify",
-        },
+        // Accepted, not refused: bpftrace's own test runner sets it for every run.
+        Effect::Applied(
+            "checked only: there is no LLVM IR; what it asks (a well-formed program) the \
+             kernel verifier checks at every load",
+        ),
     ),
     (
         "BPFTRACE_VMLINUX",
@@ -341,7 +343,7 @@ mod tests {
             "{cache}"
         );
         assert!(env(&[("BPFTRACE_CACHE_USER_SYMBOLS", "1")]).is_ok());
-        assert!(env(&[("BPFTRACE_VERIFY_LLVM_IR", "0")]).is_ok());
+        assert!(env(&[("BPFTRACE_VERIFY_LLVM_IR", "1")]).is_ok());
         assert!(env(&[("BPFTRACE_LOG_SIZE", "100")]).is_err());
         let pages = env(&[
             ("BPFTRACE_PERF_RB_PAGES", "16"),

@@ -99,7 +99,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
     if cli.bpftrace.list {
         let env = SystemEnvironment::new(cli.target_pid());
         let pattern = cli.script.as_ref().map(|p| p.display().to_string());
-        let listing = wprof::listing::list(pattern.as_deref(), cli.bpftrace.verbose, &env)?;
+        let by_process = cli.target_pid().is_some();
+        let listing =
+            wprof::listing::list(pattern.as_deref(), cli.bpftrace.verbose, by_process, &env)?;
         for warning in &listing.warnings {
             eprintln!("wprof: warning: {warning}");
         }

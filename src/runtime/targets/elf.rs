@@ -418,7 +418,7 @@ fn file_name(path: &str) -> Option<&str> {
 }
 
 /// The path of a `/proc/PID/maps` line, unless the mapping is anonymous or deleted.
-fn mapped_path(line: &str) -> Option<&str> {
+pub(crate) fn mapped_path(line: &str) -> Option<&str> {
     let mut rest = line;
     for _ in 0..5 {
         rest = rest.trim_start().split_once(char::is_whitespace)?.1;
