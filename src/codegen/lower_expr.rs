@@ -446,7 +446,11 @@ impl Lowerer<'_> {
                 self.branch_unless(rhs, target);
                 self.emit(Inst::Bind(taken));
             }
-            _ if matches!(lhs.ty, Type::Str { .. } | Type::Object(_)) => {
+            _ if matches!(
+                lhs.ty,
+                Type::Str { .. } | Type::Object(_) | Type::Buffer { .. }
+            ) =>
+            {
                 let equal = match lhs.ty {
                     Type::Str { .. } => self.strings_equal(lhs, rhs, u32::MAX),
                     _ => self.objects_equal(lhs, rhs),

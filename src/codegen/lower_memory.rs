@@ -89,7 +89,8 @@ impl Lowerer<'_> {
         }
     }
 
-    /// 1 when two structs or arrays held by value have equal bytes, else 0.
+    /// 1 when two structs, arrays or `buf()` values held by value have equal
+    /// bytes, else 0.
     pub(crate) fn objects_equal(&mut self, lhs: &TExpr, rhs: &TExpr) -> VReg {
         let (Value::Mem(a), Value::Mem(b)) = (self.expr(lhs), self.expr(rhs)) else {
             unreachable!("structs and arrays live in memory")
@@ -97,7 +98,8 @@ impl Lowerer<'_> {
         let result = self.vreg();
         let (x, y) = (self.vreg(), self.vreg());
         let (differ, done): (Label, Label) = (self.label(), self.label());
-        for at in (0..lhs.ty.size()).step_by(8) {
+        // Buffers of different capacities: their lengths come first.
+        for at in (0..lhs.ty.size().min(rhs.ty.size())).step_by(8) {
             for (reg, from) in [(x, a), (y, b)] {
                 self.emit(Inst::Load {
                     dst: reg,

@@ -355,3 +355,11 @@ fn ternary_statement_branches_need_no_value() {
     assert_eq!(message, "printf() has no value");
     assert_eq!(under, r#"printf("yes\n")"#);
 }
+
+/// buf() values compare with `==` and `!=` only.
+#[test]
+fn buffers_compare_for_equality_only() {
+    checks(r#"BEGIN { $a = buf("hi", 2); $b = buf("bye", 3); @e = $a == $b; @n = $a != $b; }"#);
+    let (message, _, _) = error(r#"BEGIN { $a = buf("hi", 2); @l = $a < $a; }"#);
+    assert_eq!(message, "`<` cannot combine buffer[2] and buffer[2]");
+}
