@@ -363,3 +363,18 @@ fn buffers_compare_for_equality_only() {
     let (message, _, _) = error(r#"BEGIN { $a = buf("hi", 2); @l = $a < $a; }"#);
     assert_eq!(message, "`<` cannot combine buffer[2] and buffer[2]");
 }
+
+/// buf() of an array takes all its bytes; with a length, at most those.
+#[test]
+fn buf_of_arrays() {
+    let program = checks(
+        "struct S { int d[4]; char c[3]; } uprobe:/bin/x:f { $s = (struct S *)arg0; @d = buf($s->d); @c = buf($s->c); @two = buf($s->d, 2); }",
+    );
+    for (name, len) in [("@d", 16), ("@c", 3), ("@two", 2)] {
+        assert_eq!(
+            map(&program, name).value,
+            MapValueKind::Plain(Type::Buffer { len }),
+            "{name}"
+        );
+    }
+}
