@@ -1,9 +1,11 @@
 //! The environment variables bpftrace 0.17 reads, read once at start-up.
 //! Input: the process environment; output: [`BpftraceEnv`], the settings
 //! that change what wprof does, or bpftrace's message for a bad value.
-//! Every variable bpftrace reads is accepted and checked as bpftrace checks
-//! it; [`VARIABLES`] says what each one does here (some have no meaning in
-//! wprof, e.g. `BPFTRACE_VERIFY_LLVM_IR` without LLVM).
+//! Every variable bpftrace reads is checked as bpftrace checks it;
+//! [`VARIABLES`] says what each one does here. One that would change
+//! nothing in wprof (`BPFTRACE_BTF`: types come from the running kernel) is
+//! refused with why, never silently ignored; `BPFTRACE_VERIFY_LLVM_IR` alone
+//! is accepted without effect, as bpftrace's test runner sets it everywhere.
 
 use std::ffi::OsString;
 
@@ -21,91 +23,137 @@ pub enum Kind {
     Path,
 }
 
+/// What wprof does with one variable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// It acts as in bpftrace: what it sets.
+    Applied(&'static str),
+    /// It would be a silent no-op here, so setting it is refused (with why),
+    /// unless to the value wprof always behaves as.
+    Refused {
+        accepted: Option<&'static str>,
+        why: &'static str,
+    },
+}
+
 /// Every variable bpftrace 0.17 reads (its `parse_env` and usage text), its
 /// kind, and what it does in wprof.
-pub const VARIABLES: [(&str, Kind, &str); 15] = [
+pub const VARIABLES: [(&str, Kind, Effect); 15] = [
     (
         "BPFTRACE_STRLEN",
         Kind::Number,
-        "bytes `str()` reads (default 64, at most 200)",
+        Effect::Applied("bytes `str()` reads (default 64, at most 200)"),
     ),
     (
         "BPFTRACE_MAP_KEYS_MAX",
         Kind::Number,
-        "entries a script map holds (default 4096)",
+        Effect::Applied("entries a script map holds (default 4096)"),
     ),
     (
         "BPFTRACE_CAT_BYTES_MAX",
         Kind::Number,
-        "bytes `cat()` prints (default 10240; read when it prints)",
+        Effect::Applied("bytes `cat()` prints (default 10240; read when it prints)"),
     ),
     (
         "BPFTRACE_MAX_PROBES",
         Kind::Number,
-        "most probes a script attaches (default 512)",
+        Effect::Applied("most probes a script attaches (default 512)"),
     ),
     (
         "BPFTRACE_MAX_BPF_PROGS",
         Kind::Number,
-        "most BPF programs a script loads (default 512)",
-    ),
-    (
-        "BPFTRACE_LOG_SIZE",
-        Kind::Number,
-        "checked only: wprof sizes the verifier log itself",
+        Effect::Applied("most BPF programs a script loads (default 512)"),
     ),
     (
         "BPFTRACE_PERF_RB_PAGES",
         Kind::Number,
-        "checked only: wprof sends output through one BPF ring buffer, sized for its messages",
-    ),
-    (
-        "BPFTRACE_MAX_TYPE_RES_ITERATIONS",
-        Kind::Number,
-        "checked only: wprof resolves nested types without a bound on the number of passes",
-    ),
-    (
-        "BPFTRACE_NODE_MAX",
-        Kind::Number,
-        "checked only: scripts are bounded by size instead",
+        Effect::Applied(
+            "pages of output buffer per CPU (default: a 1 MiB ring); wprof's one ring \
+             buffer holds as many as bpftrace's per-CPU buffers together",
+        ),
     ),
     (
         "BPFTRACE_NO_CPP_DEMANGLE",
         Kind::Flag,
-        "checked only: wprof prints C++ symbols mangled",
+        Effect::Applied("1 prints C++ user symbols mangled"),
     ),
     (
         "BPFTRACE_NO_USER_SYMBOLS",
         Kind::Flag,
-        "checked only: user addresses are always symbolized",
+        Effect::Applied("1 prints user addresses (`usym`, `ustack`) unresolved"),
     ),
     (
         "BPFTRACE_CACHE_USER_SYMBOLS",
         Kind::Flag,
-        "checked only: symbols are cached per process",
+        Effect::Refused {
+            accepted: Some("1"),
+            why: "wprof always caches symbols per executable (by file offset, so ASLR cannot \
+                  break the cache)",
+        },
+    ),
+    (
+        "BPFTRACE_LOG_SIZE",
+        Kind::Number,
+        Effect::Refused {
+            accepted: None,
+            why: "wprof sizes the verifier log itself, large enough for the whole log",
+        },
+    ),
+    (
+        "BPFTRACE_MAX_TYPE_RES_ITERATIONS",
+        Kind::Number,
+        Effect::Refused {
+            accepted: None,
+            why: "wprof resolves nested types from BTF without a bound on the passes",
+        },
+    ),
+    (
+        "BPFTRACE_NODE_MAX",
+        Kind::Number,
+        Effect::Refused {
+            accepted: None,
+            why: "wprof bounds scripts by their size, not their number of nodes",
+        },
     ),
     (
         "BPFTRACE_VERIFY_LLVM_IR",
         Kind::Flag,
-        "checked only: there is no LLVM IR",
+        // Accepted, not refused: bpftrace's own test runner sets it for every run.
+        Effect::Applied(
+            "checked only: there is no LLVM IR; what it asks (a well-formed program) the \
+             kernel verifier checks at every load",
+        ),
     ),
     (
         "BPFTRACE_VMLINUX",
         Kind::Path,
-        "not read: kernel symbols come from /proc/kallsyms",
+        Effect::Refused {
+            accepted: None,
+            why: "wprof reads kernel symbols from /proc/kallsyms only",
+        },
     ),
     (
         "BPFTRACE_BTF",
         Kind::Path,
-        "not read: kernel types come from /sys/kernel/btf/vmlinux",
+        Effect::Refused {
+            accepted: None,
+            why: "wprof reads kernel types from /sys/kernel/btf/vmlinux only",
+        },
     ),
 ];
+
+/// Whether `BPFTRACE_NO_USER_SYMBOLS` asks for user addresses unresolved.
+pub fn user_symbols_off() -> bool {
+    std::env::var("BPFTRACE_NO_USER_SYMBOLS").is_ok_and(|value| value.trim() == "1")
+}
 
 /// The settings the environment gives, `None` where a variable is unset.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BpftraceEnv {
     pub strlen: Option<u32>,
     pub map_keys_max: Option<u32>,
+    /// `BPFTRACE_PERF_RB_PAGES`.
+    pub output_pages_per_cpu: Option<u32>,
     pub max_probes: Option<u64>,
     pub max_programs: Option<u64>,
 }
@@ -124,6 +172,12 @@ pub enum EnvError {
     StrlenTooLarge(u64),
     #[error("Env var '{0}' is too large for wprof (at most {max})", max = u32::MAX)]
     TooLarge(&'static str),
+    #[error("Env var '{name}' has no effect in wprof ({why}); unset it{}", accepted.map_or(String::new(), |a| format!(" or set it to {a}")))]
+    NoEffect {
+        name: &'static str,
+        why: &'static str,
+        accepted: Option<&'static str>,
+    },
 }
 
 impl BpftraceEnv {
@@ -136,12 +190,21 @@ impl BpftraceEnv {
     /// variable is checked, the first bad one is the error.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Result<Self, EnvError> {
         let mut numbers = Vec::new();
-        for (name, kind, _) in VARIABLES {
+        for (name, kind, effect) in VARIABLES {
             let Some(value) = lookup(name) else {
                 numbers.push(None);
                 continue;
             };
             let text = value.to_string_lossy();
+            if let Effect::Refused { accepted, why } = effect
+                && accepted != Some(text.trim())
+            {
+                return Err(EnvError::NoEffect {
+                    name,
+                    why,
+                    accepted,
+                });
+            }
             numbers.push(match kind {
                 Kind::Number => Some(parse_number(name, &text)?),
                 Kind::Flag if text == "0" || text == "1" => None,
@@ -165,6 +228,7 @@ impl BpftraceEnv {
         Ok(BpftraceEnv {
             strlen: narrow("BPFTRACE_STRLEN")?,
             map_keys_max: narrow("BPFTRACE_MAP_KEYS_MAX")?,
+            output_pages_per_cpu: narrow("BPFTRACE_PERF_RB_PAGES")?,
             max_probes: number("BPFTRACE_MAX_PROBES"),
             max_programs: number("BPFTRACE_MAX_BPF_PROGS"),
         })
@@ -247,10 +311,10 @@ mod tests {
              This limitation is because strings are currently stored on the 512 byte BPF stack."
         );
         assert_eq!(
-            env(&[("BPFTRACE_LOG_SIZE", "big")])
+            env(&[("BPFTRACE_PERF_RB_PAGES", "big")])
                 .unwrap_err()
                 .to_string(),
-            "Env var 'BPFTRACE_LOG_SIZE' did not contain a valid uint64_t, or was zero-valued."
+            "Env var 'BPFTRACE_PERF_RB_PAGES' did not contain a valid uint64_t, or was zero-valued."
         );
         assert_eq!(
             env(&[("BPFTRACE_NO_CPP_DEMANGLE", "yes")]),
@@ -260,7 +324,32 @@ mod tests {
             env(&[("BPFTRACE_MAP_KEYS_MAX", "0")]),
             Err(EnvError::NotANumber("BPFTRACE_MAP_KEYS_MAX"))
         );
-        assert!(env(&[("BPFTRACE_BTF", "/nowhere")]).is_ok());
+    }
+
+    /// A variable that would change nothing here is refused, naming it and
+    /// why, unless set to what wprof always does.
+    #[test]
+    fn refuses_variables_without_effect() {
+        assert_eq!(
+            env(&[("BPFTRACE_BTF", "/nowhere")])
+                .unwrap_err()
+                .to_string(),
+            "Env var 'BPFTRACE_BTF' has no effect in wprof (wprof reads kernel types from \
+             /sys/kernel/btf/vmlinux only); unset it"
+        );
+        let cache = env(&[("BPFTRACE_CACHE_USER_SYMBOLS", "0")]).unwrap_err();
+        assert!(
+            cache.to_string().ends_with("; unset it or set it to 1"),
+            "{cache}"
+        );
+        assert!(env(&[("BPFTRACE_CACHE_USER_SYMBOLS", "1")]).is_ok());
+        assert!(env(&[("BPFTRACE_VERIFY_LLVM_IR", "1")]).is_ok());
+        assert!(env(&[("BPFTRACE_LOG_SIZE", "100")]).is_err());
+        let pages = env(&[
+            ("BPFTRACE_PERF_RB_PAGES", "16"),
+            ("BPFTRACE_NO_USER_SYMBOLS", "1"),
+        ]);
+        assert_eq!(pages.expect("valid").output_pages_per_cpu, Some(16));
     }
 
     /// Probe and program counts past the limits are refused, at the defaults too.

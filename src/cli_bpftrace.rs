@@ -3,10 +3,17 @@
 //! messages where its runtime tests read them (pid values, a directory given
 //! as the script, a missing script file). Input: clap; output: plain options
 //! and the output sink the session prints to.
+//!
+//! Run under the name `bpftrace` (a symlink to wprof), wprof also speaks as
+//! bpftrace 0.17 where scripts and wrappers read it: `ERROR: ` before
+//! errors, bpftrace's usage error texts, `--version` starting
+//! `bpftrace v0.17.0`, and `-c` split at spaces as bpftrace splits it.
 
 use std::fs::File;
 use std::io::{self, BufWriter, LineWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 
 use crate::frontend::options::HelperChecks;
 
@@ -81,6 +88,52 @@ pub enum OptionError {
     PidNotANumber(String),
     #[error("pid '{0}' out of valid pid range [1,{MAX_PID}]")]
     PidOutOfRange(String),
+}
+
+/// Whether wprof runs under bpftrace's name (a symlink `bpftrace`).
+pub fn invoked_as_bpftrace() -> bool {
+    std::env::args_os()
+        .next()
+        .is_some_and(|argv0| Path::new(&argv0).file_name() == Some("bpftrace".as_ref()))
+}
+
+/// The version line bpftrace's users and tests read, naming wprof after it.
+pub fn bpftrace_version() -> String {
+    format!("bpftrace v0.17.0 (wprof v{})\n", env!("CARGO_PKG_VERSION"))
+}
+
+/// bpftrace's text for a usage error clap reports, where it differs from
+/// clap's: `-f` values that are no output format, and the reason alone for
+/// other refused values (`pid 'a1' is not a valid decimal number`).
+pub fn bpftrace_usage_error(error: &clap::Error) -> Option<String> {
+    if error.kind() != ErrorKind::ValueValidation {
+        return None;
+    }
+    let value = match error.get(ContextKind::InvalidValue) {
+        Some(ContextValue::String(value)) => value,
+        _ => return None,
+    };
+    let arg = match error.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) => arg,
+        _ => return None,
+    };
+    if arg.starts_with("-f ") {
+        return Some(format!(
+            "ERROR: Invalid output format \"{value}\"\nValid formats: 'text', 'json'\n"
+        ));
+    }
+    let reason = std::error::Error::source(error)?;
+    Some(format!("ERROR: {reason}\n"))
+}
+
+/// `-c COMMAND` split as bpftrace 0.17 splits it: at spaces, quotes kept
+/// (`'A'` is an argument of three characters).
+pub fn split_command_as_bpftrace(command: &str) -> Vec<String> {
+    command
+        .split(' ')
+        .filter(|word| !word.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// The largest pid Linux allows (`PID_MAX_LIMIT` on 64-bit machines).

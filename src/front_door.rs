@@ -13,8 +13,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
+use clap::error::ErrorKind;
 
 use crate::cli::Cli;
+use crate::cli_bpftrace;
 use crate::cli_profile::ProfileOutputs;
 use crate::render::format::whole_duration;
 use crate::tracking::when::parse_duration;
@@ -209,14 +211,26 @@ pub fn parse_command_line() -> Cli {
 /// headings (`USAGE:`, `ERROR:`), which wrapper scripts and bpftrace's own
 /// tests look for, and exits with clap's status.
 fn exit_with(error: clap::Error) -> ! {
-    let text = bpftrace_headings(&error.render().to_string());
+    let as_bpftrace = cli_bpftrace::invoked_as_bpftrace();
+    let bpftrace_text = as_bpftrace
+        .then(|| cli_bpftrace::bpftrace_usage_error(&error))
+        .flatten();
+    let (text, code) = match (error.kind(), bpftrace_text) {
+        (ErrorKind::DisplayVersion, _) if as_bpftrace => (cli_bpftrace::bpftrace_version(), 0),
+        // bpftrace exits 1 on the values it refuses.
+        (_, Some(text)) => (text, 1),
+        _ => (
+            bpftrace_headings(&error.render().to_string()),
+            error.exit_code(),
+        ),
+    };
     let written = match error.use_stderr() {
         true => std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes()),
         false => std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes()),
     };
     // Nothing more can be said when the terminal is gone.
     drop(written);
-    std::process::exit(error.exit_code())
+    std::process::exit(code)
 }
 
 /// `text` with clap's `Usage:` and `error:` line headings in bpftrace's capitals.

@@ -38,20 +38,30 @@ const ITERATORS: [(&str, &[&str]); 2] = [
     ),
 ];
 
-/// Lists the probes `pattern` matches.
+/// Lists the probes `pattern` matches; with `by_process` (`-p PID`) and no
+/// pattern, the uprobes and USDT probes of the files the process maps.
 pub fn list(
     pattern: Option<&str>,
     verbose: bool,
+    by_process: bool,
     env: &dyn Environment,
 ) -> Result<Listing, String> {
-    let pattern = pattern.unwrap_or("*");
+    let pattern = pattern.unwrap_or(if by_process { "{uprobe,usdt}:*" } else { "*" });
     let words = split_pattern(pattern);
+    check_first_word(&words[0])?;
     let mut parts: Vec<&str> = words.iter().map(String::as_str).collect();
     let mut listing = Listing::default();
     let probes = match canonical_type(parts[0]) {
         Some(ty) => {
             parts[0] = ty;
             list_type(ty, &parts[1..], verbose, env, &mut listing.warnings)?
+        }
+        // A binary (`*:./prog:*`) or the process's files: uprobes and USDT.
+        None if parts.len() > 1
+            && parts[0].contains(['*', '?', '[', '{'])
+            && (parts[1].contains('/') || by_process) =>
+        {
+            list_binary_types(&parts, verbose, env, &mut listing.warnings)?
         }
         None => {
             let glob = if pattern.contains(':') {
@@ -81,6 +91,57 @@ pub fn list(
     Ok(listing)
 }
 
+/// The probe types of a binary, listed for a wildcarded type with a target
+/// (`*:./prog:*`, `{uprobe,usdt}:*`), as bpftrace lists them.
+const BINARY_TYPES: [&str; 2] = ["uprobe", "usdt"];
+
+/// The probes of every type in [`BINARY_TYPES`] that `parts[0]` matches;
+/// a type with nothing to list is passed over unless none lists anything.
+fn list_binary_types(
+    parts: &[&str],
+    verbose: bool,
+    env: &dyn Environment,
+    warnings: &mut Vec<String>,
+) -> Result<Probes, String> {
+    let types = expand_braces(parts[0]);
+    let globs = types
+        .iter()
+        .map(|t| compile(t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut all = Probes::new();
+    let mut first_error = None;
+    for ty in BINARY_TYPES {
+        if !globs.iter().any(|glob| glob.matches(ty)) {
+            continue;
+        }
+        match list_type(ty, &parts[1..], verbose, env, warnings) {
+            Ok(probes) => all.extend(probes),
+            Err(error) => {
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    match (all.is_empty(), first_error) {
+        (true, Some(error)) => Err(error),
+        _ => Ok(all),
+    }
+}
+
+/// `{a,b}` alternatives of a word (the glob crate has none): `{uprobe,usdt}`
+/// is `uprobe` and `usdt`; a word without braces is itself.
+fn expand_braces(word: &str) -> Vec<String> {
+    let Some((head, rest)) = word.split_once('{') else {
+        return vec![word.to_string()];
+    };
+    let Some((choices, tail)) = rest.split_once('}') else {
+        return vec![word.to_string()];
+    };
+    choices
+        .split(',')
+        .map(|choice| format!("{head}{choice}{tail}"))
+        .collect()
+}
+
 /// The parts of a pattern between `:`s; a quoted part (`"ns::f(int)"`, a C++
 /// name) keeps its colons and loses its quotes.
 fn split_pattern(pattern: &str) -> Vec<String> {
@@ -94,6 +155,19 @@ fn split_pattern(pattern: &str) -> Vec<String> {
         }
     }
     parts
+}
+
+/// The first word of a pattern is a probe type or a name to search for:
+/// word characters and globs, as bpftrace's lexer reads it (`-l '\n'` is an
+/// error, not an empty listing).
+fn check_first_word(word: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "_-.*?[]!{},".contains(c);
+    match word.chars().find(|&c| !allowed(c)) {
+        Some(c) => Err(format!(
+            "invalid character {c:?} in the -l pattern's probe type or search word `{word}`"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The probe type a word names (aliases included), as the providers spell it.
@@ -254,7 +328,9 @@ mod tests {
     use crate::frontend::fake_machine::FakeMachine;
 
     fn listed(pattern: &str, verbose: bool) -> String {
-        list(Some(pattern), verbose, &FakeMachine).unwrap().text
+        list(Some(pattern), verbose, false, &FakeMachine)
+            .unwrap()
+            .text
     }
 
     /// Colons inside quotes belong to the part (C++ names); the quotes go.
@@ -265,6 +341,31 @@ mod tests {
             ["uprobe", "/bin/x", "ns::f(int)"]
         );
         assert_eq!(split_pattern("usdt:/bin/x::p"), ["usdt", "/bin/x", "", "p"]);
+    }
+
+    /// A probe type or search word with a character no probe name has is
+    /// refused, naming the character.
+    #[test]
+    fn invalid_characters_in_the_first_word() {
+        let error = list(Some("\\n"), false, false, &FakeMachine).unwrap_err();
+        assert_eq!(
+            error,
+            "invalid character '\\\\' in the -l pattern's probe type or search word `\\n`"
+        );
+        assert!(list(Some("it:task"), false, false, &FakeMachine).is_ok());
+    }
+
+    /// A wildcarded type with a target lists the binary probe types it
+    /// matches; braces give alternatives.
+    #[test]
+    fn wildcarded_types_of_a_binary() {
+        assert_eq!(expand_braces("{uprobe,usdt}"), ["uprobe", "usdt"]);
+        assert_eq!(expand_braces("u*"), ["u*"]);
+        let all = listed("*:/bin/x:*", false);
+        assert!(all.contains("uprobe:/bin/x:"), "{all}");
+        assert!(all.contains("usdt:/bin/x:"), "{all}");
+        let usdt = listed("us*:/bin/x:*", false);
+        assert!(!usdt.contains("uprobe:"), "{usdt}");
     }
 
     /// Aliases name their probe type; other words do not.
@@ -298,9 +399,9 @@ mod tests {
     #[test]
     fn refusals() {
         let machine = FakeMachine;
-        let error = list(Some("uprobe"), false, &machine).unwrap_err();
+        let error = list(Some("uprobe"), false, false, &machine).unwrap_err();
         assert!(error.contains("needs a binary"), "{error}");
-        let error = list(Some("interval:*"), false, &machine).unwrap_err();
+        let error = list(Some("interval:*"), false, false, &machine).unwrap_err();
         assert!(error.contains("not listed"), "{error}");
     }
 }

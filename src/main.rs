@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use wprof::bpftrace_env::BpftraceEnv;
 use wprof::capture::model::RecordOrigin;
 use wprof::cli::Cli;
+use wprof::cli_bpftrace::{invoked_as_bpftrace, split_command_as_bpftrace};
 use wprof::codegen::listing::render_listing;
 use wprof::codegen::program::Compiled;
 use wprof::driver::{self, Source};
@@ -41,6 +42,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Script(errors)) => {
             eprintln!("{}", render(errors));
+            error
+        }
+        Err(Failure::Message(message)) if invoked_as_bpftrace() => {
+            eprintln!("ERROR: {message}");
             error
         }
         Err(Failure::Message(message)) => {
@@ -94,7 +99,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
     if cli.bpftrace.list {
         let env = SystemEnvironment::new(cli.target_pid());
         let pattern = cli.script.as_ref().map(|p| p.display().to_string());
-        let listing = wprof::listing::list(pattern.as_deref(), cli.bpftrace.verbose, &env)?;
+        let by_process = cli.target_pid().is_some();
+        let listing =
+            wprof::listing::list(pattern.as_deref(), cli.bpftrace.verbose, by_process, &env)?;
         for warning in &listing.warnings {
             eprintln!("wprof: warning: {warning}");
         }
@@ -126,6 +133,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     compile_options.includes = cli.includes();
     let environment = BpftraceEnv::read().map_err(|e| e.to_string())?;
     compile_options.map_keys_max = environment.map_keys_max;
+    compile_options.output_pages_per_cpu = environment.output_pages_per_cpu;
     compile_options.string_len = environment.strlen;
     compile_options.helper_checks =
         (cli.bpftrace.helper_check_level()).map_err(|e| e.to_string())?;
@@ -141,6 +149,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 .to_string()
                 .into());
         }
+        (Some(text), true) if invoked_as_bpftrace() => Some(split_command_as_bpftrace(text)),
         (Some(text), true) => Some(
             shlex::split(text)
                 .filter(|argv| !argv.is_empty())
@@ -313,9 +322,14 @@ fn read_source(cli: &Cli) -> Result<Option<(Source, Vec<String>)>, Failure> {
     }
 }
 
-/// Diagnostics with colour on a terminal, plain text otherwise (tests read it).
+/// Diagnostics as bpftrace prints them when run as `bpftrace`; else with
+/// colour on a terminal, plain text otherwise (tests read it).
 fn render(errors: ScriptErrors) -> String {
-    if io::stderr().is_terminal() {
+    if invoked_as_bpftrace() {
+        // Printed with a newline of its own.
+        let text = errors.render_as_bpftrace();
+        text.trim_end_matches('\n').to_string()
+    } else if io::stderr().is_terminal() {
         format!("{:?}", miette::Report::new(errors))
     } else {
         errors.render()

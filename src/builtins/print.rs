@@ -1,6 +1,7 @@
 //! Built-ins that print: `printf(fmt, ...)`, `print(@m[, top[, div]])`,
-//! `print(value)` and `exit()`. Each sends a message that user space prints
-//! as bpftrace does.
+//! `print(value)` and `exit()`, each sending a message that user space prints
+//! as bpftrace does; and `debugf(fmt, ...)`, which the kernel prints to the
+//! trace pipe.
 
 use std::io::{self, Write};
 
@@ -16,7 +17,7 @@ use crate::output::maps::PrintOptions;
 use crate::output::printer::{MapOp, Printed, Printer};
 use crate::output::printf;
 use crate::vocab::BuiltinMessage;
-use crate::vocab::printf_format::{ArgKind, parse_format, specs};
+use crate::vocab::printf_format::{ArgKind, Conversion, Length, Spec, parse_format, specs};
 
 /// `printf(fmt, args...)`: the call keeps the format as its text and the
 /// arguments as its args; the message carries the parsed format.
@@ -122,6 +123,74 @@ fn formats(kind: ArgKind, ty: &Type) -> bool {
         ArgKind::Integer => ty.is_int(),
         ArgKind::Text => ty.is_text() || ty.is_int(),
         ArgKind::Buffer => matches!(ty, Type::Buffer { .. }),
+    }
+}
+
+/// `debugf(fmt, args...)`: `bpf_trace_printk` to the kernel's trace pipe,
+/// as bpftrace does; the kernel formats, so only what it formats is
+/// accepted: at most 3 arguments, `%d %i %u %x %X %p` (with `l`/`ll`) of
+/// integers and `%s` of strings, with flags and widths but no precision.
+pub struct Debugf;
+
+/// Arguments `bpf_trace_printk` formats after its format and size.
+const TRACE_PRINTK_MAX_ARGS: usize = 3;
+
+impl Statement for Debugf {
+    fn check(&self, cx: &mut Checker, site: &Site) -> Option<TCall> {
+        let call = format_call(cx, site, "debugf")?;
+        if call.args.len() > TRACE_PRINTK_MAX_ARGS {
+            let message = format!(
+                "debugf() takes at most {TRACE_PRINTK_MAX_ARGS} arguments after the format"
+            );
+            return cx.fail(site.span, &message);
+        }
+        let format = call.text.as_deref().unwrap_or_default();
+        let pieces = parse_format(format).expect("format_call parsed the format");
+        for (spec, arg) in specs(&pieces).zip(&call.args) {
+            if let Some(problem) = trace_printk_refuses(spec) {
+                let error = ScriptError::new(site.span, format!("debugf() cannot print {problem}"))
+                    .with_help("the kernel formats debugf(): `%d %i %u %x %X %p` (with `l`, `ll`), `%s`, flags `-0+ ` and widths");
+                cx.error(error);
+                return None;
+            }
+            if spec.conversion == Conversion::Str && !matches!(arg.ty, Type::Str { .. }) {
+                let message = format!("debugf()'s `%s` prints strings, not {}", arg.ty);
+                return cx.fail(arg.span, &message);
+            }
+        }
+        cx.warn(
+            "The debugf() builtin is not recommended for production use. \
+             For more information see bpf_trace_printk in bpf-helpers(7).",
+        );
+        Some(call)
+    }
+
+    fn lower(&self, cx: &mut Lowerer, call: &TCall) {
+        cx.trace_printk(call.text.as_deref().unwrap_or_default(), &call.args);
+    }
+}
+
+/// What of `spec` `bpf_trace_printk` does not format, if anything.
+fn trace_printk_refuses(spec: &Spec) -> Option<&'static str> {
+    if spec.precision.is_some() {
+        return Some("a precision");
+    }
+    if spec.flags.alt {
+        return Some("the `#` flag");
+    }
+    if !matches!(spec.length, Length::Int | Length::Long) {
+        return Some("`h` or `hh` lengths");
+    }
+    match spec.conversion {
+        Conversion::Signed
+        | Conversion::Unsigned
+        | Conversion::Hex
+        | Conversion::HexUpper
+        | Conversion::Str
+        | Conversion::Pointer => None,
+        Conversion::Octal => Some("`%o`"),
+        Conversion::Char => Some("`%c`"),
+        Conversion::Buffer(_) => Some("buf() values"),
     }
 }
 
@@ -231,6 +300,15 @@ pub(super) const TABLE: &[Entry] = &[
         doc: "Prints a map now (its `top` largest entries, values divided by `div`), or one value.",
         example: "profile:hz:99 { @[comm] = count(); } interval:s:1 { print(@, 10); print(1); }",
         kind: Kind::Statement(&Print),
+    },
+    Entry {
+        name: "debugf",
+        written: Written::Call,
+        indexed: false,
+        signature: "debugf(fmt, args...)",
+        doc: "Prints to the kernel's trace pipe (`bpf_trace_printk`): up to 3 integers or strings, formatted by the kernel; for debugging only.",
+        example: "tracepoint:syscalls:sys_enter_write { debugf(\"write by %d: %s\", pid, comm); }",
+        kind: Kind::Statement(&Debugf),
     },
     Entry {
         name: "exit",

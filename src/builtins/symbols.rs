@@ -72,7 +72,8 @@ impl Expression for Kaddr {
         let addr = match cx.env.kernel_symbol(&name) {
             Ok(addr) => addr,
             Err(why) => {
-                let message = format!("failed to resolve kernel symbol `{name}`: {why}");
+                // bpftrace's wording, which its runtime tests read.
+                let message = format!("Failed to resolve kernel symbol `{name}`: {why}");
                 cx.defer_error(ScriptError::new(site.span, message));
                 0
             }

@@ -9,6 +9,7 @@ use crate::frontend::ast::{Expr, ExprKind};
 use crate::frontend::check::Checker;
 use crate::frontend::checked::{TCall, TExpr, TExprKind};
 use crate::frontend::types::Type;
+use crate::vocab::ValueType;
 
 /// `str(ptr[, len])`: a string read from kernel or user memory (the probe's
 /// context says which), into a buffer of `len + 1` bytes when `len` is a
@@ -187,7 +188,7 @@ impl Expression for Strerror {
 }
 
 /// `buf(ptr[, len])`: `len` bytes (at most `BPFTRACE_STRLEN`, 64 by default) read from memory
-/// at `ptr` or taken from a string, printed with non-printable bytes
+/// at `ptr` or taken from a string or an array (all of it without `len`), printed with non-printable bytes
 /// escaped (`%r` in printf). The call's args are the source and the length
 /// (when not a literal); its const the literal length.
 pub struct Buf;
@@ -200,19 +201,24 @@ impl Expression for Buf {
             _ => return cx.fail(site.span, "buf() takes a pointer or string and a length"),
         };
         let source = cx.expr(source)?;
-        // A string's whole buffer counts: bytes past its NUL are zeros, as
-        // `buf("ok_key", 8)` shows in bpftrace.
-        let whole = match source.ty {
-            Type::Str { .. } => Some(source.ty.size()),
-            ref ty if ty.is_int() => None,
-            ref ty => {
-                let message = format!("buf() reads a pointer or a string, not {ty}");
+        // The most bytes taken, and how many without a length: a string's
+        // whole buffer counts (bytes past its NUL are zeros, as
+        // `buf("ok_key", 8)` shows in bpftrace), its declared length by
+        // default; an array's bytes (`buf($s->ints)`), as bpftrace takes them.
+        let (whole, natural) = match &source.ty {
+            Type::Str { len } => (Some(source.ty.size()), *len),
+            Type::Object(object) if matches!(object.layout, ValueType::Array { .. }) => {
+                (Some(object.layout.size()), object.layout.size())
+            }
+            ty if ty.is_int() => (None, 0),
+            ty => {
+                let message = format!("buf() reads a pointer, a string or an array, not {ty}");
                 return cx.fail(source.span, &message);
             }
         };
         let mut args = vec![source];
         let len = match (len, whole) {
-            (None, Some(whole)) => whole,
+            (None, Some(_)) => natural,
             (None, None) => {
                 return cx.fail(
                     site.span,

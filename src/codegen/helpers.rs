@@ -4,6 +4,7 @@ pub const MAP_LOOKUP_ELEM: u32 = 1;
 pub const MAP_UPDATE_ELEM: u32 = 2;
 pub const MAP_DELETE_ELEM: u32 = 3;
 pub const KTIME_GET_NS: u32 = 5;
+pub const TRACE_PRINTK: u32 = 6;
 pub const GET_PRANDOM_U32: u32 = 7;
 pub const GET_SMP_PROCESSOR_ID: u32 = 8;
 pub const GET_CURRENT_PID_TGID: u32 = 14;
@@ -66,6 +67,7 @@ pub fn name(helper: u32) -> std::borrow::Cow<'static, str> {
         PROBE_READ_USER_STR => "probe_read_user_str",
         PROBE_READ_KERNEL_STR => "probe_read_kernel_str",
         D_PATH => "d_path",
+        TRACE_PRINTK => "trace_printk",
         other => return format!("helper {other}").into(),
     };
     name.into()

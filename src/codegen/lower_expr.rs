@@ -96,7 +96,7 @@ impl Lowerer<'_> {
         reg
     }
 
-    fn string_literal(&mut self, text: &[u8], ty: &Type) -> i16 {
+    pub(crate) fn string_literal(&mut self, text: &[u8], ty: &Type) -> i16 {
         let offset = self.alloc(ty.size());
         let mut bytes = text.to_vec();
         bytes.resize(ty.size() as usize, 0);
@@ -446,7 +446,11 @@ impl Lowerer<'_> {
                 self.branch_unless(rhs, target);
                 self.emit(Inst::Bind(taken));
             }
-            _ if matches!(lhs.ty, Type::Str { .. } | Type::Object(_)) => {
+            _ if matches!(
+                lhs.ty,
+                Type::Str { .. } | Type::Object(_) | Type::Buffer { .. }
+            ) =>
+            {
                 let equal = match lhs.ty {
                     Type::Str { .. } => self.strings_equal(lhs, rhs, u32::MAX),
                     _ => self.objects_equal(lhs, rhs),

@@ -35,19 +35,14 @@ impl Lowerer<'_> {
                 let value = self.read_into_u64(u32::from(size), pointer, offset, access);
                 Value::Int(self.extend(value, size, signed))
             }
-            Load::Bits {
-                bytes,
-                shift,
-                bits,
-                signed,
-            } => {
+            Load::Bits { bytes, shift, bits } => {
                 let value = if access == Access::Direct {
                     let (base, at) = self.load_base(pointer, offset);
                     self.gather_bytes(Base::Reg(base), at, bytes)
                 } else {
                     self.read_into_u64(u32::from(bytes), pointer, offset, access)
                 };
-                Value::Int(self.extract_bits(value, shift, bits, signed))
+                Value::Int(self.extract_bits(value, shift, bits))
             }
             Load::Bytes(len) => {
                 let buffer = self.alloc(len);
@@ -80,14 +75,9 @@ impl Lowerer<'_> {
                 });
                 Value::Int(self.extend(reg, size, signed))
             }
-            Load::Bits {
-                bytes,
-                shift,
-                bits,
-                signed,
-            } => {
+            Load::Bits { bytes, shift, bits } => {
                 let value = self.gather_bytes(Base::Frame, at, bytes);
-                Value::Int(self.extract_bits(value, shift, bits, signed))
+                Value::Int(self.extract_bits(value, shift, bits))
             }
             Load::Bytes(len) => {
                 let buffer = self.alloc(len);
@@ -99,7 +89,8 @@ impl Lowerer<'_> {
         }
     }
 
-    /// 1 when two structs or arrays held by value have equal bytes, else 0.
+    /// 1 when two structs, arrays or `buf()` values held by value have equal
+    /// bytes, else 0.
     pub(crate) fn objects_equal(&mut self, lhs: &TExpr, rhs: &TExpr) -> VReg {
         let (Value::Mem(a), Value::Mem(b)) = (self.expr(lhs), self.expr(rhs)) else {
             unreachable!("structs and arrays live in memory")
@@ -107,7 +98,8 @@ impl Lowerer<'_> {
         let result = self.vreg();
         let (x, y) = (self.vreg(), self.vreg());
         let (differ, done): (Label, Label) = (self.label(), self.label());
-        for at in (0..lhs.ty.size()).step_by(8) {
+        // Buffers of different capacities: their lengths come first.
+        for at in (0..lhs.ty.size().min(rhs.ty.size())).step_by(8) {
             for (reg, from) in [(x, a), (y, b)] {
                 self.emit(Inst::Load {
                     dst: reg,
@@ -160,15 +152,15 @@ impl Lowerer<'_> {
         value
     }
 
-    /// The `bits` bits `shift` bits up `value`, sign-extended if `signed`.
-    fn extract_bits(&mut self, value: VReg, shift: u8, bits: u8, signed: bool) -> VReg {
+    /// The `bits` bits `shift` bits up `value`, zero-extended.
+    fn extract_bits(&mut self, value: VReg, shift: u8, bits: u8) -> VReg {
         if shift > 0 {
             self.shift(value, AluOp::Rsh, i32::from(shift));
         }
         let unused = 64 - i32::from(bits);
         if unused > 0 {
             self.shift(value, AluOp::Lsh, unused);
-            self.shift(value, if signed { AluOp::Arsh } else { AluOp::Rsh }, unused);
+            self.shift(value, AluOp::Rsh, unused);
         }
         value
     }

@@ -5,8 +5,9 @@
 use crate::builtins;
 use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
-use crate::codegen::lower::Lowerer;
+use crate::codegen::lower::{Lowerer, Value};
 use crate::frontend::checked::{TExpr, TExprKind};
+use crate::frontend::types::Type;
 use crate::vocab::{BuiltinMessage, GlobalSlot, Message, MessageId, StackType};
 
 impl Lowerer<'_> {
@@ -183,6 +184,27 @@ impl Lowerer<'_> {
         self.emit(Inst::Bind(send));
         self.output(Arg::Reg(buffer), 8 + elements * element_bytes);
         self.emit(Inst::Bind(done));
+    }
+
+    /// `debugf(format, args...)`: `bpf_trace_printk` of the format, kept
+    /// NUL-padded on the stack, with the integers and string addresses.
+    pub(crate) fn trace_printk(&mut self, format: &str, args: &[TExpr]) {
+        let mut helper_args = Vec::new();
+        for arg in args {
+            helper_args.push(match self.expr(arg) {
+                Value::Int(reg) => Arg::Reg(reg),
+                Value::Mem(offset) => Arg::Frame(offset),
+            });
+        }
+        let bytes = format.len() as u32 + 1;
+        let format = self.string_literal(format.as_bytes(), &Type::Str { len: bytes });
+        let size = Type::Str { len: bytes }.size();
+        helper_args.splice(0..0, [Arg::Frame(format), Arg::Imm(i64::from(size))]);
+        self.emit(Inst::Call {
+            helper: TRACE_PRINTK,
+            args: helper_args,
+            ret: None,
+        });
     }
 
     /// `signal(sig)`: `bpf_send_signal` to the current task.

@@ -18,6 +18,11 @@ pub const MAX_MAP_KEYS: u32 = 4096;
 /// Ring buffer size for printed output: small, as creating it is part of
 /// the start-up time.
 const OUTPUT_RINGBUF_BYTES: u32 = 1 << 20;
+/// Bounds of the output ring `BPFTRACE_PERF_RB_PAGES` sizes: one page, and
+/// 1 GiB (a ring's size is a `u32` power of two).
+const OUTPUT_RINGBUF_BOUNDS: (u32, u32) = (PAGE_BYTES, 1 << 30);
+/// The page size ring buffers are counted in (x86-64).
+const PAGE_BYTES: u32 = 4096;
 /// Ring buffer per possible CPU when recording: events come from every CPU,
 /// so the ring grows with them. The kernel maps a ring's pages twice, and
 /// both count in the recorder's RSS: a 16 MiB ring cost 32 MB even idle.
@@ -42,6 +47,19 @@ fn capture_ringbuf_bytes(cpus: u32, stacks: bool) -> u32 {
         .checked_next_power_of_two()
         .unwrap_or(max)
         .clamp(min, max)
+}
+
+/// The output ring: [`OUTPUT_RINGBUF_BYTES`], or as much as bpftrace's
+/// per-CPU buffers of `pages_per_cpu` pages hold together
+/// (`BPFTRACE_PERF_RB_PAGES`), a power of two as the kernel requires.
+fn output_ringbuf_bytes(pages_per_cpu: Option<u32>, cpus: u32) -> u32 {
+    let Some(pages) = pages_per_cpu else {
+        return OUTPUT_RINGBUF_BYTES;
+    };
+    let (min, max) = OUTPUT_RINGBUF_BOUNDS;
+    (u64::from(pages) * u64::from(PAGE_BYTES) * u64::from(cpus))
+        .clamp(u64::from(min), u64::from(max))
+        .next_power_of_two() as u32
 }
 
 /// Map ids and layouts the lowering needs.
@@ -109,7 +127,7 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
     }
     let ringbuf = MapId(specs.len() as u32);
     let ringbuf_bytes = if program.records.is_empty() {
-        OUTPUT_RINGBUF_BYTES
+        output_ringbuf_bytes(program.output_pages_per_cpu, possible_cpus())
     } else {
         let stacks = program.records.iter().any(|r| r.stack.is_some());
         capture_ringbuf_bytes(possible_cpus(), stacks)
@@ -338,6 +356,16 @@ mod tests {
     use crate::driver::{Source, compile};
     use crate::frontend::fake_machine::FakeMachine;
     use crate::vocab::MapKind;
+
+    /// `BPFTRACE_PERF_RB_PAGES` pages per CPU make one ring as large as
+    /// bpftrace's buffers together, rounded up to a power of two.
+    #[test]
+    fn output_ring_from_pages_per_cpu() {
+        assert_eq!(output_ringbuf_bytes(None, 2), 1 << 20);
+        assert_eq!(output_ringbuf_bytes(Some(64), 2), 512 << 10);
+        assert_eq!(output_ringbuf_bytes(Some(3), 2), 32 << 10);
+        assert_eq!(output_ringbuf_bytes(Some(u32::MAX), 64), 1 << 30);
+    }
 
     /// The kind, key size and entries of each script map of `text`, by name.
     fn script_maps(text: &str) -> Vec<(String, MapKind, u32, u32)> {

@@ -109,6 +109,7 @@ pub fn check(
         }
     };
     if checker.errors.is_empty() {
+        warnings.append(&mut checker.warnings);
         warnings.dedup();
         Ok(CheckedProgram {
             probes,
@@ -118,6 +119,7 @@ pub fn check(
             spans: checker.spans,
             filter: options.filter.clone(),
             map_keys_max: options.map_keys_max,
+            output_pages_per_cpu: options.output_pages_per_cpu,
             helper_checks: options.helper_checks,
             values: checker.values,
             counters: match checker.reads_counters {
@@ -246,6 +248,8 @@ pub(crate) struct Checker<'e> {
     pub(crate) env: &'e dyn Environment,
     pub(crate) options: &'e CompileOptions,
     pub(super) errors: Vec<ScriptError>,
+    /// Warnings of the final pass, printed before tracing starts.
+    warnings: Vec<String>,
     /// In the first pass errors are dropped and unknown types are assumed.
     pub(super) final_pass: bool,
     pub(super) maps: Vec<MapDecl>,
@@ -283,6 +287,7 @@ impl<'e> Checker<'e> {
             env,
             options,
             errors: Vec::new(),
+            warnings: Vec::new(),
             final_pass: false,
             maps: Vec::new(),
             map_index: HashMap::new(),
@@ -345,6 +350,13 @@ impl<'e> Checker<'e> {
         }
         self.finish_spans();
         probes
+    }
+
+    /// Warns once the script is known (the first pass repeats every check).
+    pub(crate) fn warn(&mut self, message: &str) {
+        if self.final_pass {
+            self.warnings.push(message.to_string());
+        }
     }
 
     pub(crate) fn error(&mut self, error: ScriptError) {

@@ -461,7 +461,6 @@ impl Checker<'_> {
             bytes: bytes as u8,
             shift,
             bits,
-            signed,
         })
     }
 

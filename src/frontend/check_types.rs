@@ -139,8 +139,8 @@ impl Checker<'_> {
         Arith::Pointer(moved)
     }
 
-    /// The type of comparing two structs or arrays held by value: equal
-    /// when their bytes are.
+    /// The type of comparing two structs, arrays or `buf()` values held by
+    /// value: equal when their bytes are.
     pub(super) fn object_comparison(
         &mut self,
         op: BinOp,
@@ -158,6 +158,11 @@ impl Checker<'_> {
                         &format!("cannot compare `{}` with `{}`", a.name, b.name),
                     )
                 }
+            }
+            // Equal when their kept lengths and bytes are (bpftrace compares
+            // them as memory too).
+            (Type::Buffer { .. }, Type::Buffer { .. }) if matches!(op, BinOp::Eq | BinOp::Ne) => {
+                Some(Type::I64)
             }
             _ => None,
         }

@@ -29,6 +29,8 @@ pub struct CheckedProgram {
     pub counters: Vec<PmuCounter>,
     /// Entries a script map holds, when not the default.
     pub map_keys_max: Option<u32>,
+    /// Output buffer pages per CPU, when not the default.
+    pub output_pages_per_cpu: Option<u32>,
     /// `-k`/`-kk`: which failed helper calls the programs report.
     pub helper_checks: crate::frontend::options::HelperChecks,
     /// What the user should know about how probes were resolved, for stderr.
@@ -373,13 +375,9 @@ pub enum Load {
     /// Integers, bools and enums; pointers are unsigned 8-byte ones.
     Int { size: u8, signed: bool },
     /// A bitfield: `bits` bits starting `shift` bits into the `bytes`
-    /// bytes at the offset.
-    Bits {
-        bytes: u8,
-        shift: u8,
-        bits: u8,
-        signed: bool,
-    },
+    /// bytes at the offset, zero-extended whatever the member's type (as
+    /// bpftrace reads them: `short b:8` holding 0xd9 is 217).
+    Bits { bytes: u8, shift: u8, bits: u8 },
     /// `len` bytes as they are: a `char` array into a string buffer, a
     /// struct or array by value.
     Bytes(u32),

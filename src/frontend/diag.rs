@@ -10,6 +10,7 @@
 //! are shown (the headline gives the total), each with a window of its
 //! source ([`excerpt`]) and messages cut at [`MAX_TEXT`] bytes.
 
+mod bpftrace;
 mod excerpt;
 
 use std::borrow::Cow;

@@ -100,7 +100,7 @@ impl Environment for FakeMachine {
             .map(|(cat, tp)| (cat.to_string(), tp.to_string()))
             .collect();
         if found.is_empty() {
-            Err(format!("no tracepoint matches `{category}:{name}`"))
+            Err(format!("tracepoint not found: {category}:{name}"))
         } else {
             Ok(found)
         }

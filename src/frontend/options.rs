@@ -23,6 +23,8 @@ pub struct CompileOptions {
     pub includes: Includes,
     /// `BPFTRACE_MAP_KEYS_MAX`: entries a script map holds (`None`: 4096).
     pub map_keys_max: Option<u32>,
+    /// `BPFTRACE_PERF_RB_PAGES`: output buffer pages per CPU (`None`: a 1 MiB ring).
+    pub output_pages_per_cpu: Option<u32>,
     /// `--unsafe`: allow built-ins that act on the system (`system()`,
     /// `signal()`, `override()`), as bpftrace does.
     pub unsafe_builtins: bool,

@@ -318,8 +318,8 @@ fn too_deep(span: Span) -> ScriptError {
         .with_help("split deeply nested expressions or blocks using scratch variables")
 }
 
-/// `provider:part:part` split at `:`; quoted parts lose their quotes (and
-/// keep an offset after them).
+/// `provider:part:part` split at `:`; quoted parts lose their quotes and
+/// escapes (and keep an offset after them).
 fn probe_spec(pair: Pair) -> ProbeSpec {
     let span = span_of(&pair);
     let mut inner = pair.into_inner();
@@ -330,7 +330,13 @@ fn probe_spec(pair: Pair) -> ProbeSpec {
         .to_owned();
     let parts = inner
         .map(|part| match part.as_rule() {
-            Rule::quoted_part => part.into_inner().map(|p| p.as_str()).collect(),
+            Rule::quoted_part => part
+                .into_inner()
+                .map(|p| match p.as_rule() {
+                    Rule::quoted_text => unescape_quoted(p.as_str()),
+                    _ => p.as_str().to_owned(),
+                })
+                .collect(),
             _ => part.as_str().to_owned(),
         })
         .collect();
@@ -339,6 +345,23 @@ fn probe_spec(pair: Pair) -> ProbeSpec {
         parts,
         span,
     }
+}
+
+/// A quoted probe part's text: `\"` and `\\` stand for `"` and `\`
+/// (`usdt:f:p:"\"name\""` names the probe `"name"`).
+fn unescape_quoted(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match (c, chars.clone().next()) {
+            ('\\', Some(next @ ('"' | '\\'))) => {
+                out.push(next);
+                chars.next();
+            }
+            _ => out.push(c),
+        }
+    }
+    out
 }
 
 /// The pair's byte range without trailing whitespace, which pest includes when

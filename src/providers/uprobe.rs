@@ -232,7 +232,7 @@ fn containing(functions: &[FunctionTarget], address: u64) -> Option<(&FunctionTa
 fn offset_in(target: &FunctionTarget, extra: u64, binary: &Path) -> Result<u64, String> {
     let outside = || {
         format!(
-            "offset {extra:#x} is outside `{}` ({} bytes) in {}",
+            "Offset outside the function bounds ('{}' size is {}): offset {extra:#x} in {}",
             target.name,
             target.size,
             binary.display()
@@ -312,7 +312,10 @@ mod tests {
         let error = Uprobe
             .resolve("uprobe", &spec("u", "f+0x400"), &FakeMachine)
             .unwrap_err();
-        assert_eq!(error, "offset 0x400 is outside `f` (64 bytes) in /bin/x");
+        assert_eq!(
+            error,
+            "Offset outside the function bounds ('f' size is 64): offset 0x400 in /bin/x"
+        );
         let error = Uprobe
             .resolve("uprobe", &spec("u", "f+x"), &FakeMachine)
             .unwrap_err();

@@ -80,7 +80,8 @@ impl Provider for Watchpoint {
         Ok(functions
             .into_iter()
             .map(|f| {
-                let shown = format!("{}+arg{arg}", f.name);
+                // bpftrace names the probe without `+argN`: `watchpoint:f:4:w`.
+                let shown = f.name.clone();
                 let target = WatchTarget::FunctionArg {
                     binary: path.clone(),
                     function: f.name,

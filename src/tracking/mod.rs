@@ -49,6 +49,7 @@ impl Tracking {
             }),
             includes: Default::default(),
             map_keys_max: None,
+            output_pages_per_cpu: None,
             unsafe_builtins: false,
             helper_checks: Default::default(),
             string_len: None,

@@ -189,6 +189,47 @@ fn map_keys_max_from_the_environment() {
     );
 }
 
+/// `BPFTRACE_NO_USER_SYMBOLS=1` prints user addresses unresolved;
+/// `BPFTRACE_PERF_RB_PAGES` sizes the output buffer; a variable that would
+/// change nothing in wprof is refused, naming it.
+#[test]
+fn bpftrace_variables_act_or_are_refused() {
+    require_bpf!();
+    // bash keeps running while the address is printed (a workload that
+    // exits at once may be gone before its addresses are resolved).
+    let script = "uprobe:/bin/bash:echo_builtin { printf(\"%s\\n\", usym(reg(\"ip\"))); exit(); }";
+    let run = |name: &str, value: &str| {
+        let mut command = Command::new(wprof_bin());
+        command
+            .env(name, value)
+            .args(["-q", "-e", script, "-c", "/bin/bash -c 'echo; sleep 1'"]);
+        run_with_timeout(&mut command, RUN_TIMEOUT).unwrap()
+    };
+    let sized = run("BPFTRACE_PERF_RB_PAGES", "1");
+    assert!(sized.success(), "{sized:?}");
+    assert!(
+        sized.stdout.lines().any(|l| !l.is_empty()),
+        "{}",
+        sized.stdout
+    );
+    let unresolved = run("BPFTRACE_NO_USER_SYMBOLS", "1");
+    assert!(unresolved.success(), "{unresolved:?}");
+    assert!(
+        unresolved.stdout.lines().any(|line| line.starts_with("0x")),
+        "{}",
+        unresolved.stdout
+    );
+    let refused = run("BPFTRACE_VMLINUX", "/boot/vmlinux");
+    assert_eq!(refused.status.and_then(|s| s.code()), Some(1));
+    assert!(
+        refused
+            .stderr
+            .contains("Env var 'BPFTRACE_VMLINUX' has no effect in wprof"),
+        "{}",
+        refused.stderr
+    );
+}
+
 /// `-v` prints each program's id and verifier log as it loads (stdout) and
 /// the probe it attaches (stderr), as bpftrace -v; the script still runs.
 #[test]

@@ -90,7 +90,7 @@ fn missing_tracepoint() {
     require_bpf!();
     assert_rejected(
         "tracepoint:syscalls:sys_enter_nope { }",
-        "  × no tracepoint matches `syscalls:sys_enter_nope` (searched /sys/kernel/tracing/available_events)
+        "  × tracepoint not found: syscalls:sys_enter_nope (searched /sys/kernel/tracing/available_events)
    ╭─[<script>:1:1]
  1 │ tracepoint:syscalls:sys_enter_nope { }
    · ──────────────────────────────────

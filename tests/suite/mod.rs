@@ -1,6 +1,7 @@
 //! Helpers shared by the suite: running wprof with a timeout, checking that it
 //! never panics, and reading the maps it prints at exit.
 
+mod as_bpftrace;
 mod attach;
 mod btf;
 mod capture;
@@ -23,6 +24,7 @@ mod session;
 mod system;
 mod tools;
 mod tools_run;
+mod trace_pipe;
 mod unwind;
 
 use std::collections::BTreeMap;

@@ -213,7 +213,6 @@ fn reads_structs_and_bitfields() {
                     bytes: 1,
                     shift: 0,
                     bits: 1,
-                    signed: false
                 },
                 ..
             }

@@ -284,6 +284,27 @@ fn checks_printf_format_and_arguments() {
     assert_eq!(at, r#""%q %d\n""#);
 }
 
+/// debugf() takes what the kernel's `bpf_trace_printk` formats (at most 3
+/// integers or strings, no precision, no `%c`) and warns as bpftrace does.
+#[test]
+fn checks_debugf_against_trace_printk() {
+    let program = checks(r#"BEGIN { debugf("%s %-5lld %x", comm, pid, 255); }"#);
+    assert!(program.warnings[0].contains("not recommended for production"));
+    let (message, _, _) = error(r#"BEGIN { debugf("%d %d %d %d", 1, 2, 3, 4); }"#);
+    assert_eq!(
+        message,
+        "debugf() takes at most 3 arguments after the format"
+    );
+    let (message, _, help) = error(r#"BEGIN { debugf("%.2d", 1); }"#);
+    assert_eq!(message, "debugf() cannot print a precision");
+    assert!(help.is_some_and(|h| h.contains("%s")));
+    let (message, _, _) = error(r#"BEGIN { debugf("%c", 65); }"#);
+    assert_eq!(message, "debugf() cannot print `%c`");
+    let (message, at, _) = error(r#"BEGIN { debugf("%s", 1); }"#);
+    assert_eq!(message, "debugf()'s `%s` prints strings, not int64");
+    assert_eq!(at, "1");
+}
+
 /// Several independent mistakes are all reported, in source order.
 #[test]
 fn reports_every_error() {
@@ -333,4 +354,27 @@ fn ternary_statement_branches_need_no_value() {
     let (message, under, _) = error(r#"BEGIN { $b = 1 ? printf("yes\n") : 2; }"#);
     assert_eq!(message, "printf() has no value");
     assert_eq!(under, r#"printf("yes\n")"#);
+}
+
+/// buf() values compare with `==` and `!=` only.
+#[test]
+fn buffers_compare_for_equality_only() {
+    checks(r#"BEGIN { $a = buf("hi", 2); $b = buf("bye", 3); @e = $a == $b; @n = $a != $b; }"#);
+    let (message, _, _) = error(r#"BEGIN { $a = buf("hi", 2); @l = $a < $a; }"#);
+    assert_eq!(message, "`<` cannot combine buffer[2] and buffer[2]");
+}
+
+/// buf() of an array takes all its bytes; with a length, at most those.
+#[test]
+fn buf_of_arrays() {
+    let program = checks(
+        "struct S { int d[4]; char c[3]; } uprobe:/bin/x:f { $s = (struct S *)arg0; @d = buf($s->d); @c = buf($s->c); @two = buf($s->d, 2); }",
+    );
+    for (name, len) in [("@d", 16), ("@c", 3), ("@two", 2)] {
+        assert_eq!(
+            map(&program, name).value,
+            MapValueKind::Plain(Type::Buffer { len }),
+            "{name}"
+        );
+    }
 }

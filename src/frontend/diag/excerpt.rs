@@ -197,7 +197,7 @@ fn line_end(source: &str, start: usize) -> (usize, usize) {
     }
 }
 
-fn floor_boundary(s: &str, mut at: usize) -> usize {
+pub(super) fn floor_boundary(s: &str, mut at: usize) -> usize {
     while !s.is_char_boundary(at) {
         at -= 1;
     }

@@ -119,15 +119,10 @@ fn predefined(have_btf: bool) -> MacroTable {
     table
 }
 
-/// `--include FILE`: its macros before the script's.
+/// `--include FILE`: its macros before the script's. FILE is searched as
+/// `#include "FILE"` from the current directory (`--include errno.h`
+/// finds `/usr/include/errno.h`, as clang's `-include` does for bpftrace).
 fn forced_include(engine: &mut Engine, script: &File, path: &Path) {
-    if !path.is_file() {
-        let message = format!("--include {}: file not found", path.display());
-        engine
-            .errors
-            .push(ScriptError::new(Span::new(0, 0), message));
-        return;
-    }
     let include = IncludeName {
         name: path.display().to_string(),
         angled: false,
@@ -136,6 +131,21 @@ fn forced_include(engine: &mut Engine, script: &File, path: &Path) {
         dir: Some(PathBuf::from(".")),
         ..*script
     };
+    if engine
+        .search
+        .find(&include, cwd.dir.as_deref(), None)
+        .is_none()
+    {
+        let message = format!(
+            "--include {}: file not found (searched ., {})",
+            path.display(),
+            engine.search.describe()
+        );
+        engine
+            .errors
+            .push(ScriptError::new(Span::new(0, 0), message));
+        return;
+    }
     engine.include(&cwd, &include, None, Span::new(0, 0));
 }
 

@@ -298,6 +298,14 @@ fn include_options() {
     )
     .expect("forced include");
     assert_eq!(pre.text, "42");
+    let by_name = [PathBuf::from("mine.h")];
+    let setup = Setup {
+        include_dirs: &dirs,
+        include_files: &by_name,
+        ..Setup::default()
+    };
+    let pre = preprocess("MINE", &setup).expect("forced include found in the include dir");
+    assert_eq!(pre.text, "42");
     let missing = [PathBuf::from("/nonexistent/x.h")];
     let error = preprocess(
         "BEGIN {}",
@@ -307,9 +315,12 @@ fn include_options() {
         },
     )
     .expect_err("missing");
-    assert_eq!(
-        error[0].message,
-        "--include /nonexistent/x.h: file not found"
+    assert!(
+        error[0]
+            .message
+            .starts_with("--include /nonexistent/x.h: file not found (searched ."),
+        "{}",
+        error[0].message
     );
 }
 

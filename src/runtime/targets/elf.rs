@@ -325,9 +325,18 @@ pub fn resolve_binary(name: &str, pid: Option<i32>) -> Result<PathBuf, ElfError>
     };
     if name.contains('/') {
         let path = PathBuf::from(name);
-        return match path.exists() {
-            true => Ok(path),
-            false => Err(not_found("the path as given".into())),
+        // With a process, an absolute path may be one in its mount namespace.
+        let in_process = pid
+            .filter(|_| path.is_absolute())
+            .map(|pid| PathBuf::from(format!("/proc/{pid}/root{name}")));
+        return match (path.exists(), in_process) {
+            (true, _) => Ok(path),
+            (false, Some(inside)) if inside.exists() => Ok(inside),
+            (false, Some(inside)) => Err(not_found(format!(
+                "the path as given and {}",
+                inside.display()
+            ))),
+            (false, None) => Err(not_found("the path as given".into())),
         };
     }
     if name.is_empty() {
@@ -418,7 +427,7 @@ fn file_name(path: &str) -> Option<&str> {
 }
 
 /// The path of a `/proc/PID/maps` line, unless the mapping is anonymous or deleted.
-fn mapped_path(line: &str) -> Option<&str> {
+pub(crate) fn mapped_path(line: &str) -> Option<&str> {
     let mut rest = line;
     for _ in 0..5 {
         rest = rest.trim_start().split_once(char::is_whitespace)?.1;
@@ -643,7 +652,8 @@ mod tests {
         );
     }
 
-    /// Program names come from `$PATH`; paths are returned as given.
+    /// Program names come from `$PATH`; paths are returned as given, or
+    /// looked for in a process's mount namespace too.
     #[test]
     fn resolves_programs_and_paths() {
         let sh = resolve_binary("sh", None).expect("sh in $PATH");
@@ -660,6 +670,10 @@ mod tests {
             "{err}"
         );
         assert!(resolve_binary("./no/such/file", None).is_err());
+        let pid = std::process::id() as i32;
+        let err = resolve_binary("/no/such/file", Some(pid)).unwrap_err();
+        let inside = format!("/proc/{pid}/root/no/such/file");
+        assert!(err.to_string().contains(&inside), "{err}");
     }
 
     /// `malloc` in libc has the file offset that `nm -D` and the PT_LOAD headers imply.

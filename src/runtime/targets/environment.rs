@@ -110,6 +110,13 @@ impl Environment for SystemEnvironment {
     }
 
     fn expand_binary(&self, binary: &str) -> Result<Vec<String>, String> {
+        if let Some(pid) = self.pid
+            && !binary.contains('/')
+            && binary.contains(['*', '?', '['])
+        {
+            let files = binary_glob::mapped_by(pid, binary).map_err(|e| e.to_string())?;
+            return Ok(files.iter().map(|f| f.display().to_string()).collect());
+        }
         if !binary_glob::is_glob(binary) {
             return Ok(vec![binary.to_string()]);
         }

@@ -56,7 +56,7 @@ pub enum TracefsError {
     #[error("invalid tracepoint pattern `{pattern}`: {reason}")]
     BadPattern { pattern: String, reason: String },
     /// A glob matched no tracepoint.
-    #[error("no tracepoint matches `{pattern}` (searched {})", searched.display())]
+    #[error("tracepoint not found: {pattern} (searched {})", searched.display())]
     NoMatch { pattern: String, searched: PathBuf },
 }
 

@@ -20,6 +20,8 @@ pub struct UserSymbols {
     symbolizer: Symbolizer,
     /// Symbols by file and offset.
     known: HashMap<(String, u64), Option<(String, u64)>>,
+    /// Whether addresses are resolved to symbols at all.
+    resolve: bool,
 }
 
 impl Default for UserSymbols {
@@ -37,6 +39,8 @@ impl Default for UserSymbols {
                 .enable_demangling(false)
                 .build(),
             known: HashMap::new(),
+            // BPFTRACE_NO_USER_SYMBOLS=1 prints addresses, as bpftrace does.
+            resolve: !crate::bpftrace_env::user_symbols_off(),
         }
     }
 }
@@ -65,7 +69,10 @@ impl UserSymbols {
                     path, file_offset, ..
                 } => Frame {
                     addr,
-                    symbol: self.symbol(&path, file_offset),
+                    symbol: match self.resolve {
+                        true => self.symbol(&path, file_offset),
+                        false => None,
+                    },
                     module: Some(path),
                 },
                 NormalizedAddr::Unknown { .. } => Frame {

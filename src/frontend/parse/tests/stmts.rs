@@ -197,6 +197,19 @@ fn probe_specs() {
     }
 }
 
+/// In a quoted part `\"` and `\\` stand for `"` and `\` (USDT probes
+/// whose names hold quotes).
+#[test]
+fn quoted_parts_unescape() {
+    let script = ok(r#"usdt:./p:test:"\"probe1\"" { }"#);
+    assert_eq!(
+        script.probes[0].specs[0].parts,
+        ["./p", "test", "\"probe1\""]
+    );
+    let script = ok(r#"uprobe:/bin/x:"a\\b"+4 { }"#);
+    assert_eq!(script.probes[0].specs[0].parts, ["/bin/x", "a\\b+4"]);
+}
+
 /// Specs separate by commas, newlines or both.
 #[test]
 fn multiple_specs() {
