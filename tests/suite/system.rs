@@ -65,8 +65,14 @@ fn activation_starts_the_capture_later() {
     assert!(info.start_realtime_ns >= launched_ns + 1_000_000_000);
     assert!(ts.len() > 10, "{} events", ts.len());
     // Timestamps are unsigned offsets from time 0: an event from before it
-    // would show as 0.
-    assert!(ts.iter().all(|&t| t > 0 && t < 400_000_000), "{ts:?}");
+    // would show as 0. The 300 ms end is kept to within the lag of stopping
+    // the probes, which a loaded machine stretches.
+    let (first, last) = (ts.iter().min(), ts.iter().max());
+    assert!(first.is_some_and(|&t| t > 0), "first event at {first:?} ns");
+    assert!(
+        last.is_some_and(|&t| t < 1_000_000_000),
+        "last event at {last:?} ns"
+    );
 }
 
 /// Inverted and past specs fail at once, before anything is loaded or written.

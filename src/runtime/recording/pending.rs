@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use super::Pending;
 use super::decode::FieldDecoder;
 use super::stacks::{RawStack, raw_digest};
-use crate::capture::walk::StackWalk;
 use crate::capture::model::{RecordSchema, StackCount};
+use crate::capture::walk::StackWalk;
 use crate::tracking::records::{Field, Kind, Trackers};
 
 /// The tracker record that brings deferred user stacks.
