@@ -50,6 +50,10 @@ impl Provider for Kprobe {
             _ => return Err(wrong_parts(ty, spec)),
         };
         let (pattern, offset) = parse_function_spec(function)?;
+        // Refused whether or not this kernel has the function, as bpftrace does.
+        if retprobe {
+            banned(pattern)?;
+        }
         if retprobe && offset != 0 {
             return Err(format!(
                 "`{spec}`: kretprobes fire when the function returns, so they take no offset"
@@ -175,10 +179,8 @@ fn probe(
 ) -> Result<ResolvedProbe, String> {
     let retprobe = ty == "kretprobe";
     let name = &function.name;
-    if retprobe && BANNED_KRETPROBES.contains(&name.as_str()) {
-        return Err(format!(
-            "kretprobe:{name} can't be used as it might lock up your system"
-        ));
+    if retprobe {
+        banned(name)?;
     }
     if function.size != 0 && offset >= function.size {
         return Err(format!(
@@ -207,6 +209,16 @@ fn probe(
     probe.func = Some(name.clone());
     probe.is_return = retprobe;
     Ok(probe)
+}
+
+/// The spinlock functions whose kretprobes bpftrace refuses: `Err` for them.
+fn banned(function: &str) -> Result<(), String> {
+    match BANNED_KRETPROBES.contains(&function) {
+        true => Err(format!(
+            "kretprobe:{function} can't be used as it might lock up your system."
+        )),
+        false => Ok(()),
+    }
 }
 
 /// The error for a spec with too many or too few parts, as bpftrace words it.
@@ -285,7 +297,7 @@ mod tests {
             let error = resolve("kretprobe", &[name]).unwrap_err();
             assert_eq!(
                 error,
-                format!("kretprobe:{name} can't be used as it might lock up your system")
+                format!("kretprobe:{name} can't be used as it might lock up your system.")
             );
             assert!(resolve("kprobe", &[name]).is_ok());
         }
