@@ -24,7 +24,7 @@
 //! comes with an [`AddrKind`]: [`AddrKind::Return`] frames are looked up at
 //! `addr - 1` (inside the call instruction), while [`RawSymbol::offset`] stays
 //! relative to the real address, as `perf` and `gdb` print it.
-//! [`AddrKind::at_depth`] gives the kind from a frame's position in its stack.
+//! [`AddrKind::in_stack`] gives the kind from a frame's position in its stack.
 //!
 //! The same address can occur as the innermost frame of one stack and as an
 //! outer frame of another. A caller that keeps one symbol per distinct address
@@ -95,10 +95,17 @@ pub enum AddrKind {
 }
 
 impl AddrKind {
-    /// The kind of the frame at `depth` in a stack stored innermost first, as
-    /// `bpf_get_stackid` stores them.
-    pub fn at_depth(depth: usize) -> Self {
-        if depth == 0 { Self::Ip } else { Self::Return }
+    /// The kind of the frame at `index` in a stack stored innermost first
+    /// whose first `kernel_frames` frames are the kernel's. Each part's
+    /// innermost frame is an instruction, not a return address: the user
+    /// part's is where the thread entered the kernel (an interrupted
+    /// instruction, or the one after a `syscall`), as perf reads it.
+    pub fn in_stack(index: usize, kernel_frames: usize) -> Self {
+        if index == 0 || index == kernel_frames {
+            Self::Ip
+        } else {
+            Self::Return
+        }
     }
 
     /// How far before the address to look it up.

@@ -43,6 +43,8 @@ struct Mapping {
     end: u64,
     file_offset: u64,
     path: String,
+    /// Code can run there; other file mappings only name build ids.
+    executable: bool,
 }
 
 impl ModuleIndex {
@@ -134,14 +136,16 @@ impl ModuleIndex {
         self.paths.insert(shown.to_string(), id);
     }
 
-    /// The file and offset address `addr` of process `pid` was in, from the
-    /// mappings seen when the process was first seen.
+    /// The file and offset code at `addr` of process `pid` was in, from the
+    /// mappings as last read. An address in a mapping that is not executable
+    /// has none: the mappings changed since (the range was unmapped and
+    /// reused, as JIT code reuses where `ld.so.cache` was read at startup).
     pub fn translate(&self, pid: u32, addr: u64) -> Option<(&str, u64)> {
         let mapping = self
             .processes
             .get(&pid)?
             .iter()
-            .find(|m| (m.start..m.end).contains(&addr))?;
+            .find(|m| (m.start..m.end).contains(&addr) && m.executable)?;
         Some((&mapping.path, addr - mapping.start + mapping.file_offset))
     }
 
@@ -177,9 +181,10 @@ fn parse_mapping(line: &str) -> Option<Mapping> {
     let path = fields.nth(2).unwrap_or("");
     let start = u64::from_str_radix(start, 16).ok()?;
     let end = u64::from_str_radix(end, 16).ok()?;
+    let executable = perms.as_bytes().get(2) == Some(&b'x');
     let (path, file_offset) = if path.starts_with('/') {
         (path.to_string(), u64::from_str_radix(file_offset, 16).ok()?)
-    } else if perms.as_bytes().get(2) != Some(&b'x') {
+    } else if !executable {
         return None;
     } else if path == super::vdso::MODULE {
         (path.to_string(), 0)
@@ -193,6 +198,7 @@ fn parse_mapping(line: &str) -> Option<Mapping> {
         end,
         file_offset,
         path,
+        executable,
     })
 }
 
@@ -252,12 +258,7 @@ mod tests {
     /// missing is remembered.
     #[test]
     fn finds_code_mapped_since() {
-        let me = std::process::id();
-        let mut index = ModuleIndex::new();
-        index.add_process(me);
-        let map = memmap2::MmapOptions::new().len(4096).map_anon();
-        let code = map.and_then(|m| m.make_exec()).expect("an executable page");
-        let addr = code.as_ptr() as u64 + 8;
+        let (me, mut index, _code, addr) = code_mapped_after_reading();
         assert_eq!(index.translate(me, addr), None);
         let perf_map = super::super::perf_map::path_of(me);
         std::fs::write(&perf_map, format!("{:x} 10 jitted\n", addr - 8)).expect("perf map");
@@ -266,5 +267,34 @@ mod tests {
         assert_eq!(index.translate(me, addr), Some((perf_map.as_str(), addr)));
         index.refresh_for(me, 8);
         assert!(index.missing[&me].contains(&0));
+    }
+
+    /// A file mapping that is not executable names no code: an address
+    /// there (anonymous code where `ld.so.cache` was mapped when the
+    /// mappings were read) is looked up afresh, not named after the file.
+    #[test]
+    fn names_no_code_after_a_non_executable_mapping() {
+        let (me, mut index, _code, addr) = code_mapped_after_reading();
+        let stale = "7f0000000000-7f0000001000 r--p 00000000 08:01 42 /etc/ld.so.cache";
+        let mut stale = parse_mapping(stale).expect("a file mapping");
+        (stale.start, stale.end) = (addr - 8, addr + 4088);
+        index.processes.get_mut(&me).expect("read").insert(0, stale);
+        assert_eq!(index.translate(me, addr), None);
+        index.refresh_for(me, addr);
+        // `[anon]`, or this process's perf map if a test here wrote one.
+        let (path, offset) = index.translate(me, addr).expect("found afresh");
+        assert_eq!((path.starts_with("/etc"), offset), (false, addr), "{path}");
+    }
+
+    /// This process's mappings, read; then an executable page mapped, and an
+    /// address in it.
+    fn code_mapped_after_reading() -> (u32, ModuleIndex, memmap2::Mmap, u64) {
+        let me = std::process::id();
+        let mut index = ModuleIndex::new();
+        index.add_process(me);
+        let map = memmap2::MmapOptions::new().len(4096).map_anon();
+        let code = map.and_then(|m| m.make_exec()).expect("an executable page");
+        let addr = code.as_ptr() as u64 + 8;
+        (me, index, code, addr)
     }
 }

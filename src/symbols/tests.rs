@@ -396,6 +396,19 @@ fn symbolizes_a_thousand_addresses() {
     assert_eq!(out.stats.resolved, kernel.len(), "{:?}", out.stats);
 }
 
+/// The innermost user frame of a stack taken in the kernel is the
+/// interrupted instruction, not a return address: a sample preempted at a
+/// function's first byte (a PLT stub after its `call`) must not be looked up
+/// in the function before.
+#[test]
+fn innermost_frame_of_each_part_is_an_instruction() {
+    let kinds: Vec<_> = (0..5).map(|i| AddrKind::in_stack(i, 3)).collect();
+    use AddrKind::{Ip, Return};
+    assert_eq!(kinds, [Ip, Return, Return, Ip, Return]);
+    assert_eq!(AddrKind::in_stack(0, 0), Ip);
+    assert_eq!(AddrKind::in_stack(1, 0), Return);
+}
+
 fn report(name: &str, frames: &[(RawFrame, AddrKind)], options: &SymbolizeOptions) -> Symbolized {
     let start = Instant::now();
     let out = symbolize(frames, options, &KernelSymbols::default());

@@ -154,7 +154,8 @@ impl Recorder {
     pub(super) fn resolve_stack(&mut self, raw: &RawStack) -> Option<StackId> {
         let mut frames = Vec::with_capacity(raw.kernel.len() + raw.user.len() + 1);
         for &addr in &raw.kernel {
-            frames.push(self.frame(FrameAddr::Kernel { addr }, frames.len()));
+            let kind = AddrKind::in_stack(frames.len(), raw.kernel.len());
+            frames.push(self.frame(FrameAddr::Kernel { addr }, kind));
         }
         let mut user: Vec<FrameAddr> = (raw.user.iter())
             .map(|&frame| self.user_frame(raw.pid, frame))
@@ -167,8 +168,10 @@ impl Recorder {
                 user.insert(1, caller);
             }
         }
+        let kernel_frames = frames.len();
         for addr in user {
-            frames.push(self.frame(addr, frames.len()));
+            let kind = AddrKind::in_stack(frames.len(), kernel_frames);
+            frames.push(self.frame(addr, kind));
         }
         (!frames.is_empty()).then(|| self.writer.stack(&frames))
     }
@@ -215,10 +218,14 @@ impl Recorder {
         }
     }
 
-    pub(super) fn frame(&mut self, addr: FrameAddr, depth: usize) -> FrameId {
+    /// The capture's frame for `addr`, a return address if it ever is one
+    /// (see `symbols`: one symbol per distinct address).
+    pub(super) fn frame(&mut self, addr: FrameAddr, kind: AddrKind) -> FrameId {
         let id = self.writer.frame(addr);
-        if id.0 as usize == self.frame_kinds.len() {
-            self.frame_kinds.push(AddrKind::at_depth(depth));
+        match self.frame_kinds.get_mut(id.0 as usize) {
+            Some(seen) if kind == AddrKind::Return => *seen = kind,
+            Some(_) => {}
+            None => self.frame_kinds.push(kind),
         }
         id
     }
