@@ -10,11 +10,18 @@ use crate::require_bpf;
 
 /// Runs wprof through a symlink named `bpftrace`.
 fn as_bpftrace(args: &[&str]) -> RunOutput {
-    let link = scratch_dir("as-bpftrace").join("bpftrace");
+    let dir = scratch_dir("as-bpftrace");
+    let link = dir.join("bpftrace");
     if std::fs::read_link(&link).ok() != Some(wprof_bin()) {
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(wprof_bin(), &link)
-            .unwrap_or_else(|e| panic!("symlink {}: {e}", link.display()));
+        // Made under a private name and renamed over the link: the tests
+        // running at once never find it missing.
+        let thread = format!("{:?}", std::thread::current().id());
+        let private = dir.join(format!("bpftrace-{}-{thread}", std::process::id()));
+        let _ = std::fs::remove_file(&private);
+        std::os::unix::fs::symlink(wprof_bin(), &private)
+            .unwrap_or_else(|e| panic!("symlink {}: {e}", private.display()));
+        std::fs::rename(&private, &link)
+            .unwrap_or_else(|e| panic!("rename to {}: {e}", link.display()));
     }
     run_with_timeout(Command::new(&link).args(args), RUN_TIMEOUT)
         .unwrap_or_else(|e| panic!("cannot run bpftrace {args:?}: {e}"))
