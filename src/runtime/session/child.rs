@@ -48,7 +48,7 @@ impl TracedCommand {
         let mut pointers: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
         pointers.push(std::ptr::null());
         // Fail before anything is attached when the program cannot be found.
-        crate::runtime::targets::elf::resolve_binary(&argv[0], None)
+        crate::runtime::targets::library_search::resolve_binary(&argv[0], None)
             .map_err(|e| io::Error::new(io::ErrorKind::NotFound, e.to_string()))?;
         let (read_end, write_end) = pipe()?;
         let (status_read, status_write) = pipe()?;

@@ -336,7 +336,7 @@ fn create_recorder(
     }
     let command = options.command.as_ref().and_then(|argv| argv.first());
     if let Some(path) =
-        command.and_then(|c| crate::runtime::targets::elf::resolve_binary(c, None).ok())
+        command.and_then(|c| crate::runtime::targets::library_search::resolve_binary(c, None).ok())
     {
         recorder.add_binary(&path);
     }

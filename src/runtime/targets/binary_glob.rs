@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::elf::{ElfError, is_elf, mapped_path};
+use super::elf::ElfError;
+use super::library_search::{is_elf, mapped_path};
 
 /// Whether a binary name is a path holding glob characters.
 pub fn is_glob(name: &str) -> bool {

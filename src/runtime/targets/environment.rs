@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::debug_info::{self, DebugTypes};
-use super::{binary_glob, elf, kallsyms, tracefs, usdt};
+use super::{binary_glob, elf, kallsyms, library_search, tracefs, usdt};
 use crate::runtime::targets::kernel_btf::KernelBtf;
 use crate::runtime::targets::kernel_functions::KernelFunctions;
 use crate::runtime::targets::usdt::{UsdtArg, UsdtArgLocation};
@@ -132,7 +132,7 @@ impl Environment for SystemEnvironment {
         binary: &str,
         pattern: &str,
     ) -> Result<(PathBuf, Vec<FunctionTarget>), String> {
-        let path = elf::resolve_binary(binary, self.pid).map_err(|e| e.to_string())?;
+        let path = library_search::resolve_binary(binary, self.pid).map_err(|e| e.to_string())?;
         let functions = elf::find_functions(&path, pattern).map_err(|e| e.to_string())?;
         if !self.probed.borrow().contains(&path) {
             self.probed.borrow_mut().push(path.clone());
@@ -156,7 +156,7 @@ impl Environment for SystemEnvironment {
         provider: Option<&str>,
         name: &str,
     ) -> Result<(PathBuf, Vec<UsdtTarget>), String> {
-        let path = elf::resolve_binary(binary, self.pid).map_err(|e| e.to_string())?;
+        let path = library_search::resolve_binary(binary, self.pid).map_err(|e| e.to_string())?;
         let probes = usdt::find_usdt(&path, provider, name).map_err(|e| e.to_string())?;
         let targets = probes
             .into_iter()
@@ -176,7 +176,7 @@ impl Environment for SystemEnvironment {
 
     fn traced_binary(&self) -> Option<PathBuf> {
         match (&self.command, self.pid) {
-            (Some(command), _) => elf::resolve_binary(command, None).ok(),
+            (Some(command), _) => library_search::resolve_binary(command, None).ok(),
             (None, Some(pid)) => Some(PathBuf::from(format!("/proc/{pid}/exe"))),
             (None, None) => None,
         }

@@ -13,6 +13,7 @@ pub mod info;
 mod kallsyms;
 mod kernel_btf;
 pub mod kernel_functions;
+pub mod library_search;
 pub mod probe_load;
 pub mod tracefs;
 pub mod usdt;
