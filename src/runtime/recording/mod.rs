@@ -332,6 +332,28 @@ impl Recorder {
         }
     }
 
+    /// Starts building the unwind tables of the traced command's program
+    /// and of the files it maps as it starts, before it runs.
+    pub fn prepare_command(&mut self, program: &Path) {
+        if let Some(tables) = &mut self.tables {
+            tables.prepare(program);
+        }
+    }
+
+    /// Places the tables built so far, waiting up to `wait` for the rest
+    /// (before the traced command runs).
+    pub fn place_tables(&mut self, loaded: &Loaded, wait: Duration) {
+        if let Some(tables) = &mut self.tables {
+            tables.place_built(loaded, wait);
+        }
+    }
+
+    /// Whether tables are being built or processes wait to be read: the
+    /// recorder should run again soon, whatever the events.
+    pub fn busy(&self) -> bool {
+        self.tables.as_ref().is_some_and(Tables::busy)
+    }
+
     pub fn events(&self) -> u64 {
         self.writer.events_written() + self.window.len() as u64
     }

@@ -1,6 +1,7 @@
 //! When the unwind tables of processes load (`docs/unwinding.md`, "When
-//! tables load"): a process is added when the capture starts with it named
-//! (`-p`, the `-c` command), and whenever a stack says its tables are
+//! tables load"): the tables of the `-c` command's program and of the
+//! files it maps as it starts are built before it runs; a process is added
+//! when the capture starts with it named (`-p`), and whenever a stack says its tables are
 //! missing or stale (`NO_PROCESS`: never added, or exec'd since) or that
 //! it ran code mapped since its mappings were read (`UNKNOWN_MAPPING`:
 //! `dlopen`, JIT). Signals are rate-limited per process; processes that
@@ -11,6 +12,7 @@
 //! stacks were walked for the capture's stats.
 
 use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::capture::model::StackCount;
@@ -18,6 +20,7 @@ use crate::capture::walk::{StackEnding, StackWalk, Unwinder};
 use crate::runtime::bpf::loader::Loaded;
 use crate::unwind::manager::{ManagerStats, TableManager};
 use crate::unwind::maps::{UnwindLimits, UnwindMaps, flags};
+use crate::unwind::program_files::startup_files;
 use crate::unwind::sampler::MapStore;
 
 /// A process is read again at most this often.
@@ -65,12 +68,11 @@ impl Tables {
 
     /// Reads the wanted processes and forgets those that are gone.
     pub(super) fn update(&mut self, loaded: &Loaded) {
+        self.place_built(loaded, Duration::ZERO);
         let mut store = MapStore {
             loaded,
             maps: self.maps,
         };
-        // A failed write leaves the process on frame pointers until it is read again.
-        let _ = self.manager.place_built(&mut store, false);
         for pid in std::mem::take(&mut self.wanted) {
             self.last_read.insert(pid, Instant::now());
             self.reads += 1;
@@ -91,6 +93,31 @@ impl Tables {
                 let _ = self.manager.remove_process(&mut store, pid);
             }
         }
+    }
+
+    /// Starts building the tables of `program` and of the files it maps as
+    /// it starts (`unwind::program_files`), before it runs.
+    pub(super) fn prepare(&mut self, program: &Path) {
+        for file in startup_files(program) {
+            // A file without a table now gets it when the process maps it.
+            let _ = self.manager.prepare_file(&file);
+        }
+    }
+
+    /// Places the tables built so far, waiting up to `wait` for the rest.
+    pub(super) fn place_built(&mut self, loaded: &Loaded, wait: Duration) {
+        let mut store = MapStore {
+            loaded,
+            maps: self.maps,
+        };
+        // A failed write leaves the process on frame pointers until it is read again.
+        let _ = self.manager.place_built(&mut store, wait);
+    }
+
+    /// Whether tables are being built or processes wait to be read: the
+    /// recorder should update soon, not when events next wake it.
+    pub(super) fn busy(&self) -> bool {
+        self.manager.building() > 0 || !self.wanted.is_empty()
     }
 
     pub(super) fn stats(&self) -> &ManagerStats {

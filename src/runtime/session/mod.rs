@@ -62,6 +62,16 @@ pub struct RunOptions {
 
 /// The line `notify_attached` prints, and the environment variable that
 /// asks for it.
+/// Longest the traced command waits for the unwind tables of its program
+/// and libraries before it runs: the C library's take about 0.1 s (a debug
+/// build of wprof); a large binary's take seconds, and its first stacks
+/// fall back to frame pointers instead of holding the command up.
+const COMMAND_TABLES_WAIT: Duration = Duration::from_secs(1);
+/// How often the recorder runs while unwind tables are being built, so a
+/// table is placed when it is built, not when events next wake the
+/// recorder (up to [`Status::INTERVAL`] later).
+const TABLES_POLL: Duration = Duration::from_millis(5);
+
 pub const NOTIFY_ATTACHED: &str = "__BPFTRACE_NOTIFY_PROBES_ATTACHED";
 
 /// The probes `Attaching N probes...` counts: the blocks attached or run
@@ -217,6 +227,9 @@ pub fn run(
     }
     loaded.set_state(globals, ProbeState::Active)?;
     loaded.attach_where(attach_options, timed)?;
+    if let Some(recorder) = receiver.recorder.as_mut().filter(|_| child.is_some()) {
+        recorder.place_tables(&loaded, COMMAND_TABLES_WAIT);
+    }
     let running = child
         .map(|c| c.release(stopper.clone()))
         .transpose()
@@ -339,6 +352,7 @@ fn create_recorder(
         command.and_then(|c| crate::runtime::targets::elf::resolve_binary(c, None).ok())
     {
         recorder.add_binary(&path);
+        recorder.prepare_command(&path);
     }
     Ok(Some(recorder))
 }
@@ -360,6 +374,12 @@ fn trace(
                 d.saturating_duration_since(Instant::now())
             })
             .min(Status::INTERVAL);
+        let busy = (receiver.recorder.as_ref()).is_some_and(Recorder::busy);
+        let timeout = if busy {
+            timeout.min(TABLES_POLL)
+        } else {
+            timeout
+        };
         let _ = loaded.poll(timeout, |bytes| receiver.message(bytes, out))?;
         receiver.run_ops(loaded, out)?;
         if usr1::take_request() {
