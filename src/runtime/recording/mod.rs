@@ -33,6 +33,7 @@ use crate::runtime::bpf::loader::Loaded;
 use crate::symbols::{AddrKind, KernelSymbols, ModuleIndex};
 use crate::tracking::options::StackKind;
 use crate::unwind::maps::flags;
+use crate::unwind::proc_maps::AddressSpace;
 use crate::vocab::{Message, record_header as header};
 
 /// How far back events may arrive out of order: a probe reads the clock
@@ -345,6 +346,15 @@ impl Recorder {
     pub fn place_tables(&mut self, loaded: &Loaded, wait: Duration) {
         if let Some(tables) = &mut self.tables {
             tables.place_built(loaded, wait);
+        }
+    }
+
+    /// Loads the unwind tables of process `pid` as soon as the program it
+    /// is `exec`ing (its address space was `before`) is mapped: the traced
+    /// command, just released.
+    pub fn add_new_image(&mut self, loaded: &Loaded, pid: u32, before: AddressSpace) {
+        if let Some(tables) = &mut self.tables {
+            tables.add_new_image(loaded, pid, before);
         }
     }
 

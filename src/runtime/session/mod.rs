@@ -28,6 +28,7 @@ use crate::runtime::bpf::loader::{self, AttachOptions, Loaded};
 use crate::runtime::bpf::stack_skip;
 use crate::runtime::recording::{RecordError, Recorder};
 use crate::runtime::values::SystemValues;
+use crate::unwind::proc_maps::address_space;
 use crate::vocab::{AttachPoint, GlobalSlot, MapId, ProbeState};
 use activation::{Interrupt, Phases};
 use child::TracedCommand;
@@ -230,8 +231,18 @@ pub fn run(
     if let Some(recorder) = receiver.recorder.as_mut().filter(|_| child.is_some()) {
         recorder.place_tables(&loaded, COMMAND_TABLES_WAIT);
     }
+    // The forked wprof's, until the command's `exec` replaces it.
+    let image_before = (child.as_ref()).and_then(|c| address_space(c.pid()).ok());
+    let mut load_tables = |pid| {
+        if let (Some(recorder), Some(before)) = (receiver.recorder.as_mut(), image_before) {
+            recorder.add_new_image(&loaded, pid, before);
+        }
+    };
     let running = child
-        .map(|c| c.release(stopper.clone()))
+        .map(|c| {
+            let pid = c.pid();
+            c.release(stopper.clone(), || load_tables(pid))
+        })
         .transpose()
         .map_err(|source| RunError::Command {
             command: options.command.as_deref().unwrap_or_default().join(" "),
