@@ -349,6 +349,11 @@ impl Recorder {
         }
     }
 
+    /// Whether user stacks are unwound with tables (not frame pointers only).
+    pub fn unwinds(&self) -> bool {
+        self.tables.is_some()
+    }
+
     /// Loads the unwind tables of process `pid` as soon as the program it
     /// is `exec`ing (its address space was `before`) is mapped: the traced
     /// command, just released.

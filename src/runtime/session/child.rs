@@ -85,18 +85,18 @@ impl TracedCommand {
         self.pid as u32
     }
 
-    /// Let the command `exec`, run `at_exec` once its program is mapped,
-    /// and stop the session when it exits. The command is held at the end
-    /// of its `exec` while `at_exec` runs (its program and interpreter
-    /// mapped, not one instruction of them run), so the unwind tables of
-    /// its first stacks can be in place; where `ptrace` is refused it runs
-    /// meanwhile.
+    /// Let the command `exec`, run `at_exec` (if any) once its program is
+    /// mapped, and stop the session when it exits. The command is held at
+    /// the end of its `exec` while `at_exec` runs (its program and
+    /// interpreter mapped, not one instruction of them run), so the unwind
+    /// tables of its first stacks can be in place; where `ptrace` is
+    /// refused it runs meanwhile. Without `at_exec` it is not held.
     pub fn release(
         mut self,
         stopper: Stopper,
-        at_exec: impl FnOnce(),
+        at_exec: Option<impl FnOnce()>,
     ) -> io::Result<RunningCommand> {
-        let held = seize_for_exec(self.pid);
+        let held = at_exec.is_some() && seize_for_exec(self.pid);
         drop(self.gate.take());
         let running = RunningCommand { pid: self.pid };
         let mut errno = [0u8; 4];
@@ -107,7 +107,9 @@ impl TracedCommand {
             return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)));
         }
         let stopped = held && wait_for_exec_stop(self.pid);
-        at_exec();
+        if let Some(at_exec) = at_exec {
+            at_exec();
+        }
         if stopped {
             // SAFETY: detaching our own stopped tracee lets it run on.
             unsafe { libc::ptrace(libc::PTRACE_DETACH, self.pid, 0, 0) };

@@ -233,15 +233,15 @@ pub fn run(
     }
     // The forked wprof's, until the command's `exec` replaces it.
     let image_before = (child.as_ref()).and_then(|c| address_space(c.pid()).ok());
-    let mut load_tables = |pid| {
-        if let (Some(recorder), Some(before)) = (receiver.recorder.as_mut(), image_before) {
-            recorder.add_new_image(&loaded, pid, before);
-        }
-    };
     let running = child
         .map(|c| {
             let pid = c.pid();
-            c.release(stopper.clone(), || load_tables(pid))
+            // Its tables, when user stacks are unwound with them.
+            let recorder = receiver.recorder.as_mut().filter(|r| r.unwinds());
+            let loaded = &loaded;
+            let load_tables = (recorder.zip(image_before))
+                .map(|(recorder, before)| move || recorder.add_new_image(loaded, pid, before));
+            c.release(stopper.clone(), load_tables)
         })
         .transpose()
         .map_err(|source| RunError::Command {
