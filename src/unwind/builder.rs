@@ -138,19 +138,24 @@ impl<K: Send + 'static> Builder<K> {
         }
     }
 
-    /// Builds finished since the last call; with `wait`, every build started.
-    pub fn finished(&mut self, wait: bool) -> Vec<Built<K>> {
+    /// Builds finished since the last call, waiting up to `wait` in all
+    /// for those still running (`Duration::MAX`: every build started).
+    pub fn finished(&mut self, wait: Duration) -> Vec<Built<K>> {
         match self {
             Builder::InPlace(done) => std::mem::take(done),
             Builder::Worker {
                 results, pending, ..
             } => {
                 let mut done = Vec::new();
+                // No deadline (too far to represent): wait for every build.
+                let deadline = Instant::now().checked_add(wait);
                 while *pending > 0 {
-                    let next = if wait {
-                        results.recv().ok()
-                    } else {
+                    let left =
+                        deadline.map_or(wait, |d| d.saturating_duration_since(Instant::now()));
+                    let next = if left.is_zero() {
                         results.try_recv().ok()
+                    } else {
+                        results.recv_timeout(left).ok()
                     };
                     let Some(built) = next else { break };
                     *pending -= 1;
@@ -209,12 +214,24 @@ mod tests {
         builder.start(1u32, own_image());
         builder.start(2u32, Image::Bytes(b"not an ELF file"));
         assert_eq!(builder.pending(), 2);
-        let mut done = builder.finished(true);
+        let mut done = builder.finished(Duration::MAX);
         done.sort_by_key(|b| b.key);
         assert_eq!(done.len(), 2);
         assert!(done[0].table.as_ref().is_ok_and(|t| !t.rows.is_empty()));
         assert!(done[1].table.is_err());
         assert_eq!(builder.pending(), 0);
+    }
+
+    /// A bounded wait returns as soon as every build is in, not at its end.
+    #[test]
+    fn bounded_wait_ends_with_the_builds() {
+        let mut builder = Builder::worker();
+        builder.start(1u32, Image::Bytes(b"not an ELF file"));
+        let started = Instant::now();
+        let done = builder.finished(Duration::from_secs(30));
+        assert_eq!(done.len(), 1);
+        assert_eq!(builder.pending(), 0);
+        assert!(started.elapsed() < Duration::from_secs(30));
     }
 
     /// The worker's queue gives the smallest image first, and nothing once
@@ -247,7 +264,7 @@ mod tests {
         let mut builder = Builder::in_place();
         builder.start("own", own_image());
         assert_eq!(builder.pending(), 1);
-        let done = builder.finished(false);
+        let done = builder.finished(Duration::ZERO);
         assert_eq!(done.len(), 1);
         assert!(done[0].table.is_ok());
     }

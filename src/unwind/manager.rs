@@ -180,7 +180,7 @@ impl TableManager {
             process.mappings.push((mapping, key));
         }
         let old = self.processes.insert(pid, process);
-        self.place_built(store, false)?;
+        self.place_built(store, Duration::ZERO)?;
         self.write_process(store, pid)?;
         for key in old
             .into_iter()
@@ -190,6 +190,22 @@ impl TableManager {
             self.release(store, &key)?;
         }
         Ok(self.report(pid))
+    }
+
+    /// Starts building the table of the file at `path` before any process
+    /// maps it (a program about to run, and its libraries), so that the
+    /// process finds it ready. The table stays loaded for the manager's
+    /// life. Only files with a build id (the key a mapping finds it by).
+    pub fn prepare_file(&mut self, path: &std::path::Path) -> Result<(), String> {
+        let map = map_file(path).map_err(|e| format!("cannot read it: {e}"))?;
+        let build_id = (elf_identity(&map))
+            .ok_or("not an ELF file")?
+            .0
+            .ok_or("no build id")?;
+        let fallback = TableKey::BuildId(build_id);
+        let key = self.key_of_image(Image::Mapped(map), fallback);
+        self.use_table(&key);
+        Ok(())
     }
 
     /// Forgets process `pid`: its entry goes, and tables no other process
@@ -211,13 +227,14 @@ impl TableManager {
         Ok(())
     }
 
-    /// Places the tables built since the last call (with `wait`, every
-    /// table started) and writes the entries of the processes that map
-    /// them. Returns how many were placed.
+    /// Places the tables built since the last call (waiting up to `wait`
+    /// for those still building; `Duration::MAX`: every table started) and
+    /// writes the entries of the processes that map them. Returns how many
+    /// were placed.
     pub fn place_built(
         &mut self,
         store: &mut impl TableStore,
-        wait: bool,
+        wait: Duration,
     ) -> Result<usize, ManagerError> {
         let built = self.builder.finished(wait);
         let count = built.len();
@@ -566,6 +583,36 @@ mod tests {
         assert!(text > 0 && stats.text_bytes == 0, "{stats:?}");
         assert!(store.processes.is_empty());
         assert!(store.tables.values().all(|&(_, rows)| rows == 0));
+    }
+
+    /// A file prepared before any process maps it is placed at once, found
+    /// ready by the process that maps it, and stays loaded after that
+    /// process goes; a file that is not ELF is refused.
+    #[test]
+    fn prepared_file_is_ready_for_its_process() {
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("own maps");
+        let libc = (maps.lines())
+            .filter_map(|line| line.split_whitespace().nth(5))
+            .find(|path| path.contains("/libc.so"))
+            .expect("this test binary maps libc");
+        let mut store = FakeStore::default();
+        let mut manager = TableManager::building_in_place(UnwindLimits::default());
+        manager
+            .prepare_file(std::path::Path::new(libc))
+            .expect("prepare libc");
+        let placed = manager.place_built(&mut store, Duration::ZERO);
+        assert_eq!(placed.expect("place"), 1);
+        assert_eq!(manager.stats().tables, 1);
+        let pid = std::process::id();
+        let report = manager.add_process(&mut store, pid).expect("add");
+        let missing: Vec<_> = (report.without_table.iter())
+            .filter(|(path, _)| path == libc)
+            .collect();
+        assert!(missing.is_empty(), "{missing:?}");
+        manager.remove_process(&mut store, pid).expect("remove");
+        assert_eq!(manager.stats().tables, 1, "the prepared table was freed");
+        let not_elf = manager.prepare_file(std::path::Path::new("/proc/self/status"));
+        assert!(not_elf.is_err());
     }
 
     /// Tables that do not fit the rows map are counted as dropped and their

@@ -14,6 +14,7 @@ pub mod layout;
 pub mod manager;
 pub mod maps;
 pub mod proc_maps;
+pub mod program_files;
 pub mod rules;
 pub mod sampler;
 pub mod table;

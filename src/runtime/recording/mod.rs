@@ -33,6 +33,7 @@ use crate::runtime::bpf::loader::Loaded;
 use crate::symbols::{AddrKind, KernelSymbols, ModuleIndex};
 use crate::tracking::options::StackKind;
 use crate::unwind::maps::flags;
+use crate::unwind::proc_maps::AddressSpace;
 use crate::vocab::{Message, record_header as header};
 
 /// How far back events may arrive out of order: a probe reads the clock
@@ -330,6 +331,42 @@ impl Recorder {
         if let Some(tables) = &mut self.tables {
             tables.want(pid);
         }
+    }
+
+    /// Starts building the unwind tables of the traced command's program
+    /// and of the files it maps as it starts, before it runs.
+    pub fn prepare_command(&mut self, program: &Path) {
+        if let Some(tables) = &mut self.tables {
+            tables.prepare(program);
+        }
+    }
+
+    /// Places the tables built so far, waiting up to `wait` for the rest
+    /// (before the traced command runs).
+    pub fn place_tables(&mut self, loaded: &Loaded, wait: Duration) {
+        if let Some(tables) = &mut self.tables {
+            tables.place_built(loaded, wait);
+        }
+    }
+
+    /// Whether user stacks are unwound with tables (not frame pointers only).
+    pub fn unwinds(&self) -> bool {
+        self.tables.is_some()
+    }
+
+    /// Loads the unwind tables of process `pid` as soon as the program it
+    /// is `exec`ing (its address space was `before`) is mapped: the traced
+    /// command, just released.
+    pub fn add_new_image(&mut self, loaded: &Loaded, pid: u32, before: AddressSpace) {
+        if let Some(tables) = &mut self.tables {
+            tables.add_new_image(loaded, pid, before);
+        }
+    }
+
+    /// Whether tables are being built or processes wait to be read: the
+    /// recorder should run again soon, whatever the events.
+    pub fn busy(&self) -> bool {
+        self.tables.as_ref().is_some_and(Tables::busy)
     }
 
     pub fn events(&self) -> u64 {

@@ -1,6 +1,8 @@
 //! When the unwind tables of processes load (`docs/unwinding.md`, "When
-//! tables load"): a process is added when the capture starts with it named
-//! (`-p`, the `-c` command), and whenever a stack says its tables are
+//! tables load"): the tables of the `-c` command's program and of the
+//! files it maps as it starts are built before it runs, and its mappings
+//! are read as soon as its `exec` has mapped them; a process is added
+//! when the capture starts with it named (`-p`), and whenever a stack says its tables are
 //! missing or stale (`NO_PROCESS`: never added, or exec'd since) or that
 //! it ran code mapped since its mappings were read (`UNKNOWN_MAPPING`:
 //! `dlopen`, JIT). Signals are rate-limited per process; processes that
@@ -11,6 +13,7 @@
 //! stacks were walked for the capture's stats.
 
 use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::capture::model::StackCount;
@@ -18,10 +21,20 @@ use crate::capture::walk::{StackEnding, StackWalk, Unwinder};
 use crate::runtime::bpf::loader::Loaded;
 use crate::unwind::manager::{ManagerStats, TableManager};
 use crate::unwind::maps::{UnwindLimits, UnwindMaps, flags};
+use crate::unwind::proc_maps::{AddressSpace, address_space};
+use crate::unwind::program_files::startup_files;
 use crate::unwind::sampler::MapStore;
 
-/// A process is read again at most this often.
+/// A process is read again at most this often, after its first
+/// [`EARLY_READS`].
 const READ_INTERVAL: Duration = Duration::from_millis(20);
+/// Reads of a process not held back by [`READ_INTERVAL`]: a new program's
+/// mappings change most as it starts (its exec, then the loader mapping
+/// its libraries, each read when a stack first runs into them).
+const EARLY_READS: u32 = 4;
+/// Longest a new program is waited for to be mapped (an `exec` takes well
+/// under a millisecond).
+const NEW_IMAGE_WAIT: Duration = Duration::from_millis(100);
 /// How often processes that are gone are forgotten.
 const GC_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -30,7 +43,8 @@ pub(super) struct Tables {
     maps: UnwindMaps,
     /// Processes to read at the next update.
     wanted: BTreeSet<u32>,
-    last_read: HashMap<u32, Instant>,
+    /// Per process, when it was last read and how many times.
+    last_read: HashMap<u32, (Instant, u32)>,
     last_gc: Instant,
     /// Processes whose mappings could not be read (gone, or not allowed).
     pub(super) failed_reads: u64,
@@ -51,28 +65,36 @@ impl Tables {
         }
     }
 
-    /// Reads `pid`'s mappings at the next update, unless it was read
-    /// moments ago. Kernel threads and the idle task have none.
+    /// Reads `pid`'s mappings at the next update, or once
+    /// [`READ_INTERVAL`] has passed since the last read (a library mapped
+    /// just after a read is read then, not when a later stack asks again).
+    /// Kernel threads and the idle task have none.
     pub(super) fn want(&mut self, pid: u32) {
-        if pid == 0 {
-            return;
-        }
-        let recent = (self.last_read.get(&pid)).is_some_and(|at| at.elapsed() < READ_INTERVAL);
-        if !recent {
+        if pid != 0 {
             self.wanted.insert(pid);
         }
     }
 
+    /// Whether `pid` was read less than [`READ_INTERVAL`] ago.
+    fn read_recently(&self, pid: u32) -> bool {
+        (self.last_read.get(&pid))
+            .is_some_and(|&(at, reads)| reads >= EARLY_READS && at.elapsed() < READ_INTERVAL)
+    }
+
     /// Reads the wanted processes and forgets those that are gone.
     pub(super) fn update(&mut self, loaded: &Loaded) {
+        self.place_built(loaded, Duration::ZERO);
         let mut store = MapStore {
             loaded,
             maps: self.maps,
         };
-        // A failed write leaves the process on frame pointers until it is read again.
-        let _ = self.manager.place_built(&mut store, false);
-        for pid in std::mem::take(&mut self.wanted) {
-            self.last_read.insert(pid, Instant::now());
+        let (later, due) = (std::mem::take(&mut self.wanted).into_iter())
+            .partition(|&pid| self.read_recently(pid));
+        self.wanted = later;
+        for pid in due {
+            let reads = self.last_read.get(&pid).map_or(0, |&(_, reads)| reads);
+            self.last_read
+                .insert(pid, (Instant::now(), reads.saturating_add(1)));
             self.reads += 1;
             if self.manager.add_process(&mut store, pid).is_err() {
                 self.failed_reads += 1;
@@ -91,6 +113,50 @@ impl Tables {
                 let _ = self.manager.remove_process(&mut store, pid);
             }
         }
+    }
+
+    /// Starts building the tables of `program` and of the files it maps as
+    /// it starts (`unwind::program_files`), before it runs.
+    pub(super) fn prepare(&mut self, program: &Path) {
+        for file in startup_files(program) {
+            // A file without a table now gets it when the process maps it.
+            let _ = self.manager.prepare_file(&file);
+        }
+    }
+
+    /// Places the tables built so far, waiting up to `wait` for the rest.
+    pub(super) fn place_built(&mut self, loaded: &Loaded, wait: Duration) {
+        let mut store = MapStore {
+            loaded,
+            maps: self.maps,
+        };
+        // A failed write leaves the process on frame pointers until it is read again.
+        let _ = self.manager.place_built(&mut store, wait);
+    }
+
+    /// Reads the mappings of `pid` as soon as the program it is `exec`ing
+    /// is mapped (its address space is no longer `before`, and the kernel
+    /// set its end of code, which it does after mapping the program and its
+    /// interpreter), so that its first stacks find their tables: the `-c`
+    /// command, just released. Waits at most [`NEW_IMAGE_WAIT`].
+    pub(super) fn add_new_image(&mut self, loaded: &Loaded, pid: u32, before: AddressSpace) {
+        let deadline = Instant::now() + NEW_IMAGE_WAIT;
+        loop {
+            match address_space(pid) {
+                Ok(now) if now != before && now.end_code != 0 => break,
+                Err(_) => return,
+                Ok(_) if Instant::now() >= deadline => return,
+                Ok(_) => std::thread::sleep(Duration::from_micros(50)),
+            }
+        }
+        self.wanted.insert(pid);
+        self.update(loaded);
+    }
+
+    /// Whether tables are being built or processes wait to be read: the
+    /// recorder should update soon, not when events next wake it.
+    pub(super) fn busy(&self) -> bool {
+        self.manager.building() > 0 || !self.wanted.is_empty()
     }
 
     pub(super) fn stats(&self) -> &ManagerStats {

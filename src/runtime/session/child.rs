@@ -85,8 +85,18 @@ impl TracedCommand {
         self.pid as u32
     }
 
-    /// Let the command `exec`, and stop the session when it exits.
-    pub fn release(mut self, stopper: Stopper) -> io::Result<RunningCommand> {
+    /// Let the command `exec`, run `at_exec` (if any) once its program is
+    /// mapped, and stop the session when it exits. The command is held at
+    /// the end of its `exec` while `at_exec` runs (its program and
+    /// interpreter mapped, not one instruction of them run), so the unwind
+    /// tables of its first stacks can be in place; where `ptrace` is
+    /// refused it runs meanwhile. Without `at_exec` it is not held.
+    pub fn release(
+        mut self,
+        stopper: Stopper,
+        at_exec: Option<impl FnOnce()>,
+    ) -> io::Result<RunningCommand> {
+        let held = at_exec.is_some() && seize_for_exec(self.pid);
         drop(self.gate.take());
         let running = RunningCommand { pid: self.pid };
         let mut errno = [0u8; 4];
@@ -96,8 +106,52 @@ impl TracedCommand {
             running.finish();
             return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)));
         }
+        let stopped = held && wait_for_exec_stop(self.pid);
+        if let Some(at_exec) = at_exec {
+            at_exec();
+        }
+        if stopped {
+            // SAFETY: detaching our own stopped tracee lets it run on.
+            unsafe { libc::ptrace(libc::PTRACE_DETACH, self.pid, 0, 0) };
+        }
         watch_process(self.pid, stopper)?;
         Ok(running)
+    }
+}
+
+/// Traces the paused child so that its `exec` stops it (`PTRACE_SEIZE`
+/// with `PTRACE_O_TRACEEXEC`: no other stop, no signal of its own);
+/// false when refused (a `ptrace` policy).
+fn seize_for_exec(pid: libc::pid_t) -> bool {
+    let options = libc::PTRACE_O_TRACEEXEC as usize as *mut libc::c_void;
+    // SAFETY: ptrace on our own child, blocked on its gate.
+    unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0, options) == 0 }
+}
+
+/// Waits until the seized child stops at the end of its `exec`, passing
+/// on the signals that stop it before; false when it is gone or cannot be
+/// waited for (then it is not stopped).
+fn wait_for_exec_stop(pid: libc::pid_t) -> bool {
+    let exec_stop = libc::SIGTRAP | (libc::PTRACE_EVENT_EXEC << 8);
+    loop {
+        let mut status = 0;
+        // SAFETY: waits for our own child; `status` is ours.
+        if unsafe { libc::waitpid(pid, &mut status, 0) } != pid {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return false;
+        }
+        if !libc::WIFSTOPPED(status) {
+            return false;
+        }
+        if status >> 8 == exec_stop {
+            return true;
+        }
+        // A signal stopped it before the exec: deliver it and go on.
+        let signal = libc::WSTOPSIG(status) as usize as *mut libc::c_void;
+        // SAFETY: resumes our own stopped tracee with its own signal.
+        unsafe { libc::ptrace(libc::PTRACE_CONT, pid, 0, signal) };
     }
 }
 

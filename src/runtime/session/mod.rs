@@ -28,6 +28,7 @@ use crate::runtime::bpf::loader::{self, AttachOptions, Loaded};
 use crate::runtime::bpf::stack_skip;
 use crate::runtime::recording::{RecordError, Recorder};
 use crate::runtime::values::SystemValues;
+use crate::unwind::proc_maps::address_space;
 use crate::vocab::{AttachPoint, GlobalSlot, MapId, ProbeState};
 use activation::{Interrupt, Phases};
 use child::TracedCommand;
@@ -62,6 +63,16 @@ pub struct RunOptions {
 
 /// The line `notify_attached` prints, and the environment variable that
 /// asks for it.
+/// Longest the traced command waits for the unwind tables of its program
+/// and libraries before it runs: the C library's take about 0.1 s (a debug
+/// build of wprof); a large binary's take seconds, and its first stacks
+/// fall back to frame pointers instead of holding the command up.
+const COMMAND_TABLES_WAIT: Duration = Duration::from_secs(1);
+/// How often the recorder runs while unwind tables are being built, so a
+/// table is placed when it is built, not when events next wake the
+/// recorder (up to [`Status::INTERVAL`] later).
+const TABLES_POLL: Duration = Duration::from_millis(5);
+
 pub const NOTIFY_ATTACHED: &str = "__BPFTRACE_NOTIFY_PROBES_ATTACHED";
 
 /// The probes `Attaching N probes...` counts: the blocks attached or run
@@ -217,8 +228,21 @@ pub fn run(
     }
     loaded.set_state(globals, ProbeState::Active)?;
     loaded.attach_where(attach_options, timed)?;
+    if let Some(recorder) = receiver.recorder.as_mut().filter(|_| child.is_some()) {
+        recorder.place_tables(&loaded, COMMAND_TABLES_WAIT);
+    }
+    // The forked wprof's, until the command's `exec` replaces it.
+    let image_before = (child.as_ref()).and_then(|c| address_space(c.pid()).ok());
     let running = child
-        .map(|c| c.release(stopper.clone()))
+        .map(|c| {
+            let pid = c.pid();
+            // Its tables, when user stacks are unwound with them.
+            let recorder = receiver.recorder.as_mut().filter(|r| r.unwinds());
+            let loaded = &loaded;
+            let load_tables = (recorder.zip(image_before))
+                .map(|(recorder, before)| move || recorder.add_new_image(loaded, pid, before));
+            c.release(stopper.clone(), load_tables)
+        })
         .transpose()
         .map_err(|source| RunError::Command {
             command: options.command.as_deref().unwrap_or_default().join(" "),
@@ -339,6 +363,7 @@ fn create_recorder(
         command.and_then(|c| crate::runtime::targets::library_search::resolve_binary(c, None).ok())
     {
         recorder.add_binary(&path);
+        recorder.prepare_command(&path);
     }
     Ok(Some(recorder))
 }
@@ -360,6 +385,12 @@ fn trace(
                 d.saturating_duration_since(Instant::now())
             })
             .min(Status::INTERVAL);
+        let busy = (receiver.recorder.as_ref()).is_some_and(Recorder::busy);
+        let timeout = if busy {
+            timeout.min(TABLES_POLL)
+        } else {
+            timeout
+        };
         let _ = loaded.poll(timeout, |bytes| receiver.message(bytes, out))?;
         receiver.run_ops(loaded, out)?;
         if usr1::take_request() {
