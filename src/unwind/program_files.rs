@@ -13,7 +13,7 @@ use object::elf::{DT_NEEDED, DT_RPATH, DT_RUNPATH};
 use object::read::elf::{ElfFile64, ProgramHeader};
 use object::{Endianness, ReadRef};
 
-use crate::runtime::targets::elf::resolve_binary;
+use crate::runtime::targets::library_search::resolve_binary;
 
 /// `program`, its interpreter and the libraries it needs (direct ones
 /// only: the C library's own needs are the interpreter). Empty when the
