@@ -61,8 +61,6 @@ pub struct RunOptions {
     pub usdt_file_activation: bool,
 }
 
-/// The line `notify_attached` prints, and the environment variable that
-/// asks for it.
 /// Longest the traced command waits for the unwind tables of its program
 /// and libraries before it runs: the C library's take about 0.1 s (a debug
 /// build of wprof); a large binary's take seconds, and its first stacks
@@ -73,6 +71,8 @@ const COMMAND_TABLES_WAIT: Duration = Duration::from_secs(1);
 /// recorder (up to [`Status::INTERVAL`] later).
 const TABLES_POLL: Duration = Duration::from_millis(5);
 
+/// The line `notify_attached` prints, and the environment variable that
+/// asks for it.
 pub const NOTIFY_ATTACHED: &str = "__BPFTRACE_NOTIFY_PROBES_ATTACHED";
 
 /// The probes `Attaching N probes...` counts: the blocks attached or run
