@@ -60,7 +60,11 @@ impl SystemEnvironment {
 
     fn btf(&self) -> Result<&KernelBtf, String> {
         self.btf
-            .get_or_init(KernelBtf::load)
+            .get_or_init(|| {
+                let btf = KernelBtf::load();
+                crate::timings::step("kernel BTF mapped");
+                btf
+            })
             .as_ref()
             .map_err(Clone::clone)
     }
