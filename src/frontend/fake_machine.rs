@@ -16,7 +16,8 @@ use crate::vocab::{
 /// `vfs_write`; these three are typed in BTF as `vfs_read` is; `vfs_open` only
 /// by its name), and a little
 /// kernel BTF: `struct task_struct` (see [`kernel_type`]), `struct
-/// bpf_iter__task` and the BTF tracepoints `sched_switch` and `sched_wakeup`;
+/// bpf_iter__task`, the BTF tracepoints `sched_switch` and `sched_wakeup`
+/// and the kfunc `bpf_rdonly_cast`;
 /// the kernel symbol `do_nanosleep`, and a 4-byte data symbol `counter` at
 /// 0x4010 in every binary (relocatable in binaries whose name ends in `pie`),
 /// and the root cgroup `/sys/fs/cgroup` (id 1).
@@ -39,6 +40,8 @@ pub mod ids {
     pub const ITER_TASK: KTypeId = KTypeId(12);
     pub const MM: KTypeId = KTypeId(13);
     pub const MM_PTR: KTypeId = KTypeId(14);
+    /// The kfunc `bpf_rdonly_cast`.
+    pub const RDONLY_CAST: u32 = 15;
 }
 
 /// `struct task_struct` of the fake kernel: byte offsets chosen for tests.
@@ -360,6 +363,10 @@ impl Environment for FakeMachine {
 
     fn has_btf(&self) -> bool {
         true
+    }
+
+    fn kfunc_id(&self, name: &str) -> Option<u32> {
+        (name == "bpf_rdonly_cast").then_some(ids::RDONLY_CAST)
     }
 
     fn kernel_symbol(&self, name: &str) -> Result<u64, String> {

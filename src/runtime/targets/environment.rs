@@ -242,6 +242,10 @@ impl Environment for SystemEnvironment {
         KernelBtf::present()
     }
 
+    fn kfunc_id(&self, name: &str) -> Option<u32> {
+        self.btf().ok()?.function_id(name)
+    }
+
     fn enum_constants(&self, name: &str) -> Result<Vec<EnumConstant>, String> {
         Ok(self.btf()?.enum_constants(name))
     }

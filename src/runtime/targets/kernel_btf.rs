@@ -235,6 +235,12 @@ impl KernelBtf {
         index
     }
 
+    /// The id of function `name` (`BTF_KIND_FUNC`), if the kernel has it.
+    pub fn function_id(&self, name: &str) -> Option<u32> {
+        let found = (self.btf).type_by_name::<libbpf_rs::btf::types::Func<'_>>(name);
+        found.map(|func| func.type_id().into())
+    }
+
     /// `struct NAME`, `union NAME`, `enum NAME` or a plain type name.
     pub fn named(&self, name: &str) -> Result<KTypeId, String> {
         remembered(&self.by_name, name.to_string(), || self.search(name))
