@@ -73,7 +73,7 @@ fn task_struct() -> KernelKind {
     KernelKind::Struct {
         union: false,
         size: 4096,
-        members,
+        members: members.into(),
     }
 }
 
@@ -310,7 +310,7 @@ impl Environment for FakeMachine {
                 KernelKind::Struct {
                     union: false,
                     size: 16,
-                    members: vec![single("vruntime", ids::U64, 8)],
+                    members: vec![single("vruntime", ids::U64, 8)].into(),
                 },
             ),
             ids::ANON_UNION => named(
@@ -318,7 +318,7 @@ impl Environment for FakeMachine {
                 KernelKind::Struct {
                     union: true,
                     size: 8,
-                    members: vec![single("wake_cpu", ids::INT, 0)],
+                    members: vec![single("wake_cpu", ids::INT, 0)].into(),
                 },
             ),
             ids::VOID_PTR => named("void *", KernelKind::Pointer(KTypeId(0))),
@@ -330,7 +330,8 @@ impl Environment for FakeMachine {
                     members: vec![
                         single("meta", ids::VOID_PTR, 0),
                         single("task", ids::TASK_PTR, 8),
-                    ],
+                    ]
+                    .into(),
                 },
             ),
             ids::MM => named(
@@ -342,7 +343,8 @@ impl Environment for FakeMachine {
                         single("start_code", ids::U64, 264),
                         single("end_code", ids::U64, 272),
                         single("start_stack", ids::U64, 312),
-                    ],
+                    ]
+                    .into(),
                 },
             ),
             ids::MM_PTR => named("struct mm_struct *", KernelKind::Pointer(ids::MM)),

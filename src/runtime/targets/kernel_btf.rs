@@ -362,7 +362,8 @@ fn kind(ty: BtfType<'_>) -> KernelKind {
                 members: (0..composite.len())
                     .filter_map(|i| composite.get(i))
                     .map(member)
-                    .collect(),
+                    .collect::<Vec<_>>()
+                    .into(),
             },
             Err(_) => KernelKind::Other,
         },
