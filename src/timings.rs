@@ -1,7 +1,7 @@
 //! Start-up step timings: with `WPROF_TIMINGS` set, each step from `main`
 //! to the first read of the ring buffer prints one line on stderr,
 //! `wprof: timing: STEP +DELTA ms (at TOTAL ms)`, so launch cost is measured
-//! inside one process, step by step.
+//! inside one process, step by step (`bench/startup.sh` takes medians).
 //!
 //! When the variable holds the launch time as wall-clock seconds (bash's
 //! `$EPOCHREALTIME`, e.g. `WPROF_TIMINGS=$EPOCHREALTIME wprof ...`), the
