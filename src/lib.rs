@@ -34,6 +34,7 @@ pub mod render;
 pub mod runtime;
 pub mod symbols;
 pub mod sys;
+pub mod timings;
 pub mod tracking;
 pub mod unwind;
 pub mod vocab;

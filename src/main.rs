@@ -20,6 +20,7 @@ use wprof::runtime::bpf::loader;
 use wprof::runtime::session::activation::Phases;
 use wprof::runtime::session::{self, CaptureTarget, RunError, RunOptions};
 use wprof::runtime::targets::environment::SystemEnvironment;
+use wprof::timings;
 use wprof::tracking::{Tracking, trackers, when};
 
 mod replay;
@@ -32,7 +33,9 @@ const STDIN_SCRIPT_NAME: &str = "stdin";
 const DEFAULT_CAPTURE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
+    wprof::timings::start();
     let cli = wprof::front_door::parse_command_line();
+    timings::step("arguments parsed");
     // With gates, CI scripts tell a regression (1) from a broken job (2).
     let error = match cli.compare.gating() {
         true => ExitCode::from(2),
@@ -162,7 +165,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
     compile_options.filter.command = cli.profile.only_command && command.is_some();
     let mut env = SystemEnvironment::new(cli.target_pid());
     env.command = command.as_ref().and_then(|argv| argv.first().cloned());
+    timings::step("options, environment and script read");
     let (sources, checked, compiled) = compile(&cli, &tracking, user, &env, &compile_options)?;
+    timings::step("trackers and script compiled (parse, check, codegen)");
     for warning in &checked.warnings {
         eprintln!("wprof: warning: {warning}");
     }
@@ -190,6 +195,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             .map_err(|e| format!("cannot write --emit-elf {}: {e}", path.display()).into());
     }
     driver::check_kernel_support(&source_map, &checked, &features::detect())?;
+    timings::step("kernel features probed");
     let probes = compiled.programs.iter().map(|p| p.blocks).sum();
     (environment.check_limits(probes, compiled.programs.len())).map_err(|e| e.to_string())?;
     let capture = (!compiled.records.is_empty()).then(|| {

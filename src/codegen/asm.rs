@@ -51,6 +51,8 @@ pub(crate) mod opcode {
     pub const LD_IMM64: u8 = 0x18;
     /// Call `src_reg`: `imm` is the callee's offset from the next slot.
     pub const PSEUDO_CALL: u8 = 1;
+    /// `src_reg` of a call of a kernel function, `imm` its kernel BTF id.
+    pub const PSEUDO_KFUNC_CALL: u8 = 2;
     /// `ld_imm64` `src_reg`: `imm` is a function's offset from the next slot
     /// (a callback for `bpf_loop` and the like).
     pub const PSEUDO_FUNC: u8 = 4;
@@ -494,6 +496,14 @@ impl Assembler {
     /// r1-r5 clobbered.
     pub fn call_helper(&mut self, id: u32) {
         self.emit(Instruction::call(id));
+    }
+
+    /// Calls kernel function (kfunc) `btf_id` of vmlinux BTF: arguments in
+    /// r1-r5, result in r0, r1-r5 clobbered.
+    pub fn call_kfunc(&mut self, btf_id: u32) {
+        let insn = raw(opcode::CALL, Reg::R0, Reg::R0, 0, btf_id as i32)
+            | src_bits(opcode::PSEUDO_KFUNC_CALL);
+        self.push(insn, None);
     }
 
     /// Calls the BPF function starting at `function` (a bpf-to-bpf call):

@@ -190,7 +190,16 @@ impl Emitter<'_> {
                 };
                 self.asm.atomic(size, AtomicOp::Add, base, *offset, src);
             }
-            Inst::Call { helper, args, ret } => self.call(*helper, args, *ret),
+            Inst::Call { helper, args, ret } => {
+                self.pass_args(args);
+                self.asm.call_helper(*helper);
+                self.take_result(*ret);
+            }
+            Inst::Kfunc { btf_id, args, ret } => {
+                self.pass_args(args);
+                self.asm.call_kfunc(*btf_id);
+                self.take_result(*ret);
+            }
             Inst::Unwind { state } => {
                 let state = self.read(*state, Reg::R1);
                 let unwinder = self
@@ -225,7 +234,8 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    fn call(&mut self, helper: u32, args: &[Arg], ret: Option<VReg>) {
+    /// Puts a call's arguments in r1-r5.
+    fn pass_args(&mut self, args: &[Arg]) {
         for (arg, reg) in args.iter().zip(ARG_REGS) {
             match *arg {
                 Arg::Reg(vreg) => match self.location(vreg) {
@@ -244,7 +254,10 @@ impl Emitter<'_> {
                 Arg::Map(map) => self.asm.ld_map_fd(reg, map),
             }
         }
-        self.asm.call_helper(helper);
+    }
+
+    /// Moves a call's result from r0 to `ret`.
+    fn take_result(&mut self, ret: Option<VReg>) {
         if let Some(ret) = ret {
             self.set(ret, Reg::R0);
         }

@@ -90,6 +90,13 @@ pub enum Inst {
         args: Vec<Arg>,
         ret: Option<VReg>,
     },
+    /// A call of the kernel function (kfunc) with kernel BTF id `btf_id`:
+    /// arguments and result as for helpers.
+    Kfunc {
+        btf_id: u32,
+        args: Vec<Arg>,
+        ret: Option<VReg>,
+    },
     /// The user-stack unwinder (`unwind::bpf`, a BPF function of the
     /// program): walks the current task's user stack into the unwind state
     /// `state` points to. Needs `Function::unwinder`.
@@ -130,7 +137,7 @@ impl Inst {
             } => base(b).into_iter().chain(src(s)).collect(),
             Inst::AtomicAdd { base, src, .. } => vec![*base, *src],
             Inst::Unwind { state } => vec![*state],
-            Inst::Call { args, .. } => args
+            Inst::Call { args, .. } | Inst::Kfunc { args, .. } => args
                 .iter()
                 .filter_map(|a| match a {
                     Arg::Reg(r) => Some(*r),
@@ -152,7 +159,7 @@ impl Inst {
             | Inst::Neg { dst }
             | Inst::MapValueAddr { dst, .. }
             | Inst::Load { dst, .. } => Some(*dst),
-            Inst::Call { ret, .. } => *ret,
+            Inst::Call { ret, .. } | Inst::Kfunc { ret, .. } => *ret,
             _ => None,
         }
     }

@@ -7,6 +7,7 @@ use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
 use crate::frontend::checked::{Access, Load, TExpr, TExprKind};
+use crate::frontend::types::Type;
 use crate::providers;
 
 impl Lowerer<'_> {
@@ -18,7 +19,11 @@ impl Lowerer<'_> {
         load: Load,
         access: Access,
     ) -> Value {
-        let pointer = self.int_expr(ptr);
+        let pointer = match access {
+            Access::Direct => self.walked_pointer(ptr),
+            _ => None,
+        };
+        let pointer = pointer.unwrap_or_else(|| self.int_expr(ptr));
         match load {
             Load::Int { size, signed } if access == Access::Direct => {
                 let (base, at) = self.load_base(pointer, offset);
@@ -55,6 +60,46 @@ impl Lowerer<'_> {
                 Value::Mem(buffer)
             }
         }
+    }
+
+    /// `ptr` when it is a pointer member loaded directly only to be read
+    /// through (`a->b` in `a->b->c`): loaded through an untrusted view of
+    /// the struct holding it, which the verifier checks without searching
+    /// kernel BTF by name
+    /// ([`UntrustedViews`](crate::frontend::checked::UntrustedViews)). `None` for any other
+    /// pointer, or when the kernel has no `bpf_rdonly_cast`.
+    fn walked_pointer(&mut self, ptr: &TExpr) -> Option<VReg> {
+        let TExprKind::MemoryRead {
+            ptr: holder,
+            offset,
+            load: Load::Int { size: 8, .. },
+            access: Access::Direct,
+        } = &ptr.kind
+        else {
+            return None;
+        };
+        let Type::Ptr(holder_type) = &holder.ty else {
+            return None;
+        };
+        let views = &self.program.untrusted_views;
+        let kfunc = views.kfunc?;
+        let view_of = *views.structs.get(&holder_type.target)?;
+        let holder = self.int_expr(holder);
+        let view = self.vreg();
+        self.emit(Inst::Kfunc {
+            btf_id: kfunc,
+            args: vec![Arg::Reg(holder), Arg::Imm(i64::from(view_of.0))],
+            ret: Some(view),
+        });
+        let (base, at) = self.load_base(view, *offset);
+        let pointer = self.vreg();
+        self.emit(Inst::Load {
+            dst: pointer,
+            base: Base::Reg(base),
+            offset: at,
+            size: Size::U64,
+        });
+        Some(pointer)
     }
 
     /// A part of the struct or array `value` (held in a frame buffer).
@@ -298,5 +343,61 @@ pub(super) fn size_code(bytes: u8) -> Size {
         2 => Size::U16,
         4 => Size::U32,
         _ => Size::U64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::capture::model::RecordOrigin;
+    use crate::codegen::asm::opcode;
+    use crate::codegen::program::BpfProgram;
+    use crate::driver::{Source, compile};
+    use crate::frontend::fake_machine::{FakeMachine, ids};
+    use crate::frontend::options::CompileOptions;
+
+    /// The one program `text` compiles to on the fake machine.
+    fn compiled(text: &str) -> BpfProgram {
+        let sources = [Source {
+            name: "t.bt".into(),
+            text: text.into(),
+            origin: RecordOrigin::Script,
+        }];
+        let (_, mut compiled) = compile(&sources, &[], &FakeMachine, &CompileOptions::default())
+            .unwrap_or_else(|e| panic!("{}", e.render()));
+        compiled.programs.remove(0)
+    }
+
+    /// The `imm` of every kfunc call in `program`.
+    fn kfunc_calls(program: &BpfProgram) -> Vec<u32> {
+        let kfunc = |insn: u64| {
+            let call = insn as u8 == opcode::CALL;
+            (call && (insn >> 12) as u8 & 0xf == opcode::PSEUDO_KFUNC_CALL)
+                .then_some((insn >> 32) as u32)
+        };
+        program.insns.iter().filter_map(|&i| kfunc(i)).collect()
+    }
+
+    /// A pointer member loaded to be read through is loaded through an
+    /// untrusted view of its holder: `bpf_rdonly_cast(next, task_struct)`.
+    #[test]
+    fn walked_pointer_member_is_read_through_a_view() {
+        let program = compiled("tp_btf:sched_switch { @ = args.next->real_parent->pid; }");
+        assert_eq!(kfunc_calls(&program), [ids::RDONLY_CAST]);
+        let task = i64::from(ids::TASK.0);
+        let mov_r2 = program.insns.iter().any(|&i| {
+            // BPF_ALU64 | BPF_MOV | BPF_K into r2.
+            i as u8 == 0xb7 && (i >> 8) as u8 & 0xf == 2 && (i >> 32) as i32 as i64 == task
+        });
+        assert!(mov_r2, "the view names struct task_struct");
+    }
+
+    /// A pointer member kept as a value (here a map key) stays a trusted
+    /// load: helpers taking task pointers refuse untrusted ones.
+    #[test]
+    fn pointer_member_kept_as_a_value_is_loaded_as_written() {
+        let program = compiled("tp_btf:sched_switch { @[args.next->real_parent] = 1; }");
+        assert!(kfunc_calls(&program).is_empty());
+        let scalar = compiled("tp_btf:sched_switch { @ = args.next->pid; }");
+        assert!(kfunc_calls(&scalar).is_empty());
     }
 }

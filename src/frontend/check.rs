@@ -128,6 +128,7 @@ pub fn check(
             },
             mm_layout,
             offcpu_min_block_ns: options.offcpu_min_block_ns,
+            untrusted_views: checker.untrusted_views,
         })
     } else {
         Err(checker.errors)
@@ -267,7 +268,14 @@ pub(crate) struct Checker<'e> {
     pub(crate) types: TypeTable<'e>,
     /// What the values used so far need (stack maps, texts).
     pub(crate) values: ValueNeeds,
+    /// Structs whose pointer members are loaded directly (`UntrustedViews`).
+    pub(crate) untrusted_views: UntrustedViews,
+    /// The BTF id of [`RDONLY_CAST`], looked up on first need.
+    pub(crate) rdonly_cast: std::cell::OnceCell<Option<u32>>,
 }
+
+/// The kfunc that gives an untrusted view of a BTF pointer.
+pub(crate) const RDONLY_CAST: &str = "bpf_rdonly_cast";
 
 /// What the checker knows while inside one attach point's body.
 #[derive(Default)]
@@ -299,6 +307,8 @@ impl<'e> Checker<'e> {
             probe: ProbeState::default(),
             types: TypeTable::new(env),
             values: ValueNeeds::default(),
+            untrusted_views: UntrustedViews::default(),
+            rdonly_cast: std::cell::OnceCell::new(),
         }
     }
 

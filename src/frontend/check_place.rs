@@ -4,7 +4,7 @@
 //! debug info or the script's definitions).
 
 use crate::frontend::ast::{Expr, ExprKind, Span, UnOp};
-use crate::frontend::check::Checker;
+use crate::frontend::check::{Checker, RDONLY_CAST};
 use crate::frontend::check_kernel::is_args;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
@@ -128,6 +128,25 @@ impl Checker<'_> {
             self.types.get(ty).map(|t| t.kind),
             Ok(KernelKind::Struct { .. })
         )
+    }
+
+    /// Pointer members of the struct `target` names are loaded directly:
+    /// remember the kernel struct an untrusted view of it names
+    /// ([`UntrustedViews`](crate::frontend::checked::UntrustedViews)).
+    fn note_untrusted_view(&mut self, target: KTypeId) {
+        if self.untrusted_views.structs.contains_key(&target) {
+            return;
+        }
+        let env = self.env;
+        let kfunc = *(self.rdonly_cast).get_or_init(|| env.kfunc_id(RDONLY_CAST));
+        let name = match self.types.get(target) {
+            Ok(ty) if !ty.name.is_empty() => ty.name,
+            _ => return,
+        };
+        if let (Some(kfunc), Ok(id)) = (kfunc, env.kernel_type_named(&name)) {
+            self.untrusted_views.kfunc = Some(kfunc);
+            self.untrusted_views.structs.insert(target, id);
+        }
     }
 
     fn is_pointer(&self, ty: KTypeId) -> bool {
@@ -391,6 +410,16 @@ impl Checker<'_> {
                 },
             ),
             KernelKind::Pointer(target) => {
+                if let Base::Memory {
+                    ptr,
+                    access: Access::Direct,
+                } = &place.base
+                    && let Type::Ptr(base) = &ptr.ty
+                    && self.is_record(target)
+                {
+                    let base = base.target;
+                    self.note_untrusted_view(base);
+                }
                 let pointer = Pointer {
                     target,
                     name: self.types.name_of(target),

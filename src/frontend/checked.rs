@@ -12,6 +12,7 @@ use crate::frontend::options::PmuCounter;
 use crate::frontend::options::TaskFilter;
 use crate::frontend::types::Type;
 use crate::unwind::layout::MmLayout;
+use crate::vocab::kernel_types::KTypeId;
 use crate::vocab::{AggFunc, ArgRead, AttachPoint, BuiltinId, TracepointField};
 
 /// Only the checker builds this (fields are public for reading).
@@ -42,6 +43,25 @@ pub struct CheckedProgram {
     pub offcpu_min_block_ns: Option<u64>,
     /// What the values scripts print need besides maps.
     pub values: ValueNeeds,
+    /// How pointers walked only to be read through are made cheap to verify.
+    pub untrusted_views: UntrustedViews,
+}
+
+/// `bpf_rdonly_cast`, and the structs it may view. Loading a pointer to a
+/// struct from a trusted BTF pointer (`task->real_parent` in `a->b->c`)
+/// makes the Linux 6.x verifier look up `struct NAME__safe_trusted` and
+/// its kin by name, a linear search of all kernel BTF, for every such load
+/// on every path it verifies: most of the verification time of the
+/// trackers. Through an untrusted view of the same struct the load is as
+/// fault-safe and needs no search; the loaded pointer, used only as the
+/// base of the next load, loses nothing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct UntrustedViews {
+    /// The kfunc's kernel BTF id; `None` leaves every load as written.
+    pub kfunc: Option<u32>,
+    /// For each pointer target (as the pointer's type names it) whose
+    /// pointer members are walked, the kernel struct a view of it names.
+    pub structs: std::collections::BTreeMap<KTypeId, KTypeId>,
 }
 
 /// What printed values need besides maps: stack trace maps, texts they

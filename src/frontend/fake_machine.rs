@@ -16,7 +16,8 @@ use crate::vocab::{
 /// `vfs_write`; these three are typed in BTF as `vfs_read` is; `vfs_open` only
 /// by its name), and a little
 /// kernel BTF: `struct task_struct` (see [`kernel_type`]), `struct
-/// bpf_iter__task` and the BTF tracepoints `sched_switch` and `sched_wakeup`;
+/// bpf_iter__task`, the BTF tracepoints `sched_switch` and `sched_wakeup`
+/// and the kfunc `bpf_rdonly_cast`;
 /// the kernel symbol `do_nanosleep`, and a 4-byte data symbol `counter` at
 /// 0x4010 in every binary (relocatable in binaries whose name ends in `pie`),
 /// and the root cgroup `/sys/fs/cgroup` (id 1).
@@ -39,6 +40,8 @@ pub mod ids {
     pub const ITER_TASK: KTypeId = KTypeId(12);
     pub const MM: KTypeId = KTypeId(13);
     pub const MM_PTR: KTypeId = KTypeId(14);
+    /// The kfunc `bpf_rdonly_cast`.
+    pub const RDONLY_CAST: u32 = 15;
 }
 
 /// `struct task_struct` of the fake kernel: byte offsets chosen for tests.
@@ -70,7 +73,7 @@ fn task_struct() -> KernelKind {
     KernelKind::Struct {
         union: false,
         size: 4096,
-        members,
+        members: members.into(),
     }
 }
 
@@ -307,7 +310,7 @@ impl Environment for FakeMachine {
                 KernelKind::Struct {
                     union: false,
                     size: 16,
-                    members: vec![single("vruntime", ids::U64, 8)],
+                    members: vec![single("vruntime", ids::U64, 8)].into(),
                 },
             ),
             ids::ANON_UNION => named(
@@ -315,7 +318,7 @@ impl Environment for FakeMachine {
                 KernelKind::Struct {
                     union: true,
                     size: 8,
-                    members: vec![single("wake_cpu", ids::INT, 0)],
+                    members: vec![single("wake_cpu", ids::INT, 0)].into(),
                 },
             ),
             ids::VOID_PTR => named("void *", KernelKind::Pointer(KTypeId(0))),
@@ -327,7 +330,8 @@ impl Environment for FakeMachine {
                     members: vec![
                         single("meta", ids::VOID_PTR, 0),
                         single("task", ids::TASK_PTR, 8),
-                    ],
+                    ]
+                    .into(),
                 },
             ),
             ids::MM => named(
@@ -339,7 +343,8 @@ impl Environment for FakeMachine {
                         single("start_code", ids::U64, 264),
                         single("end_code", ids::U64, 272),
                         single("start_stack", ids::U64, 312),
-                    ],
+                    ]
+                    .into(),
                 },
             ),
             ids::MM_PTR => named("struct mm_struct *", KernelKind::Pointer(ids::MM)),
@@ -360,6 +365,10 @@ impl Environment for FakeMachine {
 
     fn has_btf(&self) -> bool {
         true
+    }
+
+    fn kfunc_id(&self, name: &str) -> Option<u32> {
+        (name == "bpf_rdonly_cast").then_some(ids::RDONLY_CAST)
     }
 
     fn kernel_symbol(&self, name: &str) -> Result<u64, String> {

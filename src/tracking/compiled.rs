@@ -87,7 +87,7 @@ fn structure(name: &str, size: u32, members: Vec<KernelMember>) -> KernelType {
         kind: KernelKind::Struct {
             union: false,
             size,
-            members,
+            members: members.into(),
         },
     }
 }
@@ -229,8 +229,10 @@ impl Environment for TrackerMachine {
 fn task_struct() -> Result<KernelType, String> {
     let mut task = FakeMachine.kernel_type(ids::TASK)?;
     if let KernelKind::Struct { members, .. } = &mut task.kind {
-        members.push(member("thread_info", THREAD_INFO, 600));
-        members.push(member("exit_code", ids::INT, 640));
+        let mut more = members.to_vec();
+        more.push(member("thread_info", THREAD_INFO, 600));
+        more.push(member("exit_code", ids::INT, 640));
+        *members = more.into();
     }
     Ok(task)
 }

@@ -58,7 +58,9 @@ pub enum KernelKind {
     Struct {
         union: bool,
         size: u32,
-        members: Vec<KernelMember>,
+        /// Shared: the checker asks for the same struct (a `task_struct`
+        /// has hundreds of members) many times per script.
+        members: std::sync::Arc<[KernelMember]>,
     },
     Array {
         elem: KTypeId,
@@ -96,7 +98,7 @@ pub struct FoundMember {
 pub fn find_member(
     members: &[KernelMember],
     name: &str,
-    resolve: &dyn Fn(KTypeId) -> Option<Vec<KernelMember>>,
+    resolve: &dyn Fn(KTypeId) -> Option<std::sync::Arc<[KernelMember]>>,
 ) -> Option<FoundMember> {
     for member in members {
         if member.name == name {
@@ -120,7 +122,7 @@ pub fn find_member(
 /// Every member name reachable from `members` (anonymous members flattened).
 pub fn member_names(
     members: &[KernelMember],
-    resolve: &dyn Fn(KTypeId) -> Option<Vec<KernelMember>>,
+    resolve: &dyn Fn(KTypeId) -> Option<std::sync::Arc<[KernelMember]>>,
 ) -> Vec<String> {
     let mut names = Vec::new();
     for member in members {

@@ -132,6 +132,12 @@ pub trait Environment {
     fn has_btf(&self) -> bool {
         false
     }
+    /// The kernel BTF id of `name`, a kernel function BPF programs may call
+    /// (a kfunc such as `bpf_rdonly_cast`); `None` when it is not known.
+    fn kfunc_id(&self, name: &str) -> Option<u32> {
+        let _ = name;
+        None
+    }
     /// Every kernel enum constant called `name` (several when enums
     /// disagree or repeat it).
     fn enum_constants(&self, name: &str) -> Result<Vec<EnumConstant>, String> {

@@ -76,6 +76,29 @@ fn curtask_is_the_current_task() {
     assert_eq!(count(&maps, "@btf[0]"), 0, "{}", out.stdout);
 }
 
+/// A task pointer walked through a task (`real_parent`, `group_leader`)
+/// and read through is loaded through an untrusted view
+/// (`bpf_rdonly_cast`): it reads what probe reads of the same fields read.
+#[test]
+fn walked_task_pointers_read_through_a_view() {
+    require_bpf!();
+    let t = workload("syscalls");
+    // 110 is getppid on x86-64.
+    let script = "tp_btf:sys_enter /pid == cpid && args.id == 110/ {
+          @same[curtask->real_parent->tgid ==
+                ((struct task_struct *)curtask)->real_parent->tgid,
+                curtask->group_leader->comm] = count(); }";
+    let listing = wprof_ok(&["--dump-bpf", "-e", script]);
+    assert!(
+        listing.stdout.contains("call kernel-function#"),
+        "no bpf_rdonly_cast call:\n{}",
+        listing.stdout
+    );
+    let out = wprof_ok(&["-e", script, "-c", &format!("{t} 7")]);
+    let maps = map_lines(&out.stdout);
+    assert_eq!(count(&maps, "@same[1, syscalls]"), 7, "{}", out.stdout);
+}
+
 /// `ksym()` prints the function's name without offset, and unknown
 /// addresses in hex, as bpftrace 0.17 does.
 #[test]

@@ -93,7 +93,7 @@ impl TypeTable<'_> {
             placed.push((member.name.clone().unwrap_or_default(), ty, member.bits));
         }
         let shape = layout(&slots, record.union);
-        let members = placed
+        let members: Vec<KernelMember> = placed
             .into_iter()
             .zip(shape.offsets_bits)
             .filter(|((name, _, bits), _)| !(name.is_empty() && bits.is_some()))
@@ -111,7 +111,7 @@ impl TypeTable<'_> {
             kind: KernelKind::Struct {
                 union: record.union,
                 size: shape.size,
-                members,
+                members: members.into(),
             },
         };
         let id = match key.and_then(|k| self.names.get(&k).copied()) {

@@ -212,10 +212,10 @@ impl<'e> TypeTable<'e> {
     }
 
     /// The members of a struct or union type (empty for other types).
-    pub fn members(&self, id: KTypeId) -> Vec<KernelMember> {
+    pub fn members(&self, id: KTypeId) -> std::sync::Arc<[KernelMember]> {
         match self.get(id).map(|t| t.kind) {
             Ok(KernelKind::Struct { members, .. }) => members,
-            _ => Vec::new(),
+            _ => std::sync::Arc::new([]),
         }
     }
 

@@ -46,7 +46,7 @@ impl TypeTable<'_> {
     /// members of anonymous structs and unions among them.
     fn fields(&self, ty: KTypeId, base: u32) -> Result<Vec<StructField>, String> {
         let mut fields = Vec::new();
-        for member in self.members(ty) {
+        for member in self.members(ty).iter() {
             let offset = base + member.offset_bits / 8;
             if member.name.is_empty() {
                 fields.extend(self.fields(member.ty, offset)?);
@@ -65,7 +65,7 @@ impl TypeTable<'_> {
                 None => (self.layout_of(member.ty)?, None),
             };
             fields.push(StructField {
-                name: member.name,
+                name: member.name.clone(),
                 offset,
                 ty,
                 bits,

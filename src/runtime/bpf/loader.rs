@@ -156,6 +156,7 @@ pub fn load_with(compiled: &Compiled, verbose: bool) -> Result<Loaded, LoadError
     for (id, value) in &compiled.initial_values {
         write_initial_value(&compiled.maps, &maps, *id, value)?;
     }
+    crate::timings::step("maps created");
     let insns = compiled
         .programs
         .iter()
@@ -177,6 +178,7 @@ pub fn load_with(compiled: &Compiled, verbose: bool) -> Result<Loaded, LoadError
             Err(failure) => defer_or_fail(&mut programs, failure)?,
         }
     };
+    crate::timings::step("programs loaded (verified)");
     let reports = match verbose {
         true => load_reports(&object, &programs, &printed),
         false => Vec::new(),
@@ -195,6 +197,7 @@ pub fn load_with(compiled: &Compiled, verbose: bool) -> Result<Loaded, LoadError
         }
         None => None,
     };
+    crate::timings::step("ring buffer mapped");
     Ok(Loaded {
         ring,
         links: Vec::new(),
@@ -307,6 +310,7 @@ fn load_object(
     let elf = write_elf(&elf_programs).map_err(|e| object_failure(format!("ELF writer: {e}")))?;
     let (open, printed) = with_captured_print(|| ObjectBuilder::default().open_memory(&elf));
     let mut open = open.map_err(|e| object_failure(format!("{e:#}\n{printed}")))?;
+    crate::timings::step("libbpf object opened");
     if verbose {
         open.progs_mut().for_each(|mut p| p.set_log_level(1));
     }

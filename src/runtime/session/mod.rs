@@ -28,6 +28,7 @@ use crate::runtime::bpf::loader::{self, AttachOptions, Loaded};
 use crate::runtime::bpf::stack_skip;
 use crate::runtime::recording::{RecordError, Recorder};
 use crate::runtime::values::SystemValues;
+use crate::timings;
 use crate::unwind::proc_maps::address_space;
 use crate::vocab::{AttachPoint, GlobalSlot, MapId, ProbeState};
 use activation::{Interrupt, Phases};
@@ -162,6 +163,7 @@ pub fn run(
     // Kept until the teardown hands off its descriptors.
     let _skip_programs = measure_stack_skip(compiled, &loaded)?;
     write_tracepoint_glue(compiled, &loaded)?;
+    timings::step("counters, stack skip and kallsyms set up");
     interrupt.forward_to(loaded.stopper());
     let stopper = loaded.stopper();
     if let Some(pid) = options.pid {
@@ -206,6 +208,7 @@ pub fn run(
     // An iterator is attached when it is read (`iterate`).
     let alone = |point: &AttachPoint| providers::of(point).runs_alone();
     loaded.attach_where(attach_options, |point| !timed(point) && !alone(point))?;
+    timings::step("probes attached");
     if !activation::wait_until(
         options.phases.activate_at,
         "prepared, activating",
@@ -220,6 +223,7 @@ pub fn run(
     loaded.set_global(globals, GlobalSlot::StartNs, start_ns)?;
     let command_pid = child.as_ref().map(|c| c.pid());
     let recorder = create_recorder(compiled, options, start_ns, command_pid)?;
+    timings::step("capture file and recorder created");
     let mut receiver = Receiver::new(compiled, &values, printer, recorder, pid);
     // As in bpftrace, BEGIN runs before any other probe, and timers count
     // from after it (`interval:ms:500` fires 500 ms after BEGIN).
@@ -228,6 +232,7 @@ pub fn run(
     }
     loaded.set_state(globals, ProbeState::Active)?;
     loaded.attach_where(attach_options, timed)?;
+    timings::step("recording");
     if let Some(recorder) = receiver.recorder.as_mut().filter(|_| child.is_some()) {
         recorder.place_tables(&loaded, COMMAND_TABLES_WAIT);
     }
@@ -392,6 +397,10 @@ fn trace(
             timeout
         };
         let _ = loaded.poll(timeout, |bytes| receiver.message(bytes, out))?;
+        if !status.polled {
+            status.polled = true;
+            timings::step("first poll returned");
+        }
         receiver.run_ops(loaded, out)?;
         if usr1::take_request() {
             print_exit_maps(receiver.compiled, loaded, &receiver.printer, out)?;
@@ -441,6 +450,8 @@ fn wind_down(
 /// The one-line live status of a capture, on a terminal only.
 struct Status {
     enabled: bool,
+    /// Whether the ring buffer was polled yet (the last start-up step).
+    polled: bool,
     last: Instant,
     shown: bool,
 }
@@ -453,6 +464,7 @@ impl Status {
     fn new(capturing: bool) -> Status {
         Status {
             enabled: capturing && io::stderr().is_terminal(),
+            polled: false,
             last: Instant::now(),
             shown: false,
         }

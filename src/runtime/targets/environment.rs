@@ -60,7 +60,11 @@ impl SystemEnvironment {
 
     fn btf(&self) -> Result<&KernelBtf, String> {
         self.btf
-            .get_or_init(KernelBtf::load)
+            .get_or_init(|| {
+                let btf = KernelBtf::load();
+                crate::timings::step("kernel BTF mapped");
+                btf
+            })
             .as_ref()
             .map_err(Clone::clone)
     }
@@ -236,6 +240,10 @@ impl Environment for SystemEnvironment {
 
     fn has_btf(&self) -> bool {
         KernelBtf::present()
+    }
+
+    fn kfunc_id(&self, name: &str) -> Option<u32> {
+        self.btf().ok()?.function_id(name)
     }
 
     fn enum_constants(&self, name: &str) -> Result<Vec<EnumConstant>, String> {

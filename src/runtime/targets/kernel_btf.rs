@@ -170,20 +170,21 @@ impl KernelBtf {
     fn tracepoints(&self) -> &HashMap<String, TracepointTypes> {
         self.tracepoints.get_or_init(|| {
             let mut index: HashMap<String, TracepointTypes> = HashMap::new();
-            for func in self.btf.type_by_kind::<libbpf_rs::btf::types::Func<'_>>() {
-                if let Some(name) = stripped(func.name(), STUB_PREFIX) {
-                    let entry = index.entry(name.to_string()).or_default();
-                    entry.stub.get_or_insert(func.type_id());
-                }
-            }
-            for typedef in self
-                .btf
-                .type_by_kind::<libbpf_rs::btf::types::Typedef<'_>>()
-            {
-                if let Some(name) = stripped(typedef.name(), TRACE_PREFIX) {
-                    let entry = index.entry(name.to_string()).or_default();
-                    entry.typedef.get_or_insert(typedef.type_id());
-                }
+            let types = (1..self.btf.len() as u32).map(TypeId::from);
+            for ty in types.filter_map(|id| self.btf.type_by_id::<BtfType<'_>>(id)) {
+                let (prefix, is_stub) = match ty.kind() {
+                    BtfKind::Func => (STUB_PREFIX, true),
+                    BtfKind::Typedef => (TRACE_PREFIX, false),
+                    _ => continue,
+                };
+                let Some(name) = stripped(ty.name(), prefix) else {
+                    continue;
+                };
+                let entry = index.entry(name.to_string()).or_default();
+                match is_stub {
+                    true => entry.stub.get_or_insert(ty.type_id()),
+                    false => entry.typedef.get_or_insert(ty.type_id()),
+                };
             }
             index
         })
@@ -233,6 +234,12 @@ impl KernelBtf {
             }
         }
         index
+    }
+
+    /// The id of function `name` (`BTF_KIND_FUNC`), if the kernel has it.
+    pub fn function_id(&self, name: &str) -> Option<u32> {
+        let found = (self.btf).type_by_name::<libbpf_rs::btf::types::Func<'_>>(name);
+        found.map(|func| func.type_id().into())
     }
 
     /// `struct NAME`, `union NAME`, `enum NAME` or a plain type name.
@@ -356,7 +363,8 @@ fn kind(ty: BtfType<'_>) -> KernelKind {
                 members: (0..composite.len())
                     .filter_map(|i| composite.get(i))
                     .map(member)
-                    .collect(),
+                    .collect::<Vec<_>>()
+                    .into(),
             },
             Err(_) => KernelKind::Other,
         },
@@ -403,6 +411,17 @@ mod tests {
         assert_eq!(wakeup[0].name, "p");
         let err = btf.tp_btf_args("sched_swich").expect_err("misspelt");
         assert!(err.contains("sched_switch"), "{err}");
+    }
+
+    /// Kernel functions are found by name, and only functions.
+    #[test]
+    fn finds_kernel_functions_by_name() {
+        let btf = KernelBtf::load().expect("kernel BTF");
+        let id = btf.function_id("bpf_rdonly_cast").expect("the kfunc");
+        let func = btf.btf.type_by_id::<BtfType<'_>>(TypeId::from(id));
+        assert_eq!(func.map(|f| f.kind()), Some(BtfKind::Func));
+        assert_eq!(btf.function_id("task_struct"), None, "a struct");
+        assert_eq!(btf.function_id("no_such_function_here"), None);
     }
 
     /// vfs_read's parameters and return type come from its BTF prototype.

@@ -305,7 +305,7 @@ impl<'u, 'a> Converter<'u, 'a> {
                         KernelKind::Struct {
                             union,
                             size,
-                            members,
+                            members: members.into(),
                         },
                     )
                 }

@@ -38,7 +38,7 @@ fn sysv_registers() {
         kind: KernelKind::Struct {
             union: false,
             size: 24,
-            members: Vec::new(),
+            members: Vec::new().into(),
         },
     };
     let (types, ids) = store(vec![int(), double, big]);
@@ -174,7 +174,7 @@ fn small_structs_take_their_registers() {
         kind: KernelKind::Struct {
             union: false,
             size,
-            members,
+            members: Vec::into(members),
         },
     };
     let two_ints = record(
