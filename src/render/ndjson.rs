@@ -14,7 +14,7 @@ use crate::capture::model::{
 };
 use crate::render::source::CaptureSource;
 use crate::render::{Capture, Captures, Destination, Output, Render, RenderError};
-use crate::tracking::records::Trackers;
+use crate::tracking::records::{Trackers, is_internal};
 
 mod json;
 #[cfg(test)]
@@ -215,8 +215,9 @@ impl<'a, 'o> LineWriter<'a, 'o> {
     fn header_probes(&mut self) {
         let buf = &mut self.buf;
         buf.extend_from_slice(br#","probes":["#);
-        for (id, schema) in self.source.schemas().iter().enumerate() {
-            if id > 0 {
+        let listed = (self.source.schemas().iter().enumerate()).filter(|(_, s)| !is_internal(s));
+        for (index, (id, schema)) in listed.enumerate() {
+            if index > 0 {
                 buf.push(b',');
             }
             buf.extend_from_slice(br#"{"id":"#);
