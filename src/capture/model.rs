@@ -337,10 +337,14 @@ pub enum StackCount {
     /// kernel stack only.
     PendingJoined,
     PendingLost,
+    /// Long blocks in an `execve` that replaced the program: the call
+    /// returned into the new one, whose stack is not theirs; kept with
+    /// their kernel stack only.
+    PendingExec,
 }
 
 impl StackCount {
-    pub const ALL: [StackCount; 15] = [
+    pub const ALL: [StackCount; 16] = [
         StackCount::Table,
         StackCount::FramePointer,
         StackCount::KernelWalk,
@@ -356,6 +360,7 @@ impl StackCount {
         StackCount::KernelTruncated,
         StackCount::PendingJoined,
         StackCount::PendingLost,
+        StackCount::PendingExec,
     ];
 
     /// Its code in the capture's end chunk, and its label in summaries.
@@ -380,6 +385,7 @@ impl StackCount {
             StackCount::KernelTruncated => "kernel stacks truncated at 127 frames",
             StackCount::PendingJoined => "off-CPU user stacks joined at syscall return",
             StackCount::PendingLost => "off-CPU user stacks lost (no syscall return)",
+            StackCount::PendingExec => "off-CPU user stacks dropped (exec in the call)",
         }
     }
 }

@@ -265,7 +265,7 @@ impl Recorder {
         for pending in std::mem::take(&mut self.pending) {
             match pending.join {
                 Some(Join::Awaits { tid }) => self.joins.wait(tid, pending),
-                Some(Join::Brings { tid }) => {
+                Some(Join::Brings { tid, .. }) => {
                     for block in self.joins.answer(tid, &pending) {
                         batch.push(self.resolved(block));
                     }

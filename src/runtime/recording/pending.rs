@@ -18,6 +18,7 @@ use super::stacks::{RawStack, raw_digest};
 use crate::capture::model::{RecordSchema, StackCount};
 use crate::capture::walk::StackWalk;
 use crate::tracking::records::{Field, Kind, Trackers};
+use crate::unwind::maps::flags;
 
 /// The tracker record that brings deferred user stacks.
 pub const PENDING_RECORD: &str = "offcpu_pending";
@@ -34,8 +35,10 @@ pub(super) const MAX_WAIT_NS: u64 = 500_000_000;
 pub(super) enum Join {
     /// A long block of thread `tid` waiting for its user stack.
     Awaits { tid: u32 },
-    /// The user stack of thread `tid`'s waiting blocks.
-    Brings { tid: u32 },
+    /// The user stack of thread `tid`'s waiting blocks; none when an
+    /// `execve` replaced the program during their system call
+    /// (`image_changed`: the stack at its return is the new program's).
+    Brings { tid: u32, image_changed: bool },
 }
 
 /// The blocks waiting for their user stacks, by thread.
@@ -47,6 +50,8 @@ pub(super) struct PendingJoin {
     waiting: HashMap<u32, Vec<Pending>>,
     joined: u64,
     lost: u64,
+    /// Blocks left without a user stack because of an `execve`.
+    exec: u64,
 }
 
 impl PendingJoin {
@@ -81,10 +86,11 @@ impl PendingJoin {
         bytes: &[u8],
     ) -> Option<Join> {
         if self.pending_record == Some(record) {
-            return Some(Join::Brings { tid });
+            let image_changed = stack_flags & flags::USER_EXEC != 0;
+            return Some(Join::Brings { tid, image_changed });
         }
         let (switch, next) = self.switch?;
-        if record != switch || stack_flags & crate::unwind::maps::flags::USER_PENDING == 0 {
+        if record != switch || stack_flags & flags::USER_PENDING == 0 {
             return None;
         }
         let FieldDecoder::Thread { at } = fields.get(next)? else {
@@ -100,19 +106,31 @@ impl PendingJoin {
     }
 
     /// The waiting blocks `brings` answers, each with its user stack
-    /// joined; and those it cannot answer (earlier than its time), as they
-    /// are.
+    /// joined (or, after an `execve`, its kernel stack alone); and those it
+    /// cannot answer (earlier than its time), as they are.
     pub(super) fn answer(&mut self, tid: u32, brings: &Pending) -> Vec<Pending> {
         let Some(blocks) = self.waiting.remove(&tid) else {
             return Vec::new();
         };
         let from = brings.event.ts_ns;
         let user = brings.stack.as_ref().map(|(_, raw)| raw);
+        let image_changed = matches!(
+            brings.join,
+            Some(Join::Brings {
+                image_changed: true,
+                ..
+            })
+        );
         blocks
             .into_iter()
             .map(|mut block| {
                 if block.event.ts_ns < from {
                     self.lost += 1;
+                    return block;
+                }
+                if image_changed {
+                    self.exec += 1;
+                    block.stack = joined(block.stack.take().map(|(_, raw)| raw), None);
                     return block;
                 }
                 self.joined += 1;
@@ -160,6 +178,7 @@ impl PendingJoin {
         vec![
             (StackCount::PendingJoined, self.joined),
             (StackCount::PendingLost, self.lost),
+            (StackCount::PendingExec, self.exec),
         ]
     }
 }
@@ -249,7 +268,10 @@ mod tests {
                 ..Event::default()
             },
             stack: Some((0, raw(&[], user))),
-            join: Some(Join::Brings { tid: TID }),
+            join: Some(Join::Brings {
+                tid: TID,
+                image_changed: false,
+            }),
         }
     }
 
@@ -268,7 +290,14 @@ mod tests {
         fields[next.expect("switch has next")] = FieldDecoder::Thread { at: 8 };
         let bytes = [[0u8; 8], 42u64.to_le_bytes()].concat();
         let classify = |record, bits| join.classify(record, bits, TID, &fields, &bytes);
-        assert_eq!(classify(1, 0), Some(Join::Brings { tid: TID }));
+        let brings = |image_changed| {
+            Some(Join::Brings {
+                tid: TID,
+                image_changed,
+            })
+        };
+        assert_eq!(classify(1, 0), brings(false));
+        assert_eq!(classify(1, flags::USER_EXEC), brings(true));
         assert_eq!(
             classify(0, flags::USER_PENDING),
             Some(Join::Awaits { tid: 42 })
@@ -300,7 +329,41 @@ mod tests {
         assert!(join.answer(TID, &brings(40, &[1])).is_empty());
         assert_eq!(
             join.counts(),
-            [(StackCount::PendingJoined, 2), (StackCount::PendingLost, 1)]
+            [
+                (StackCount::PendingJoined, 2),
+                (StackCount::PendingLost, 1),
+                (StackCount::PendingExec, 0)
+            ]
+        );
+    }
+
+    /// After an `execve` the return's user stack is the new program's:
+    /// the blocks it answers keep their kernel stack alone, never its
+    /// frames, and count as dropped by exec.
+    #[test]
+    fn an_exec_leaves_blocks_their_kernel_stack() {
+        let mut join = PendingJoin::new(&records());
+        join.wait(TID, block(10, &[1]));
+        join.wait(TID, block(20, &[2]));
+        let mut after_exec = brings(10, &[100, 200]);
+        after_exec.join = Some(Join::Brings {
+            tid: TID,
+            image_changed: true,
+        });
+        let answered = join.answer(TID, &after_exec);
+        let stacks: Vec<(Vec<u64>, usize)> = (answered.iter())
+            .map(|b| b.stack.as_ref().expect("a stack"))
+            .map(|(_, raw)| (raw.kernel.clone(), raw.user.len()))
+            .collect();
+        assert_eq!(stacks, [(vec![1], 0), (vec![2], 0)]);
+        assert!(answered.iter().all(|b| b.event.walk.is_none()));
+        assert_eq!(
+            join.counts(),
+            [
+                (StackCount::PendingJoined, 0),
+                (StackCount::PendingLost, 0),
+                (StackCount::PendingExec, 2)
+            ]
         );
     }
 
@@ -319,7 +382,11 @@ mod tests {
         assert_eq!(join.expire(u64::MAX).len(), 1);
         assert_eq!(
             join.counts(),
-            [(StackCount::PendingJoined, 0), (StackCount::PendingLost, 2)]
+            [
+                (StackCount::PendingJoined, 0),
+                (StackCount::PendingLost, 2),
+                (StackCount::PendingExec, 0)
+            ]
         );
     }
 }
