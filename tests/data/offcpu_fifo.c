@@ -14,8 +14,8 @@
  *   CPU 1; once it spins, the main thread (CPU 0) calls execve() of this program from
  *   exec_here(). execve must first end the second thread, which cannot run
  *   behind the hog: the main thread blocks inside execve ~30 ms, then the
- *   call returns into the new program, which naps 5 ms in after_exec() and
- *   writes "after exec" to stderr.
+ *   call returns into the new program, which naps 5 ms in after_exec(),
+ *   writes "after exec" to stderr and lives 300 ms more.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -139,6 +139,8 @@ __attribute__((noinline)) void after_exec(void)
 {
 	nap_ms(5);
 	fprintf(stderr, "after exec\n");
+	/* Live on a while, so the recorder reads the new program's mappings. */
+	nap_ms(300);
 }
 
 static int exec_behind_hog(const char *self)
