@@ -15,7 +15,8 @@ use std::collections::HashMap;
 use super::Pending;
 use super::decode::FieldDecoder;
 use super::stacks::{RawStack, raw_digest};
-use crate::capture::model::{RecordSchema, StackCount};
+use super::window::ReorderWindow;
+use crate::capture::model::{Event, RecordSchema, StackCount};
 use crate::capture::walk::StackWalk;
 use crate::tracking::records::{Field, Kind, Trackers};
 use crate::unwind::maps::flags;
@@ -26,8 +27,10 @@ pub const PENDING_RECORD: &str = "offcpu_pending";
 /// How long a block waits for its task's return: past this (behind the
 /// newest event) it is written without its user stack. Events after a
 /// waiting block stay in the reorder window until it goes out
-/// ([`PendingJoin::oldest`]); a woken task can wait long for a CPU on a
-/// loaded machine before it returns.
+/// ([`PendingJoin::oldest`]), but no longer than the window's event cap
+/// allows ([`PendingJoin::evict_oldest`]), so that the recorder's memory
+/// does not follow the event rate; a task that blocks again in the same
+/// call waits long for its return.
 pub(super) const MAX_WAIT_NS: u64 = 500_000_000;
 
 /// What a message means to the join.
@@ -41,6 +44,15 @@ pub(super) enum Join {
     Brings { tid: u32, image_changed: bool },
 }
 
+/// What leaves the reorder window ([`PendingJoin::next_due`]).
+pub(super) enum Due {
+    /// An event to write.
+    Event(Event),
+    /// A waiting block given up: the events it held back filled the
+    /// window, whose memory must not follow the event rate.
+    GivenUp(Pending),
+}
+
 /// The blocks waiting for their user stacks, by thread.
 #[derive(Default)]
 pub(super) struct PendingJoin {
@@ -52,6 +64,8 @@ pub(super) struct PendingJoin {
     lost: u64,
     /// Blocks left without a user stack because of an `execve`.
     exec: u64,
+    /// Blocks given up to keep the reorder window within its cap.
+    evicted: u64,
 }
 
 impl PendingJoin {
@@ -153,6 +167,43 @@ impl PendingJoin {
         blocks.map(|b| b.event.ts_ns).min()
     }
 
+    /// What leaves `window` next, with `hold_ns` the time of the oldest
+    /// waiting block ([`Self::oldest`], again after a block is given up):
+    /// an event that is due and older than the hold; else, when the window
+    /// is over its cap behind the hold, the oldest waiting block, given up
+    /// (it goes into the window without its user stack); else nothing.
+    pub(super) fn next_due(
+        &mut self,
+        window: &mut ReorderWindow,
+        hold_ns: Option<u64>,
+    ) -> Option<Due> {
+        if let Some(event) = window.pop_due_before(hold_ns.unwrap_or(u64::MAX)) {
+            return Some(Due::Event(event));
+        }
+        if !window.over_cap() {
+            return None;
+        }
+        self.evict_oldest().map(Due::GivenUp)
+    }
+
+    /// The oldest waiting block, given up, counted.
+    fn evict_oldest(&mut self) -> Option<Pending> {
+        let (&tid, at) = (self.waiting.iter())
+            .filter_map(|(tid, blocks)| {
+                let oldest = (blocks.iter().enumerate()).min_by_key(|(_, b)| b.event.ts_ns)?;
+                Some((tid, oldest))
+            })
+            .min_by_key(|(_, (_, block))| block.event.ts_ns)
+            .map(|(tid, (at, _))| (tid, at))?;
+        let blocks = self.waiting.get_mut(&tid)?;
+        let block = blocks.remove(at);
+        if blocks.is_empty() {
+            self.waiting.remove(&tid);
+        }
+        self.evicted += 1;
+        Some(block)
+    }
+
     /// Blocks that waited too long before `newest_ns` (all with
     /// `u64::MAX`), written without their user stack.
     pub(super) fn expire(&mut self, newest_ns: u64) -> Vec<Pending> {
@@ -179,6 +230,7 @@ impl PendingJoin {
             (StackCount::PendingJoined, self.joined),
             (StackCount::PendingLost, self.lost),
             (StackCount::PendingExec, self.exec),
+            (StackCount::PendingEvicted, self.evicted),
         ]
     }
 }
@@ -205,7 +257,7 @@ fn joined(kernel: Option<RawStack>, user: Option<&RawStack>) -> Option<(u128, Ra
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::model::{Event, FieldSchema, RecordKind, RecordOrigin};
+    use crate::capture::model::{FieldSchema, RecordKind, RecordOrigin};
     use crate::capture::walk::Unwinder;
     use crate::runtime::recording::stacks::UserFrame;
     use crate::unwind::maps::flags;
@@ -332,7 +384,8 @@ mod tests {
             [
                 (StackCount::PendingJoined, 2),
                 (StackCount::PendingLost, 1),
-                (StackCount::PendingExec, 0)
+                (StackCount::PendingExec, 0),
+                (StackCount::PendingEvicted, 0)
             ]
         );
     }
@@ -362,9 +415,69 @@ mod tests {
             [
                 (StackCount::PendingJoined, 0),
                 (StackCount::PendingLost, 0),
-                (StackCount::PendingExec, 2)
+                (StackCount::PendingExec, 2),
+                (StackCount::PendingEvicted, 0)
             ]
         );
+    }
+
+    /// Evicting gives up the oldest waiting block of any thread, counted;
+    /// a later block of its thread still takes its return's stack.
+    #[test]
+    fn evicts_the_oldest_block_first() {
+        let mut join = PendingJoin::new(&records());
+        join.wait(TID, block(30, &[3]));
+        join.wait(TID, block(10, &[1]));
+        let mut other = block(20, &[2]);
+        other.join = Some(Join::Awaits { tid: TID + 1 });
+        join.wait(TID + 1, other);
+        let times: Vec<u64> = std::iter::from_fn(|| join.evict_oldest())
+            .take(2)
+            .map(|b| b.event.ts_ns)
+            .collect();
+        assert_eq!(times, [10, 20]);
+        assert_eq!(join.oldest(), Some(30));
+        assert_eq!(join.answer(TID, &brings(30, &[100])).len(), 1);
+        assert_eq!(join.evict_oldest().map(|b| b.event.ts_ns), None);
+        let counts = join.counts();
+        assert!(
+            counts.contains(&(StackCount::PendingEvicted, 2)),
+            "{counts:?}"
+        );
+        assert!(
+            counts.contains(&(StackCount::PendingJoined, 1)),
+            "{counts:?}"
+        );
+    }
+
+    /// Behind a waiting block the window keeps its events past its cap
+    /// only until the block is given up: then the block and the oldest
+    /// events go out, in time order, until the window is within its cap.
+    #[test]
+    fn a_full_window_gives_up_the_oldest_block() {
+        let mut join = PendingJoin::new(&records());
+        join.wait(TID, block(5, &[1]));
+        let mut window = ReorderWindow::new(u64::MAX, 2);
+        let at = |ts_ns| Event {
+            ts_ns,
+            ..Event::default()
+        };
+        window.insert((6..10).map(at).collect());
+        let mut out = Vec::new();
+        let mut hold_ns = join.oldest();
+        while let Some(due) = join.next_due(&mut window, hold_ns) {
+            match due {
+                Due::Event(event) => out.push(event.ts_ns),
+                Due::GivenUp(block) => {
+                    out.push(0);
+                    window.insert(vec![block.event]);
+                    hold_ns = join.oldest();
+                }
+            }
+        }
+        assert_eq!(out, [0, 5, 6, 7]);
+        assert_eq!(window.len(), 2);
+        assert!(join.counts().contains(&(StackCount::PendingEvicted, 1)));
     }
 
     /// Blocks left waiting past the wait limit, and all at the end, go out
@@ -385,7 +498,8 @@ mod tests {
             [
                 (StackCount::PendingJoined, 0),
                 (StackCount::PendingLost, 2),
-                (StackCount::PendingExec, 0)
+                (StackCount::PendingExec, 0),
+                (StackCount::PendingEvicted, 0)
             ]
         );
     }
