@@ -307,6 +307,24 @@ mod tests {
         }
     }
 
+    /// The joined, lost, exec and evicted counts, as `counts` gives them.
+    fn counts([joined, lost, exec, evicted]: [u64; 4]) -> Vec<(StackCount, u64)> {
+        vec![
+            (StackCount::PendingJoined, joined),
+            (StackCount::PendingLost, lost),
+            (StackCount::PendingExec, exec),
+            (StackCount::PendingEvicted, evicted),
+        ]
+    }
+
+    /// Each answered block's kernel frames and number of user frames.
+    fn frames_of(answered: &[Pending]) -> Vec<(Vec<u64>, usize)> {
+        (answered.iter())
+            .map(|b| b.stack.as_ref().expect("a stack"))
+            .map(|(_, raw)| (raw.kernel.clone(), raw.user.len()))
+            .collect()
+    }
+
     fn brings(ts_ns: u64, user: &[u64]) -> Pending {
         let walk = StackWalk {
             unwinder: Some(Unwinder::FramePointer),
@@ -371,23 +389,14 @@ mod tests {
         join.wait(TID, block(20, &[2]));
         join.wait(TID, block(30, &[3]));
         let answered = join.answer(TID, &brings(20, &[100, 200]));
-        let stacks: Vec<(Vec<u64>, usize)> = (answered.iter())
-            .map(|b| b.stack.as_ref().expect("a stack"))
-            .map(|(_, raw)| (raw.kernel.clone(), raw.user.len()))
-            .collect();
-        assert_eq!(stacks, [(vec![1], 0), (vec![2], 2), (vec![3], 2)]);
+        assert_eq!(
+            frames_of(&answered),
+            [(vec![1], 0), (vec![2], 2), (vec![3], 2)]
+        );
         assert_eq!(answered[0].event.walk, None);
         assert_eq!(answered[1].event.walk, brings(0, &[]).event.walk);
         assert!(join.answer(TID, &brings(40, &[1])).is_empty());
-        assert_eq!(
-            join.counts(),
-            [
-                (StackCount::PendingJoined, 2),
-                (StackCount::PendingLost, 1),
-                (StackCount::PendingExec, 0),
-                (StackCount::PendingEvicted, 0)
-            ]
-        );
+        assert_eq!(join.counts(), counts([2, 1, 0, 0]));
     }
 
     /// After an `execve` the return's user stack is the new program's:
@@ -404,21 +413,9 @@ mod tests {
             image_changed: true,
         });
         let answered = join.answer(TID, &after_exec);
-        let stacks: Vec<(Vec<u64>, usize)> = (answered.iter())
-            .map(|b| b.stack.as_ref().expect("a stack"))
-            .map(|(_, raw)| (raw.kernel.clone(), raw.user.len()))
-            .collect();
-        assert_eq!(stacks, [(vec![1], 0), (vec![2], 0)]);
+        assert_eq!(frames_of(&answered), [(vec![1], 0), (vec![2], 0)]);
         assert!(answered.iter().all(|b| b.event.walk.is_none()));
-        assert_eq!(
-            join.counts(),
-            [
-                (StackCount::PendingJoined, 0),
-                (StackCount::PendingLost, 0),
-                (StackCount::PendingExec, 2),
-                (StackCount::PendingEvicted, 0)
-            ]
-        );
+        assert_eq!(join.counts(), counts([0, 0, 2, 0]));
     }
 
     /// Evicting gives up the oldest waiting block of any thread, counted;
@@ -493,14 +490,6 @@ mod tests {
         assert_eq!(expired.len(), 1);
         assert_eq!(expired[0].event.ts_ns, 5);
         assert_eq!(join.expire(u64::MAX).len(), 1);
-        assert_eq!(
-            join.counts(),
-            [
-                (StackCount::PendingJoined, 0),
-                (StackCount::PendingLost, 2),
-                (StackCount::PendingExec, 0),
-                (StackCount::PendingEvicted, 0)
-            ]
-        );
+        assert_eq!(join.counts(), counts([0, 2, 0, 0]));
     }
 }
