@@ -337,10 +337,18 @@ pub enum StackCount {
     /// kernel stack only.
     PendingJoined,
     PendingLost,
+    /// Long blocks in an `execve` that replaced the program: the call
+    /// returned into the new one, whose stack is not theirs; kept with
+    /// their kernel stack only.
+    PendingExec,
+    /// Long blocks given up before their system call returned: the events
+    /// after them filled the recorder's reorder window (its memory is
+    /// bounded); kept with their kernel stack only.
+    PendingEvicted,
 }
 
 impl StackCount {
-    pub const ALL: [StackCount; 15] = [
+    pub const ALL: [StackCount; 17] = [
         StackCount::Table,
         StackCount::FramePointer,
         StackCount::KernelWalk,
@@ -356,6 +364,8 @@ impl StackCount {
         StackCount::KernelTruncated,
         StackCount::PendingJoined,
         StackCount::PendingLost,
+        StackCount::PendingExec,
+        StackCount::PendingEvicted,
     ];
 
     /// Its code in the capture's end chunk, and its label in summaries.
@@ -380,6 +390,8 @@ impl StackCount {
             StackCount::KernelTruncated => "kernel stacks truncated at 127 frames",
             StackCount::PendingJoined => "off-CPU user stacks joined at syscall return",
             StackCount::PendingLost => "off-CPU user stacks lost (no syscall return)",
+            StackCount::PendingExec => "off-CPU user stacks dropped (exec in the call)",
+            StackCount::PendingEvicted => "off-CPU user stacks dropped (reorder window full)",
         }
     }
 }

@@ -119,7 +119,9 @@ impl Lowerer<'_> {
                 self.switch_stack(parts, switch, target, now, &user);
             }
             Some(OffcpuStack::Pending) | None => {
-                if parts.user() {
+                if parts.user() && offcpu.is_some() {
+                    self.pending_user_stack(target, &user);
+                } else if parts.user() {
                     self.current_user_stack(target, &user);
                 }
                 if parts.kernel() {
@@ -444,7 +446,7 @@ impl Lowerer<'_> {
         self.branch(Cond::Lt, blocked, Src::Reg(min), done);
         self.comment("a long block: the stacks of the task switched in");
         if parts.user() {
-            self.long_block_user_stack(next_storage, target, now, user);
+            self.long_block_user_stack((next, next_storage), target, now, user);
         }
         if parts.kernel() {
             self.kernel_stack(target, user, KernelSource::Task(next));
@@ -473,11 +475,13 @@ impl Lowerer<'_> {
     /// The user part of a long block's stack under `-S offcpu=DUR`: the
     /// stack walked at its switch-out, or, when its task blocked in a system
     /// call, none yet: the record is flagged `USER_PENDING` and the task
-    /// remembers the first such switch-in, which its return's record
-    /// (`stack(offcpu, pending)`) carries as its time.
+    /// (`next`, with its storage) remembers the first such switch-in, which
+    /// its return's record (`stack(offcpu, pending)`) carries as its time,
+    /// and its address space then, which an `execve` changes before it
+    /// returns.
     fn long_block_user_stack(
         &mut self,
-        storage: VReg,
+        (next, storage): (VReg, VReg),
         target: StackTarget,
         now: VReg,
         user: &UserFrames,
@@ -490,6 +494,8 @@ impl Lowerer<'_> {
         let from = self.load_sized(Base::Reg(storage), offcpu::PENDING_FROM, Size::U64);
         self.branch(Cond::Ne, from, Src::Imm(0), done);
         self.store_reg(Base::Reg(storage), offcpu::PENDING_FROM, now, Size::U64);
+        let to = self.offset_pointer(storage, offcpu::PENDING_MM as u32);
+        self.read_task_mm(next, Arg::Reg(to));
         self.emit(Inst::Jump(done));
         self.emit(Inst::Bind(walked));
         let state = self.offset_pointer(storage, offcpu::STATE as u32);
@@ -500,6 +506,43 @@ impl Lowerer<'_> {
             let at = header::STACK_TGID as i16;
             self.store_reg(Base::Reg(target.buf), at, tgid, Size::U32);
         }
+        self.emit(Inst::Bind(done));
+    }
+
+    /// Reads `task->mm` (the identity of its address space; a BTF task
+    /// pointer) into the 8 bytes at `to`.
+    fn read_task_mm(&mut self, task: VReg, to: Arg) {
+        let Some(mm) = self.program.mm_layout else {
+            unreachable!("records with user stacks have the mm layout")
+        };
+        let from = self.offset_pointer(task, mm.task_mm);
+        self.call(PROBE_READ_KERNEL, vec![to, Arg::Imm(8), Arg::Reg(from)]);
+    }
+
+    /// The user part of the `stack(offcpu, pending)` record at a system
+    /// call's return: the current task's user stack, unless an `execve`
+    /// replaced its address space since its first pending block (`mm`
+    /// changed): the stack is then the new program's, and the record says
+    /// so with `USER_EXEC` and no user frames.
+    fn pending_user_stack(&mut self, target: StackTarget, user: &UserFrames) {
+        let map = self
+            .stack_maps()
+            .offcpu
+            .expect("`stack(offcpu, pending)` has its task storage");
+        let (walk, done) = (self.label(), self.label());
+        let task = self.curtask();
+        let storage = self.task_storage(map, task, false);
+        self.branch(Cond::Eq, storage, Src::Imm(0), walk);
+        let slot = self.alloc(8);
+        self.read_task_mm(task, Arg::Frame(slot));
+        let now_mm = self.load_sized(Base::Frame, slot, Size::U64);
+        let then_mm = self.load_sized(Base::Reg(storage), offcpu::PENDING_MM, Size::U64);
+        self.branch(Cond::Eq, now_mm, Src::Reg(then_mm), walk);
+        self.comment("exec since the first pending block: not the blocks' user stack");
+        self.mov_imm(user.flags, flags::USER_EXEC as i32);
+        self.emit(Inst::Jump(done));
+        self.emit(Inst::Bind(walk));
+        self.current_user_stack(target, user);
         self.emit(Inst::Bind(done));
     }
 

@@ -45,15 +45,17 @@ pub const SPAN_FRAMES_BYTES: u32 = USER_FRAMES_BYTES + KERNEL_FRAMES_BYTES;
 /// and `stack(offcpu, pending)`: when it last left the CPU, whether it was
 /// then in a system call (under `-S offcpu=DUR` its user stack was not
 /// walked: it is taken at the call's return), the switch-in time of its
-/// first long block waiting for that return (0: none), and the user stack
-/// walked when it left the CPU outside a system call.
+/// first long block waiting for that return (0: none) and its address
+/// space then (`task->mm`: an `execve` returns into another), and the user
+/// stack walked when it left the CPU outside a system call.
 pub mod offcpu {
     use crate::unwind::maps::state;
 
     pub const OUT_NS: i16 = 0;
     pub const IN_SYSCALL: i16 = 8;
     pub const PENDING_FROM: i16 = 16;
-    pub const STATE: i16 = 24;
+    pub const PENDING_MM: i16 = 24;
+    pub const STATE: i16 = 32;
     pub const BYTES: u32 = STATE as u32 + state::BYTES;
 }
 

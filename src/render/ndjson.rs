@@ -6,6 +6,7 @@
 //! memory does not grow with the number of events and the same capture always
 //! gives the same bytes.
 
+use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
 use crate::capture::model::{
@@ -14,7 +15,7 @@ use crate::capture::model::{
 };
 use crate::render::source::CaptureSource;
 use crate::render::{Capture, Captures, Destination, Output, Render, RenderError};
-use crate::tracking::records::Trackers;
+use crate::tracking::records::{Trackers, is_internal};
 
 mod json;
 #[cfg(test)]
@@ -215,8 +216,9 @@ impl<'a, 'o> LineWriter<'a, 'o> {
     fn header_probes(&mut self) {
         let buf = &mut self.buf;
         buf.extend_from_slice(br#","probes":["#);
-        for (id, schema) in self.source.schemas().iter().enumerate() {
-            if id > 0 {
+        let listed = (self.source.schemas().iter().enumerate()).filter(|(_, s)| !is_internal(s));
+        for (index, (id, schema)) in listed.enumerate() {
+            if index > 0 {
                 buf.push(b',');
             }
             buf.extend_from_slice(br#"{"id":"#);
@@ -263,6 +265,23 @@ impl<'a, 'o> LineWriter<'a, 'o> {
         buf.extend_from_slice(br#","drops":"#);
         match self.source.stats() {
             Some(stats) => write_drops(buf, stats.drops.iter().copied()),
+            None => buf.extend_from_slice(b"null"),
+        }
+        // The internal records are not listed as probes; their losses are
+        // here, so that `drops` is still the sum of what is listed.
+        buf.extend_from_slice(br#","internal_dropped":"#);
+        let counted = self.source.stats().filter(|s| s.counts_per_record());
+        match counted {
+            Some(stats) => {
+                let schemas = self.source.schemas();
+                let internal =
+                    |record: RecordId| (schemas.get(record.0 as usize)).is_some_and(is_internal);
+                let mut sums: BTreeMap<DropReason, u64> = BTreeMap::new();
+                for drop in stats.record_drops.iter().filter(|d| internal(d.record)) {
+                    *sums.entry(drop.reason).or_default() += drop.count;
+                }
+                write_drops(buf, sums.into_iter());
+            }
             None => buf.extend_from_slice(b"null"),
         }
         buf.extend_from_slice(br#","damage":"#);

@@ -15,6 +15,7 @@ use crate::render::metrics::{Measurement, measure};
 use crate::render::recorded::RecordedStacks;
 use crate::render::source::CaptureSource;
 use crate::render::{Capture, Captures, Destination, Output, Render, RenderError};
+use crate::tracking::records::is_internal;
 
 /// How the summary is written.
 #[derive(Clone, Debug)]
@@ -195,7 +196,8 @@ fn write_probes(text: &mut String, source: &dyn CaptureSource, m: &Measurement) 
         "probe",
     ];
     let mut rows: Vec<[String; 8]> = vec![header.map(String::from)];
-    for ((id, schema), stats) in schemas.iter().enumerate().zip(&m.records) {
+    let listed = (schemas.iter().enumerate().zip(&m.records)).filter(|((_, s), _)| !is_internal(s));
+    for ((id, schema), stats) in listed {
         let (kind, time) = match schema.kind {
             RecordKind::Instant => ("instant", String::new()),
             RecordKind::Span => ("span", seconds(stats.span_ns)),
@@ -233,7 +235,7 @@ fn write_probes(text: &mut String, source: &dyn CaptureSource, m: &Measurement) 
             .unwrap_or(0)
     };
     let [w0, w1, w2, w3, w4, w5, w6] = [0, 1, 2, 3, 4, 5, 6].map(width);
-    row(text, "records", schemas.len());
+    row(text, "records", rows.len() - 1);
     for [id, name, kind, events, dropped, time, from, probe] in &rows {
         let line = format!(
             "{id:>w0$}  {name:<w1$}  {kind:<w2$}  {events:>w3$}  {dropped:>w4$}  {time:>w5$}  {from:<w6$}  {probe}"

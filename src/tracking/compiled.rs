@@ -30,7 +30,7 @@ pub fn schemas() -> &'static [RecordSchema] {
     SCHEMAS.get_or_init(|| {
         let tracking = Tracking {
             features: Feature::ALL.into_iter().collect(),
-            stacks: ["timer", "offcpu", "waker", "pmu=sw:cpu-clock@1000hz"]
+            stacks: ["timer", "offcpu=1ms", "waker", "pmu=sw:cpu-clock@1000hz"]
                 .iter()
                 .flat_map(|s| parse_stack_arg(s).expect("a stack kind"))
                 .collect(),
@@ -127,7 +127,7 @@ impl Environment for TrackerMachine {
     }
 
     /// The trackers' tracepoints with the arguments of Linux 6.x
-    /// (`include/trace/events/{sched,irq,workqueue,task}.h`).
+    /// (`include/trace/events/{sched,irq,workqueue,task,syscalls}.h`).
     fn tp_btf_args(&self, name: &str) -> Result<Vec<BtfArg>, String> {
         let args = |list: &[(&str, KTypeId)]| {
             let args = list.iter().map(|&(name, ty)| BtfArg {
@@ -156,6 +156,8 @@ impl Environment for TrackerMachine {
             "softirq_entry" | "softirq_exit" => args(&[("vec_nr", ids::UINT)]),
             "workqueue_execute_start" => args(&[("work", WORK_PTR)]),
             "workqueue_execute_end" => args(&[("work", WORK_PTR), ("function", WORK_FUNC_PTR)]),
+            // `struct pt_regs *regs`, `long ret`: the script reads neither.
+            "sys_exit" => args(&[("regs", ids::VOID_PTR), ("ret", ids::U64)]),
             _ => FakeMachine.tp_btf_args(name),
         }
     }

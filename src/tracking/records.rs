@@ -32,10 +32,14 @@ pub enum Kind {
     Wq,
     Timer,
     PmuSample,
+    /// The user stack of long off-CPU blocks, taken at their system call's
+    /// return (`-S offcpu=DUR`); the recorder joins it into their
+    /// switches, never an event.
+    OffcpuPending,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 15] = [
         Kind::Task,
         Kind::Switch,
         Kind::Waking,
@@ -50,6 +54,7 @@ impl Kind {
         Kind::Wq,
         Kind::Timer,
         Kind::PmuSample,
+        Kind::OffcpuPending,
     ];
 
     /// The record's schema name, also the NDJSON `t` and the Perfetto event name.
@@ -69,7 +74,15 @@ impl Kind {
             Kind::Wq => "wq",
             Kind::Timer => "timer",
             Kind::PmuSample => "pmu_sample",
+            Kind::OffcpuPending => "offcpu_pending",
         }
+    }
+
+    /// Whether the recorder consumes the record (into the thread table, or
+    /// into other records' stacks): the capture holds none of its events,
+    /// and listings of the capture's records leave it out.
+    pub fn internal(self) -> bool {
+        matches!(self, Kind::Task | Kind::OffcpuPending)
     }
 
     fn from_name(name: &str) -> Option<Kind> {
@@ -93,7 +106,7 @@ impl Kind {
             Kind::HardIrq => &[Field::Action],
             Kind::SoftIrq => &[Field::Vec],
             Kind::Wq => &[Field::Func],
-            Kind::Exec | Kind::Exit | Kind::Timer | Kind::PmuSample => &[],
+            Kind::Exec | Kind::Exit | Kind::Timer | Kind::PmuSample | Kind::OffcpuPending => &[],
         }
     }
 
@@ -107,6 +120,13 @@ impl Kind {
             _ => None,
         }
     }
+}
+
+/// Whether `schema` is a tracker record the recorder consumes
+/// ([`Kind::internal`]): not a probe of the capture to list.
+pub fn is_internal(schema: &RecordSchema) -> bool {
+    schema.origin == RecordOrigin::Tracker
+        && Kind::from_name(&schema.name).is_some_and(Kind::internal)
 }
 
 /// The fields of the `task` record, which `identity(TASK)` expands to.

@@ -192,4 +192,9 @@ pub mod flags {
     /// The kernel stack reached the kernel's depth limit and goes on (set
     /// by the caller after taking it).
     pub const KERNEL_TRUNCATED: u32 = 2048;
+    /// No user frames: the task's address space changed (`execve`) since
+    /// its first long block of the system call it returns from, so its
+    /// user stack is the new program's, not the blocks' (set by
+    /// `stack(offcpu, pending)`).
+    pub const USER_EXEC: u32 = 4096;
 }

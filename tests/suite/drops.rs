@@ -183,7 +183,8 @@ fn summary_dropped(summary: &str, name: &str) -> u64 {
     row[4].parse().expect("dropped column")
 }
 
-/// The header's drops by reason are the sums of every probe's `dropped`.
+/// The header's drops by reason are the sums of every probe's `dropped` and
+/// `internal_dropped`.
 #[track_caller]
 fn assert_global_drops_are_sums(header: &Value) {
     let global = header["drops"].as_object().expect("a finished capture");
@@ -191,7 +192,8 @@ fn assert_global_drops_are_sums(header: &Value) {
     for reason in ["ring_buffer_full", "stack_lost", "unmatched_span_end"] {
         let sum: u64 = (probes.iter())
             .filter_map(|p| p["dropped"][reason].as_u64())
-            .sum();
+            .sum::<u64>()
+            + header["internal_dropped"][reason].as_u64().unwrap_or(0);
         let total = global.get(reason).and_then(Value::as_u64).unwrap_or(0);
         assert_eq!(sum, total, "{reason}: {header}");
     }

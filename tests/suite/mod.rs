@@ -15,6 +15,7 @@ mod hostile;
 mod load;
 mod offcpu;
 mod offcpu_join;
+mod offcpu_paths;
 mod probe_forms;
 mod profiles;
 mod records;

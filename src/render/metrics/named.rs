@@ -8,6 +8,7 @@ use crate::analysis::gate::{Dimension, MetricKind, MetricName};
 use crate::analysis::stats::LogHistogram;
 use crate::capture::model::{FieldType, RecordKind, RecordOrigin};
 use crate::render::source::CaptureSource;
+use crate::tracking::records::is_internal;
 
 /// One number of a capture.
 #[derive(Clone, Debug, PartialEq)]
@@ -165,7 +166,8 @@ impl Measurement {
     fn record_metrics(&self, source: &dyn CaptureSource, out: &mut Sink) {
         let schemas = source.schemas();
         let mut groups: BTreeMap<(bool, &str), Vec<usize>> = BTreeMap::new();
-        for (index, schema) in schemas.iter().enumerate() {
+        let listed = schemas.iter().enumerate().filter(|(_, s)| !is_internal(s));
+        for (index, schema) in listed {
             let span = schema.kind == RecordKind::Span;
             groups.entry((span, &schema.name)).or_default().push(index);
         }

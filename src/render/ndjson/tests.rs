@@ -55,7 +55,7 @@ fn renders_exact_lines() {
         r#""dropped":{"stack_lost":3}},"#,
         r#"{"id":1,"probe":"uprobe:/usr/lib/libc.so.6:lock","name":"lock","origin":"script","kind":"span","#,
         r#""fields":[{"name":"what","type":"str"},{"name":"ret","type":"int"}],"stack":false,"dropped":{}}],"#,
-        r#""drops":{"stack_lost":3},"damage":null}"#
+        r#""drops":{"stack_lost":3},"internal_dropped":{},"damage":null}"#
     );
     let expected = [header, S0, E0, E1, E2, S1, E3]
         .map(|line| format!("{line}\n"))

@@ -132,7 +132,7 @@ mod tests {
     use crate::render::source::FakeCapture;
     use crate::render::system_fixture::system;
     use crate::tracking::compiled;
-    use crate::tracking::records::Kind;
+    use crate::tracking::records::is_internal;
 
     fn lines(filter: &Filter) -> Vec<String> {
         let (capture, _) = system();
@@ -288,7 +288,7 @@ mod tests {
 
     /// A capture with one full event (every field at the edge of its type,
     /// a stack, a duration for spans) of each compiled tracker record that
-    /// is written as a line (all but `task`), and their names.
+    /// is written as a line (all but the internal ones), and their names.
     fn one_of_each() -> (FakeCapture, Vec<String>) {
         let mut c = FakeCapture::new();
         let thread = c.add_thread(7, 7, "t", "t");
@@ -297,7 +297,7 @@ mod tests {
         let stack = c.add_stack(&[frame]);
         let mut names = Vec::new();
         for tracker in compiled::schemas() {
-            if tracker.name == Kind::Task.name() {
+            if is_internal(tracker) {
                 continue;
             }
             let record = c.add_tracker_schema(&tracker.name);

@@ -55,9 +55,13 @@ impl Renderer<'_, '_> {
                 }
                 self.task_instant(event, schema)
             }
-            Kind::Task | Kind::Exec | Kind::Rename | Kind::Exit | Kind::Timer | Kind::PmuSample => {
-                self.task_instant(event, schema)
-            }
+            Kind::Task
+            | Kind::Exec
+            | Kind::Rename
+            | Kind::Exit
+            | Kind::Timer
+            | Kind::PmuSample
+            | Kind::OffcpuPending => self.task_instant(event, schema),
         }
     }
 

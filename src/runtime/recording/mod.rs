@@ -18,7 +18,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use self::decode::{FieldDecoder, IdentityRecord, decoders, identity_record, malformed, u64_at};
-use self::pending::{Join, PendingJoin};
+use self::pending::{Due, Join, PendingJoin};
 use self::stacks::{RawStack, StackHeader, digest, probed_binaries, raw_stack};
 use self::tables::Tables;
 use self::threads::{Comm, ThreadTable};
@@ -46,6 +46,10 @@ const REORDER_WINDOW_NS: u64 = 100_000_000;
 /// later than the window is written out of time order (the format allows
 /// it) and counted.
 const REORDER_WINDOW_EVENTS: usize = 16 * 1024;
+/// Most events decoded before they go on to the reorder window: a drain
+/// of the whole ring buffer (16 MiB with stacks, ~150 k events seen) would
+/// otherwise be held at once.
+const PENDING_BATCH: usize = 4096;
 /// How often what has been written is made a complete chunk on disk.
 const FLUSH_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -209,6 +213,9 @@ impl Recorder {
             stack = self.message_stack(bytes, &desc, at, join.is_some(), &mut event)?;
         }
         self.pending.push(Pending { event, stack, join });
+        if self.pending.len() >= PENDING_BATCH {
+            self.drain_pending()?;
+        }
         Ok(())
     }
 
@@ -262,11 +269,25 @@ impl Recorder {
         if let Some(tables) = &mut self.tables {
             tables.update(loaded);
         }
+        self.drain_pending()?;
+        // Complete chunks on disk: a capture killed now still replays to here.
+        if self.last_flush.elapsed() >= FLUSH_INTERVAL {
+            self.writer.flush()?;
+            self.last_flush = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// Resolves the stacks of pending events, joins deferred user stacks,
+    /// and writes what has left the reorder window.
+    fn drain_pending(&mut self) -> Result<(), RecordError> {
         let mut batch = Vec::with_capacity(self.pending.len());
-        for pending in std::mem::take(&mut self.pending) {
+        // Taken out and put back, so its capacity is reused.
+        let mut decoded = std::mem::take(&mut self.pending);
+        for pending in decoded.drain(..) {
             match pending.join {
                 Some(Join::Awaits { tid }) => self.joins.wait(tid, pending),
-                Some(Join::Brings { tid }) => {
+                Some(Join::Brings { tid, .. }) => {
                     for block in self.joins.answer(tid, &pending) {
                         batch.push(self.resolved(block));
                     }
@@ -275,19 +296,28 @@ impl Recorder {
                 None => batch.push(self.resolved(pending)),
             }
         }
+        self.pending = decoded;
         for block in self.joins.expire(self.window.newest_ns()) {
             batch.push(self.resolved(block));
         }
         self.window.insert(batch);
-        // Nothing after a block still waiting for its user stack goes out.
-        let hold_ns = self.joins.oldest().unwrap_or(u64::MAX);
-        while let Some(event) = self.window.pop_due_before(hold_ns) {
-            self.write(event)?;
-        }
-        // Complete chunks on disk: a capture killed now still replays to here.
-        if self.last_flush.elapsed() >= FLUSH_INTERVAL {
-            self.writer.flush()?;
-            self.last_flush = Instant::now();
+        self.write_due()
+    }
+
+    /// Writes the events that left the reorder window. Nothing after a
+    /// block still waiting for its user stack goes out, unless the window is
+    /// over its cap behind it: the block then goes out as it is.
+    fn write_due(&mut self) -> Result<(), RecordError> {
+        let mut hold_ns = self.joins.oldest();
+        while let Some(due) = self.joins.next_due(&mut self.window, hold_ns) {
+            match due {
+                Due::Event(event) => self.write(event)?,
+                Due::GivenUp(block) => {
+                    let event = self.resolved(block);
+                    self.window.insert(vec![event]);
+                    hold_ns = self.joins.oldest();
+                }
+            }
         }
         Ok(())
     }

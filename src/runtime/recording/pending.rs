@@ -15,9 +15,11 @@ use std::collections::HashMap;
 use super::Pending;
 use super::decode::FieldDecoder;
 use super::stacks::{RawStack, raw_digest};
-use crate::capture::model::{RecordSchema, StackCount};
+use super::window::ReorderWindow;
+use crate::capture::model::{Event, RecordSchema, StackCount};
 use crate::capture::walk::StackWalk;
 use crate::tracking::records::{Field, Kind, Trackers};
+use crate::unwind::maps::flags;
 
 /// The tracker record that brings deferred user stacks.
 pub const PENDING_RECORD: &str = "offcpu_pending";
@@ -25,8 +27,10 @@ pub const PENDING_RECORD: &str = "offcpu_pending";
 /// How long a block waits for its task's return: past this (behind the
 /// newest event) it is written without its user stack. Events after a
 /// waiting block stay in the reorder window until it goes out
-/// ([`PendingJoin::oldest`]); a woken task can wait long for a CPU on a
-/// loaded machine before it returns.
+/// ([`PendingJoin::oldest`]), but no longer than the window's event cap
+/// allows ([`PendingJoin::evict_oldest`]), so that the recorder's memory
+/// does not follow the event rate; a task that blocks again in the same
+/// call waits long for its return.
 pub(super) const MAX_WAIT_NS: u64 = 500_000_000;
 
 /// What a message means to the join.
@@ -34,8 +38,19 @@ pub(super) const MAX_WAIT_NS: u64 = 500_000_000;
 pub(super) enum Join {
     /// A long block of thread `tid` waiting for its user stack.
     Awaits { tid: u32 },
-    /// The user stack of thread `tid`'s waiting blocks.
-    Brings { tid: u32 },
+    /// The user stack of thread `tid`'s waiting blocks; none when an
+    /// `execve` replaced the program during their system call
+    /// (`image_changed`: the stack at its return is the new program's).
+    Brings { tid: u32, image_changed: bool },
+}
+
+/// What leaves the reorder window ([`PendingJoin::next_due`]).
+pub(super) enum Due {
+    /// An event to write.
+    Event(Event),
+    /// A waiting block given up: the events it held back filled the
+    /// window, whose memory must not follow the event rate.
+    GivenUp(Pending),
 }
 
 /// The blocks waiting for their user stacks, by thread.
@@ -47,6 +62,10 @@ pub(super) struct PendingJoin {
     waiting: HashMap<u32, Vec<Pending>>,
     joined: u64,
     lost: u64,
+    /// Blocks left without a user stack because of an `execve`.
+    exec: u64,
+    /// Blocks given up to keep the reorder window within its cap.
+    evicted: u64,
 }
 
 impl PendingJoin {
@@ -81,10 +100,11 @@ impl PendingJoin {
         bytes: &[u8],
     ) -> Option<Join> {
         if self.pending_record == Some(record) {
-            return Some(Join::Brings { tid });
+            let image_changed = stack_flags & flags::USER_EXEC != 0;
+            return Some(Join::Brings { tid, image_changed });
         }
         let (switch, next) = self.switch?;
-        if record != switch || stack_flags & crate::unwind::maps::flags::USER_PENDING == 0 {
+        if record != switch || stack_flags & flags::USER_PENDING == 0 {
             return None;
         }
         let FieldDecoder::Thread { at } = fields.get(next)? else {
@@ -100,19 +120,31 @@ impl PendingJoin {
     }
 
     /// The waiting blocks `brings` answers, each with its user stack
-    /// joined; and those it cannot answer (earlier than its time), as they
-    /// are.
+    /// joined (or, after an `execve`, its kernel stack alone); and those it
+    /// cannot answer (earlier than its time), as they are.
     pub(super) fn answer(&mut self, tid: u32, brings: &Pending) -> Vec<Pending> {
         let Some(blocks) = self.waiting.remove(&tid) else {
             return Vec::new();
         };
         let from = brings.event.ts_ns;
         let user = brings.stack.as_ref().map(|(_, raw)| raw);
+        let image_changed = matches!(
+            brings.join,
+            Some(Join::Brings {
+                image_changed: true,
+                ..
+            })
+        );
         blocks
             .into_iter()
             .map(|mut block| {
                 if block.event.ts_ns < from {
                     self.lost += 1;
+                    return block;
+                }
+                if image_changed {
+                    self.exec += 1;
+                    block.stack = joined(block.stack.take().map(|(_, raw)| raw), None);
                     return block;
                 }
                 self.joined += 1;
@@ -133,6 +165,43 @@ impl PendingJoin {
     pub(super) fn oldest(&self) -> Option<u64> {
         let blocks = self.waiting.values().flatten();
         blocks.map(|b| b.event.ts_ns).min()
+    }
+
+    /// What leaves `window` next, with `hold_ns` the time of the oldest
+    /// waiting block ([`Self::oldest`], again after a block is given up):
+    /// an event that is due and older than the hold; else, when the window
+    /// is over its cap behind the hold, the oldest waiting block, given up
+    /// (it goes into the window without its user stack); else nothing.
+    pub(super) fn next_due(
+        &mut self,
+        window: &mut ReorderWindow,
+        hold_ns: Option<u64>,
+    ) -> Option<Due> {
+        if let Some(event) = window.pop_due_before(hold_ns.unwrap_or(u64::MAX)) {
+            return Some(Due::Event(event));
+        }
+        if !window.over_cap() {
+            return None;
+        }
+        self.evict_oldest().map(Due::GivenUp)
+    }
+
+    /// The oldest waiting block, given up, counted.
+    fn evict_oldest(&mut self) -> Option<Pending> {
+        let (&tid, at) = (self.waiting.iter())
+            .filter_map(|(tid, blocks)| {
+                let oldest = (blocks.iter().enumerate()).min_by_key(|(_, b)| b.event.ts_ns)?;
+                Some((tid, oldest))
+            })
+            .min_by_key(|(_, (_, block))| block.event.ts_ns)
+            .map(|(tid, (at, _))| (tid, at))?;
+        let blocks = self.waiting.get_mut(&tid)?;
+        let block = blocks.remove(at);
+        if blocks.is_empty() {
+            self.waiting.remove(&tid);
+        }
+        self.evicted += 1;
+        Some(block)
     }
 
     /// Blocks that waited too long before `newest_ns` (all with
@@ -160,6 +229,8 @@ impl PendingJoin {
         vec![
             (StackCount::PendingJoined, self.joined),
             (StackCount::PendingLost, self.lost),
+            (StackCount::PendingExec, self.exec),
+            (StackCount::PendingEvicted, self.evicted),
         ]
     }
 }
@@ -186,7 +257,7 @@ fn joined(kernel: Option<RawStack>, user: Option<&RawStack>) -> Option<(u128, Ra
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::model::{Event, FieldSchema, RecordKind, RecordOrigin};
+    use crate::capture::model::{FieldSchema, RecordKind, RecordOrigin};
     use crate::capture::walk::Unwinder;
     use crate::runtime::recording::stacks::UserFrame;
     use crate::unwind::maps::flags;
@@ -236,6 +307,24 @@ mod tests {
         }
     }
 
+    /// The joined, lost, exec and evicted counts, as `counts` gives them.
+    fn counts([joined, lost, exec, evicted]: [u64; 4]) -> Vec<(StackCount, u64)> {
+        vec![
+            (StackCount::PendingJoined, joined),
+            (StackCount::PendingLost, lost),
+            (StackCount::PendingExec, exec),
+            (StackCount::PendingEvicted, evicted),
+        ]
+    }
+
+    /// Each answered block's kernel frames and number of user frames.
+    fn frames_of(answered: &[Pending]) -> Vec<(Vec<u64>, usize)> {
+        (answered.iter())
+            .map(|b| b.stack.as_ref().expect("a stack"))
+            .map(|(_, raw)| (raw.kernel.clone(), raw.user.len()))
+            .collect()
+    }
+
     fn brings(ts_ns: u64, user: &[u64]) -> Pending {
         let walk = StackWalk {
             unwinder: Some(Unwinder::FramePointer),
@@ -249,7 +338,10 @@ mod tests {
                 ..Event::default()
             },
             stack: Some((0, raw(&[], user))),
-            join: Some(Join::Brings { tid: TID }),
+            join: Some(Join::Brings {
+                tid: TID,
+                image_changed: false,
+            }),
         }
     }
 
@@ -268,7 +360,14 @@ mod tests {
         fields[next.expect("switch has next")] = FieldDecoder::Thread { at: 8 };
         let bytes = [[0u8; 8], 42u64.to_le_bytes()].concat();
         let classify = |record, bits| join.classify(record, bits, TID, &fields, &bytes);
-        assert_eq!(classify(1, 0), Some(Join::Brings { tid: TID }));
+        let brings = |image_changed| {
+            Some(Join::Brings {
+                tid: TID,
+                image_changed,
+            })
+        };
+        assert_eq!(classify(1, 0), brings(false));
+        assert_eq!(classify(1, flags::USER_EXEC), brings(true));
         assert_eq!(
             classify(0, flags::USER_PENDING),
             Some(Join::Awaits { tid: 42 })
@@ -290,18 +389,92 @@ mod tests {
         join.wait(TID, block(20, &[2]));
         join.wait(TID, block(30, &[3]));
         let answered = join.answer(TID, &brings(20, &[100, 200]));
-        let stacks: Vec<(Vec<u64>, usize)> = (answered.iter())
-            .map(|b| b.stack.as_ref().expect("a stack"))
-            .map(|(_, raw)| (raw.kernel.clone(), raw.user.len()))
-            .collect();
-        assert_eq!(stacks, [(vec![1], 0), (vec![2], 2), (vec![3], 2)]);
+        assert_eq!(
+            frames_of(&answered),
+            [(vec![1], 0), (vec![2], 2), (vec![3], 2)]
+        );
         assert_eq!(answered[0].event.walk, None);
         assert_eq!(answered[1].event.walk, brings(0, &[]).event.walk);
         assert!(join.answer(TID, &brings(40, &[1])).is_empty());
-        assert_eq!(
-            join.counts(),
-            [(StackCount::PendingJoined, 2), (StackCount::PendingLost, 1)]
+        assert_eq!(join.counts(), counts([2, 1, 0, 0]));
+    }
+
+    /// After an `execve` the return's user stack is the new program's:
+    /// the blocks it answers keep their kernel stack alone, never its
+    /// frames, and count as dropped by exec.
+    #[test]
+    fn an_exec_leaves_blocks_their_kernel_stack() {
+        let mut join = PendingJoin::new(&records());
+        join.wait(TID, block(10, &[1]));
+        join.wait(TID, block(20, &[2]));
+        let mut after_exec = brings(10, &[100, 200]);
+        after_exec.join = Some(Join::Brings {
+            tid: TID,
+            image_changed: true,
+        });
+        let answered = join.answer(TID, &after_exec);
+        assert_eq!(frames_of(&answered), [(vec![1], 0), (vec![2], 0)]);
+        assert!(answered.iter().all(|b| b.event.walk.is_none()));
+        assert_eq!(join.counts(), counts([0, 0, 2, 0]));
+    }
+
+    /// Evicting gives up the oldest waiting block of any thread, counted;
+    /// a later block of its thread still takes its return's stack.
+    #[test]
+    fn evicts_the_oldest_block_first() {
+        let mut join = PendingJoin::new(&records());
+        join.wait(TID, block(30, &[3]));
+        join.wait(TID, block(10, &[1]));
+        let mut other = block(20, &[2]);
+        other.join = Some(Join::Awaits { tid: TID + 1 });
+        join.wait(TID + 1, other);
+        let times: Vec<u64> = std::iter::from_fn(|| join.evict_oldest())
+            .take(2)
+            .map(|b| b.event.ts_ns)
+            .collect();
+        assert_eq!(times, [10, 20]);
+        assert_eq!(join.oldest(), Some(30));
+        assert_eq!(join.answer(TID, &brings(30, &[100])).len(), 1);
+        assert_eq!(join.evict_oldest().map(|b| b.event.ts_ns), None);
+        let counts = join.counts();
+        assert!(
+            counts.contains(&(StackCount::PendingEvicted, 2)),
+            "{counts:?}"
         );
+        assert!(
+            counts.contains(&(StackCount::PendingJoined, 1)),
+            "{counts:?}"
+        );
+    }
+
+    /// Behind a waiting block the window keeps its events past its cap
+    /// only until the block is given up: then the block and the oldest
+    /// events go out, in time order, until the window is within its cap.
+    #[test]
+    fn a_full_window_gives_up_the_oldest_block() {
+        let mut join = PendingJoin::new(&records());
+        join.wait(TID, block(5, &[1]));
+        let mut window = ReorderWindow::new(u64::MAX, 2);
+        let at = |ts_ns| Event {
+            ts_ns,
+            ..Event::default()
+        };
+        window.insert((6..10).map(at).collect());
+        let mut out = Vec::new();
+        let mut hold_ns = join.oldest();
+        while let Some(due) = join.next_due(&mut window, hold_ns) {
+            match due {
+                Due::Event(event) => out.push(event.ts_ns),
+                Due::GivenUp(block) => {
+                    out.push(0);
+                    window.insert(vec![block.event]);
+                    hold_ns = join.oldest();
+                }
+            }
+        }
+        assert_eq!(out, [0, 5, 6, 7]);
+        assert_eq!(window.len(), 2);
+        assert!(join.counts().contains(&(StackCount::PendingEvicted, 1)));
     }
 
     /// Blocks left waiting past the wait limit, and all at the end, go out
@@ -317,9 +490,6 @@ mod tests {
         assert_eq!(expired.len(), 1);
         assert_eq!(expired[0].event.ts_ns, 5);
         assert_eq!(join.expire(u64::MAX).len(), 1);
-        assert_eq!(
-            join.counts(),
-            [(StackCount::PendingJoined, 0), (StackCount::PendingLost, 2)]
-        );
+        assert_eq!(join.counts(), counts([0, 2, 0, 0]));
     }
 }

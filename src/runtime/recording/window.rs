@@ -68,6 +68,12 @@ impl ReorderWindow {
     pub fn len(&self) -> usize {
         self.events.len()
     }
+
+    /// Whether the window holds more events than its cap (a hold keeps
+    /// them).
+    pub fn over_cap(&self) -> bool {
+        self.events.len() > self.cap
+    }
 }
 
 /// Merge sorted `batch` into sorted `ordered`; equal times keep `ordered`
@@ -164,6 +170,8 @@ mod tests {
             .map(|e| e.ts_ns)
             .collect();
         assert_eq!(held, [1]);
+        assert!(window.over_cap());
         assert_eq!(window.pop_due_before(u64::MAX).map(|e| e.ts_ns), Some(5));
+        assert!(!window.over_cap());
     }
 }

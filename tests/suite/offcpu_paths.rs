@@ -1,0 +1,185 @@
+//! The paths of a long block's user stack under `-S offcpu=DUR` that a
+//! SCHED_FIFO hog makes happen on demand (`tests/data/offcpu_fifo.c`): a
+//! block inside `execve` (the call returns into another program, whose
+//! stack is not the block's), and a preemption in user mode (no system
+//! call: the stack is walked at the switch-out); and that the recorder's
+//! internal records stay out of every listing of the capture.
+
+use serde_json::Value;
+
+use super::capture::{Ndjson, fresh_dir, perfetto_events};
+use super::offcpu::{Block, blocks_of, frame_index, stack_count};
+use super::{machine_lock, path_str, workload, wprof_ok};
+use crate::require_bpf;
+
+/// The shortest block the hog causes: it spins 30 ms.
+const HOG_BLOCK_NS: u64 = 20_000_000;
+
+/// Runs `offcpu_fifo MODE` under `-S offcpu=1ms`; returns the `-I` text
+/// and the blocks of each of its threads (the hog's too).
+fn capture_fifo(mode: &str) -> (String, Vec<Vec<Block>>) {
+    let dir = fresh_dir(&format!("offcpu-fifo-{mode}"));
+    let at = |name: &str| path_str(&dir.join(name));
+    let _machine = machine_lock();
+    #[rustfmt::skip]
+    wprof_ok(&[
+        "-S", "offcpu=1ms", "-D", &at("o.data"), "-J", &at("o.ndjson"), "--only-command",
+        "--", &workload("offcpu_fifo"), mode,
+    ]);
+    let text = std::fs::read_to_string(dir.join("o.ndjson")).expect("NDJSON");
+    let nd = Ndjson::parse(&text);
+    let info = wprof_ok(&["-R", "-D", &at("o.data"), "-I"]).stdout;
+    let mut tids: Vec<u64> = (nd.events.iter())
+        .filter(|e| e["t"] == "switch" && e["next"]["comm"] == "offcpu_fifo")
+        .filter_map(|e| e["next"]["tid"].as_u64())
+        .collect();
+    tids.sort_unstable();
+    tids.dedup();
+    let threads = tids.into_iter().map(|tid| blocks_of(&nd, tid));
+    (info, threads.collect())
+}
+
+fn is_kernel(frame: &str) -> bool {
+    frame.starts_with("[K]")
+}
+
+/// A block inside `execve` (behind the hog, the call cannot end the
+/// program's other thread) keeps its kernel stack alone — never the new
+/// program's first user frames — and `-I` counts it dropped by exec; the
+/// new program's own long block still gets its user stack, through
+/// `after_exec` when named.
+#[test]
+fn a_block_in_execve_keeps_its_kernel_stack_only() {
+    require_bpf!();
+    let (info, threads) = capture_fifo("exec");
+    let in_execve = |b: &Block| {
+        let frames = b.frames.as_ref();
+        frames.is_some_and(|f| frame_index(f, "__x64_sys_execve").is_some())
+    };
+    let blocks = (threads.iter())
+        .find(|blocks| {
+            blocks
+                .iter()
+                .any(|b| in_execve(b) && b.duration_ns >= HOG_BLOCK_NS)
+        })
+        .unwrap_or_else(|| panic!("no long block in execve: {threads:#?}"));
+    for frames in blocks
+        .iter()
+        .filter(|b| in_execve(b))
+        .filter_map(|b| b.frames.as_ref())
+    {
+        assert!(
+            frames.iter().all(|f| is_kernel(f)),
+            "a block in execve took user frames: {frames:#?}"
+        );
+    }
+    assert!(
+        stack_count(&info, "off-CPU user stacks dropped (exec in the call)") >= 1.0,
+        "{info}"
+    );
+    // The new program's nap: joined from its own return. Its frames are
+    // named only if the recorder read the new program's mappings before
+    // it exited (under load it may lag behind: bare addresses then).
+    let execve = blocks.iter().rposition(in_execve).expect("found above");
+    let after = (blocks[execve + 1..]
+        .iter()
+        .filter_map(|b| b.frames.as_ref()))
+    .find(|f| frame_index(f, "hrtimer_nanosleep").is_some())
+    .unwrap_or_else(|| panic!("the new program's nap has no stack: {blocks:#?}"));
+    assert!(after.iter().any(|f| !is_kernel(f)), "{after:#?}");
+    if frame_index(after, "main").is_some() {
+        let order = ["hrtimer_nanosleep", "after_exec", "main"].map(|f| frame_index(after, f));
+        assert!(
+            order.iter().all(Option::is_some) && order.is_sorted(),
+            "{after:#?}"
+        );
+    }
+}
+
+/// A thread preempted in user mode (no system call) by the hog has its
+/// stack walked at the switch-out: the block's stack goes from the
+/// interrupt's return to user mode through `spin_in_user` to `main`.
+#[test]
+fn a_preemption_in_user_mode_is_walked_at_switch_out() {
+    require_bpf!();
+    let (_, threads) = capture_fifo("preempt");
+    let blocks: Vec<&Block> = threads.iter().flatten().collect();
+    let preempted = (blocks.iter())
+        .filter(|b| b.duration_ns >= HOG_BLOCK_NS)
+        .filter_map(|b| b.frames.as_ref())
+        .find(|f| frame_index(f, "spin_in_user").is_some());
+    let frames = preempted.unwrap_or_else(|| panic!("no long block in spin_in_user: {blocks:#?}"));
+    assert!(
+        frames.iter().all(|f| !f.contains("entry_SYSCALL")),
+        "not a preemption in user mode: {frames:#?}"
+    );
+    let first_user = frames.iter().position(|f| !is_kernel(f));
+    let order = [
+        first_user,
+        frame_index(frames, "spin_in_user"),
+        frame_index(frames, "main"),
+    ];
+    assert!(
+        order.iter().all(Option::is_some) && order.is_sorted(),
+        "{frames:#?}"
+    );
+}
+
+/// The names of the probes the NDJSON header lists.
+fn header_probes(header: &Value) -> Vec<&str> {
+    let probes = header["probes"].as_array().expect("header probes");
+    probes.iter().filter_map(|p| p["name"].as_str()).collect()
+}
+
+/// The recorder's internal records (`offcpu_pending`, `task`) appear in
+/// none of `-I`'s records, the NDJSON header's probes, the metrics or the
+/// Perfetto trace, live or replayed; the user's and trackers' records do.
+#[test]
+fn internal_records_are_not_listed() {
+    require_bpf!();
+    let dir = fresh_dir("offcpu-internal-records");
+    let at = |name: &str| path_str(&dir.join(name));
+    #[rustfmt::skip]
+    let live = wprof_ok(&[
+        "-S", "offcpu=1ms", "-D", &at("o.data"), "-J", &at("o.ndjson"), "-T", &at("o.pb"),
+        "--metrics", &at("m.json"), "-I", "-e", "tracepoint:syscalls:sys_enter_nanosleep < >",
+        "-c", "sleep 0.05",
+    ]);
+    let replayed = wprof_ok(&["-R", "-D", &at("o.data"), "-I"]).stdout;
+    for info in [&live.stdout, &replayed] {
+        let records: Vec<&str> = (info.lines())
+            .skip_while(|l| !l.starts_with("records"))
+            .take_while(|l| !l.starts_with("threads"))
+            .collect();
+        let names: Vec<&str> = (records.iter().skip(2))
+            .filter_map(|l| l.split_whitespace().nth(1))
+            .collect();
+        assert!(names.contains(&"switch") && names.contains(&"sys_enter_nanosleep"));
+        assert!(
+            !names.contains(&"offcpu_pending") && !names.contains(&"task"),
+            "{records:#?}"
+        );
+        let count = records[0].split_whitespace().nth(1);
+        assert_eq!(
+            count,
+            Some(names.len().to_string().as_str()),
+            "{records:#?}"
+        );
+    }
+    let text = std::fs::read_to_string(dir.join("o.ndjson")).expect("NDJSON");
+    let nd = Ndjson::parse(&text);
+    let names = header_probes(&nd.header);
+    assert!(names.contains(&"switch"), "{names:?}");
+    assert!(
+        !names.contains(&"offcpu_pending") && !names.contains(&"task"),
+        "{names:?}"
+    );
+    let metrics = std::fs::read_to_string(dir.join("m.json")).expect("metrics");
+    assert!(metrics.contains("record:sys_enter_nanosleep.count"));
+    assert!(metrics.contains("record:switch.count"));
+    assert!(!metrics.contains("record:offcpu_pending") && !metrics.contains("record:task."));
+    if let Some(events) = perfetto_events(&dir.join("o.pb"), &[]) {
+        let named = |name: &str| events.iter().any(|e| e["name"] == name);
+        assert!(!named("offcpu_pending") && !named("task"));
+    }
+}
