@@ -416,27 +416,30 @@ fn trace(
     status.clear()
 }
 
-/// After detaching: run END and print what is left in the ring buffer.
+/// After detaching: print what probes sent before (up to an `exit()`),
+/// run END and print its output. The ring may still hold events sent
+/// before an `exit()` that was not read yet: the session can stop (the
+/// command exited) before the ring is read.
 fn wind_down(
     loaded: &mut Loaded,
     receiver: &mut Receiver,
     out: &mut dyn Write,
 ) -> Result<(), RunError> {
-    if receiver.ending == Ending::ExitCalled {
-        // As in bpftrace, what probes sent after exit() is not printed
-        // (but recorded events are kept).
-        receiver.quiet = true;
-        receiver.ending = Ending::Running;
-        while loaded
-            .consume(|bytes| receiver.message(bytes, out))?
-            .is_break()
-        {}
-        receiver.quiet = false;
-    }
+    drain(loaded, receiver, out)?;
+    receiver.exited = false;
     for index in loaded.programs_at(&AttachPoint::End) {
         loaded.run_once(index)?;
     }
-    // Drain what is left, pausing at each map request to serve it in order.
+    drain(loaded, receiver, out)
+}
+
+/// Reads what is left in the ring, pausing at each map request to serve it
+/// in order.
+fn drain(
+    loaded: &mut Loaded,
+    receiver: &mut Receiver,
+    out: &mut dyn Write,
+) -> Result<(), RunError> {
     loop {
         receiver.ending = Ending::Running;
         let flow = loaded.consume(|bytes| receiver.message(bytes, out))?;

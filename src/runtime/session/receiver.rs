@@ -38,8 +38,11 @@ pub(super) struct Receiver<'a> {
     pub(super) ending: Ending,
     /// Capture events go here.
     pub(super) recorder: Option<Recorder>,
-    /// Drop printed output (after `exit()`), keep recorded events.
+    /// Drop printed output (its reader is gone), keep recorded events.
     pub(super) quiet: bool,
+    /// An `exit()` was read: as in bpftrace, what probes sent after it is
+    /// not printed (recorded events are kept); END's output is.
+    pub(super) exited: bool,
     watches: Watches,
 }
 
@@ -61,6 +64,7 @@ impl<'a> Receiver<'a> {
             ending: Ending::Running,
             recorder,
             quiet: false,
+            exited: false,
             watches: Watches::new(tracee),
         }
     }
@@ -135,12 +139,15 @@ impl<'a> Receiver<'a> {
             }
             Message::Builtin(_) | Message::HelperError(_) => {}
         }
-        if self.quiet {
+        if self.quiet || self.exited {
             return Ok(());
         }
         match self.printer.print(index, bytes, out)? {
             Printed::Done => {}
-            Printed::Exit => self.ending = Ending::ExitCalled,
+            Printed::Exit => {
+                self.ending = Ending::ExitCalled;
+                self.exited = true;
+            }
             Printed::Map(op) => self.queue(SessionOp::Map(op)),
             Printed::Unwatch(address) => self.queue(SessionOp::Unwatch(address)),
         }
