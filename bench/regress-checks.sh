@@ -18,7 +18,8 @@
 #   CHECK          aa, slow, fast (default: all three)
 #
 # Prints one line per repetition (check, repetition, wprof's exit status,
-# the failing gates, the gated metrics' verdicts; the checks take turns),
+# the failing gates, the gated metrics' verdicts with their changes and p;
+# the checks take turns),
 # then per check how many repetitions came out as expected and in how many
 # every gated metric was `~`; the load average before and after. Raw
 # lines go to DIR/results.tsv. Needs root and cc; WPROF as for regress.sh.
@@ -30,11 +31,16 @@ source "$HERE/../examples/ci/regress.sh"
 
 GATED=(span:request.p50 span:request.p99 func:compact.total)
 
-# verdicts OUT: each gated metric's verdict symbol in OUT/comparison.json.
+# verdicts OUT: each gated metric's verdict symbol, change and p in
+# OUT/comparison.json, e.g. span:request.p50=+(+12.4%,p=0.008).
 verdicts() {
   local out=$1 metric line=""
+  local query='.metrics[$m] | "\(.verdict.symbol // "none")(\(if .change then
+    (if .change > 0 then "+" else "" end) + (.change * 1000 | round / 10 | tostring) + "%"
+    else "-" end),p=\(.verdict.p // "-"
+    | if type == "number" then . * 1000 | round / 1000 else . end))"'
   for metric in "${GATED[@]}"; do
-    line+="$metric=$(jq -r --arg m "$metric" '.metrics[$m].verdict.symbol // "none"' "$out/comparison.json") "
+    line+="$metric=$(jq -r --arg m "$metric" "$query" "$out/comparison.json") "
   done
   echo "${line% }"
 }
@@ -109,7 +115,7 @@ run_checks() {
     local good
     good=$(awk -F'\t' -v c="$check" '$1 == c && $4 == "yes"' "$out/results.tsv" | wc -l)
     local quiet
-    quiet=$(awk -F'\t' -v c="$check" '$1 == c && $6 !~ /[+-]/' "$out/results.tsv" | wc -l)
+    quiet=$(awk -F'\t' -v c="$check" '$1 == c && $6 !~ /=[+-]/' "$out/results.tsv" | wc -l)
     echo "$check: $good of $reps repetitions as expected; gated metrics all \`~\` in $quiet"
   done
   rm -f "$out"/base-*.data "$out"/new-*.data "$out"/*.data.log

@@ -7,8 +7,9 @@
 //! - [`flamegraph`]: folded lines → flame graph SVG (inferno), plain or
 //!   differential;
 //! - [`pprof`]: symbolized frames and weighted samples → gzipped `profile.proto`;
-//! - [`stats`]: percentiles in bounded memory, Mann-Whitney U, bootstrap
-//!   confidence intervals and the significance verdict of a comparison;
+//! - [`stats`]: percentiles in bounded memory, permutation and Mann-Whitney U
+//!   tests, bootstrap confidence intervals and the significance verdict of a
+//!   comparison;
 //! - [`gate`]: `--fail-if` expressions, parsed and evaluated against metrics;
 //! - [`wallclock`]: scheduler events → per-thread on-CPU, off-CPU (by state),
 //!   wake-up latency, switches and coverage of a window.

@@ -13,7 +13,8 @@ use serde_json::Value;
 
 use super::capture::{Ndjson, fresh_dir};
 use super::system::{capture, involves, tid_named};
-use super::{map_lines, path_str, workload, wprof_ok};
+use super::{RUN_TIMEOUT, map_lines, path_str, workload, wprof_ok};
+use crate::common::{run_with_timeout, wprof_bin};
 use crate::require_bpf;
 
 /// A workload process, killed and reaped when dropped (a failed test
@@ -180,6 +181,49 @@ fn only_command_records_the_command_tree_in_the_kernel() {
         "{}",
         json.header
     );
+}
+
+/// A command tree larger than its map (`BPFTRACE_MAP_KEYS_MAX=2`: the
+/// command and its child fit, the grandchild does not) is not followed past
+/// the map's size, and the capture says so: a `command_tree_full` record
+/// names the process left out and its parent; the user's probe recorded the
+/// system calls of the two others and none of the grandchild's.
+#[test]
+fn only_command_records_processes_the_full_tree_left_out() {
+    require_bpf!();
+    let dir = fresh_dir("filters-command-tree-full");
+    let command = format!("{} 5", workload("tree_fork"));
+    let json = dir.join("c.json");
+    let mut wprof = Command::new(wprof_bin());
+    wprof.env("BPFTRACE_MAP_KEYS_MAX", "2").args([
+        "--only-command",
+        "-e",
+        "tracepoint:raw_syscalls:sys_enter { record call < nr = args.id > }",
+        "-D",
+        &path_str(&dir.join("c.data")),
+        "-J",
+        &path_str(&json),
+        "-c",
+        &command,
+    ]);
+    let run = run_with_timeout(&mut wprof, RUN_TIMEOUT).expect("wprof runs");
+    assert!(run.success(), "{}", run.stderr);
+    let json = Ndjson::parse(&fs::read_to_string(&json).expect("NDJSON"));
+    let pid = |who| pid_printed(&run.stdout, who);
+    let (parent, child, grandchild) = (pid("parent"), pid("child"), pid("grandchild"));
+    let of_probe = |probe: &'static str| {
+        (json.events.iter())
+            .filter(move |e| e["probe"] == probe)
+            .collect::<Vec<_>>()
+    };
+    let full = of_probe("command_tree_full");
+    assert_eq!(full.len(), 1, "{full:?}");
+    assert_eq!(full[0]["fields"]["pid"], grandchild);
+    assert_eq!(full[0]["fields"]["parent"], child);
+    let callers: BTreeSet<u64> = (of_probe("call").iter())
+        .filter_map(|e| e["task"]["pid"].as_u64())
+        .collect();
+    assert_eq!(callers, BTreeSet::from([parent, child]));
 }
 
 /// The pid the workload printed as `WHO PID`.

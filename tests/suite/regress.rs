@@ -113,12 +113,14 @@ fn check_runs_against_the_benchmark(json: &Value, out: &Path, side: &str, prefix
 }
 
 /// A/B: a build whose request is 15% longer and whose compact() takes 10%
-/// more CPU fails with exit status 1, each gate named `FAIL` or `pass` on
-/// stderr and in every report as the JSON says; the values agree with the
-/// benchmark's own measurements. The p50 gate must fail; on a heavily
-/// loaded machine the p99 and function gates are not significant in every
-/// repetition (`bench/regress-checks.sh` measures how often), so they must
-/// only move the right way.
+/// more CPU fails the p50 and p99 gates with exit status 1, each gate named
+/// `FAIL` or `pass` on stderr and in every report as the JSON says; the
+/// values agree with the benchmark's own measurements. The function's time
+/// must grow, but its gate is not required to fail: on a busy machine
+/// compact()'s own CPU time spreads by ±5% from run to run (its
+/// `CLOCK_THREAD_CPUTIME_ID`), and wprof's measure of it moved +4.3% to
+/// +9.9% for 9.2% more work, so it can stay under the +5% threshold or
+/// short of significance (`bench/README.md`, session 19).
 #[test]
 fn ci_recipe_fails_a_slower_build() {
     require_bpf!();
@@ -130,6 +132,7 @@ fn ci_recipe_fails_a_slower_build() {
     let gates = json["gates"].as_array().expect("gates");
     let text = fs::read_to_string(out.join("report.txt")).expect("report.txt");
     let markdown = fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert_eq!(gates.len(), GATED.len());
     for (gate, expression) in gates.iter().zip(GATED) {
         assert_eq!(gate["expression"], expression);
         let (status, md) = match gate["failed"].as_bool().expect("failed") {
@@ -138,15 +141,18 @@ fn ci_recipe_fails_a_slower_build() {
         };
         let line = format!("wprof: {status}  --fail-if '{expression}': ");
         assert!(run.stderr.contains(&line), "{line} in:\n{}", run.stderr);
-        assert!(
-            text.contains(&format!("  {status}  --fail-if '{expression}'")),
-            "{text}"
-        );
+        let line = format!("  {status}  --fail-if '{expression}'");
+        assert!(text.contains(&line), "{line} in:\n{text}");
         let row = format!("| {md} | `--fail-if {expression}` |");
         assert!(markdown.contains(&row), "{row} in:\n{markdown}");
     }
-    assert_eq!(gates[0]["failed"], true, "the p50 gate");
-    assert_eq!(verdict(&json, "span:request.p50"), "+");
+    for (gate, expression) in gates.iter().zip(GATED).take(2) {
+        assert_eq!(gate["failed"], true, "{expression}:\n{}", run.stderr);
+    }
+    for metric in ["span:request.p50", "span:request.p99"] {
+        assert_eq!(verdict(&json, metric), "+", "{metric}:\n{}", run.stderr);
+    }
+    assert_ne!(verdict(&json, "func:compact.total"), "-", "{}", run.stderr);
     assert_eq!(verdict(&json, "span:request.count"), "~");
     let change = |metric: &str| json["metrics"][metric]["change"].as_f64();
     let p50 = change("span:request.p50");

@@ -5,6 +5,9 @@
 //! - [`mann_whitney`]: the two-sided Mann-Whitney U test (exact distribution
 //!   for small samples, ties included; normal approximation for large ones),
 //!   also on two histograms ([`mann_whitney_binned`]);
+//! - [`permutation_test`]: the two-sided permutation test of the difference
+//!   of two samples' means (exact up to 20 000 splits, sampled beyond), the
+//!   verdict of runs' values;
 //! - [`bootstrap_difference`]: a percentile bootstrap confidence interval of a
 //!   difference of medians or means, reproducible from its seed;
 //! - [`Verdict`]: significant increase, decrease, or `~` (no significant
@@ -13,9 +16,11 @@
 mod bootstrap;
 mod histogram;
 mod mann_whitney;
+mod permutation;
 mod verdict;
 
 pub use bootstrap::{BootstrapCi, Statistic, bootstrap_difference};
 pub use histogram::LogHistogram;
 pub use mann_whitney::{MannWhitney, Method, mann_whitney, mann_whitney_binned};
+pub use permutation::{PermutationTest, permutation_test};
 pub use verdict::{Change, Evidence, Verdict, can_reach};

@@ -7,7 +7,8 @@ use std::fmt;
 
 use super::bootstrap::{BootstrapCi, Statistic, bootstrap_difference};
 use super::histogram::LogHistogram;
-use super::mann_whitney::{MannWhitney, Method, mann_whitney, mann_whitney_binned};
+use super::mann_whitney::{MannWhitney, Method, mann_whitney_binned};
+use super::permutation::{PermutationTest, permutation_test};
 
 /// Resamples of a bootstrap verdict: enough for stable 95% bounds.
 pub const BOOTSTRAP_RESAMPLES: usize = 10_000;
@@ -26,6 +27,9 @@ pub enum Change {
 /// What the verdict rests on.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Evidence {
+    /// The runs' values (several runs a side).
+    Permutation(PermutationTest),
+    /// The events of one run a side.
     MannWhitney(MannWhitney),
     Bootstrap(BootstrapCi),
 }
@@ -40,10 +44,21 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// Decides by a two-sided Mann-Whitney U test at level `alpha`; `None`
-    /// when a side is empty or holds NaN.
-    pub fn mann_whitney(baseline: &[f64], candidate: &[f64], alpha: f64) -> Option<Verdict> {
-        Some(Self::from_test(mann_whitney(baseline, candidate)?, alpha))
+    /// Decides by the two-sided permutation test of the runs' mean values
+    /// at level `alpha`; `None` when a side is empty or a value is not
+    /// finite.
+    pub fn permutation(baseline: &[f64], candidate: &[f64], alpha: f64) -> Option<Verdict> {
+        let test = permutation_test(baseline, candidate)?;
+        let change = match (test.p_value < alpha, test.difference > 0.0) {
+            (false, _) => Change::Unchanged,
+            (true, true) => Change::Increase,
+            (true, false) => Change::Decrease,
+        };
+        Some(Verdict {
+            change,
+            evidence: Evidence::Permutation(test),
+            alpha,
+        })
     }
 
     /// Decides by the Mann-Whitney U test of two histograms (per-event
@@ -116,6 +131,9 @@ impl Verdict {
             Evidence::MannWhitney(test) if test.method == Method::Exact => {
                 can_reach(test.n_baseline, test.n_candidate, self.alpha)
             }
+            Evidence::Permutation(test) if test.exact => {
+                can_reach(test.n_baseline, test.n_candidate, self.alpha)
+            }
             _ => true,
         }
     }
@@ -130,8 +148,8 @@ impl Verdict {
     }
 }
 
-/// Whether the exact two-sided Mann-Whitney test of `a` against `b` values
-/// can reach p < `alpha` at all: its smallest p is 2 / C(a + b, a).
+/// Whether an exact two-sided rank or permutation test of `a` against `b`
+/// values can reach p < `alpha` at all: its smallest p is 2 / C(a + b, a).
 pub fn can_reach(a: usize, b: usize, alpha: f64) -> bool {
     let arrangements = (1..=a).fold(1.0, |c, k| c * (b + k) as f64 / k as f64);
     2.0 / arrangements < alpha
@@ -140,24 +158,22 @@ pub fn can_reach(a: usize, b: usize, alpha: f64) -> bool {
 impl fmt::Display for Verdict {
     /// `~ (p=0.690 n=5+5)`, `+ (p=0.008 n=5+5)`, `- (95% CI -3.1 … -1.2)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.evidence {
-            Evidence::MannWhitney(test) => write!(
-                f,
-                "{} (p={:.3} n={}+{})",
-                self.symbol(),
-                test.p_value,
-                test.n_baseline,
-                test.n_candidate
-            ),
-            Evidence::Bootstrap(ci) => write!(
-                f,
-                "{} ({:.0}% CI {:+.4} … {:+.4})",
-                self.symbol(),
-                ci.level * 100.0,
-                ci.low,
-                ci.high
-            ),
-        }
+        let (p_value, n_baseline, n_candidate) = match self.evidence {
+            Evidence::Permutation(test) => (test.p_value, test.n_baseline, test.n_candidate),
+            Evidence::MannWhitney(test) => (test.p_value, test.n_baseline, test.n_candidate),
+            Evidence::Bootstrap(ci) => {
+                return write!(
+                    f,
+                    "{} ({:.0}% CI {:+.4} … {:+.4})",
+                    self.symbol(),
+                    ci.level * 100.0,
+                    ci.low,
+                    ci.high
+                );
+            }
+        };
+        let symbol = self.symbol();
+        write!(f, "{symbol} (p={p_value:.3} n={n_baseline}+{n_candidate})")
     }
 }
 
@@ -168,16 +184,16 @@ mod tests {
     /// 5 + 5 runs shifted apart are a significant increase (p = 2/252), and
     /// reversed a decrease; interleaved runs are `~`.
     #[test]
-    fn mann_whitney_verdicts() {
+    fn run_verdicts() {
         let base = [10.0, 10.2, 9.9, 10.1, 10.05];
         let slower = [11.5, 11.7, 11.4, 11.6, 11.55];
-        let up = Verdict::mann_whitney(&base, &slower, 0.05).expect("valid");
+        let up = Verdict::permutation(&base, &slower, 0.05).expect("valid");
         assert_eq!(up.change, Change::Increase);
         assert_eq!(up.to_string(), "+ (p=0.008 n=5+5)");
-        let down = Verdict::mann_whitney(&slower, &base, 0.05).expect("valid");
+        let down = Verdict::permutation(&slower, &base, 0.05).expect("valid");
         assert_eq!(down.change, Change::Decrease);
         let noise = [10.05, 9.95, 10.15, 10.0, 10.1];
-        let same = Verdict::mann_whitney(&base, &noise, 0.05).expect("valid");
+        let same = Verdict::permutation(&base, &noise, 0.05).expect("valid");
         assert_eq!(same.change, Change::Unchanged);
         assert!(same.to_string().starts_with("~ (p="));
         assert!(same.could_detect());
@@ -187,10 +203,10 @@ mod tests {
     #[test]
     fn too_few_runs_cannot_detect() {
         let verdict =
-            Verdict::mann_whitney(&[1.0, 2.0, 3.0], &[7.0, 8.0, 9.0], 0.05).expect("valid");
+            Verdict::permutation(&[1.0, 2.0, 3.0], &[7.0, 8.0, 9.0], 0.05).expect("valid");
         assert_eq!(verdict.change, Change::Unchanged);
         assert!(!verdict.could_detect());
-        let four = Verdict::mann_whitney(&[1.0, 2.0, 3.0, 4.0], &[7.0, 8.0, 9.0, 10.0], 0.05)
+        let four = Verdict::permutation(&[1.0, 2.0, 3.0, 4.0], &[7.0, 8.0, 9.0, 10.0], 0.05)
             .expect("valid");
         assert!(four.could_detect() && four.is_significant());
     }

@@ -105,20 +105,32 @@ fn metric(row: &Row) -> Value {
 }
 
 fn verdict(verdict: &Verdict) -> Value {
-    let Evidence::MannWhitney(test) = verdict.evidence else {
-        return json!({"symbol": verdict.symbol(), "text": verdict.to_string()});
-    };
-    let method = match test.method {
-        Method::Exact => "exact",
-        Method::Normal => "normal approximation",
+    let (test, method, p, n) = match verdict.evidence {
+        Evidence::Permutation(test) => (
+            "permutation",
+            if test.exact { "exact" } else { "sampled" },
+            test.p_value,
+            [test.n_baseline, test.n_candidate],
+        ),
+        Evidence::MannWhitney(test) => (
+            "mann-whitney",
+            match test.method {
+                Method::Exact => "exact",
+                Method::Normal => "normal approximation",
+            },
+            test.p_value,
+            [test.n_baseline, test.n_candidate],
+        ),
+        Evidence::Bootstrap(_) => {
+            return json!({"symbol": verdict.symbol(), "text": verdict.to_string()});
+        }
     };
     json!({
         "symbol": verdict.symbol(),
-        "test": "mann-whitney",
+        "test": test,
         "method": method,
-        "p": test.p_value,
-        "u": test.u,
-        "n": [test.n_baseline, test.n_candidate],
+        "p": p,
+        "n": n,
         "could_detect": verdict.could_detect(),
         "text": verdict.to_string(),
     })

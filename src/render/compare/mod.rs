@@ -14,9 +14,10 @@
 //! - a side's value is the median of its runs' values; a count, sum or time
 //!   (`absent_is_zero`) missing from a run is 0 in it, another stat (a
 //!   percentile) leaves that run out;
-//! - the verdict is the two-sided Mann-Whitney U test of the runs' values at
-//!   `alpha`; with one run a side, the same test on the per-event values of
-//!   span durations and wake-up latencies; none for other metrics then;
+//! - the verdict is the two-sided permutation test of the runs' mean values
+//!   at `alpha`; with one run a side, the Mann-Whitney U test of the
+//!   per-event values of span durations and wake-up latencies; none for
+//!   other metrics then;
 //! - captures are compared only where their metrics mean the same: different
 //!   scripts are an error unless allowed, and other differences (kernel,
 //!   machine, CPU count, settings) are reported, with the metrics they make

@@ -156,8 +156,9 @@ fn row(
     }
 }
 
-/// The Mann-Whitney test of the runs' values; with one run a side, of the
-/// per-event values behind a percentile (span durations, wake-up latencies).
+/// The permutation test of the runs' values; with one run a side, the
+/// Mann-Whitney test of the per-event values behind a percentile (span
+/// durations, wake-up latencies).
 fn verdict(
     metric: &Metric,
     base: &[f64],
@@ -174,6 +175,6 @@ fn verdict(
             );
             Verdict::mann_whitney_binned(&before.histogram, &after.histogram, alpha)
         }
-        _ => Verdict::mann_whitney(base, new, alpha),
+        _ => Verdict::permutation(base, new, alpha),
     }
 }

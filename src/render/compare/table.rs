@@ -68,7 +68,7 @@ fn method(comparison: &Comparison) -> String {
              is over-confident: record several runs), other metrics are not tested"
         ),
         _ => format!(
-            "two-sided Mann-Whitney U test of the runs' values, p < {alpha}; \
+            "two-sided permutation test of the runs' mean values, p < {alpha}; \
              ~ no significant change; ± the largest deviation of a run from the median"
         ),
     }

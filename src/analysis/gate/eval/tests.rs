@@ -20,7 +20,7 @@ fn compared(baseline: &[f64], candidate: &[f64]) -> Observation {
         dimension: Dimension::Time,
         baseline: Some(median(baseline) * 1e6),
         candidate: median(candidate) * 1e6,
-        verdict: Verdict::mann_whitney(baseline, candidate, 0.05),
+        verdict: Verdict::permutation(baseline, candidate, 0.05),
     }
 }
 
