@@ -368,7 +368,7 @@ fn buffers_compare_for_equality_only() {
 #[test]
 fn buf_of_arrays() {
     let program = checks(
-        "struct S { int d[4]; char c[3]; } uprobe:/bin/x:f { $s = (struct S *)arg0; @d = buf($s->d); @c = buf($s->c); @two = buf($s->d, 2); }",
+        "struct S { int d[4]; char c[3]; } uprobe:/bin/x:f { $s = (struct S *)arg0; @d = buf($s->d); @c = buf($s->c, 3); @two = buf($s->d, 2); }",
     );
     for (name, len) in [("@d", 16), ("@c", 3), ("@two", 2)] {
         assert_eq!(
@@ -376,5 +376,28 @@ fn buf_of_arrays() {
             MapValueKind::Plain(Type::Buffer { len }),
             "{name}"
         );
+    }
+}
+
+/// buf() of a string (a `char` array too) or an address without a length is
+/// bpftrace's refusal, on the call.
+#[test]
+fn buf_needs_a_length_except_for_arrays() {
+    for (source, kind) in [
+        (r#"BEGIN { @b = buf("hi"); }"#, "string"),
+        (r#"BEGIN { $s = "hi"; @b = buf($s); }"#, "string"),
+        ("BEGIN { @b = buf(0); }", "integer"),
+        (
+            "struct S { char c[3]; } BEGIN { $s = (struct S *)0; @b = buf($s->c); }",
+            "string",
+        ),
+    ] {
+        let (message, under, help) = error(source);
+        assert_eq!(
+            message,
+            format!("buf() expects a length argument for non-array type {kind}")
+        );
+        assert!(under.starts_with("buf(") && under.ends_with(')'), "{under}");
+        assert_eq!(help.as_deref(), Some("give the bytes to take: `buf(x, len)`"));
     }
 }
