@@ -8,7 +8,7 @@ use crate::frontend::check_kernel::is_args;
 use crate::frontend::check_types::Arith;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
-use crate::frontend::types::{Pointer, STRING_LEN, Type};
+use crate::frontend::types::{Pointer, STRING_LEN, Space, Type};
 use crate::providers;
 use crate::vocab::kernel_types::KernelKind;
 use crate::vocab::{
@@ -322,7 +322,7 @@ impl Checker<'_> {
                 target,
                 name: self.types.name_of(target),
                 btf: false,
-                user,
+                space: Space::of(user),
             }),
             _ => Type::U64,
         }

@@ -204,9 +204,13 @@ fn bpftrace_variables_act_or_are_refused() {
     let script = "uprobe:/bin/bash:echo_builtin { printf(\"%s\\n\", usym(reg(\"ip\"))); exit(); }";
     let run = |name: &str, value: &str| {
         let mut command = Command::new(wprof_bin());
-        command
-            .env(name, value)
-            .args(["-q", "-e", script, "-c", "/bin/bash -c 'echo; sleep 1; true'"]);
+        command.env(name, value).args([
+            "-q",
+            "-e",
+            script,
+            "-c",
+            "/bin/bash -c 'echo; sleep 1; true'",
+        ]);
         run_with_timeout(&mut command, RUN_TIMEOUT).unwrap()
     };
     let sized = run("BPFTRACE_PERF_RB_PAGES", "1");

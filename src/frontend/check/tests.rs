@@ -398,6 +398,9 @@ fn buf_needs_a_length_except_for_arrays() {
             format!("buf() expects a length argument for non-array type {kind}")
         );
         assert!(under.starts_with("buf(") && under.ends_with(')'), "{under}");
-        assert_eq!(help.as_deref(), Some("give the bytes to take: `buf(x, len)`"));
+        assert_eq!(
+            help.as_deref(),
+            Some("give the bytes to take: `buf(x, len)`")
+        );
     }
 }
