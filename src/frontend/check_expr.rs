@@ -209,10 +209,16 @@ impl Checker<'_> {
             UnOp::BitNot => expr.ty.clone(),
             UnOp::Deref => unreachable!("dereferences are places"),
             UnOp::AddrOf => {
-                return self.fail(
+                let error = ScriptError::new(
                     span,
-                    "`&` (address-of) is not supported, as in bpftrace 0.17",
+                    "`&` (address-of) is not supported, as in bpftrace 0.17".to_string(),
+                )
+                .with_help(
+                    "use the pointer a value was read through; a member's address is the \
+                     pointer plus the member's offset: `(uint64)$p + 8`",
                 );
+                self.error(error);
+                return None;
             }
         };
         Some(TExpr {
