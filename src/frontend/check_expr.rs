@@ -8,6 +8,7 @@ use crate::frontend::check_kernel::is_args;
 use crate::frontend::check_types::Arith;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
+use crate::frontend::preprocess;
 use crate::frontend::types::{Pointer, STRING_LEN, Space, Type};
 use crate::providers;
 use crate::vocab::kernel_types::KernelKind;
@@ -141,7 +142,16 @@ impl Checker<'_> {
         }
         match self.enum_constant(name, span)? {
             Some(constant) => Some(constant),
-            None => self.fail(span, &format!("unknown identifier `{name}`")),
+            None => {
+                let error = ScriptError::new(span, format!("unknown identifier `{name}`"));
+                match preprocess::header_defining(name) {
+                    Some(header) => self.error(error.with_help(format!(
+                        "`{name}` is a macro of the kernel's <{header}>: add `#include <{header}>`"
+                    ))),
+                    None => self.error(error),
+                }
+                None
+            }
         }
     }
 

@@ -366,6 +366,12 @@ fn refused_bpftrace_constructs_say_what_to_write_instead() {
             "give the bytes to take: `buf(x, len)`",
         ),
         (
+            r#"BEGIN { printf("%d\n", TASK_RUNNING); }"#,
+            "unknown identifier `TASK_RUNNING`",
+            "1:24",
+            "`TASK_RUNNING` is a macro of the kernel's <linux/sched.h>: add `#include <linux/sched.h>`",
+        ),
+        (
             "BEGIN { system(\"true\"); }",
             "system() is an unsafe function: it runs a shell command for each event",
             "1:9",
