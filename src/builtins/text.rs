@@ -192,6 +192,15 @@ impl Expression for Strerror {
 /// at `ptr` or taken from a string or an array (all of it without `len`), printed with non-printable bytes
 /// escaped (`%r` in printf). The call's args are the source and the length
 /// (when not a literal); its const the literal length.
+/// Whether `expr` is read from memory (a struct member or array element),
+/// not a string made by the script.
+fn is_memory_read(expr: &TExpr) -> bool {
+    matches!(
+        expr.kind,
+        TExprKind::MemoryRead { .. } | TExprKind::ValueRead { .. }
+    )
+}
+
 /// `buf(x)` of a string or an address: bpftrace's refusal, and the fix.
 fn needs_length(cx: &mut Checker, ty: &Type, span: Span) -> Option<TExpr> {
     let kind = match ty {
@@ -218,8 +227,12 @@ impl Expression for Buf {
         // whole buffer counts (bytes past its NUL are zeros, as
         // `buf("ok_key", 8)` shows in bpftrace); an array's bytes
         // (`buf($s->ints)`) are taken whole without a length, as bpftrace
-        // takes them. Strings and addresses need a length, as in bpftrace.
+        // takes them. Strings the script makes and addresses need a length,
+        // as in bpftrace.
         let (whole, natural) = match &source.ty {
+            // A byte array read from memory (`uint8_t c[4]`) is typed as a
+            // string here; bpftrace keeps it an array and takes it whole.
+            Type::Str { len } if is_memory_read(&source) => (Some(source.ty.size()), Some(*len)),
             Type::Str { .. } => (Some(source.ty.size()), None),
             Type::Object(object) if matches!(object.layout, ValueType::Array { .. }) => {
                 (Some(object.layout.size()), Some(object.layout.size()))
