@@ -51,6 +51,15 @@ START_PROG="BEGIN { printf(\"ready\\n\"); } $SCHED"
 KSTACK_KEYS='tracepoint:sched:sched_switch { @[kstack] = count(); }'
 USTACK_KEYS='tracepoint:sched:sched_switch { @[ustack] = count(); }'
 ready() { echo "BEGIN { printf(\"ready\\n\"); } $1"; }
+# The shipped tool with the most events under this load that both tools run here:
+# syscount counts every syscall by id and by comm. (The shipped tools keyed by
+# stacks cannot run under both: biostacks needs kprobes, and bpftrace's clang
+# fails on tcpdrop's headers; KSTACK_KEYS/USTACK_KEYS measure that pattern.)
+TOOLS_DIR=${TOOLS_DIR:-/usr/sbin}
+BUSIEST_TOOL=$TOOLS_DIR/syscount.bt
+BUSIEST_READY="Counting syscalls"
+# The largest shipped tool, compiled without running (--emit-elf: both dry-run).
+LARGEST_TOOL=$(ls -S "$TOOLS_DIR"/*.bt 2>/dev/null | head -n 1)
 EXIT_PROG="$SCHED interval:ms:200 { printf(\"bye\\n\"); exit(); }"
 
 tool_bin() { if [[ $1 == wprof ]]; then echo "$WPROF"; else echo "$BPFTRACE"; fi; }
@@ -68,6 +77,7 @@ run_launch_round() {
   record "$tool" "$round" start_ms "$(field start_ms "$line")"
   record "$tool" "$round" rss_kb "$(field maxrss_kb "$line")"
   record "$tool" "$round" sigint_exit_ms "$(field exit_ms "$line")"
+  record "$tool" "$round" sigints "$(field sigints "$line")"
   line=$("$OUT/launch" exit bye -- "$bin" -e "$EXIT_PROG" 2>>"$LOG") ||
     fail_with_log "$tool failed the exit() run (round $round)"
   record "$tool" "$round" exit_ms "$(field exit_ms "$line")"
@@ -86,20 +96,21 @@ busiest_prog() {
   awk '/^run_time_ns:/ {t=$2} /^run_cnt:/ {c=$2} /^verified_insns:/ {i=$2} END {print t, c, i}' "$best"
 }
 
-# Per-event cost of the generated sched_switch program $4 (metrics prefixed $3),
-# from kernel.bpf_stats_enabled.
+# Per-event cost of the busiest program a run of `tool ARGS...` loads (metrics
+# prefixed $3), once it printed $4, from kernel.bpf_stats_enabled.
 run_event_round() {
-  local tool=$1 round=$2 prefix=$3 prog=$4 bin pid out stats i
+  local tool=$1 round=$2 prefix=$3 marker=$4 bin pid out stats i
+  shift 4
   bin=$(tool_bin "$tool")
   out=$OUT/event-$tool-$prefix$round.out
-  "$bin" -e "$prog" >"$out" 2>>"$LOG" &
+  "$bin" "$@" >"$out" 2>>"$LOG" &
   pid=$!
   for ((i = 0; i < 300; i++)); do
-    grep -q ready "$out" 2>/dev/null && break
+    grep -q "$marker" "$out" 2>/dev/null && break
     kill -0 "$pid" 2>/dev/null || fail_with_log "$tool exited before attaching (event round $round)"
     sleep 0.1
   done
-  grep -q ready "$out" || { kill -KILL "$pid"; fail_with_log "$tool never printed ready"; }
+  grep -q "$marker" "$out" || { kill -KILL "$pid"; fail_with_log "$tool never printed $marker"; }
   perf bench sched pipe -l "$LOAD_LOOPS" >/dev/null 2>>"$LOG"
   stats=$(busiest_prog "$pid") || { kill -KILL "$pid"; die "$tool: no BPF program fd with run_cnt in /proc/$pid/fdinfo"; }
   kill -INT "$pid"
@@ -127,12 +138,31 @@ done
 sysctl -q -w kernel.bpf_stats_enabled=1
 for ((r = 1; r <= EVENT_ROUNDS; r++)); do
   for t in "${TOOLS[@]}"; do
-    run_event_round "$t" "$r" "" "$START_PROG"
-    run_event_round "$t" "$r" kstack_ "$(ready "$KSTACK_KEYS")"
-    run_event_round "$t" "$r" ustack_ "$(ready "$USTACK_KEYS")"
+    run_event_round "$t" "$r" "" ready -e "$START_PROG"
+    run_event_round "$t" "$r" kstack_ ready -e "$(ready "$KSTACK_KEYS")"
+    run_event_round "$t" "$r" ustack_ ready -e "$(ready "$USTACK_KEYS")"
+    [[ -f $BUSIEST_TOOL ]] && run_event_round "$t" "$r" tool_ "$BUSIEST_READY" "$BUSIEST_TOOL"
   done
   echo "  per-event round $r/$EVENT_ROUNDS done" >&2
 done
+
+# Compile time of the largest shipped tool: parse, check, generate, write an ELF
+# object; nothing is loaded (both tools' --emit-elf).
+run_compile_round() {
+  local tool=$1 round=$2 bin start end
+  bin=$(tool_bin "$tool")
+  start=$(date +%s%N)
+  "$bin" --emit-elf "$OUT/compile-$tool.o" "$LARGEST_TOOL" >/dev/null 2>>"$LOG" ||
+    fail_with_log "$tool cannot compile $LARGEST_TOOL"
+  end=$(date +%s%N)
+  record "$tool" "$round" compile_ms "$(awk -v a="$start" -v b="$end" 'BEGIN {printf "%.1f", (b - a) / 1e6}')"
+}
+if [[ -n $LARGEST_TOOL ]]; then
+  for ((r = 1; r <= ROUNDS; r++)); do
+    for t in "${TOOLS[@]}"; do run_compile_round "$t" "$r"; done
+  done
+  echo "  compile rounds of $(basename "$LARGEST_TOOL") done" >&2
+fi
 
 # Sizes. wprof: the release binary, as built and stripped. bpftrace: its binary and
 # the installed size of its package plus the LLVM/clang/BCC libraries it depends on.
@@ -165,10 +195,13 @@ row() {
   row "peak RSS (MB)" rss_kb 1024
   row "exit() -> process exit (ms)" exit_ms
   row "SIGINT -> process exit (ms)" sigint_exit_ms
+  row "SIGINTs sent until exit (5 s apart)" sigints
   row "sched_switch cost (ns/event)" ns_per_event
   row "sched_switch prog verified insns" verified_insns
   row "@[kstack] = count() (ns/event)" kstack_ns_per_event
   row "@[ustack] = count() (ns/event)" ustack_ns_per_event
+  row "$(basename "$BUSIEST_TOOL") busiest prog (ns/event)" tool_ns_per_event
+  row "compile $(basename "${LARGEST_TOOL:-none}") (ms)" compile_ms
   bt_bin=$(stat -c %s "$BPFTRACE")
   if [[ -x $WPROF ]]; then
     w_bin=$(stat -c %s "$WPROF")

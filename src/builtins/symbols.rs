@@ -9,7 +9,7 @@ use crate::frontend::ast::Expr;
 use crate::frontend::check::Checker;
 use crate::frontend::checked::{TCall, TExpr, TExprKind};
 use crate::frontend::diag::ScriptError;
-use crate::frontend::types::{Pointer, Type};
+use crate::frontend::types::{Pointer, Space, Type};
 use crate::vocab::{AttachPoint, x86_64};
 
 /// `ksym(addr)`: an address printed as its kernel symbol (a cast to the
@@ -179,7 +179,7 @@ fn symbol_pointer(cx: &mut Checker, size: u64, site: &Site) -> Option<Type> {
             target,
             name: name.into(),
             btf: false,
-            user: true,
+            space: Space::User,
         })),
         Err(why) => cx.fail(site.span, &why),
     }

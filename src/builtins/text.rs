@@ -5,9 +5,10 @@ use super::{Entry, Expression, Kind, Site, Written};
 use crate::codegen::helpers::{PROBE_READ_KERNEL_STR, PROBE_READ_USER_STR};
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Src};
 use crate::codegen::lower::{Lowerer, Value};
-use crate::frontend::ast::{Expr, ExprKind};
+use crate::frontend::ast::{Expr, ExprKind, Span};
 use crate::frontend::check::Checker;
 use crate::frontend::checked::{TCall, TExpr, TExprKind};
+use crate::frontend::diag::ScriptError;
 use crate::frontend::types::Type;
 use crate::vocab::ValueType;
 
@@ -191,6 +192,27 @@ impl Expression for Strerror {
 /// at `ptr` or taken from a string or an array (all of it without `len`), printed with non-printable bytes
 /// escaped (`%r` in printf). The call's args are the source and the length
 /// (when not a literal); its const the literal length.
+/// Whether `expr` is read from memory (a struct member or array element),
+/// not a string made by the script.
+fn is_memory_read(expr: &TExpr) -> bool {
+    matches!(
+        expr.kind,
+        TExprKind::MemoryRead { .. } | TExprKind::ValueRead { .. }
+    )
+}
+
+/// `buf(x)` of a string or an address: bpftrace's refusal, and the fix.
+fn needs_length(cx: &mut Checker, ty: &Type, span: Span) -> Option<TExpr> {
+    let kind = match ty {
+        Type::Str { .. } => "string",
+        Type::Ptr(_) => "pointer",
+        _ => "integer",
+    };
+    let message = format!("buf() expects a length argument for non-array type {kind}");
+    cx.error(ScriptError::new(span, message).with_help("give the bytes to take: `buf(x, len)`"));
+    None
+}
+
 pub struct Buf;
 
 impl Expression for Buf {
@@ -203,28 +225,28 @@ impl Expression for Buf {
         let source = cx.expr(source)?;
         // The most bytes taken, and how many without a length: a string's
         // whole buffer counts (bytes past its NUL are zeros, as
-        // `buf("ok_key", 8)` shows in bpftrace), its declared length by
-        // default; an array's bytes (`buf($s->ints)`), as bpftrace takes them.
+        // `buf("ok_key", 8)` shows in bpftrace); an array's bytes
+        // (`buf($s->ints)`) are taken whole without a length, as bpftrace
+        // takes them. Strings the script makes and addresses need a length,
+        // as in bpftrace.
         let (whole, natural) = match &source.ty {
-            Type::Str { len } => (Some(source.ty.size()), *len),
+            // A byte array read from memory (`uint8_t c[4]`) is typed as a
+            // string here; bpftrace keeps it an array and takes it whole.
+            Type::Str { len } if is_memory_read(&source) => (Some(source.ty.size()), Some(*len)),
+            Type::Str { .. } => (Some(source.ty.size()), None),
             Type::Object(object) if matches!(object.layout, ValueType::Array { .. }) => {
-                (Some(object.layout.size()), object.layout.size())
+                (Some(object.layout.size()), Some(object.layout.size()))
             }
-            ty if ty.is_int() => (None, 0),
+            ty if ty.is_int() => (None, None),
             ty => {
                 let message = format!("buf() reads a pointer, a string or an array, not {ty}");
                 return cx.fail(source.span, &message);
             }
         };
         let mut args = vec![source];
-        let len = match (len, whole) {
-            (None, Some(_)) => natural,
-            (None, None) => {
-                return cx.fail(
-                    site.span,
-                    "buf() of a pointer needs a length: `buf(ptr, len)`",
-                );
-            }
+        let len = match (len, natural) {
+            (None, Some(natural)) => natural,
+            (None, None) => return needs_length(cx, &args[0].ty, site.span),
             (Some(len), _) => {
                 let len = cx.expr(len)?;
                 if !len.ty.is_int() {

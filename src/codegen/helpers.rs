@@ -3,6 +3,7 @@
 pub const MAP_LOOKUP_ELEM: u32 = 1;
 pub const MAP_UPDATE_ELEM: u32 = 2;
 pub const MAP_DELETE_ELEM: u32 = 3;
+pub const PROBE_READ: u32 = 4;
 pub const KTIME_GET_NS: u32 = 5;
 pub const TRACE_PRINTK: u32 = 6;
 pub const GET_PRANDOM_U32: u32 = 7;
@@ -62,6 +63,7 @@ pub fn name(helper: u32) -> std::borrow::Cow<'static, str> {
         GET_CURRENT_COMM => "get_current_comm",
         GET_STACKID => "get_stackid",
         SEND_SIGNAL => "send_signal",
+        PROBE_READ => "probe_read",
         PROBE_READ_USER => "probe_read_user",
         PROBE_READ_KERNEL => "probe_read_kernel",
         PROBE_READ_USER_STR => "probe_read_user_str",

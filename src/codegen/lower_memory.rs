@@ -252,6 +252,7 @@ impl Lowerer<'_> {
         let helper = match access {
             Access::User => PROBE_READ_USER,
             Access::Kernel | Access::Direct => PROBE_READ_KERNEL,
+            Access::Any => PROBE_READ,
         };
         let args = vec![to, Arg::Imm(i64::from(len)), Arg::Reg(source)];
         self.checked_call_unused(helper, args);

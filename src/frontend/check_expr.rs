@@ -8,7 +8,8 @@ use crate::frontend::check_kernel::is_args;
 use crate::frontend::check_types::Arith;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
-use crate::frontend::types::{Pointer, STRING_LEN, Type};
+use crate::frontend::preprocess;
+use crate::frontend::types::{Pointer, STRING_LEN, Space, Type};
 use crate::providers;
 use crate::vocab::kernel_types::KernelKind;
 use crate::vocab::{
@@ -141,7 +142,16 @@ impl Checker<'_> {
         }
         match self.enum_constant(name, span)? {
             Some(constant) => Some(constant),
-            None => self.fail(span, &format!("unknown identifier `{name}`")),
+            None => {
+                let error = ScriptError::new(span, format!("unknown identifier `{name}`"));
+                match preprocess::header_defining(name) {
+                    Some(header) => self.error(error.with_help(format!(
+                        "`{name}` is a macro of the kernel's <{header}>: add `#include <{header}>`"
+                    ))),
+                    None => self.error(error),
+                }
+                None
+            }
         }
     }
 
@@ -209,10 +219,16 @@ impl Checker<'_> {
             UnOp::BitNot => expr.ty.clone(),
             UnOp::Deref => unreachable!("dereferences are places"),
             UnOp::AddrOf => {
-                return self.fail(
+                let error = ScriptError::new(
                     span,
-                    "`&` (address-of) is not supported, as in bpftrace 0.17",
+                    "`&` (address-of) is not supported, as in bpftrace 0.17".to_string(),
+                )
+                .with_help(
+                    "use the pointer a value was read through; a member's address is the \
+                     pointer plus the member's offset: `(uint64)$p + 8`",
                 );
+                self.error(error);
+                return None;
             }
         };
         Some(TExpr {
@@ -322,7 +338,7 @@ impl Checker<'_> {
                 target,
                 name: self.types.name_of(target),
                 btf: false,
-                user,
+                space: Space::of(user),
             }),
             _ => Type::U64,
         }

@@ -5,7 +5,7 @@ use crate::frontend::ast::{Expr, ExprKind, Span};
 use crate::frontend::check::Checker;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
-use crate::frontend::types::{Pointer, Type};
+use crate::frontend::types::{Pointer, Space, Type};
 use crate::providers;
 use crate::vocab::kernel_types::{KTypeId, KernelKind, KernelType};
 use crate::vocab::{ArgRead, BtfArg};
@@ -78,7 +78,7 @@ impl Checker<'_> {
                 target,
                 name: self.types.name_of(target),
                 btf,
-                user,
+                space: Space::of(user),
             })),
             _ => self.fail(
                 span,
@@ -98,7 +98,7 @@ impl Checker<'_> {
             target,
             name: "struct task_struct".into(),
             btf: self.tracing_program(),
-            user: false,
+            space: Space::Kernel,
         }))
     }
 
@@ -110,7 +110,7 @@ impl Checker<'_> {
             target,
             name: name.into(),
             btf: false,
-            user: false,
+            space: Space::Kernel,
         }))
     }
 

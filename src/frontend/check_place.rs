@@ -8,7 +8,8 @@ use crate::frontend::check::{Checker, RDONLY_CAST};
 use crate::frontend::check_kernel::is_args;
 use crate::frontend::checked::*;
 use crate::frontend::diag::ScriptError;
-use crate::frontend::types::{CObject, Pointer, Type};
+use crate::frontend::types::{CObject, Pointer, Space, Type};
+use crate::providers;
 use crate::vocab::kernel_types::{
     FoundMember, KTypeId, KernelKind, close_names, find_member, member_names,
 };
@@ -161,10 +162,8 @@ impl Checker<'_> {
     fn access(&self, ptr: &Pointer, target: KTypeId) -> Access {
         if ptr.btf && self.tracing_program() && !target.is_script() {
             Access::Direct
-        } else if ptr.user {
-            Access::User
         } else {
-            Access::Kernel
+            Access::of(ptr.space)
         }
     }
 
@@ -381,6 +380,22 @@ impl Checker<'_> {
         }
     }
 
+    /// The space of an address cast to a pointer: the probe's where it has
+    /// one, unknown in probes that may interrupt either (see
+    /// `Provider::memory_space_known`).
+    pub(super) fn cast_space(&self) -> Space {
+        let known = self
+            .probe
+            .resolved
+            .as_ref()
+            .is_none_or(|probe| providers::of(&probe.attach).memory_space_known());
+        if known {
+            self.default_access().space()
+        } else {
+            Space::Unknown
+        }
+    }
+
     fn size_in(&mut self, ty: KTypeId, span: Span) -> Option<u32> {
         match self.types.size_of(ty) {
             Ok(0) => Some(1),
@@ -424,8 +439,7 @@ impl Checker<'_> {
                     target,
                     name: self.types.name_of(target),
                     btf: access == Some(Access::Direct),
-                    user: access
-                        .map_or(self.default_access() == Access::User, |a| a == Access::User),
+                    space: access.unwrap_or_else(|| self.default_access()).space(),
                 };
                 (
                     Load::Int {

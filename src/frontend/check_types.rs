@@ -72,15 +72,15 @@ impl Checker<'_> {
         }
         let result = match self.kernel_type(target, ty.span)?.kind {
             KernelKind::Pointer(pointee) => {
-                let user = match &expr.ty {
-                    Type::Ptr(ptr) => ptr.user,
-                    _ => self.default_access() == Access::User,
+                let space = match &expr.ty {
+                    Type::Ptr(ptr) => ptr.space,
+                    _ => self.cast_space(),
                 };
                 Type::Ptr(Pointer {
                     target: pointee,
                     name: self.types.name_of(pointee),
                     btf: false,
-                    user,
+                    space,
                 })
             }
             KernelKind::Int { size, signed } | KernelKind::Enum { size, signed } => {

@@ -10,7 +10,7 @@ use crate::frontend::ast::{BinOp, Span, UnOp};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::options::PmuCounter;
 use crate::frontend::options::TaskFilter;
-use crate::frontend::types::Type;
+use crate::frontend::types::{Space, Type};
 use crate::unwind::layout::MmLayout;
 use crate::vocab::kernel_types::KTypeId;
 use crate::vocab::{AggFunc, ArgRead, AttachPoint, BuiltinId, TracepointField};
@@ -413,4 +413,27 @@ pub enum Access {
     Kernel,
     /// `bpf_probe_read_user`.
     User,
+    /// `bpf_probe_read`: user memory at user addresses, kernel memory
+    /// elsewhere (pointers of unknown space, [`Space::Unknown`]).
+    Any,
+}
+
+impl Access {
+    /// How memory in `space` is read, short of direct loads.
+    pub fn of(space: Space) -> Access {
+        match space {
+            Space::Kernel => Access::Kernel,
+            Space::User => Access::User,
+            Space::Unknown => Access::Any,
+        }
+    }
+
+    /// The space memory read this way is in.
+    pub fn space(self) -> Space {
+        match self {
+            Access::Direct | Access::Kernel => Space::Kernel,
+            Access::User => Space::User,
+            Access::Any => Space::Unknown,
+        }
+    }
 }

@@ -64,8 +64,27 @@ pub struct Pointer {
     /// through such pointers, `bpf_get_current_task_btf`): it can then be
     /// read with direct loads and passed to helpers taking BTF pointers.
     pub btf: bool,
-    /// It points into user memory (read with `bpf_probe_read_user`).
-    pub user: bool,
+    /// The memory it points into.
+    pub space: Space,
+}
+
+/// The address space a pointer's memory is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Space {
+    /// Read with `bpf_probe_read_kernel` (or directly, given BTF).
+    Kernel,
+    /// Read with `bpf_probe_read_user`.
+    User,
+    /// Not known where the pointer was made: read with `bpf_probe_read`,
+    /// which reads user memory at user addresses and kernel memory elsewhere.
+    Unknown,
+}
+
+impl Space {
+    /// User memory where `user`, else kernel memory.
+    pub fn of(user: bool) -> Space {
+        if user { Space::User } else { Space::Kernel }
+    }
 }
 
 impl Pointer {
@@ -161,7 +180,11 @@ impl Type {
         match (self, other) {
             (Type::Ptr(a), Type::Ptr(b)) if a.target == b.target => Some(Type::Ptr(Pointer {
                 btf: a.btf && b.btf,
-                user: a.user || b.user,
+                space: if a.space == b.space {
+                    a.space
+                } else {
+                    Space::Unknown
+                },
                 ..a.clone()
             })),
             // A pointer variable or map keeps its type when integers are

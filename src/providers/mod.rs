@@ -81,6 +81,14 @@ pub trait Provider: Sync {
         false
     }
 
+    /// Whether an address cast to a pointer here (`(struct x *)arg0`) is
+    /// known to be kernel or user memory. Where it is not (BEGIN/END, timers,
+    /// perf events, watchpoints: they may interrupt either), it is read with
+    /// `bpf_probe_read`, which picks the space by the address, as bpftrace does.
+    fn memory_space_known(&self) -> bool {
+        true
+    }
+
     /// The C type `ctx` points to in this probe's programs.
     fn context_type(&self, _point: &AttachPoint) -> Result<&'static str, String> {
         Err("`ctx` is not available in these probes".into())

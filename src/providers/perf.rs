@@ -21,6 +21,10 @@ use crate::vocab::{
 pub struct Perf;
 
 impl Provider for Perf {
+    fn memory_space_known(&self) -> bool {
+        false
+    }
+
     fn registers(&self) -> bool {
         true
     }

@@ -10,6 +10,10 @@ use crate::vocab::{AttachPoint, Context, Environment};
 pub struct Special;
 
 impl Provider for Special {
+    fn memory_space_known(&self) -> bool {
+        false
+    }
+
     fn types(&self) -> &'static [ProbeType] {
         &[
             ProbeType {

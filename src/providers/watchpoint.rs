@@ -26,6 +26,10 @@ use crate::vocab::{
 pub struct Watchpoint;
 
 impl Provider for Watchpoint {
+    fn memory_space_known(&self) -> bool {
+        false
+    }
+
     fn types(&self) -> &'static [ProbeType] {
         &[
             ProbeType {

@@ -319,3 +319,77 @@ fn type_definition_without_body() {
    ╰────",
     );
 }
+
+/// Every bpftrace 0.17 construct wprof refuses: the message names it, the
+/// position points at it, and the help says what to write instead.
+#[test]
+fn refused_bpftrace_constructs_say_what_to_write_instead() {
+    let cases = [
+        (
+            r#"BEGIN { skboutput("x", 0, 1, 0); }"#,
+            "unknown function `skboutput`",
+            "1:9",
+            "wprof does not support skboutput(): bpftrace writes packets to a pcap file with it \
+             (bpf_skb_output, a helper of fentry/fexit programs); capture packets with tcpdump",
+        ),
+        (
+            "BEGIN { $x = 1;\n  $y = &$x; }",
+            "`&` (address-of) is not supported, as in bpftrace 0.17",
+            "2:8",
+            "use the pointer a value was read through; a member's address is the pointer plus \
+             the member's offset: `(uint64)$p + 8`",
+        ),
+        (
+            "struct S { int a __attribute__((aligned(8))); }; BEGIN { }",
+            "`__attribute__` is not supported in script type definitions",
+            "1:18",
+            "script structs get C's natural layout: drop the attribute and spell the layout out \
+             with padding members (`char __pad[4];`) where it differs",
+        ),
+        (
+            "struct S { __attribute__((packed)) int a; }; BEGIN { }",
+            "`__attribute__` is not supported in script type definitions",
+            "1:12",
+            "script structs get C's natural layout: drop the attribute and spell the layout out \
+             with padding members (`char __pad[4];`) where it differs",
+        ),
+        (
+            r#"BEGIN { printf("%s\n", "\xff"); }"#,
+            "escaped characters above `\\x7f` are not supported in strings",
+            "1:25",
+            "strings are text here; print a byte with `%c`: `printf(\"%c\", 0xff)`",
+        ),
+        (
+            r#"BEGIN { printf("%r\n", buf("hi")); }"#,
+            "buf() expects a length argument for non-array type string",
+            "1:24",
+            "give the bytes to take: `buf(x, len)`",
+        ),
+        (
+            r#"BEGIN { printf("%d\n", TASK_RUNNING); }"#,
+            "unknown identifier `TASK_RUNNING`",
+            "1:24",
+            "`TASK_RUNNING` is a macro of the kernel's <linux/sched.h>: add `#include <linux/sched.h>`",
+        ),
+        (
+            "BEGIN { system(\"true\"); }",
+            "system() is an unsafe function: it runs a shell command for each event",
+            "1:9",
+            "run wprof with --unsafe to allow it",
+        ),
+    ];
+    for (script, message, position, help) in cases {
+        let out = wprof_fails(&["-e", script]);
+        for wanted in [
+            format!("× {message}\n"),
+            format!("[<script>:{position}]"),
+            format!("help: {help}\n"),
+        ] {
+            assert!(
+                out.stderr.contains(&wanted),
+                "{script}: no {wanted:?} in\n{}",
+                out.stderr
+            );
+        }
+    }
+}

@@ -202,12 +202,24 @@ fn trace(tool: &Path, script: &str, workload: &str, dir: &Path, ending: Ending) 
 }
 
 /// SIGINT (the tools' Ctrl-C), then SIGKILL when it does not end within
-/// 15 s (the machine may be loaded); wprof must exit with status 0.
+/// 15 s (the machine may be loaded); wprof must exit with status 0. The
+/// oracle gets SIGINT again every 5 s: bpftrace 0.17 notices one only when
+/// it interrupts its epoll_wait (or with its next event), so on a loaded
+/// machine a quiet tool can lose it and never print its maps.
 fn stop(child: &mut Child, tool: &Path, ending: Ending) {
-    // SAFETY: kill has no memory-safety preconditions; the process is our child.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let pid = child.id() as libc::pid_t;
+    let interrupt = || {
+        // SAFETY: kill has no memory-safety preconditions; the process is our child.
+        unsafe { libc::kill(pid, libc::SIGINT) };
+    };
+    interrupt();
     let start = Instant::now();
+    let mut signalled = start;
     while start.elapsed() < Duration::from_secs(15) {
+        if matches!(ending, Ending::Oracle) && signalled.elapsed() >= Duration::from_secs(5) {
+            interrupt();
+            signalled = Instant::now();
+        }
         if let Ok(Some(status)) = child.try_wait() {
             assert!(
                 status.success(),

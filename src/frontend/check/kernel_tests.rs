@@ -10,7 +10,7 @@ use crate::frontend::diag::ScriptError;
 use crate::frontend::fake_machine::{FakeMachine, ids};
 use crate::frontend::options::CompileOptions;
 use crate::frontend::parse;
-use crate::frontend::types::{Pointer, Type};
+use crate::frontend::types::{Pointer, Space, Type};
 use crate::vocab::kernel_types::{KTypeId, KernelType};
 use crate::vocab::{
     BtfArg, Environment, FunctionTarget, ObjectSymbol, TracepointField, UsdtTarget,
@@ -57,7 +57,7 @@ fn task_ptr(btf: bool) -> Type {
         target: ids::TASK,
         name: "struct task_struct".into(),
         btf,
-        user: false,
+        space: Space::Kernel,
     })
 }
 
@@ -165,6 +165,28 @@ fn casts_and_curtask_elsewhere_use_probe_read() {
             ..
         }
     ));
+}
+
+/// An address cast to a pointer where the probe may interrupt either space
+/// (BEGIN, profile, interval) is read with bpf_probe_read, as in bpftrace, and
+/// so are pointers read through it; a cast pointer keeps its own space, and
+/// uprobes read user memory.
+#[test]
+fn casts_of_addresses_of_unknown_space_use_bpf_probe_read() {
+    let access = |probe: &str, expr: &str| match value_of(probe, expr).kind {
+        TExprKind::MemoryRead { access, .. } => access,
+        other => panic!("{probe} {expr}: not a read: {other:?}"),
+    };
+    for probe in ["BEGIN", "profile:hz:99", "interval:s:1"] {
+        let pid = "((struct task_struct *)8)->pid";
+        assert_eq!(access(probe, pid), Access::Any, "{probe}");
+        let parent = "((struct task_struct *)8)->real_parent->pid";
+        assert_eq!(access(probe, parent), Access::Any, "{probe}");
+    }
+    let from_curtask = "((struct task_struct *)curtask)->pid";
+    assert_eq!(access("BEGIN", from_curtask), Access::Kernel);
+    let from_arg = "((struct task_struct *)arg0)->pid";
+    assert_eq!(access("uprobe:/bin/x:f", from_arg), Access::User);
 }
 
 /// Unknown members and arguments are errors at their position, with close names.

@@ -378,3 +378,25 @@ fn buf_of_arrays() {
         );
     }
 }
+
+/// buf() of a string the script makes or of an address without a length is
+/// bpftrace's refusal, on the call.
+#[test]
+fn buf_needs_a_length_except_for_arrays() {
+    for (source, kind) in [
+        (r#"BEGIN { @b = buf("hi"); }"#, "string"),
+        (r#"BEGIN { $s = "hi"; @b = buf($s); }"#, "string"),
+        ("BEGIN { @b = buf(0); }", "integer"),
+    ] {
+        let (message, under, help) = error(source);
+        assert_eq!(
+            message,
+            format!("buf() expects a length argument for non-array type {kind}")
+        );
+        assert!(under.starts_with("buf(") && under.ends_with(')'), "{under}");
+        assert_eq!(
+            help.as_deref(),
+            Some("give the bytes to take: `buf(x, len)`")
+        );
+    }
+}

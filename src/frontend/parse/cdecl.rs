@@ -165,11 +165,8 @@ impl Parser<'_, '_> {
             let word = &*t.text;
             if IGNORED_WORDS.contains(&word) {
                 self.at += 1;
-            } else if word.starts_with("__attribute") || word == "__aligned" {
-                return Err(self.error_at(
-                    &t,
-                    format!("`{word}` is not supported in script type definitions"),
-                ));
+            } else if is_attribute(word) {
+                return Err(attribute_refused(&t));
             } else if TYPE_WORDS.contains(&word) {
                 words.push(word.to_string());
                 self.at += 1;
@@ -286,6 +283,9 @@ impl Parser<'_, '_> {
         } else {
             self.declarator(base)?
         };
+        if let Some(t) = self.peek().filter(|t| is_attribute(&t.text)) {
+            return Err(attribute_refused(t));
+        }
         let bits = if self.eat(":") {
             let (value, _) = self.constant(&[",", ";", "}"])?;
             let bits = u32::try_from(value)
@@ -487,6 +487,23 @@ fn builtin_name(words: &[String]) -> String {
         (_, true, "char") => "signed char".into(),
         (_, _, b) => b.into(),
     }
+}
+
+/// GCC's layout attributes, which clang applies to bpftrace's definitions.
+fn is_attribute(word: &str) -> bool {
+    word.starts_with("__attribute") || matches!(word, "__aligned" | "__packed")
+}
+
+/// The refusal of an attribute at `t`, with the layout to write instead.
+fn attribute_refused(t: &PpTok) -> ScriptError {
+    ScriptError::new(
+        Parser::span_of(t),
+        format!("`{}` is not supported in script type definitions", t.text),
+    )
+    .with_help(
+        "script structs get C's natural layout: drop the attribute and spell the layout \
+         out with padding members (`char __pad[4];`) where it differs",
+    )
 }
 
 #[cfg(test)]

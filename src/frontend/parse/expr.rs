@@ -386,7 +386,13 @@ fn decode_string(body: &str, offset: usize) -> (String, Vec<ScriptError>) {
         let span = Span::new(offset + at, offset + end);
         match numeric_escape(code, len) {
             Ok(decoded) => value.push(decoded),
-            Err(error) => errors.push(ScriptError::new(span, error).with_label("this escape")),
+            Err(error) => errors.push(
+                ScriptError::new(span, error)
+                    .with_label("this escape")
+                    .with_help(
+                        "strings are text here; print a byte with `%c`: `printf(\"%c\", 0xff)`",
+                    ),
+            ),
         }
     }
     (value, errors)

@@ -59,6 +59,15 @@ pub const HAVE_BTF: &str = "BPFTRACE_HAVE_BTF";
 /// The header whose kernel version defines [`TASK_STATES`].
 pub const SCHED_HEADER: &str = "linux/sched.h";
 
+/// The header wprof supplies that defines macro `name`, for the help of a
+/// script that uses it without including it.
+pub fn header_defining(name: &str) -> Option<&'static str> {
+    TASK_STATES
+        .iter()
+        .any(|(state, _)| *state == name)
+        .then_some(SCHED_HEADER)
+}
+
 /// The kernel's task states (Linux 6.x `include/linux/sched.h`), defined
 /// by `#include <linux/sched.h>` unless the header found defines them.
 pub const TASK_STATES: &[(&str, &str)] = &[

@@ -24,7 +24,7 @@ pub use self::spans::{Replacement, SpanMap};
 use crate::frontend::ast::Span;
 use crate::frontend::diag::ScriptError;
 
-pub use builtin_macros::{REPORTED_STATE_LETTERS, TASK_STATES};
+pub use builtin_macros::{REPORTED_STATE_LETTERS, TASK_STATES, header_defining};
 
 /// What preprocessing may look at besides the script.
 #[derive(Clone, Debug, Default)]
