@@ -93,7 +93,7 @@ impl ModuleIndex {
 
     /// Reads the mappings of process `pid`; keeps the old ones when it is
     /// gone.
-    fn refresh_process(&mut self, pid: u32) {
+    pub fn refresh_process(&mut self, pid: u32) {
         let now = Instant::now();
         self.read_at.insert(pid, now);
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();

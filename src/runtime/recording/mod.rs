@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use self::decode::{FieldDecoder, IdentityRecord, decoders, identity_record, malformed, u64_at};
 use self::pending::{Due, Join, PendingJoin};
-use self::stacks::{RawStack, StackHeader, digest, probed_binaries, raw_stack};
+use self::stacks::{RawStack, StackHeader, UserFrame, digest, probed_binaries, raw_stack};
 use self::tables::Tables;
 use self::threads::{Comm, ThreadTable};
 use self::window::ReorderWindow;
@@ -249,11 +249,22 @@ impl Recorder {
             event.stack = Some(known);
             return Ok(None);
         }
+        let raw = raw_stack(bytes, frames_at, desc, pid)?;
         if user_pid != 0 {
-            // While the process lives: its files name the build ids of its frames.
+            // While the process lives: its files name the build ids of its
+            // frames, and code mapped since they were read (the loader's
+            // libraries after an exec, a dlopen) is looked up again now, not
+            // when the stack is written, when the process may be gone.
             self.modules.add_process(pid);
+            for frame in &raw.user {
+                if let UserFrame::Ip(addr) = *frame
+                    && self.modules.translate(pid, addr).is_none()
+                {
+                    self.modules.refresh_for(pid, addr);
+                }
+            }
         }
-        Ok(Some((key, raw_stack(bytes, frames_at, desc, pid)?)))
+        Ok(Some((key, raw)))
     }
 
     fn recycle(&mut self, mut values: Vec<FieldValue>) {
@@ -267,7 +278,8 @@ impl Recorder {
     /// write what has left the reorder window.
     pub fn process(&mut self, loaded: &Loaded) -> Result<(), RecordError> {
         if let Some(tables) = &mut self.tables {
-            tables.update(loaded);
+            let read = tables.update(loaded);
+            self.read_modules_of(&read);
         }
         self.drain_pending()?;
         // Complete chunks on disk: a capture killed now still replays to here.
@@ -389,7 +401,18 @@ impl Recorder {
     /// command, just released.
     pub fn add_new_image(&mut self, loaded: &Loaded, pid: u32, before: AddressSpace) {
         if let Some(tables) = &mut self.tables {
-            tables.add_new_image(loaded, pid, before);
+            let read = tables.add_new_image(loaded, pid, before);
+            self.read_modules_of(&read);
+        }
+    }
+
+    /// The mappings the unwinder just read serve symbolization too: a
+    /// stack its tables walk wakes no one at once (only a kernel walk or
+    /// unknown code does), and its process may be gone, with its mappings,
+    /// before the recorder sees it.
+    fn read_modules_of(&mut self, pids: &[u32]) {
+        for &pid in pids {
+            self.modules.refresh_process(pid);
         }
     }
 

@@ -81,8 +81,9 @@ impl Tables {
             .is_some_and(|&(at, reads)| reads >= EARLY_READS && at.elapsed() < READ_INTERVAL)
     }
 
-    /// Reads the wanted processes and forgets those that are gone.
-    pub(super) fn update(&mut self, loaded: &Loaded) {
+    /// Reads the wanted processes and forgets those that are gone; returns
+    /// the processes whose mappings were read.
+    pub(super) fn update(&mut self, loaded: &Loaded) -> Vec<u32> {
         self.place_built(loaded, Duration::ZERO);
         let mut store = MapStore {
             loaded,
@@ -91,13 +92,15 @@ impl Tables {
         let (later, due) = (std::mem::take(&mut self.wanted).into_iter())
             .partition(|&pid| self.read_recently(pid));
         self.wanted = later;
+        let mut read = Vec::new();
         for pid in due {
             let reads = self.last_read.get(&pid).map_or(0, |&(_, reads)| reads);
             self.last_read
                 .insert(pid, (Instant::now(), reads.saturating_add(1)));
             self.reads += 1;
-            if self.manager.add_process(&mut store, pid).is_err() {
-                self.failed_reads += 1;
+            match self.manager.add_process(&mut store, pid) {
+                Ok(_) => read.push(pid),
+                Err(_) => self.failed_reads += 1,
             }
         }
         if self.last_gc.elapsed() >= GC_INTERVAL {
@@ -113,6 +116,7 @@ impl Tables {
                 let _ = self.manager.remove_process(&mut store, pid);
             }
         }
+        read
     }
 
     /// Starts building the tables of `program` and of the files it maps as
@@ -139,18 +143,24 @@ impl Tables {
     /// set its end of code, which it does after mapping the program and its
     /// interpreter), so that its first stacks find their tables: the `-c`
     /// command, just released. Waits at most [`NEW_IMAGE_WAIT`].
-    pub(super) fn add_new_image(&mut self, loaded: &Loaded, pid: u32, before: AddressSpace) {
+    /// Returns the processes whose mappings were read.
+    pub(super) fn add_new_image(
+        &mut self,
+        loaded: &Loaded,
+        pid: u32,
+        before: AddressSpace,
+    ) -> Vec<u32> {
         let deadline = Instant::now() + NEW_IMAGE_WAIT;
         loop {
             match address_space(pid) {
                 Ok(now) if now != before && now.end_code != 0 => break,
-                Err(_) => return,
-                Ok(_) if Instant::now() >= deadline => return,
+                Err(_) => return Vec::new(),
+                Ok(_) if Instant::now() >= deadline => return Vec::new(),
                 Ok(_) => std::thread::sleep(Duration::from_micros(50)),
             }
         }
         self.wanted.insert(pid);
-        self.update(loaded);
+        self.update(loaded)
     }
 
     /// Whether tables are being built or processes wait to be read: the
