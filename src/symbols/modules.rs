@@ -136,6 +136,19 @@ impl ModuleIndex {
         self.paths.insert(shown.to_string(), id);
     }
 
+    /// Whether `addr` of process `pid` needs its mappings read again: no
+    /// mapping holds it, or it is in anonymous code read before the
+    /// process wrote its perf map (a JIT writes the map after the code).
+    pub fn needs_reading(&self, pid: u32, addr: u64) -> bool {
+        match self.translate(pid, addr) {
+            None => true,
+            Some((path, _)) => {
+                path.starts_with("[anon")
+                    && std::path::Path::new(&super::perf_map::path_of(pid)).is_file()
+            }
+        }
+    }
+
     /// The file and offset code at `addr` of process `pid` was in, from the
     /// mappings as last read. An address in a mapping that is not executable
     /// has none: the mappings changed since (the range was unmapped and

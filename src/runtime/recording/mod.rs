@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use self::decode::{FieldDecoder, IdentityRecord, decoders, identity_record, malformed, u64_at};
 use self::pending::{Due, Join, PendingJoin};
-use self::stacks::{RawStack, StackHeader, UserFrame, digest, probed_binaries, raw_stack};
+use self::stacks::{RawStack, StackHeader, digest, probed_binaries, raw_stack};
 use self::tables::Tables;
 use self::threads::{Comm, ThreadTable};
 use self::window::ReorderWindow;
@@ -249,22 +249,11 @@ impl Recorder {
             event.stack = Some(known);
             return Ok(None);
         }
-        let raw = raw_stack(bytes, frames_at, desc, pid)?;
         if user_pid != 0 {
-            // While the process lives: its files name the build ids of its
-            // frames, and code mapped since they were read (the loader's
-            // libraries after an exec, a dlopen) is looked up again now, not
-            // when the stack is written, when the process may be gone.
+            // While the process lives: its files name the build ids of its frames.
             self.modules.add_process(pid);
-            for frame in &raw.user {
-                if let UserFrame::Ip(addr) = *frame
-                    && self.modules.translate(pid, addr).is_none()
-                {
-                    self.modules.refresh_for(pid, addr);
-                }
-            }
         }
-        Ok(Some((key, raw)))
+        Ok(Some((key, raw_stack(bytes, frames_at, desc, pid)?)))
     }
 
     fn recycle(&mut self, mut values: Vec<FieldValue>) {

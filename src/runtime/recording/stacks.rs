@@ -199,9 +199,10 @@ impl Recorder {
     }
 
     /// A user frame found in the process's mappings; for code mapped since
-    /// they were read (a `dlopen`, JIT code), they are read again.
+    /// they were read (a `dlopen`, JIT code), or anonymous code whose perf
+    /// map was written since, they are read again.
     fn mapped_frame(&mut self, pid: u32, addr: u64) -> FrameAddr {
-        if self.modules.translate(pid, addr).is_none() {
+        if self.modules.needs_reading(pid, addr) {
             self.modules.refresh_for(pid, addr);
         }
         match self.modules.translate(pid, addr) {
