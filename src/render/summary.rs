@@ -259,8 +259,17 @@ fn write_drops(text: &mut String, source: &dyn CaptureSource) {
         .collect();
     let schemas = source.schemas();
     rows.extend(stats.record_drops.iter().map(|drop| {
-        let name = (schemas.get(drop.record.0 as usize)).map_or("?", |s| s.name.as_str());
-        (format!("{name}: {}", drop.reason.label()), drop.count)
+        let schema = schemas.get(drop.record.0 as usize);
+        let name = schema.map_or("?", |s| s.name.as_str());
+        let internal = if schema.is_some_and(is_internal) {
+            " (wprof's own)"
+        } else {
+            ""
+        };
+        (
+            format!("{name}{internal}: {}", drop.reason.label()),
+            drop.count,
+        )
     }));
     let width = rows.iter().map(|(label, _)| label.chars().count()).max();
     let width = width.unwrap_or(0) + 2;
@@ -342,6 +351,7 @@ fn local_utc_offset_s(unix_s: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capture::model::RecordDrops;
     use crate::frontend::options::TaskFilter;
     use crate::render::filter::TaskSelector;
     use crate::render::source::FakeCapture;
@@ -418,6 +428,26 @@ mod tests {
             text.contains("\noff-CPU     stacks of blocks of at least 1ms\n"),
             "{text}"
         );
+    }
+
+    /// A loss of a record the recorder consumes is named as wprof's own, not
+    /// as a probe of the script.
+    #[test]
+    fn drops_of_internal_records_are_named_as_such() {
+        let (mut capture, _) = crate::render::system_fixture::system();
+        let task = (capture.schemas.iter().position(|s| s.name == "task")).expect("task schema");
+        let stats = capture.stats.as_mut().expect("finished");
+        stats.record_drops.push(RecordDrops {
+            record: RecordId(task as u32),
+            reason: DropReason::RingBufferFull,
+            count: 7,
+        });
+        let text = summary(&capture, &Filter::default());
+        let line = text
+            .lines()
+            .find(|l| l.contains("task (wprof's own): "))
+            .unwrap_or_default();
+        assert!(line.trim_end().ends_with(" 7"), "{text}");
     }
 
     /// Dates around epochs, leap days and centuries.
