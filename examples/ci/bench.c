@@ -8,7 +8,10 @@
  * are short (about 0.13 ms), so that few are interrupted, and many (10000
  * by default), so that the p99 of one run is the 100th longest request, not
  * a few outliers; at 4999 Hz the recipe's timer sampler takes about 3000
- * samples per run in compact(). The recipe runs it at real-time priority.
+ * samples per run in compact(), at random moments (dither=4: a timer at a
+ * fixed period under-samples what runs first after a wake-up, here
+ * request(), and over-samples compact() by more the shorter request() is).
+ * The recipe runs it at real-time priority.
  *
  * The sizes of requests and compactions (0.5 to 1.5 times their mean) and
  * the sleeps are random, the same sequence in every run. Fixed sizes would

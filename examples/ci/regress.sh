@@ -34,10 +34,14 @@ WPROF=${WPROF:-wprof}
 # the machine.
 SCRIPT='span request { uprobe:./bench:request /pid == cpid/ < > uretprobe:./bench:request /pid == cpid/ }'
 # Timer samples at 4999 Hz: with 10000 requests, about 3000 samples per run
-# in compact(), enough to see a 10% change in it. --only-command selects the
-# benchmark's process tree in the kernel (and again when the capture is
+# in compact(), enough to see a 10% change in it. dither=4: drawn at random
+# from a timer 4 times as fast, so that compact()'s share of the samples is
+# its share of the CPU time however long request() takes before it (a
+# fixed-period timer under-samples what a task runs first after waking up:
+# docs/analysis.md, "Timer samples and CPU time"). --only-command selects
+# the benchmark's process tree in the kernel (and again when the capture is
 # read): nothing else on the machine is sampled, unwound or recorded.
-RECORD_FLAGS=(-S timer=4999hz --only-command)
+RECORD_FLAGS=(-S timer=4999hz,dither=4 --only-command)
 DEFAULT_GATES=(
   'span:request.p50 > +5%'
   'span:request.p99 > +5%'

@@ -67,9 +67,10 @@ impl RecordedStacks {
     }
 }
 
-/// `100hz`.
+/// `100hz`, or `100hz,dither=4` (the mean rate either way).
 fn hz(text: &str) -> Option<u64> {
-    text.strip_suffix("hz")?.parse().ok()
+    let rate = text.split(',').next()?;
+    rate.strip_suffix("hz")?.parse().ok()
 }
 
 /// `1ms`, `500us`, `250000ns`.
@@ -97,6 +98,8 @@ mod tests {
         assert_eq!(recorded(&[]), RecordedStacks::default());
         let both = recorded(&["timer=99hz", "offcpu", "waker"]);
         assert_eq!(both.timer_hz, Some(99));
+        let dithered = recorded(&["timer=4999hz,dither=4"]);
+        assert_eq!(dithered.timer_period_ns(), Some(200_040));
         assert_eq!(both.timer_period_ns(), Some(10_101_010));
         assert_eq!(both.offcpu, Some(OffCpuStacks { min_block_ns: None }));
         assert_eq!(both.describe_offcpu(), "every block");

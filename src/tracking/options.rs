@@ -117,8 +117,10 @@ pub fn features(switches: &[FeatureSwitch]) -> BTreeSet<Feature> {
 /// What `-S` asks stacks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StackKind {
-    /// On-CPU samples at this rate.
-    Timer { hz: u64 },
+    /// On-CPU samples at `hz` on average; with `dither` > 1, drawn at
+    /// random, one in `dither`, from a timer `dither` times as fast
+    /// ([`TimerRate`]).
+    Timer(TimerRate),
     /// The stack of the task switched out; with a threshold, only of
     /// blocks at least this long (ns), decided in the kernel when the task
     /// is switched back in.
@@ -138,6 +140,39 @@ pub enum StackKind {
 
 /// The sampling rate of `-S timer` without `=Nhz`.
 pub const DEFAULT_TIMER_HZ: u64 = 100;
+/// The most `,dither=K` may ask for.
+pub const MAX_TIMER_DITHER: u64 = 16;
+/// The kernel's default `perf_event_max_sample_rate`: a dithered timer
+/// (`hz` × `dither`) may not tick faster.
+const MAX_TIMER_TICKS_HZ: u64 = 100_000;
+
+/// `-S timer=Nhz[,dither=K]`.
+///
+/// A timer at a fixed period is not a fair sampler of a task that sleeps
+/// and wakes: the sampler's own interrupt delays a wake-up due while it
+/// runs, so the task often starts running just after a sample and gets
+/// the next one a whole period later, and the code it runs first is
+/// under-sampled (`docs/analysis.md`, "Timer samples and CPU time").
+/// Dithering keeps one tick in `dither`, at random, of a timer `dither`
+/// times as fast: how long until the next sample then hardly depends on
+/// when the last one was, at the cost of `dither` times the interrupts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimerRate {
+    pub hz: u64,
+    /// 1: every tick is a sample.
+    pub dither: u64,
+}
+
+impl TimerRate {
+    pub const fn new(hz: u64) -> Self {
+        TimerRate { hz, dither: 1 }
+    }
+
+    /// How often the timer ticks.
+    pub fn ticks_hz(&self) -> u64 {
+        self.hz * self.dither
+    }
+}
 /// The sampling rate of `-S pmu=EVENT` without `@RATE`.
 pub const DEFAULT_PMU_HZ: u64 = 1000;
 
@@ -158,7 +193,8 @@ impl StackKind {
 impl fmt::Display for StackKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StackKind::Timer { hz } => write!(f, "timer={hz}hz"),
+            StackKind::Timer(TimerRate { hz, dither: 1 }) => write!(f, "timer={hz}hz"),
+            StackKind::Timer(TimerRate { hz, dither }) => write!(f, "timer={hz}hz,dither={dither}"),
             StackKind::Pmu { event, rate } => write!(f, "pmu={event}@{}", Rate(*rate)),
             StackKind::Offcpu {
                 min_block_ns: Some(ns),
@@ -190,18 +226,11 @@ pub fn parse_stack_arg(text: &str) -> Result<Vec<StackKind>, String> {
     };
     let kinds = match (kind, value) {
         ("", None) => vec![
-            StackKind::Timer {
-                hz: DEFAULT_TIMER_HZ,
-            },
+            StackKind::Timer(TimerRate::new(DEFAULT_TIMER_HZ)),
             StackKind::Offcpu { min_block_ns: None },
         ],
-        ("timer", None) => vec![StackKind::Timer {
-            hz: DEFAULT_TIMER_HZ,
-        }],
-        ("timer", Some(rate)) => match parse_rate(rate).map_err(bad)? {
-            PerfSample::FrequencyHz(hz) => vec![StackKind::Timer { hz }],
-            PerfSample::Period(_) => return Err(bad("the timer rate is `Nhz`".into())),
-        },
+        ("timer", None) => vec![StackKind::Timer(TimerRate::new(DEFAULT_TIMER_HZ))],
+        ("timer", Some(rate)) => vec![StackKind::Timer(parse_timer_rate(rate).map_err(bad)?)],
         ("offcpu", None) => vec![StackKind::Offcpu { min_block_ns: None }],
         ("offcpu", Some(duration)) => vec![StackKind::Offcpu {
             min_block_ns: Some(parse_threshold(duration).map_err(bad)?),
@@ -227,13 +256,45 @@ pub fn parse_stack_arg(text: &str) -> Result<Vec<StackKind>, String> {
         ("unwind", _) => return Err(bad("user stacks unwind with `tables` or `fp`".into())),
         _ => {
             return Err(bad(
-                "kinds are timer[=Nhz], offcpu[=DUR], waker, probe, pmu=EVENT[@RATE]; \
+                "kinds are timer[=Nhz[,dither=K]], offcpu[=DUR], waker, probe, pmu=EVENT[@RATE]; \
                  unwind=fp|tables chooses the user-stack unwinder"
                     .into(),
             ));
         }
     };
     Ok(kinds)
+}
+
+/// `Nhz[,dither=K]`.
+fn parse_timer_rate(text: &str) -> Result<TimerRate, String> {
+    let (rate, dither) = match text.split_once(',') {
+        Some((rate, option)) => {
+            let value = option
+                .strip_prefix("dither=")
+                .ok_or_else(|| format!("unknown timer option `{option}` (expected dither=K)"))?;
+            let dither = value
+                .parse()
+                .ok()
+                .filter(|k| (1..=MAX_TIMER_DITHER).contains(k));
+            let dither = dither.ok_or_else(|| {
+                format!("`dither={value}`: K is a whole number from 1 to {MAX_TIMER_DITHER}")
+            })?;
+            (rate, dither)
+        }
+        None => (text, 1),
+    };
+    let PerfSample::FrequencyHz(hz) = parse_rate(rate)? else {
+        return Err("the timer rate is `Nhz`".into());
+    };
+    let timer = TimerRate { hz, dither };
+    if timer.ticks_hz() > MAX_TIMER_TICKS_HZ {
+        return Err(format!(
+            "{hz} Hz dithered {dither} times ticks at {} Hz, over the kernel's \
+             perf_event_max_sample_rate ({MAX_TIMER_TICKS_HZ} Hz)",
+            timer.ticks_hz()
+        ));
+    }
+    Ok(timer)
 }
 
 /// `offcpu=DUR` in ns: a positive duration with its unit (`1ms`, `500us`);
@@ -347,6 +408,8 @@ mod tests {
         };
         assert_eq!(canonical(""), ["timer=100hz", "offcpu"]);
         assert_eq!(canonical("timer=999hz"), ["timer=999hz"]);
+        assert_eq!(canonical("timer=999hz,dither=1"), ["timer=999hz"]);
+        assert_eq!(canonical("timer=999hz,dither=4"), ["timer=999hz,dither=4"]);
         assert_eq!(canonical("waker"), ["waker"]);
         assert_eq!(canonical("probe"), ["probe"]);
         assert_eq!(
@@ -375,6 +438,12 @@ mod tests {
             "timer=0hz",
             "timer=100",
             "timer=fast",
+            "timer=99hz,dither=0",
+            "timer=99hz,dither=17",
+            "timer=99hz,dither=x",
+            "timer=99hz,jitter=4",
+            "timer=50000hz,dither=4",
+            "timer=,dither=4",
             "pmu",
             "pmu=",
             "pmu=x@",

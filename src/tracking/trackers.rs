@@ -6,7 +6,7 @@
 use crate::capture::model::RecordOrigin;
 use crate::driver::Source;
 use crate::tracking::Tracking;
-use crate::tracking::options::{Feature, StackKind};
+use crate::tracking::options::{Feature, StackKind, TimerRate};
 use crate::vocab::PerfSample;
 
 /// The script of a feature's tracker.
@@ -41,9 +41,7 @@ pub fn sources(tracking: &Tracking) -> Result<Vec<Source>, String> {
         .collect();
     for kind in &tracking.stacks {
         let text = match kind {
-            StackKind::Timer { hz } => {
-                format!("profile:hz:{hz} /selected(curtask)/ {{ record timer < stack > }}\n")
-            }
+            StackKind::Timer(rate) => timer_sampler(*rate),
             StackKind::Pmu { event, rate } => pmu_sampler(event, *rate),
             StackKind::Offcpu {
                 min_block_ns: Some(_),
@@ -57,6 +55,17 @@ pub fn sources(tracking: &Tracking) -> Result<Vec<Source>, String> {
         });
     }
     Ok(sources)
+}
+
+/// `-S timer=Nhz[,dither=K]`: a dithered timer ticks K times as fast and
+/// keeps a tick at random with probability 1/K, before anything else.
+fn timer_sampler(rate: TimerRate) -> String {
+    let ticks = rate.ticks_hz();
+    let keep = match rate.dither {
+        1 => String::new(),
+        dither => format!("rand % {dither} == 0 && "),
+    };
+    format!("profile:hz:{ticks} /{keep}selected(curtask)/ {{ record timer < stack > }}\n")
 }
 
 /// `-S offcpu=DUR`: the user stacks of long blocks in a system call, taken
@@ -113,7 +122,7 @@ mod tests {
         let sources = sources(&tracking(
             &[Feature::Sched, Feature::Wq],
             &[
-                "timer=99hz",
+                "timer=99hz,dither=3",
                 "offcpu",
                 "pmu=sw:page-faults@10",
                 "pmu=cycles@4000hz",
@@ -126,7 +135,7 @@ mod tests {
             [
                 "probes/sched.wp",
                 "probes/wq.wp",
-                "<-S timer=99hz>",
+                "<-S timer=99hz,dither=3>",
                 "<-S pmu=sw:page-faults@10>",
                 "<-S pmu=cycles@4000hz>"
             ]
@@ -134,7 +143,7 @@ mod tests {
         assert!(sources[1].text.contains("span wq"));
         assert_eq!(
             sources[2].text,
-            "profile:hz:99 /selected(curtask)/ { record timer < stack > }\n"
+            "profile:hz:297 /rand % 3 == 0 && selected(curtask)/ { record timer < stack > }\n"
         );
         assert_eq!(
             sources[3].text,

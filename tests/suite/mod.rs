@@ -21,6 +21,7 @@ mod profiles;
 mod records;
 mod regress;
 mod replay;
+mod sampling;
 mod session;
 mod system;
 mod tools;

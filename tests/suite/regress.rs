@@ -113,14 +113,9 @@ fn check_runs_against_the_benchmark(json: &Value, out: &Path, side: &str, prefix
 }
 
 /// A/B: a build whose request is 15% longer and whose compact() takes 10%
-/// more CPU fails the p50 and p99 gates with exit status 1, each gate named
-/// `FAIL` or `pass` on stderr and in every report as the JSON says; the
-/// values agree with the benchmark's own measurements. The function's time
-/// must grow, but its gate is not required to fail: on a busy machine
-/// compact()'s own CPU time spreads by ±5% from run to run (its
-/// `CLOCK_THREAD_CPUTIME_ID`), and wprof's measure of it moved +4.3% to
-/// +9.9% for 9.2% more work, so it can stay under the +5% threshold or
-/// short of significance (`bench/README.md`, session 19).
+/// more CPU fails all three gates (p50, p99 and the function's time) with
+/// exit status 1, each gate named `FAIL` on stderr and in every report as
+/// the JSON says; the values agree with the benchmark's own measurements.
 #[test]
 fn ci_recipe_fails_a_slower_build() {
     require_bpf!();
@@ -146,19 +141,22 @@ fn ci_recipe_fails_a_slower_build() {
         let row = format!("| {md} | `--fail-if {expression}` |");
         assert!(markdown.contains(&row), "{row} in:\n{markdown}");
     }
-    for (gate, expression) in gates.iter().zip(GATED).take(2) {
+    for (gate, expression) in gates.iter().zip(GATED) {
         assert_eq!(gate["failed"], true, "{expression}:\n{}", run.stderr);
     }
-    for metric in ["span:request.p50", "span:request.p99"] {
+    for metric in ["span:request.p50", "span:request.p99", "func:compact.total"] {
         assert_eq!(verdict(&json, metric), "+", "{metric}:\n{}", run.stderr);
     }
-    assert_ne!(verdict(&json, "func:compact.total"), "-", "{}", run.stderr);
     assert_eq!(verdict(&json, "span:request.count"), "~");
     let change = |metric: &str| json["metrics"][metric]["change"].as_f64();
     let p50 = change("span:request.p50");
     assert!(p50.is_some_and(|c| (0.08..0.25).contains(&c)), "{p50:?}");
+    // 10% more work in compact(): its sampled time grows as its CPU time.
     let compact = change("func:compact.total");
-    assert!(compact.is_some_and(|c| c > 0.0), "{compact:?}");
+    assert!(
+        compact.is_some_and(|c| (0.05..0.16).contains(&c)),
+        "{compact:?}"
+    );
     check_runs_against_the_benchmark(&json, &out, "baseline", "base");
     check_runs_against_the_benchmark(&json, &out, "candidate", "new");
     let svg = fs::read_to_string(out.join("diff.svg")).expect("diff.svg");
