@@ -116,6 +116,8 @@ fn check_runs_against_the_benchmark(json: &Value, out: &Path, side: &str, prefix
 /// more CPU fails all three gates (p50, p99 and the function's time) with
 /// exit status 1, each gate named `FAIL` on stderr and in every report as
 /// the JSON says; the values agree with the benchmark's own measurements.
+/// Like any performance gate it needs a machine doing nothing else:
+/// `tools/test.sh` runs the `ci_recipe` tests alone, after the suite.
 #[test]
 fn ci_recipe_fails_a_slower_build() {
     require_bpf!();
