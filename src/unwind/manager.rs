@@ -359,7 +359,9 @@ impl TableManager {
         let fallback = TableKey::File(mapping.device.clone(), mapping.inode);
         let key = match map_file(&mapping.file_in(pid)) {
             Ok(map) => self.key_of_image(Image::Mapped(map), fallback),
-            Err(e) => self.failed(fallback, format!("cannot read it: {e}")),
+            // Not remembered: the process may have gone between reading its
+            // mappings and its file; the next process mapping it tries again.
+            Err(e) => return Some(self.failed(fallback, format!("cannot read it: {e}"))),
         };
         self.files.insert(file, key.clone());
         Some(key)
