@@ -207,15 +207,20 @@ impl Recorder {
         let (mut stack, mut join, mut snapshot) = (None, None, None);
         let stack_pid = if stack_tgid == 0 { pid } else { stack_tgid };
         if let Some(frames_at) = self.frames_at.get(message).copied().flatten() {
-            let desc = StackHeader::read(bytes)?;
+            let mut desc = StackHeader::read(bytes)?;
             let fields = self
                 .fields
                 .get(message)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
             join = (self.joins).classify(record, desc.flags, tid, fields, bytes);
-            if desc.flags & flags::SNAPSHOT != 0 {
-                snapshot = Some(read_snapshot(bytes, frames_at, &desc)?);
+            // A deferred off-CPU stack answers its blocks as it comes: held
+            // for its tables, it would answer its task's later blocks too.
+            match join {
+                None if desc.flags & flags::SNAPSHOT != 0 => {
+                    snapshot = Some(read_snapshot(bytes, frames_at, &desc)?);
+                }
+                _ => desc.flags &= !flags::SNAPSHOT,
             }
             let at = (frames_at, stack_pid);
             let resolve = join.is_some() || snapshot.is_some();

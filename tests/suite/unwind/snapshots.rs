@@ -64,14 +64,14 @@ fn child_of_the_command_reaches_main() {
 }
 
 /// The command's child dlopens `libspin.so` (no frame pointers) at once
-/// and spins in it for 60 ms: ≥ 95% of its stacks in the library go
+/// and spins in it for 200 ms: ≥ 95% of its stacks in the library go
 /// `lib_spin → lib_middle → lib_entry → run_library → main`, its first
 /// ones included (the library's table is built after they are taken).
 #[test]
 fn library_run_at_once_reaches_main() {
     require_bpf!();
     let script = format!(
-        "echo go | {} {} 60; true",
+        "echo go | {} {} 200; true",
         path_str(&dlopen_main()),
         path_str(&spin_lib())
     );
