@@ -140,6 +140,15 @@ fn after_tables_loaded<'s, 'a>(samples: &'s [Sample<'a>], main: &str) -> &'s [Sa
     &samples[first.unwrap_or(samples.len())..]
 }
 
+/// The path of `dlopen_main`'s stacks through `libspin.so`, innermost first.
+pub(super) const LIBRARY_PATH: [&[&str]; 5] = [
+    &["lib_spin"],
+    &["lib_middle"],
+    &["lib_entry"],
+    &["run_library"],
+    &["main"],
+];
+
 /// Whether `names` holds one of each of `path`'s alternatives, in order.
 pub(super) fn in_order(names: &[&str], path: &[&[&str]]) -> bool {
     let at: Vec<Option<usize>> = (path.iter())
@@ -333,13 +342,7 @@ fn library_dlopened_during_the_capture() {
     let in_library: Vec<Sample> = (all.into_iter())
         .filter(|s| s.kind == "timer" && s.user_functions().contains(&"lib_spin"))
         .collect();
-    let path: [&[&str]; 5] = [
-        &["lib_spin"],
-        &["lib_middle"],
-        &["lib_entry"],
-        &["run_library"],
-        &["main"],
-    ];
+    let path = LIBRARY_PATH;
     let loaded = after_tables_loaded(&in_library, "main");
     let through = (loaded.iter())
         .filter(|s| in_order(&s.user_functions(), &path))

@@ -9,7 +9,9 @@
 
 use super::super::capture::Ndjson;
 use super::super::{path_str, wprof_ok};
-use super::captures::{Sample, assert_reach_main, capture_keeping, in_order, samples};
+use super::captures::{
+    LIBRARY_PATH, Sample, assert_reach_main, capture_keeping, in_order, samples,
+};
 use super::kernel::{spawn, wait_until_mapped};
 use super::workloads::{c_spin_sleep, dlopen_main, spin_lib};
 use crate::require_bpf;
@@ -81,13 +83,7 @@ fn library_run_at_once_reaches_main() {
     let in_library: Vec<&Sample> = (all.iter())
         .filter(|s| s.kind == "timer" && s.user_functions().contains(&"lib_spin"))
         .collect();
-    let path: [&[&str]; 5] = [
-        &["lib_spin"],
-        &["lib_middle"],
-        &["lib_entry"],
-        &["run_library"],
-        &["main"],
-    ];
+    let path = LIBRARY_PATH;
     let through = (in_library.iter())
         .filter(|s| in_order(&s.user_functions(), &path))
         .count();
