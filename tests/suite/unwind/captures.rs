@@ -9,8 +9,9 @@
 //! (built before it runs, its mappings read while it is held at the end
 //! of its `exec`), so the shares below are of all its stacks but those
 //! taken outside its `main` (in the `exec`, in the loader's start-up, in
-//! the exit handlers); a library dlopened later still has its first stacks
-//! walked before its table loads (issue 12).
+//! the exit handlers). A library dlopened later has its first stacks
+//! walked from copies once its table loads (`snapshots.rs`); here the
+//! shares count from the first stack its table walked.
 
 use std::path::PathBuf;
 use std::process::Command;
