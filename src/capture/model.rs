@@ -345,10 +345,17 @@ pub enum StackCount {
     /// after them filled the recorder's reorder window (its memory is
     /// bounded); kept with their kernel stack only.
     PendingEvicted,
+    /// User stacks copied where no table was loaded, walked in user space
+    /// once their tables were (counted with the unwinder `Snapshot`), and
+    /// those whose tables did not come in time (their process exited
+    /// unread, exec'd, or the wait passed its bound), kept as the BPF walk
+    /// found them.
+    SnapshotUnwound,
+    SnapshotGivenUp,
 }
 
 impl StackCount {
-    pub const ALL: [StackCount; 17] = [
+    pub const ALL: [StackCount; 19] = [
         StackCount::Table,
         StackCount::FramePointer,
         StackCount::KernelWalk,
@@ -366,6 +373,8 @@ impl StackCount {
         StackCount::PendingLost,
         StackCount::PendingExec,
         StackCount::PendingEvicted,
+        StackCount::SnapshotUnwound,
+        StackCount::SnapshotGivenUp,
     ];
 
     /// Its code in the capture's end chunk, and its label in summaries.
@@ -392,6 +401,8 @@ impl StackCount {
             StackCount::PendingLost => "off-CPU user stacks lost (no syscall return)",
             StackCount::PendingExec => "off-CPU user stacks dropped (exec in the call)",
             StackCount::PendingEvicted => "off-CPU user stacks dropped (reorder window full)",
+            StackCount::SnapshotUnwound => "walked from a stack copy",
+            StackCount::SnapshotGivenUp => "stack copies given up",
         }
     }
 }

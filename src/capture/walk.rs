@@ -16,6 +16,9 @@ pub enum Unwinder {
     /// Reused from the task's last off-CPU walk (legacy: written by wprof's
     /// removed per-task cache; still decoded in older captures).
     Cached = 4,
+    /// Walked in user space from a copy of the stack taken before the
+    /// process's tables were loaded (`docs/unwinding.md`, "Stack snapshots").
+    Snapshot = 5,
 }
 
 /// Why a user stack's walk stopped, when it did not simply run out of
@@ -45,11 +48,12 @@ pub struct StackWalk {
 const KERNEL_TRUNCATED: u8 = 8;
 
 impl Unwinder {
-    pub const ALL: [Unwinder; 4] = [
+    pub const ALL: [Unwinder; 5] = [
         Unwinder::Table,
         Unwinder::FramePointer,
         Unwinder::KernelWalk,
         Unwinder::Cached,
+        Unwinder::Snapshot,
     ];
 
     /// Its name in NDJSON and JSON reports.
@@ -59,6 +63,7 @@ impl Unwinder {
             Unwinder::FramePointer => "frame-pointer",
             Unwinder::KernelWalk => "kernel-walk",
             Unwinder::Cached => "cached",
+            Unwinder::Snapshot => "snapshot",
         }
     }
 }
@@ -150,7 +155,7 @@ mod tests {
         };
         assert_eq!(StackWalk::from_code(kernel_only.code()), Some(kernel_only));
         assert_eq!(StackWalk::from_code(0), None);
-        assert_eq!(StackWalk::from_code(5), None);
+        assert_eq!(StackWalk::from_code(6), None);
         assert_eq!(StackWalk::from_code(0x51), None);
         assert_eq!(StackWalk::from_code(0x18), None);
     }

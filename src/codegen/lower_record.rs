@@ -11,7 +11,7 @@ use crate::codegen::lower_stack::{Scratch, StackTarget};
 use crate::codegen::maps::{SPAN_FRAME_BYTES, SPAN_VALUE_HEADER};
 use crate::codegen::program::drop_counter;
 use crate::codegen::stack_layout::{
-    KERNEL_FRAMES_BYTES, SPAN_FRAMES_BYTES, USER_FRAMES_BYTES, records_of,
+    KERNEL_FRAMES_BYTES, SPAN_FRAMES_BYTES, USER_FRAMES_BYTES, records_of, snapshot,
 };
 use crate::frontend::checked::{
     CheckedRecord, OffcpuStack, RecordRef, RecordRole, RecordValue, SpanRef, StackKind, TExpr,
@@ -165,7 +165,13 @@ impl Lowerer<'_> {
     ) {
         let size = self.vreg();
         self.mov(size, frames);
-        self.clamp_max(size, USER_FRAMES_BYTES + KERNEL_FRAMES_BYTES);
+        let frames_max = USER_FRAMES_BYTES + KERNEL_FRAMES_BYTES;
+        let most = if parts.user() {
+            frames_max + snapshot::BYTES
+        } else {
+            frames_max
+        };
+        self.clamp_max(size, most);
         self.alu(AluOp::Add, size, Src::Imm(fixed as i32));
         let urgent = parts.user().then(|| {
             self.load_sized(

@@ -43,7 +43,7 @@ impl StackTarget {
 
     /// Whether `buf` is the message itself (its header at `buf`), not a
     /// span's saved start.
-    fn is_message(&self) -> bool {
+    pub(super) fn is_message(&self) -> bool {
         self.desc_at == header::KERNEL_FRAMES as i16
     }
 }
@@ -131,10 +131,13 @@ impl Lowerer<'_> {
             }
         }
         self.store_reg(buf, target.desc(header::USER_FRAMES), user.count, Size::U32);
-        self.store_reg(buf, target.desc(header::STACK_FLAGS), user.flags, Size::U32);
         let bytes = self.load_sized(buf, target.desc(header::KERNEL_FRAMES), Size::U32);
         self.alu(AluOp::Lsh, bytes, Src::Imm(3));
         self.alu(AluOp::Add, bytes, Src::Reg(user.bytes));
+        if parts.user() && target.is_message() && !self.program.frame_pointers_only {
+            self.snapshot_user_stack(target, &user, bytes);
+        }
+        self.store_reg(buf, target.desc(header::STACK_FLAGS), user.flags, Size::U32);
         bytes
     }
 
@@ -176,6 +179,7 @@ impl Lowerer<'_> {
         self.emit(Inst::Bind(walked));
         self.copy_state_frames(state, target, user);
         self.emit(Inst::Bind(done));
+        self.mov(user.snapshot_state, state);
     }
 
     /// `*(u64 *)regs->sp` at a function's first instruction: the return
@@ -417,6 +421,7 @@ impl Lowerer<'_> {
             self.walk_user_stack(prev_state);
             if threshold.is_none() {
                 self.copy_stored_frames(prev_state, target, user);
+                self.mov(user.snapshot_state, prev_state);
             }
             self.restamp_after_walk(target, now);
             self.emit(Inst::Bind(walked));
@@ -543,6 +548,8 @@ impl Lowerer<'_> {
         self.emit(Inst::Jump(done));
         self.emit(Inst::Bind(walk));
         self.current_user_stack(target, user);
+        // It answers its blocks as it comes, without waiting for tables.
+        self.mov_imm(user.snapshot_state, 0);
         self.emit(Inst::Bind(done));
     }
 
@@ -724,16 +731,19 @@ pub(super) struct PendingBlocks {
     pub(super) from: VReg,
 }
 
-/// The user part of a stack as it is taken: count, bytes and flags.
-struct UserFrames {
+/// The user part of a stack as it is taken: count, bytes and flags, and
+/// the unwind state of a walk of the current task's stack (0 for another
+/// task's stack), which a stack without tables is copied for.
+pub(super) struct UserFrames {
     count: VReg,
     bytes: VReg,
-    flags: VReg,
+    pub(super) flags: VReg,
+    pub(super) snapshot_state: VReg,
 }
 
 impl UserFrames {
     fn empty(cx: &mut Lowerer<'_>) -> Self {
-        let [count, bytes, flags] = [(); 3].map(|()| {
+        let [count, bytes, flags, snapshot_state] = [(); 4].map(|()| {
             let reg = cx.vreg();
             cx.mov_imm(reg, 0);
             reg
@@ -742,6 +752,7 @@ impl UserFrames {
             count,
             bytes,
             flags,
+            snapshot_state,
         }
     }
 }

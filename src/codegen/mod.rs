@@ -19,6 +19,7 @@ mod lower_memory;
 mod lower_provider;
 mod lower_record;
 mod lower_selected;
+mod lower_snapshot;
 mod lower_stack;
 mod lower_task_storage;
 mod lower_values;

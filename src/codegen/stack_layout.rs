@@ -37,9 +37,38 @@ pub const BUILD_ID_STACK_MAX: u32 = BUILD_ID_FRAME_BYTES * MAX_FRAMES;
 /// unwind state of the current task's user stack.
 pub const STATE_AT: u32 =
     header::FIELDS + MAX_STACK_RECORD_FIELDS + USER_FRAMES_BYTES + KERNEL_FRAMES_BYTES;
-pub const SCRATCH_BYTES: u32 = STATE_AT + state::BYTES;
+/// The state is done with once the frames are copied: a stack snapshot
+/// written after the frames may run over it.
+pub const SCRATCH_BYTES: u32 = STATE_AT + max(state::BYTES, snapshot::BYTES);
 /// Bytes of frames a span start with a stack keeps until its end.
 pub const SPAN_FRAMES_BYTES: u32 = USER_FRAMES_BYTES + KERNEL_FRAMES_BYTES;
+
+const fn max(a: u32, b: u32) -> u32 {
+    if a > b { a } else { b }
+}
+
+/// A copy of the user stack after a message's frames (flag `SNAPSHOT`),
+/// taken when the BPF walk found no table (`docs/unwinding.md`, "Stack
+/// snapshots"): the interrupted user registers, the address space's
+/// identity (`mm->start_stack`, `mm->end_code`), the bytes copied (`len:
+/// u32`, 4 bytes of padding), then `len` bytes of stack from `sp` up.
+pub mod snapshot {
+    pub const IP: i16 = 0;
+    pub const SP: i16 = 8;
+    pub const BP: i16 = 16;
+    pub const START_STACK: i16 = 24;
+    pub const END_CODE: i16 = 32;
+    pub const LEN: i16 = 40;
+    pub const HEADER: u32 = 48;
+    /// Most stack bytes copied. Measured from the sample to the outermost
+    /// frame (`docs/unwinding.md`, "Stack snapshots"): C and Rust release
+    /// programs 0.3–0.8 KiB, perl 0.5–3.9 KiB, gzip 2 KiB, python3 a median
+    /// of 1.8 KiB with 8% beyond 16 KiB (35% beyond `perf --call-graph
+    /// dwarf`'s default of 8 KiB).
+    pub const STACK_BYTES: u32 = 16384;
+    /// Bytes after the frames at most.
+    pub const BYTES: u32 = HEADER + STACK_BYTES;
+}
 
 /// A task's off-CPU bookkeeping (task storage), for `stack(offcpu, NEXT)`
 /// and `stack(offcpu, pending)`: when it last left the CPU, whether it was
@@ -172,6 +201,10 @@ mod tests {
         assert!(BUILD_ID_STACK_MAX <= USER_FRAMES_BYTES && USER_FRAMES_BYTES.is_power_of_two());
         assert!(KERNEL_STACK_MAX <= KERNEL_FRAMES_BYTES && KERNEL_FRAMES_BYTES.is_power_of_two());
         assert!(STATE_AT.is_multiple_of(8));
-        assert_eq!(SCRATCH_BYTES, STATE_AT + state::BYTES);
+        // A snapshot starts after at most a whole region of frames.
+        const {
+            assert!(SCRATCH_BYTES >= STATE_AT + state::BYTES);
+            assert!(SCRATCH_BYTES >= STATE_AT + snapshot::BYTES);
+        }
     }
 }

@@ -128,6 +128,7 @@ pub fn check(
             },
             mm_layout,
             offcpu_min_block_ns: options.offcpu_min_block_ns,
+            frame_pointers_only: options.frame_pointers_only,
             untrusted_views: checker.untrusted_views,
         })
     } else {

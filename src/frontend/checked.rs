@@ -41,6 +41,8 @@ pub struct CheckedProgram {
     pub mm_layout: Option<MmLayout>,
     /// `-S offcpu=DUR` in ns (see `CompileOptions::offcpu_min_block_ns`).
     pub offcpu_min_block_ns: Option<u64>,
+    /// `-S unwind=fp` (see `CompileOptions::frame_pointers_only`).
+    pub frame_pointers_only: bool,
     /// What the values scripts print need besides maps.
     pub values: ValueNeeds,
     /// How pointers walked only to be read through are made cheap to verify.

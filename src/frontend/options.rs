@@ -19,6 +19,9 @@ pub struct CompileOptions {
     /// `-S offcpu=DUR`: `stack(offcpu, NEXT)` keeps the off-CPU stack of a
     /// block only when it lasted at least this long (ns); `None`: every block.
     pub offcpu_min_block_ns: Option<u64>,
+    /// `-S unwind=fp`: no unwind tables are built, so a user stack without
+    /// one is not copied for the recorder to walk (`stack_layout::snapshot`).
+    pub frame_pointers_only: bool,
     /// Where the user's script finds `#include`d headers.
     pub includes: Includes,
     /// `BPFTRACE_MAP_KEYS_MAX`: entries a script map holds (`None`: 4096).

@@ -43,6 +43,7 @@ impl Tracking {
                 .collect(),
             pmu: crate::frontend::pmu::parse_counters(&self.pmu)?,
             filter: self.filter.clone(),
+            frame_pointers_only: self.stacks.contains(&StackKind::FramePointersOnly),
             offcpu_min_block_ns: self.stacks.iter().find_map(|k| match k {
                 StackKind::Offcpu { min_block_ns } => *min_block_ns,
                 _ => None,

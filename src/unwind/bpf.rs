@@ -16,8 +16,8 @@ use crate::vocab::MapId;
 
 use super::layout::MmLayout;
 use super::maps::{
-    MAPPING_SEARCH_STEPS, MAX_FRAMES, MAX_MAPPINGS, NO_TABLE, ROW_SEARCH_STEPS, UnwindMaps, flags,
-    input, process_mappings as pm, state, table_slot,
+    MAPPING_SEARCH_STEPS, MAX_FRAMES, MAX_MAPPINGS, NO_TABLE, ROW_SEARCH_STEPS, TABLE_PENDING,
+    UnwindMaps, flags, input, process_mappings as pm, state, table_slot,
 };
 use super::rules::{kind, layout as row};
 
@@ -316,6 +316,11 @@ fn emit_find_mapping(asm: &mut Assembler, exits: &StepExits) -> Result<(), AsmEr
     asm.bind(mapped)?;
     asm.load(Size::U32, R3, R8, pm::ENTRIES + pm::TABLE);
     asm.jmp32_imm(Cond::Eq, R3, NO_TABLE as i32, exits.frame_pointer);
+    let placed = asm.new_label();
+    asm.jmp32_imm(Cond::Ne, R3, TABLE_PENDING as i32, placed);
+    set_flag(asm, flags::TABLE_PENDING);
+    asm.jmp(exits.frame_pointer);
+    asm.bind(placed)?;
     asm.load(Size::U64, R5, R8, pm::ENTRIES + pm::BIAS);
     asm.alu64_reg(AluOp::Sub, R4, R5);
     asm.mov64_reg(R5, R4);

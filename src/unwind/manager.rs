@@ -7,14 +7,18 @@
 //! Input: pids. Output: writes through a [`TableStore`] (the BPF maps).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use object::{Object, ObjectSegment};
 
 use super::alloc::RowAllocator;
 use super::builder::{Builder, Built, Image};
-use super::maps::{MAX_MAPPINGS, MAX_TABLE_ROWS, NO_TABLE, UnwindLimits, process_mappings as pm};
+use super::maps::{
+    MAX_MAPPINGS, MAX_TABLE_ROWS, NO_TABLE, TABLE_PENDING, UnwindLimits, process_mappings as pm,
+};
 use super::proc_maps::{AddressSpace, ExecMapping, address_space, exec_mappings};
+use super::snapshot::{CodeLookup, CodeMap};
 use super::table::UnwindTable;
 use crate::symbols::vdso;
 
@@ -86,8 +90,9 @@ enum TableKey {
 /// Where a file's table is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum TableState {
-    /// Table id, first row, rows.
-    Loaded(u32, u32, u32),
+    /// Table id, first row, rows, and the rows themselves (stack copies
+    /// are walked with them in user space, `unwind::snapshot`).
+    Loaded(u32, u32, u32, Arc<UnwindTable>),
     Building,
     /// Why the file has none.
     Failed(String),
@@ -247,7 +252,7 @@ impl TableManager {
             let state = match table {
                 Ok(table) => {
                     self.stats.failed_files += usize::from(table.rows.is_empty());
-                    self.place(store, &table)?
+                    self.place(store, table)?
                 }
                 Err(reason) => {
                     self.stats.failed_files += 1;
@@ -270,6 +275,16 @@ impl TableManager {
             }
         }
         Ok(count)
+    }
+
+    /// The code of process `pid` as last read, for walking its stack
+    /// copies; `None` when it was not read.
+    pub fn process_code(&self, pid: u32) -> Option<ProcessCode<'_>> {
+        let process = self.processes.get(&pid)?;
+        Some(ProcessCode {
+            manager: self,
+            process,
+        })
     }
 
     /// How `pid`'s mappings are covered now.
@@ -295,9 +310,10 @@ impl TableManager {
         put_u64(&mut value, pm::END_CODE, process.identity.end_code);
         value[..4].copy_from_slice(&(process.mappings.len() as u32).to_ne_bytes());
         for (index, (mapping, key)) in process.mappings.iter().enumerate() {
-            let (bias, table) = self
-                .table_of(mapping, key.as_ref())
-                .unwrap_or((0, NO_TABLE));
+            let building = (key.as_ref().and_then(|k| self.tables.get(k)))
+                .is_some_and(|file| file.state == TableState::Building);
+            let none = if building { TABLE_PENDING } else { NO_TABLE };
+            let (bias, table) = self.table_of(mapping, key.as_ref()).unwrap_or((0, none));
             write_entry(&mut value, index, mapping, bias, table);
         }
         store
@@ -314,7 +330,7 @@ impl TableManager {
         let key = key.ok_or("anonymous memory (JIT or generated code): no unwind table")?;
         let file = self.tables.get(key).ok_or("its table was freed")?;
         match &file.state {
-            TableState::Loaded(id, _, _) => load_bias(&file.segments, mapping)
+            TableState::Loaded(id, ..) => load_bias(&file.segments, mapping)
                 .map(|bias| (bias, *id))
                 .ok_or_else(|| "the mapping's offset is in no PT_LOAD segment".to_string()),
             TableState::Building => Err("its table is being built".into()),
@@ -343,7 +359,9 @@ impl TableManager {
         let fallback = TableKey::File(mapping.device.clone(), mapping.inode);
         let key = match map_file(&mapping.file_in(pid)) {
             Ok(map) => self.key_of_image(Image::Mapped(map), fallback),
-            Err(e) => self.failed(fallback, format!("cannot read it: {e}")),
+            // Not remembered: the process may have gone between reading its
+            // mappings and its file; the next process mapping it tries again.
+            Err(e) => return Some(self.failed(fallback, format!("cannot read it: {e}"))),
         };
         self.files.insert(file, key.clone());
         Some(key)
@@ -389,7 +407,7 @@ impl TableManager {
     fn place(
         &mut self,
         store: &mut impl TableStore,
-        table: &UnwindTable,
+        table: UnwindTable,
     ) -> Result<TableState, ManagerError> {
         let rows = u32::try_from(table.rows.len()).unwrap_or(u32::MAX);
         if rows == 0 {
@@ -422,7 +440,7 @@ impl TableManager {
         self.stats.tables += 1;
         self.stats.rows += rows;
         self.stats.peak_rows = self.stats.peak_rows.max(self.stats.rows);
-        Ok(TableState::Loaded(id, first, rows))
+        Ok(TableState::Loaded(id, first, rows, Arc::new(table)))
     }
 
     fn use_table(&mut self, key: &TableKey) {
@@ -442,7 +460,7 @@ impl TableManager {
         }
         let table = self.tables.remove(key).expect("present above");
         self.files.retain(|_, k| k != key);
-        if let TableState::Loaded(id, first, rows) = table.state {
+        if let TableState::Loaded(id, first, rows, _) = table.state {
             store
                 .write_table(id, 0, 0)
                 .map_err(store_error("table slot"))?;
@@ -453,6 +471,43 @@ impl TableManager {
             self.stats.text_bytes -= table.text_bytes;
         }
         Ok(())
+    }
+}
+
+/// A process's code as the manager holds it ([`TableManager::process_code`]).
+pub struct ProcessCode<'a> {
+    manager: &'a TableManager,
+    process: &'a Process,
+}
+
+impl ProcessCode<'_> {
+    /// The address space the mappings were read from.
+    pub fn identity(&self) -> AddressSpace {
+        self.process.identity
+    }
+}
+
+impl CodeMap for ProcessCode<'_> {
+    fn lookup(&self, pc: u64) -> CodeLookup {
+        let mappings = &self.process.mappings;
+        let at = mappings.partition_point(|(m, _)| m.start <= pc);
+        let Some((mapping, key)) = at.checked_sub(1).map(|i| &mappings[i]) else {
+            return CodeLookup::Unmapped;
+        };
+        if pc >= mapping.end {
+            return CodeLookup::Unmapped;
+        }
+        let Some(file) = key.as_ref().and_then(|k| self.manager.tables.get(k)) else {
+            return CodeLookup::NoTable;
+        };
+        match &file.state {
+            TableState::Loaded(.., table) => match load_bias(&file.segments, mapping) {
+                Some(bias) => CodeLookup::Rule(table.lookup(pc.wrapping_sub(bias))),
+                None => CodeLookup::NoTable,
+            },
+            TableState::Building => CodeLookup::Building,
+            TableState::Failed(_) => CodeLookup::NoTable,
+        }
     }
 }
 

@@ -26,6 +26,9 @@ pub const MAX_TABLE_ROWS: u32 = 1 << 22;
 pub const ROW_SEARCH_STEPS: u32 = 23;
 /// Table id of a mapping without a table: unwound with frame pointers.
 pub const NO_TABLE: u32 = u32::MAX;
+/// Table id of a mapping whose table is being built: unwound with frame
+/// pointers, flagged `TABLE_PENDING`.
+pub const TABLE_PENDING: u32 = u32::MAX - 1;
 
 /// Sizes of the unwinder's maps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -197,4 +200,13 @@ pub mod flags {
     /// user stack is the new program's, not the blocks' (set by
     /// `stack(offcpu, pending)`).
     pub const USER_EXEC: u32 = 4096;
+    /// The message carries a copy of the user registers and stack after
+    /// its frames (`codegen::stack_layout::snapshot`; set by the caller
+    /// when the walk found no table: `NO_PROCESS` or `UNKNOWN_MAPPING`).
+    /// In the capture: the user frames were unwound from that copy in
+    /// user space.
+    pub const SNAPSHOT: u32 = 8192;
+    /// A pc in a mapping whose table is being built: unwound with frame
+    /// pointers.
+    pub const TABLE_PENDING: u32 = 16384;
 }

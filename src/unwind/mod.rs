@@ -4,7 +4,8 @@
 //! Stages: an ELF file → [`cfi`] (gimli reads `.eh_frame`/`.debug_frame`) →
 //! [`table`] (sorted, merged [`rules::Row`]s) → [`manager`] (one table per
 //! build id, placed in the BPF maps of [`maps`], process mappings from
-//! [`proc_maps`]) → [`bpf`], the BPF functions that walk a stack with them.
+//! [`proc_maps`]) → [`bpf`], the BPF functions that walk a stack with them;
+//! [`snapshot`] walks a stack copied where no table was loaded yet.
 
 mod alloc;
 pub mod bpf;
@@ -17,4 +18,5 @@ pub mod proc_maps;
 pub mod program_files;
 pub mod rules;
 pub mod sampler;
+pub mod snapshot;
 pub mod table;

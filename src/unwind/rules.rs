@@ -125,6 +125,89 @@ impl Row {
     }
 }
 
+/// The registers of one frame as an unwinder walks up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Registers {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+
+/// What a rule says about the caller of a frame ([`Rule::caller`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The caller's registers; `cfa` is where the frame's return address
+    /// sits above (`cfa - 8`).
+    Caller { regs: Registers, cfa: u64 },
+    /// This frame is the outermost.
+    Outermost,
+    /// The rule cannot be evaluated: use frame pointers.
+    NoRule,
+    /// A read the rule needs failed.
+    Unreadable,
+}
+
+impl Rule {
+    /// The caller of the frame `regs` describes, by this rule, reading user
+    /// memory with `read` (8 bytes at an address). The same evaluation as
+    /// the BPF unwinder's (`unwind::bpf`): CFA from `rsp` or `rbp` (the PLT
+    /// expression from the frame's own `ip`), return address at `CFA-8`,
+    /// `rbp` kept, read at `CFA+N`, or lost (0).
+    pub fn caller(&self, regs: Registers, read: impl Fn(u64) -> Option<u64>) -> Step {
+        let (cfa, rbp) = match *self {
+            Rule::Frame { cfa, rbp } => (cfa, rbp),
+            Rule::Outermost => return Step::Outermost,
+            Rule::NoInfo | Rule::Unsupported(_) => return Step::NoRule,
+        };
+        let cfa = match cfa {
+            Cfa::Rsp(n) => regs.sp.wrapping_add(u64::from(n)),
+            Cfa::Rbp(n) => regs.bp.wrapping_add(u64::from(n)),
+            Cfa::Plt { threshold } => {
+                let pushed = if regs.ip & 15 >= u64::from(threshold) {
+                    8
+                } else {
+                    0
+                };
+                regs.sp.wrapping_add(8 + pushed)
+            }
+        };
+        let Some(ip) = read(cfa.wrapping_sub(8)) else {
+            return Step::Unreadable;
+        };
+        let bp = match rbp {
+            Rbp::Unchanged => regs.bp,
+            // As encoded: offsets beyond an i8 of 8-byte units are lost.
+            Rbp::AtCfa(n) => match rbp_units(n) {
+                Some(units) => match read(cfa.wrapping_add_signed(i64::from(units) * 8)) {
+                    Some(bp) => bp,
+                    None => return Step::Unreadable,
+                },
+                None => 0,
+            },
+            Rbp::Lost => 0,
+        };
+        let regs = Registers { ip, sp: cfa, bp };
+        Step::Caller { regs, cfa }
+    }
+}
+
+/// The classic frame-pointer step: saved `rbp` at `[rbp]`, return address
+/// at `[rbp+8]`, CFA `rbp+16`; `None` at `rbp` 0 (the end) or when a read
+/// fails (`Some(Step::Unreadable)`).
+pub fn frame_pointer_step(regs: Registers, read: impl Fn(u64) -> Option<u64>) -> Option<Step> {
+    if regs.bp == 0 {
+        return None;
+    }
+    let (Some(bp), Some(ip)) = (read(regs.bp), read(regs.bp.wrapping_add(8))) else {
+        return Some(Step::Unreadable);
+    };
+    let cfa = regs.bp.wrapping_add(16);
+    Some(Step::Caller {
+        regs: Registers { ip, sp: cfa, bp },
+        cfa,
+    })
+}
+
 /// A saved-`rbp` offset in 8-byte units, when it fits an `i8`.
 pub fn rbp_units(offset: i16) -> Option<i8> {
     (offset % 8 == 0).then(|| i8::try_from(offset / 8).ok())?
@@ -168,6 +251,57 @@ mod tests {
             rule: Rule::Unsupported(Unsupported::CfaExpression),
         };
         assert_eq!(bad.encode()[7], kind::UNSUPPORTED);
+    }
+
+    /// A rule gives the caller as BPF computes it: CFA from rsp, rbp or the
+    /// PLT expression, return address at CFA-8, rbp read at CFA+N.
+    #[test]
+    fn evaluates_rules() {
+        let memory = |addr: u64| match addr {
+            0x1008 => Some(0x4000),
+            0x1010 => Some(0x5000),
+            0x1000 => Some(0x7777),
+            _ => None,
+        };
+        let regs = Registers {
+            ip: 0x400,
+            sp: 0xff0,
+            bp: 0xf90,
+        };
+        let frame = |cfa, rbp| Rule::Frame { cfa, rbp };
+        let step = frame(Cfa::Rsp(0x20), Rbp::AtCfa(-16)).caller(regs, memory);
+        let caller = Registers {
+            ip: 0x4000,
+            sp: 0x1010,
+            bp: 0x7777,
+        };
+        assert_eq!(
+            step,
+            Step::Caller {
+                regs: caller,
+                cfa: 0x1010
+            }
+        );
+        let step = frame(Cfa::Rbp(0x80), Rbp::Lost).caller(regs, memory);
+        assert!(matches!(step, Step::Caller { regs, .. } if regs.bp == 0 && regs.sp == 0x1010));
+        // ip & 15 = 0 < 11: the entry has pushed nothing yet: CFA rsp+8.
+        let plt = frame(Cfa::Plt { threshold: 11 }, Rbp::Unchanged).caller(regs, memory);
+        assert!(matches!(plt, Step::Unreadable));
+        let at_push = Registers {
+            ip: 0x40b,
+            sp: 0x1000,
+            ..regs
+        };
+        let plt = frame(Cfa::Plt { threshold: 11 }, Rbp::Unchanged).caller(at_push, memory);
+        assert!(matches!(plt, Step::Caller { regs, .. } if regs.ip == 0x4000 && regs.bp == 0xf90));
+        assert_eq!(Rule::Outermost.caller(regs, memory), Step::Outermost);
+        assert_eq!(Rule::NoInfo.caller(regs, memory), Step::NoRule);
+        let fp = frame_pointer_step(Registers { bp: 0x1000, ..regs }, memory);
+        assert!(matches!(fp, Some(Step::Caller { regs, cfa: 0x1010 }) if regs.ip == 0x4000));
+        assert_eq!(
+            frame_pointer_step(Registers { bp: 0, ..regs }, memory),
+            None
+        );
     }
 
     /// Offsets that are not multiples of 8 or too far from the CFA are lost.

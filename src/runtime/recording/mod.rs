@@ -6,6 +6,7 @@
 
 mod decode;
 mod pending;
+mod snapshots;
 mod stacks;
 mod tables;
 mod threads;
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use self::decode::{FieldDecoder, IdentityRecord, decoders, identity_record, malformed, u64_at};
 use self::pending::{Due, Join, PendingJoin};
+use self::snapshots::{SnapshotJoin, read_snapshot};
 use self::stacks::{RawStack, StackHeader, digest, probed_binaries, raw_stack};
 use self::tables::Tables;
 use self::threads::{Comm, ThreadTable};
@@ -100,6 +102,8 @@ pub struct Recorder {
     pending: Vec<Pending>,
     /// Long blocks waiting for their deferred user stacks.
     joins: PendingJoin,
+    /// Events waiting for the tables of their copied user stacks.
+    snapshots: SnapshotJoin,
     /// Events in time order until they leave the reorder window.
     window: ReorderWindow,
     /// Value vectors of written events, reused for new ones.
@@ -155,6 +159,7 @@ impl Recorder {
             frame_kinds: Vec::new(),
             pending: Vec::new(),
             joins: PendingJoin::new(&compiled.records),
+            snapshots: SnapshotJoin::default(),
             window: ReorderWindow::new(REORDER_WINDOW_NS, REORDER_WINDOW_EVENTS),
             spare: Vec::new(),
             written_ns: 0,
@@ -199,20 +204,33 @@ impl Recorder {
             stack: None,
             walk: None,
         };
-        let (mut stack, mut join) = (None, None);
+        let (mut stack, mut join, mut snapshot) = (None, None, None);
+        let stack_pid = if stack_tgid == 0 { pid } else { stack_tgid };
         if let Some(frames_at) = self.frames_at.get(message).copied().flatten() {
-            let desc = StackHeader::read(bytes)?;
+            let mut desc = StackHeader::read(bytes)?;
             let fields = self
                 .fields
                 .get(message)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
             join = (self.joins).classify(record, desc.flags, tid, fields, bytes);
-            let stack_pid = if stack_tgid == 0 { pid } else { stack_tgid };
+            // A deferred off-CPU stack answers its blocks as it comes: held
+            // for its tables, it would answer its task's later blocks too.
+            match join {
+                None if desc.flags & flags::SNAPSHOT != 0 => {
+                    snapshot = Some(read_snapshot(bytes, frames_at, &desc)?);
+                }
+                _ => desc.flags &= !flags::SNAPSHOT,
+            }
             let at = (frames_at, stack_pid);
-            stack = self.message_stack(bytes, &desc, at, join.is_some(), &mut event)?;
+            let resolve = join.is_some() || snapshot.is_some();
+            stack = self.message_stack(bytes, &desc, at, resolve, &mut event)?;
         }
-        self.pending.push(Pending { event, stack, join });
+        let pending = Pending { event, stack, join };
+        match snapshot {
+            Some(snapshot) => self.snapshots.wait(stack_pid, pending, snapshot),
+            None => self.pending.push(pending),
+        }
         if self.pending.len() >= PENDING_BATCH {
             self.drain_pending()?;
         }
@@ -221,31 +239,35 @@ impl Recorder {
 
     /// The stack a message carries (described by `desc`, its frames and
     /// their process at `(frames_at, pid)`): the event's stack when it is
-    /// known, else (and always for stacks to join) the raw stack to resolve,
-    /// with its digest.
+    /// known, else (and always for stacks to join or walk from a copy,
+    /// `resolve`) the raw stack to resolve, with its digest. A stack walked
+    /// from a copy is counted when it is.
     fn message_stack(
         &mut self,
         bytes: &[u8],
         desc: &StackHeader,
         (frames_at, pid): (u32, u32),
-        to_join: bool,
+        resolve: bool,
         event: &mut Event,
     ) -> Result<Option<(u128, RawStack)>, RecordError> {
         let user = desc.user_frames > 0;
-        self.stack_counts.count(desc.flags, user);
+        let copied = desc.flags & flags::SNAPSHOT != 0;
+        if !copied {
+            self.stack_counts.count(desc.flags, user);
+        }
         event.walk = tables::stack_walk(desc.flags, user);
         if desc.flags & (flags::NO_PROCESS | flags::UNKNOWN_MAPPING) != 0
             && let Some(tables) = &mut self.tables
         {
             tables.want(pid);
         }
-        if desc.kernel_frames == 0 && desc.user_frames == 0 {
+        if desc.kernel_frames == 0 && desc.user_frames == 0 && !copied {
             return Ok(None);
         }
         let user_pid = if desc.user_frames > 0 { pid } else { 0 };
         let stack_bytes = bytes.get(frames_at as usize..).unwrap_or_default();
         let key = digest(stack_bytes, user_pid, 0, desc);
-        if let Some(&known) = self.stacks.get(&key).filter(|_| !to_join) {
+        if let Some(&known) = self.stacks.get(&key).filter(|_| !resolve) {
             event.stack = Some(known);
             return Ok(None);
         }
@@ -267,6 +289,7 @@ impl Recorder {
     /// write what has left the reorder window.
     pub fn process(&mut self, loaded: &Loaded) -> Result<(), RecordError> {
         if let Some(tables) = &mut self.tables {
+            tables.hold(self.snapshots.pids());
             let read = tables.update(loaded);
             self.read_modules_of(&read);
         }
@@ -285,17 +308,9 @@ impl Recorder {
         let mut batch = Vec::with_capacity(self.pending.len());
         // Taken out and put back, so its capacity is reused.
         let mut decoded = std::mem::take(&mut self.pending);
-        for pending in decoded.drain(..) {
-            match pending.join {
-                Some(Join::Awaits { tid }) => self.joins.wait(tid, pending),
-                Some(Join::Brings { tid, .. }) => {
-                    for block in self.joins.answer(tid, &pending) {
-                        batch.push(self.resolved(block));
-                    }
-                    self.recycle(pending.event.values);
-                }
-                None => batch.push(self.resolved(pending)),
-            }
+        let walked = self.settle_snapshots(false);
+        for pending in decoded.drain(..).chain(walked) {
+            self.route(pending, &mut batch);
         }
         self.pending = decoded;
         for block in self.joins.expire(self.window.newest_ns()) {
@@ -305,22 +320,72 @@ impl Recorder {
         self.write_due()
     }
 
-    /// Writes the events that left the reorder window. Nothing after a
-    /// block still waiting for its user stack goes out, unless the window is
-    /// over its cap behind it: the block then goes out as it is.
+    /// An event to the reorder window (`batch`), or to the blocks waiting
+    /// for their deferred user stacks, or with the stack it brings them.
+    fn route(&mut self, pending: Pending, batch: &mut Vec<Event>) {
+        match pending.join {
+            Some(Join::Awaits { tid }) => self.joins.wait(tid, pending),
+            Some(Join::Brings { tid, .. }) => {
+                for block in self.joins.answer(tid, &pending) {
+                    batch.push(self.resolved(block));
+                }
+                self.recycle(pending.event.values);
+            }
+            None => batch.push(self.resolved(pending)),
+        }
+    }
+
+    /// The events whose copied user stacks are walked now or given up
+    /// (all of them with `last`), counted.
+    fn settle_snapshots(&mut self, last: bool) -> Vec<Pending> {
+        let settled = self.snapshots.settle(self.tables.as_ref(), last);
+        for (_, raw) in settled.iter().filter_map(|p| p.stack.as_ref()) {
+            self.stack_counts.count(raw.flags, !raw.user.is_empty());
+        }
+        settled
+    }
+
+    /// Writes the events that left the reorder window. Nothing after an
+    /// event still waiting for its user stack (a block's deferred one, a
+    /// copy's tables) goes out, unless the window is over its cap behind
+    /// it: the oldest waiting event then goes out as it is.
     fn write_due(&mut self) -> Result<(), RecordError> {
-        let mut hold_ns = self.joins.oldest();
-        while let Some(due) = self.joins.next_due(&mut self.window, hold_ns) {
-            match due {
-                Due::Event(event) => self.write(event)?,
-                Due::GivenUp(block) => {
+        loop {
+            let copies = self.snapshots.oldest();
+            let hold_ns = [self.joins.oldest(), copies].into_iter().flatten().min();
+            if let Some(event) = self.window.pop_due_before(hold_ns.unwrap_or(u64::MAX)) {
+                self.write(event)?;
+                continue;
+            }
+            if !self.window.over_cap() {
+                return Ok(());
+            }
+            if copies.is_some()
+                && copies == hold_ns
+                && let Some(pending) = self.snapshots.give_up_oldest()
+            {
+                let mut batch = Vec::new();
+                self.settled_given_up(pending, &mut batch);
+                self.window.insert(batch);
+                continue;
+            }
+            match self.joins.next_due(&mut self.window, hold_ns) {
+                Some(Due::Event(event)) => self.write(event)?,
+                Some(Due::GivenUp(block)) => {
                     let event = self.resolved(block);
                     self.window.insert(vec![event]);
-                    hold_ns = self.joins.oldest();
                 }
+                None => return Ok(()),
             }
         }
-        Ok(())
+    }
+
+    /// A copied stack given up: counted as the BPF walk found it, and routed.
+    fn settled_given_up(&mut self, pending: Pending, batch: &mut Vec<Event>) {
+        if let Some((_, raw)) = &pending.stack {
+            self.stack_counts.count(raw.flags, !raw.user.is_empty());
+        }
+        self.route(pending, batch);
     }
 
     /// The event of `pending`, its stack resolved (while its process lives).
@@ -380,6 +445,14 @@ impl Recorder {
         }
     }
 
+    /// At the end of the capture: places the tables that stack copies
+    /// still wait for, waiting up to `wait` for their builds.
+    pub fn place_waited_tables(&mut self, loaded: &Loaded, wait: Duration) {
+        if !self.snapshots.is_empty() {
+            self.place_tables(loaded, wait);
+        }
+    }
+
     /// Whether user stacks are unwound with tables (not frame pointers only).
     pub fn unwinds(&self) -> bool {
         self.tables.is_some()
@@ -408,7 +481,7 @@ impl Recorder {
     /// Whether tables are being built or processes wait to be read: the
     /// recorder should run again soon, whatever the events.
     pub fn busy(&self) -> bool {
-        self.tables.as_ref().is_some_and(Tables::busy)
+        self.tables.as_ref().is_some_and(Tables::busy) || !self.snapshots.is_empty()
     }
 
     pub fn events(&self) -> u64 {
@@ -426,6 +499,11 @@ impl Recorder {
         drops: Vec<RecordDrops>,
         duration_ns: u64,
     ) -> Result<CaptureStats, RecordError> {
+        let mut last = Vec::new();
+        for pending in self.settle_snapshots(true) {
+            self.route(pending, &mut last);
+        }
+        self.window.insert(last);
         let unanswered: Vec<Event> = (self.joins.expire(u64::MAX).into_iter())
             .map(|block| self.resolved(block))
             .collect();
@@ -443,6 +521,7 @@ impl Recorder {
         let symbols = self.symbols();
         let mut stacks = (self.stack_counts).finish(self.tables.as_ref().map(Tables::stats));
         stacks.extend(self.joins.counts());
+        stacks.extend(self.snapshots.counts());
         let stats = CaptureStats {
             events: self.writer.events_written(),
             duration_ns,

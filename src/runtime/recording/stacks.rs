@@ -66,7 +66,7 @@ impl StackHeader {
     }
 
     /// Bytes of the user frames.
-    fn user_bytes(&self) -> usize {
+    pub(super) fn user_bytes(&self) -> usize {
         let each = if self.flags & flags::BUILD_ID != 0 {
             BUILD_ID_FRAME_BYTES
         } else {

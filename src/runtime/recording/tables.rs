@@ -12,14 +12,14 @@
 //! the unwinder's maps through the table manager, and the counts of how
 //! stacks were walked for the capture's stats.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::capture::model::StackCount;
 use crate::capture::walk::{StackEnding, StackWalk, Unwinder};
 use crate::runtime::bpf::loader::Loaded;
-use crate::unwind::manager::{ManagerStats, TableManager};
+use crate::unwind::manager::{ManagerStats, ProcessCode, TableManager};
 use crate::unwind::maps::{UnwindLimits, UnwindMaps, flags};
 use crate::unwind::proc_maps::{AddressSpace, address_space};
 use crate::unwind::program_files::startup_files;
@@ -46,6 +46,8 @@ pub(super) struct Tables {
     /// Per process, when it was last read and how many times.
     last_read: HashMap<u32, (Instant, u32)>,
     last_gc: Instant,
+    /// Processes not to forget while gone: stack copies wait for them.
+    held: HashSet<u32>,
     /// Processes whose mappings could not be read (gone, or not allowed).
     pub(super) failed_reads: u64,
     /// Process reads (first adds and re-reads).
@@ -60,6 +62,7 @@ impl Tables {
             wanted: BTreeSet::new(),
             last_read: HashMap::new(),
             last_gc: Instant::now(),
+            held: HashSet::new(),
             failed_reads: 0,
             reads: 0,
         }
@@ -107,6 +110,7 @@ impl Tables {
             self.last_gc = Instant::now();
             let gone: Vec<u32> = (self.last_read.keys())
                 .copied()
+                .filter(|pid| !self.held.contains(pid))
                 .filter(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
                 .collect();
             for pid in gone {
@@ -169,6 +173,22 @@ impl Tables {
         self.manager.building() > 0 || !self.wanted.is_empty()
     }
 
+    /// Keeps the mappings of `pids` while they are gone (until the next
+    /// call): stack copies of theirs wait for tables.
+    pub(super) fn hold(&mut self, pids: HashSet<u32>) {
+        self.held = pids;
+    }
+
+    /// The code of `pid` as last read.
+    pub(super) fn code(&self, pid: u32) -> Option<ProcessCode<'_>> {
+        self.manager.process_code(pid)
+    }
+
+    /// Whether `pid`'s mappings were read after `at`.
+    pub(super) fn read_since(&self, pid: u32, at: Instant) -> bool {
+        (self.last_read.get(&pid)).is_some_and(|&(read, _)| read > at)
+    }
+
     pub(super) fn stats(&self) -> &ManagerStats {
         self.manager.stats()
     }
@@ -198,7 +218,9 @@ pub(super) fn stack_walk(stack_flags: u32, user: bool) -> Option<StackWalk> {
 }
 
 fn user_unwinder(stack_flags: u32) -> Unwinder {
-    if stack_flags & flags::KERNEL_WALK != 0 {
+    if stack_flags & flags::SNAPSHOT != 0 {
+        Unwinder::Snapshot
+    } else if stack_flags & flags::KERNEL_WALK != 0 {
         Unwinder::KernelWalk
     } else if stack_flags & flags::TABLE != 0 {
         Unwinder::Table
@@ -226,6 +248,7 @@ impl StackCounts {
         }
         let walk = match user_unwinder(stack_flags) {
             Unwinder::Cached => StackCount::Cached,
+            Unwinder::Snapshot => StackCount::SnapshotUnwound,
             Unwinder::KernelWalk => StackCount::KernelWalk,
             Unwinder::Table => StackCount::Table,
             Unwinder::FramePointer => StackCount::FramePointer,

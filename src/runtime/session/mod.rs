@@ -67,6 +67,9 @@ pub struct RunOptions {
 /// build of wprof); a large binary's take seconds, and its first stacks
 /// fall back to frame pointers instead of holding the command up.
 const COMMAND_TABLES_WAIT: Duration = Duration::from_secs(1);
+/// Longest the end of a capture waits for tables that copied user stacks
+/// still need (`recording::snapshots`).
+const LAST_TABLES_WAIT: Duration = Duration::from_secs(1);
 /// How often the recorder runs while unwind tables are being built, so a
 /// table is placed when it is built, not when events next wake the
 /// recorder (up to [`Status::INTERVAL`] later).
@@ -273,6 +276,7 @@ pub fn run(
     }
     let capture = match receiver.recorder.take() {
         Some(mut recorder) => {
+            recorder.place_waited_tables(&loaded, LAST_TABLES_WAIT);
             recorder.process(&loaded)?;
             let drops = drops::read_drops(&loaded, compiled)?;
             Some(recorder.finish(drops, stopped_ns.saturating_sub(start_ns))?)

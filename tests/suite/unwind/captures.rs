@@ -9,8 +9,9 @@
 //! (built before it runs, its mappings read while it is held at the end
 //! of its `exec`), so the shares below are of all its stacks but those
 //! taken outside its `main` (in the `exec`, in the loader's start-up, in
-//! the exit handlers); a library dlopened later still has its first stacks
-//! walked before its table loads (issue 12).
+//! the exit handlers). A library dlopened later has its first stacks
+//! walked from copies once its table loads (`snapshots.rs`); here the
+//! shares count from the first stack its table walked.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -39,20 +40,20 @@ fn is_tracer_frame(frame: &str) -> bool {
 }
 
 /// One event's stack from the NDJSON output.
-struct Sample<'a> {
+pub(super) struct Sample<'a> {
     /// The tracker record: `timer`, `switch`, ...
-    kind: &'a str,
-    event: &'a Value,
-    unwinder: Option<&'a str>,
-    ending: Option<&'a str>,
+    pub(super) kind: &'a str,
+    pub(super) event: &'a Value,
+    pub(super) unwinder: Option<&'a str>,
+    pub(super) ending: Option<&'a str>,
     /// The kernel part reached the kernel's depth limit.
-    kernel_truncated: bool,
-    frames: &'a [String],
+    pub(super) kernel_truncated: bool,
+    pub(super) frames: &'a [String],
 }
 
 impl Sample<'_> {
     /// Function names of the user frames, innermost first.
-    fn user_functions(&self) -> Vec<&str> {
+    pub(super) fn user_functions(&self) -> Vec<&str> {
         (self.frames.iter())
             .filter_map(|f| f.strip_prefix("[U] "))
             .map(function_name)
@@ -113,7 +114,7 @@ pub(super) fn capture_keeping(test: &str, name: &str, args: &[&str]) -> (Ndjson,
 }
 
 /// The stacks of the events of process `comm` (timer and switch-out), in time order.
-fn samples<'a>(json: &'a Ndjson, comm: &str) -> Vec<Sample<'a>> {
+pub(super) fn samples<'a>(json: &'a Ndjson, comm: &str) -> Vec<Sample<'a>> {
     (json.events.iter())
         .filter(|e| e["task"]["pcomm"] == comm && e.get("stack").is_some())
         .filter(|e| e["t"] == "timer" || e["t"] == "switch")
@@ -140,8 +141,17 @@ fn after_tables_loaded<'s, 'a>(samples: &'s [Sample<'a>], main: &str) -> &'s [Sa
     &samples[first.unwrap_or(samples.len())..]
 }
 
+/// The path of `dlopen_main`'s stacks through `libspin.so`, innermost first.
+pub(super) const LIBRARY_PATH: [&[&str]; 5] = [
+    &["lib_spin"],
+    &["lib_middle"],
+    &["lib_entry"],
+    &["run_library"],
+    &["main"],
+];
+
 /// Whether `names` holds one of each of `path`'s alternatives, in order.
-fn in_order(names: &[&str], path: &[&[&str]]) -> bool {
+pub(super) fn in_order(names: &[&str], path: &[&[&str]]) -> bool {
     let at: Vec<Option<usize>> = (path.iter())
         .map(|alts| names.iter().position(|n| alts.contains(n)))
         .collect();
@@ -164,7 +174,7 @@ fn outside_main(sample: &Sample) -> bool {
 /// `main` (a user frame named `main`), all but those taken outside it,
 /// and that there are at least `least` of them.
 #[track_caller]
-fn assert_reach_main(samples: &[Sample], kinds: &[&str], main: &str, least: usize) {
+pub(super) fn assert_reach_main(samples: &[Sample], kinds: &[&str], main: &str, least: usize) {
     let kind = kinds.join(" and ");
     let with_user =
         (samples.iter()).filter(|s| kinds.contains(&s.kind) && !s.user_functions().is_empty());
@@ -333,13 +343,7 @@ fn library_dlopened_during_the_capture() {
     let in_library: Vec<Sample> = (all.into_iter())
         .filter(|s| s.kind == "timer" && s.user_functions().contains(&"lib_spin"))
         .collect();
-    let path: [&[&str]; 5] = [
-        &["lib_spin"],
-        &["lib_middle"],
-        &["lib_entry"],
-        &["run_library"],
-        &["main"],
-    ];
+    let path = LIBRARY_PATH;
     let loaded = after_tables_loaded(&in_library, "main");
     let through = (loaded.iter())
         .filter(|s| in_order(&s.user_functions(), &path))

@@ -8,6 +8,7 @@ mod kernel;
 mod plt;
 mod proof;
 mod readelf;
+mod snapshots;
 mod tables;
 mod workloads;
 
