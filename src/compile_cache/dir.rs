@@ -170,6 +170,11 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    fn make_dir(path: &Path, mode: u32) {
+        std::fs::create_dir(path).expect("mkdir");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+
     /// A new directory is created 0700; an entry written is read back 0600.
     #[test]
     fn creates_private_dir_and_entries() {
@@ -192,8 +197,7 @@ mod tests {
     fn refuses_symlinked_dir() {
         let scratch = tempfile::tempdir().expect("tempdir");
         let real = scratch.path().join("real");
-        std::fs::create_dir(&real).expect("mkdir");
-        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        make_dir(&real, 0o700);
         let link = scratch.path().join("link");
         std::os::unix::fs::symlink(&real, &link).expect("symlink");
         assert!(matches!(CacheDir::open(&link), Err(DirError::Open { .. })));
@@ -204,8 +208,7 @@ mod tests {
     fn refuses_shared_dir_and_entries() {
         let scratch = tempfile::tempdir().expect("tempdir");
         let path = scratch.path().join("shared");
-        std::fs::create_dir(&path).expect("mkdir");
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        make_dir(&path, 0o777);
         assert!(matches!(
             CacheDir::open(&path),
             Err(DirError::NotPrivate { .. })

@@ -144,17 +144,22 @@ mod tests {
         }
     }
 
+    /// Inputs without -p or -c.
+    fn plain<'a>(sources: &'a [Source], options: &'a CompileOptions) -> KeyInputs<'a> {
+        KeyInputs {
+            sources,
+            options,
+            pid: None,
+            command: None,
+        }
+    }
+
     /// Sources, options, -p and -c each change the key.
     #[test]
     fn key_follows_every_input() {
         let options = CompileOptions::default();
         let sources = [source("tp_btf:sched_switch {}")];
-        let base = KeyInputs {
-            sources: &sources,
-            options: &options,
-            pid: None,
-            command: None,
-        };
+        let base = plain(&sources, &options);
         let key = |inputs: &KeyInputs<'_>| key_text(inputs).expect("build ids");
         let other_sources = [source("tp_btf:sched_waking {}")];
         let mut stacks = options.clone();
@@ -190,12 +195,7 @@ mod tests {
         let scratch = tempfile::tempdir().expect("tempdir");
         let options = CompileOptions::default();
         let sources = [source("a")];
-        let inputs = KeyInputs {
-            sources: &sources,
-            options: &options,
-            pid: None,
-            command: None,
-        };
+        let inputs = plain(&sources, &options);
         let path = scratch.path().join("cache");
         let cache = CompileCache::open(&path, &inputs)
             .expect("dir")
