@@ -200,6 +200,11 @@ pub struct Cli {
     #[command(flatten)]
     pub compare: crate::cli_compare::CompareArgs,
 
+    /// Compile the built-in trackers instead of reading them from the
+    /// compile cache, and leave the cache as it is (also WPROF_NO_CACHE=1).
+    #[arg(long = "no-cache")]
+    pub no_cache: bool,
+
     /// Print the JSON Schema of the NDJSON output, and exit.
     #[arg(long = "json-schema")]
     pub json_schema: bool,

@@ -146,6 +146,20 @@ pub fn check_kernel_support(
     }
 }
 
+/// [`check_kernel_support`] for a program read from the compile cache:
+/// there is no script text to point at, so the error names the probe.
+pub fn check_compiled_support(
+    compiled: &Compiled,
+    features: &KernelFeatures,
+) -> Result<(), String> {
+    let unsupported = compiled.programs.iter().find_map(|program| {
+        let needs = providers::of(&program.attach).feature(&program.attach);
+        let reason = needs.and_then(|feature| features.get(feature).reason())?;
+        Some(format!("cannot run `{}`: {reason}", program.probe))
+    });
+    unsupported.map_or(Ok(()), Err)
+}
+
 /// Lines of the verifier log shown with a rejected program.
 const VERIFIER_LOG_LINES: usize = 12;
 

@@ -24,6 +24,7 @@ pub mod cli_bpftrace;
 pub mod cli_compare;
 pub mod cli_profile;
 pub mod codegen;
+pub mod compile_cache;
 pub mod driver;
 pub mod front_door;
 pub mod frontend;

@@ -11,12 +11,13 @@ use wprof::cli::Cli;
 use wprof::cli_bpftrace::{invoked_as_bpftrace, split_command_as_bpftrace};
 use wprof::codegen::listing::render_listing;
 use wprof::codegen::program::Compiled;
+use wprof::compile_cache::{self, CompileCache};
 use wprof::driver::{self, Source};
 use wprof::frontend::checked::CheckedProgram;
 use wprof::frontend::diag::{INLINE_SCRIPT_NAME, ScriptErrors};
 use wprof::frontend::limits;
 use wprof::frontend::options::CompileOptions;
-use wprof::runtime::bpf::loader;
+use wprof::runtime::bpf::loader::{self, TracepointIds};
 use wprof::runtime::session::activation::Phases;
 use wprof::runtime::session::{self, CaptureTarget, RunError, RunOptions};
 use wprof::runtime::targets::environment::SystemEnvironment;
@@ -166,11 +167,16 @@ fn run(cli: Cli) -> Result<(), Failure> {
     let mut env = SystemEnvironment::new(cli.target_pid());
     env.command = command.as_ref().and_then(|argv| argv.first().cloned());
     timings::step("options, environment and script read");
-    let (sources, checked, compiled) = compile(&cli, &tracking, user, &env, &compile_options)?;
-    timings::step("trackers and script compiled (parse, check, codegen)");
-    for warning in &checked.warnings {
-        eprintln!("wprof: warning: {warning}");
+    let (sources, mut checked, compiled) = compile(&cli, &tracking, user, &env, &compile_options)?;
+    if let Program::Fresh { checked, .. } = &checked {
+        for warning in &checked.warnings {
+            eprintln!("wprof: warning: {warning}");
+        }
     }
+    let tracepoint_ids = match &mut checked {
+        Program::Cached { tracepoint_ids } => std::mem::take(tracepoint_ids),
+        Program::Fresh { .. } => env.tracepoint_ids(compiled.programs.iter().map(|p| &p.attach)),
+    };
     // The kernel's BTF, parsed for typing, is megabytes the capture does not need.
     drop(env);
     let source_map = driver::source_map(&sources);
@@ -194,7 +200,17 @@ fn run(cli: Cli) -> Result<(), Failure> {
         return std::fs::write(path, image)
             .map_err(|e| format!("cannot write --emit-elf {}: {e}", path.display()).into());
     }
-    driver::check_kernel_support(&source_map, &checked, &features::detect())?;
+    let features = features::detect();
+    match &checked {
+        Program::Fresh { checked, cache } => {
+            driver::check_kernel_support(&source_map, checked, &features)?;
+            // Stored only once it is known to run here, without warnings.
+            if let Some(cache) = cache.as_ref().filter(|_| checked.warnings.is_empty()) {
+                cache.store(&compiled, &tracepoint_ids);
+            }
+        }
+        Program::Cached { .. } => driver::check_compiled_support(&compiled, &features)?,
+    }
     timings::step("kernel features probed");
     let probes = compiled.programs.iter().map(|p| p.blocks).sum();
     (environment.check_limits(probes, compiled.programs.len())).map_err(|e| e.to_string())?;
@@ -232,6 +248,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         sources: Some(source_map.clone()),
         verbose: cli.bpftrace.verbose,
         usdt_file_activation: cli.usdt_file_activation,
+        tracepoint_ids,
     };
     let summary = {
         let mut out = cli.bpftrace.output_sink()?;
@@ -250,15 +267,28 @@ fn run(cli: Cli) -> Result<(), Failure> {
     Ok(())
 }
 
+/// How the program to run was obtained.
+enum Program {
+    /// Compiled now; the cache entry to store it in once it is known to run.
+    Fresh {
+        checked: Box<CheckedProgram>,
+        cache: Option<CompileCache>,
+    },
+    /// Read from the compile cache (built-in trackers only), with the BTF
+    /// ids of its tracepoints.
+    Cached { tracepoint_ids: TracepointIds },
+}
+
 /// The program to run: the user's script alone when it only prints (as under
-/// bpftrace), else the built-in trackers with it, as one program.
+/// bpftrace), else the built-in trackers with it, as one program; the
+/// trackers alone come from the compile cache when it has them.
 fn compile(
     cli: &Cli,
     tracking: &Tracking,
     user: Option<(Source, Vec<String>)>,
     env: &SystemEnvironment,
     options: &CompileOptions,
-) -> Result<(Vec<Source>, CheckedProgram, Compiled), Failure> {
+) -> Result<(Vec<Source>, Program, Compiled), Failure> {
     let (mut sources, params) = match user {
         Some((source, params)) => (vec![source], params),
         None => (Vec::new(), Vec::new()),
@@ -279,13 +309,58 @@ fn compile(
             return Err(format!("{name} has no probes: nothing to attach").into());
         }
         if !replay::wants_capture(cli) && compiled.records.is_empty() {
-            return Ok((alone, checked, compiled));
+            timings::step("script compiled (parse, check, codegen)");
+            let checked = Box::new(checked);
+            return Ok((
+                alone,
+                Program::Fresh {
+                    checked,
+                    cache: None,
+                },
+                compiled,
+            ));
         }
     }
     sources.extend(trackers::sources(tracking)?);
     sources.extend(command_tree);
+    let cache = match sources.iter().all(|s| s.origin == RecordOrigin::Tracker) {
+        true => open_cache(cli, &sources, env, options),
+        false => None,
+    };
+    if let Some((compiled, tracepoint_ids)) = cache.as_ref().and_then(CompileCache::lookup) {
+        timings::step("trackers read from the compile cache");
+        return Ok((sources, Program::Cached { tracepoint_ids }, compiled));
+    }
     let (checked, compiled) = driver::compile(&sources, &params, env, options)?;
-    Ok((sources, checked, compiled))
+    timings::step("trackers and script compiled (parse, check, codegen)");
+    let checked = Box::new(checked);
+    Ok((sources, Program::Fresh { checked, cache }, compiled))
+}
+
+/// The compile cache entry for the trackers, unless turned off; a cache
+/// directory that is not safe to use is said once and passed over.
+fn open_cache(
+    cli: &Cli,
+    sources: &[Source],
+    env: &SystemEnvironment,
+    options: &CompileOptions,
+) -> Option<CompileCache> {
+    if cli.no_cache || compile_cache::bypassed() {
+        return None;
+    }
+    let inputs = compile_cache::KeyInputs {
+        sources,
+        options,
+        pid: env.pid,
+        command: env.command.as_deref(),
+    };
+    match CompileCache::open(&compile_cache::default_dir()?, &inputs) {
+        Ok(cache) => cache,
+        Err(error) => {
+            eprintln!("wprof: warning: compile cache not used: {error}");
+            None
+        }
+    }
 }
 
 /// The script text and its positional parameters.

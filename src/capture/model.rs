@@ -69,7 +69,7 @@ pub struct CaptureSettings {
 }
 
 /// How one kind of event is laid out: made from a record block (`< ... >`) or a span.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RecordSchema {
     /// The probe (or span) as written, e.g. `uprobe:/usr/lib/x86_64-linux-gnu/libc.so.6:malloc`.
     pub probe: String,
@@ -84,14 +84,14 @@ pub struct RecordSchema {
 
 /// Who defined a record: the user's script, or one of wprof's built-in
 /// trackers (`probes/*.wp`), whose records renderers understand by name.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RecordOrigin {
     #[default]
     Script,
     Tracker,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum RecordKind {
     /// One point in time.
     Instant,
@@ -99,13 +99,13 @@ pub enum RecordKind {
     Span,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FieldSchema {
     pub name: String,
     pub ty: FieldType,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum FieldType {
     Int,
     UInt,

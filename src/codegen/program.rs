@@ -8,7 +8,7 @@ use crate::frontend::ast::Span;
 use crate::unwind::maps::UnwindMaps;
 use crate::vocab::{AttachPoint, GlobalSlot, MapId, MapSpec, Message, PerfEvent};
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Compiled {
     pub programs: Vec<BpfProgram>,
     pub maps: Vec<MapSpec>,
@@ -52,7 +52,7 @@ pub struct Compiled {
 }
 
 /// The map `probes/command-tree.wp` keeps the command's processes in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CommandTreeMap {
     pub map: MapId,
     pub key_size: u32,
@@ -82,7 +82,7 @@ pub fn drop_counters(records: usize) -> u32 {
 }
 
 /// A counter read by `pmu` record items and the map holding its events.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CounterMap {
     /// The `--pmu` name.
     pub name: String,
@@ -91,7 +91,7 @@ pub struct CounterMap {
     pub map: MapId,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct BpfProgram {
     /// Unique symbol name, a valid C identifier.
     pub name: String,
@@ -115,7 +115,7 @@ pub struct BpfProgram {
 /// One raw 8-byte BPF instruction slot (a 16-byte `ld_imm64` takes two).
 pub type Insn = u64;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MapReloc {
     /// Index of the first slot of an `ld_imm64` with `src_reg = BPF_PSEUDO_MAP_FD`.
     pub insn: usize,

@@ -9,7 +9,9 @@ use std::fmt;
 use crate::capture::model::RecordOrigin;
 
 /// A byte range in the script source.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct Span {
     pub start: usize,
     pub end: usize,

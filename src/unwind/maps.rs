@@ -53,7 +53,7 @@ impl Default for UnwindLimits {
 }
 
 /// The ids the unwinder's maps got in a program's map list.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct UnwindMaps {
     pub rows: MapId,
     pub tables: MapId,

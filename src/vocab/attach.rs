@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 /// Where and how a program attaches.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum AttachPoint {
     /// Run once through `BPF_PROG_TEST_RUN` before any other probe is attached.
     Begin,
@@ -72,7 +72,7 @@ pub enum AttachPoint {
 }
 
 /// What a BPF iterator walks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum IterTarget {
     /// Every task (thread).
     Task,
@@ -91,7 +91,7 @@ impl IterTarget {
 }
 
 /// What a watchpoint watches.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum WatchTarget {
     /// A fixed address: in the traced process (`-p`/`-c`), else in the kernel.
     Address(u64),
@@ -108,7 +108,7 @@ pub enum WatchTarget {
 
 /// Which accesses a watchpoint fires on: `HW_BREAKPOINT_R` (1), `_W` (2),
 /// `_X` (4) of `perf_event_attr.bp_type`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WatchMode(pub u32);
 
 impl WatchMode {
@@ -118,7 +118,7 @@ impl WatchMode {
 }
 
 /// A perf event as `perf_event_open` takes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PerfEvent {
     /// [`PERF_TYPE_HARDWARE`], [`PERF_TYPE_SOFTWARE`] or [`PERF_TYPE_RAW`].
     pub type_: u32,
@@ -165,7 +165,7 @@ pub enum KernelFeature {
     TaskIterators,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum PerfSample {
     FrequencyHz(u64),
     Period(u64),

@@ -2,7 +2,7 @@
 //! (start time, child pid, whether tracing is active, wprof's own pid).
 
 /// Slots of the globals map (each a u64), in index order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum GlobalSlot {
     /// `bpf_ktime_get_ns()` at start, the origin of `elapsed`.
     StartNs = 0,

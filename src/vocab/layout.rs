@@ -2,7 +2,7 @@
 //! BPF code writes and user space decodes.
 
 /// The byte layout of a value in a map key, map value or message.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ValueType {
     Int {
         size: u8,
@@ -61,7 +61,7 @@ pub enum ValueType {
 }
 
 /// A member of a [`ValueType::Struct`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StructField {
     pub name: String,
     /// Byte offset in the struct.
@@ -105,7 +105,9 @@ impl ValueType {
 }
 
 /// How `kstack`/`ustack` are taken and printed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct StackType {
     /// User frames (`ustack`), else kernel frames (`kstack`).
     pub user: bool,
@@ -116,7 +118,9 @@ pub struct StackType {
 
 /// How a stack prints: bpftrace's `kstack(bpftrace)` (the default) or
 /// `kstack(perf)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum StackMode {
     /// One `symbol+offset` per line, indented.
     Bpftrace,

@@ -3,10 +3,12 @@
 use super::layout::ValueType;
 
 /// Index into `Compiled::maps`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct MapId(pub u32);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum MapKind {
     Hash,
     PerCpuHash,
@@ -25,7 +27,7 @@ pub enum MapKind {
     PerfEventArray,
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MapSpec {
     /// The script name (`@x`, `@` for the anonymous map) or an internal name.
     pub name: String,
@@ -61,7 +63,7 @@ impl MapSpec {
 }
 
 /// Layout of a user-visible map, for printing.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ScriptMap {
     /// `None` for a map without keys (`@x = 1`).
     pub key: Option<ValueType>,
@@ -69,7 +71,7 @@ pub struct ScriptMap {
 }
 
 /// What a map's values mean.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum MapValue {
     /// Values as assigned.
     Plain(ValueType),
@@ -80,7 +82,7 @@ pub enum MapValue {
 
 /// An aggregation (`@m[k] = count()`), which fixes the layout of the map's
 /// values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AggFunc {
     /// u64, summed over CPUs.
     Count,

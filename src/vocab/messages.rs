@@ -10,11 +10,11 @@ use super::printf_format::Piece;
 pub struct MessageId(pub u32);
 
 /// Index into the table of built-in functions (`crate::builtins`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct BuiltinId(pub u16);
 
 /// A ring buffer message: after the 8-byte `MessageId`, the fields at their offsets.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Message {
     /// Output of a built-in statement (`printf`, `print`, `time`, `exit`,
     /// `clear`...), printed in user space by that built-in.
@@ -51,7 +51,7 @@ pub enum Message {
 
 /// A helper call whose failure `-k`/`-kk` reports: the helper and the script
 /// text it implements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HelperErrorSite {
     /// The kernel's `enum bpf_func_id`.
     pub helper: u32,
@@ -61,7 +61,7 @@ pub struct HelperErrorSite {
 
 /// What a built-in statement sends and keeps for user space; each built-in
 /// uses the parts it needs and documents them.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BuiltinMessage {
     pub builtin: BuiltinId,
     /// The values the probe sends, at their offsets after the message id.

@@ -15,7 +15,7 @@
 use thiserror::Error;
 
 /// A piece of a parsed format string.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Piece {
     /// Text printed as is (with `%%` already resolved as bpftrace prints it).
     Literal(String),
@@ -23,7 +23,7 @@ pub enum Piece {
 }
 
 /// One conversion specification, e.g. `%-08.3lx`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Spec {
     /// Byte offset of the `%` in the format string.
     pub offset: usize,
@@ -34,7 +34,7 @@ pub struct Spec {
     pub conversion: Conversion,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Flags {
     /// `-`: pad on the right.
     pub left: bool,
@@ -49,7 +49,7 @@ pub struct Flags {
 }
 
 /// C length modifier: how many bits of the (64-bit) argument a conversion reads.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Length {
     /// `hh`: 8 bits.
     Char,
@@ -74,7 +74,7 @@ impl Length {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Conversion {
     /// `d` or `i`.
     Signed,
@@ -98,7 +98,7 @@ pub enum Conversion {
 
 /// How `buf()` bytes print: `%r` (and `print`, maps) [`BufferStyle::Escaped`],
 /// `%rx` [`BufferStyle::Hex`], `%rh` [`BufferStyle::Spaced`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum BufferStyle {
     /// Printable ASCII (32..=126) as is, other bytes `\xNN`.
     Escaped,

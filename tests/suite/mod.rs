@@ -6,6 +6,7 @@ mod attach;
 mod btf;
 mod capture;
 mod command_line;
+mod compile_cache;
 mod drops;
 mod dump;
 mod errors;

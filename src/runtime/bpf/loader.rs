@@ -8,24 +8,28 @@
 //! libbpf's own printing is captured, never written to stderr (`libbpf_log.rs`):
 //! the verifier log of a failing program becomes [`LoadError::Verifier`].
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
 
-use libbpf_rs::{
-    Link, MapCore, MapHandle, MapType, Object, ObjectBuilder, ProgramInput, ProgramMut,
-};
+use libbpf_rs::{Link, MapHandle, Object, ObjectBuilder, ProgramMut};
 
+pub use super::attach::{AttachError, AttachOptions};
+use super::direct;
 use super::elf_object::{ElfProgram, write_elf};
 use super::libbpf_log::{
-    capture_debug_print, failed_program, install_print_capture, load_logs, verifier_log,
-    with_captured_print,
+    capture_debug_print, failed_program, failing_insn, install_print_capture, load_logs,
+    verifier_log, with_captured_print,
 };
-use super::map_btf::{KEY_TYPE_ID, VALUE_TYPE_ID, load_storage_btf};
+use super::maps_create::{create_map, patch_relocs, write_initial_value};
 use super::maps_read::{MapError, Ring, Stopper};
-use crate::codegen::program::{BpfProgram, Compiled};
+use crate::codegen::program::Compiled;
 use crate::providers;
-use crate::vocab::{AttachPoint, MapId, MapKind, MapSpec, WatchTarget};
+use crate::vocab::AttachPoint;
 
-use super::libbpf_log::failing_insn;
+/// The BTF id of each `btf_trace_NAME` typedef, by tracepoint name: a
+/// `tp_btf` program whose tracepoint is here is loaded without libbpf
+/// parsing the kernel's BTF again to find it.
+pub type TracepointIds = BTreeMap<String, u32>;
 
 /// Why loading failed. Nothing stays loaded after an error.
 #[derive(Debug, thiserror::Error)]
@@ -78,48 +82,32 @@ pub enum LoadError {
     },
 }
 
-/// Why a probe could not be attached or run.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot attach `{probe}`: {reason}")]
-pub struct AttachError {
-    /// The probe as the user wrote it.
-    pub probe: String,
-    /// The kernel's reason and what to do about it.
-    pub reason: String,
-}
-
-/// Options that apply to every attach.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct AttachOptions {
-    /// Only trace this process (uprobes and USDT; `-p PID`).
-    pub pid: Option<i32>,
-    /// `--usdt-file-activation`: USDT probes attach to every process that
-    /// maps their file, whatever `pid` says, so the kernel sets their
-    /// semaphores in all of them (bpftrace's semantics).
-    pub usdt_file_activation: bool,
-}
-
 /// What the loader keeps of each program.
-#[derive(Clone, Debug)]
-struct ProgramMeta {
-    name: String,
-    probe: String,
-    attach: AttachPoint,
+#[derive(Debug)]
+pub(super) struct ProgramMeta {
+    pub(super) name: String,
+    pub(super) probe: String,
+    pub(super) attach: AttachPoint,
     /// Set when the kernel refused to load this kind of program (fentry here):
     /// reported when the probe is attached.
-    refused: Option<String>,
+    pub(super) refused: Option<String>,
+    /// The program's fd when it was loaded by itself ([`direct`]), not
+    /// through libbpf's object.
+    pub(super) direct: Option<OwnedFd>,
 }
 
 /// Everything loaded into the kernel. Fields drop in order: the ring reader,
 /// then the links (detaching), then the programs, then the maps.
 pub struct Loaded {
     ring: Option<Ring>,
-    links: Vec<Link>,
+    /// Raw tracepoint links of the programs loaded by themselves.
+    pub(super) direct_links: Vec<OwnedFd>,
+    pub(super) links: Vec<Link>,
     /// Watchpoints the session set on function arguments, by address.
-    watch_links: Vec<(u64, Vec<Link>)>,
-    object: Object,
+    pub(super) watch_links: Vec<(u64, Vec<Link>)>,
+    pub(super) object: Object,
     maps: Vec<MapHandle>,
-    programs: Vec<ProgramMeta>,
+    pub(super) programs: Vec<ProgramMeta>,
     stopper: Stopper,
     /// With `-v`: each program's id and verifier log.
     pub reports: Vec<LoadReport>,
@@ -138,12 +126,18 @@ pub struct LoadReport {
 
 /// Creates the maps, loads all programs and prepares the ring buffer reader.
 pub fn load(compiled: &Compiled) -> Result<Loaded, LoadError> {
-    load_with(compiled, false)
+    load_with(compiled, false, &TracepointIds::new())
 }
 
 /// [`load`], keeping each program's verifier log and id when `verbose`
-/// ([`Loaded::reports`]).
-pub fn load_with(compiled: &Compiled, verbose: bool) -> Result<Loaded, LoadError> {
+/// ([`Loaded::reports`]), and loading the `tp_btf` programs whose
+/// tracepoint is in `tracepoint_ids` by themselves (not when `verbose`:
+/// libbpf's object gives the reports).
+pub fn load_with(
+    compiled: &Compiled,
+    verbose: bool,
+    tracepoint_ids: &TracepointIds,
+) -> Result<Loaded, LoadError> {
     match verbose {
         true => capture_debug_print(),
         false => install_print_capture(),
@@ -170,8 +164,13 @@ pub fn load_with(compiled: &Compiled, verbose: bool) -> Result<Loaded, LoadError
             probe: p.probe.clone(),
             attach: p.attach.clone(),
             refused: None,
+            direct: None,
         })
         .collect();
+    if !verbose && !tracepoint_ids.is_empty() {
+        load_tp_btf_directly(&mut programs, &insns, tracepoint_ids);
+        crate::timings::step("tp_btf programs loaded by id (verified, in parallel)");
+    }
     let (object, printed) = loop {
         match load_object(&programs, &insns, verbose) {
             Ok(loaded) => break loaded,
@@ -200,6 +199,7 @@ pub fn load_with(compiled: &Compiled, verbose: bool) -> Result<Loaded, LoadError
     crate::timings::step("ring buffer mapped");
     Ok(Loaded {
         ring,
+        direct_links: Vec::new(),
         links: Vec::new(),
         watch_links: Vec::new(),
         object,
@@ -224,6 +224,44 @@ pub fn elf_image(compiled: &Compiled) -> Result<Vec<u8>, LoadError> {
     write_elf(&programs).map_err(|e| LoadError::Object {
         reason: format!("ELF writer: {e}"),
     })
+}
+
+/// Loads each `tp_btf` program whose tracepoint id is known by itself, the
+/// programs shared out over the CPUs (the kernel verifies them in parallel);
+/// the others, and any that fails here, go through libbpf's object.
+fn load_tp_btf_directly(programs: &mut [ProgramMeta], insns: &[Vec<u64>], ids: &TracepointIds) {
+    let wanted: Vec<(usize, u32)> = (programs.iter().enumerate())
+        .filter_map(|(index, meta)| match &meta.attach {
+            AttachPoint::TpBtf { name } => Some((index, *ids.get(name)?)),
+            _ => None,
+        })
+        .collect();
+    if wanted.is_empty() {
+        return;
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per_thread = wanted.len().div_ceil(threads);
+    let names: Vec<&str> = programs.iter().map(|p| p.name.as_str()).collect();
+    let loaded: Vec<(usize, Option<OwnedFd>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (wanted.chunks(per_thread))
+            .map(|chunk| {
+                let names = &names;
+                scope.spawn(move || {
+                    (chunk.iter())
+                        .map(|&(index, id)| {
+                            (index, direct::load_tp_btf(names[index], &insns[index], id))
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        (workers.into_iter())
+            .flat_map(|worker| worker.join().unwrap_or_default())
+            .collect()
+    });
+    for (index, fd) in loaded {
+        programs[index].direct = fd;
+    }
 }
 
 /// Each loaded program's probe, id and verifier log, in program order.
@@ -300,7 +338,7 @@ fn load_object(
     let elf_programs: Vec<ElfProgram<'_>> = programs
         .iter()
         .zip(insns)
-        .filter(|(meta, _)| meta.refused.is_none())
+        .filter(|(meta, _)| meta.refused.is_none() && meta.direct.is_none())
         .map(|(meta, insns)| ElfProgram {
             name: &meta.name,
             section: providers::of(&meta.attach).section(&meta.attach),
@@ -327,300 +365,7 @@ fn load_object(
     Ok((loaded, printed))
 }
 
-fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {
-    if spec.kind == MapKind::TaskStorage {
-        return create_task_storage(spec);
-    }
-    let (ty, key_size, value_size) = match spec.kind {
-        MapKind::Hash => (MapType::Hash, spec.key_size, spec.value_size),
-        MapKind::PerCpuHash => (MapType::PercpuHash, spec.key_size, spec.value_size),
-        MapKind::LruHash => (MapType::LruHash, spec.key_size, spec.value_size),
-        MapKind::Array => (MapType::Array, 4, spec.value_size),
-        MapKind::PerCpuArray => (MapType::PercpuArray, 4, spec.value_size),
-        MapKind::RingBuf => (MapType::RingBuf, 0, 0),
-        MapKind::PerfEventArray => (MapType::PerfEventArray, 4, 4),
-        MapKind::StackTrace => (MapType::StackTrace, 4, spec.value_size),
-        MapKind::TaskStorage => unreachable!("created by create_task_storage"),
-    };
-    let fail = |reason: String| LoadError::CreateMap {
-        map: spec.name.clone(),
-        reason,
-    };
-    if spec.kind == MapKind::RingBuf && !spec.max_entries.is_power_of_two() {
-        return Err(fail(format!(
-            "ring buffer size {} is not a power of two",
-            spec.max_entries
-        )));
-    }
-    // Hash maps are not preallocated: preallocating a 4096-entry per-CPU
-    // hash took ~1.7 ms on 2 CPUs here and grows with the CPU count, which
-    // alone would break the 10 ms start budget on big machines. Since Linux
-    // 6.1 (bpf_mem_alloc) non-preallocated hash maps are safe in tracing and
-    // perf_event programs; older verifiers reject them in perf_event programs.
-    let map_flags = match spec.kind {
-        MapKind::Hash | MapKind::PerCpuHash => libbpf_rs::libbpf_sys::BPF_F_NO_PREALLOC,
-        _ => 0,
-    };
-    let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
-        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
-        map_flags,
-        ..Default::default()
-    };
-    MapHandle::create(
-        ty,
-        Some(kernel_map_name(&spec.name)),
-        key_size,
-        value_size,
-        spec.max_entries,
-        &opts,
-    )
-    .map_err(|e| fail(format!("{e:#}")))
-}
-
-/// Task storage maps need BTF for their key and value types; the kernel
-/// keeps its own reference to the BTF, so its fd closes after creation.
-fn create_task_storage(spec: &MapSpec) -> Result<MapHandle, LoadError> {
-    let fail = |reason: String| LoadError::CreateMap {
-        map: spec.name.clone(),
-        reason,
-    };
-    let btf =
-        load_storage_btf(spec.value_size).map_err(|e| fail(format!("cannot load its BTF: {e}")))?;
-    let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
-        sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
-        map_flags: libbpf_rs::libbpf_sys::BPF_F_NO_PREALLOC,
-        btf_fd: btf.as_raw_fd() as u32,
-        btf_key_type_id: KEY_TYPE_ID,
-        btf_value_type_id: VALUE_TYPE_ID,
-        ..Default::default()
-    };
-    MapHandle::create(
-        MapType::TaskStorage,
-        Some(kernel_map_name(&spec.name)),
-        4,
-        spec.value_size,
-        0,
-        &opts,
-    )
-    .map_err(|e| fail(format!("{e:#}")))
-}
-
-/// Writes the value of one-element array `id`.
-fn write_initial_value(
-    specs: &[MapSpec],
-    maps: &[MapHandle],
-    id: MapId,
-    value: &[u8],
-) -> Result<(), LoadError> {
-    let index = id.0 as usize;
-    let fail = |reason: String| LoadError::CreateMap {
-        map: specs
-            .get(index)
-            .map_or_else(|| id.0.to_string(), |s| s.name.clone()),
-        reason,
-    };
-    let map = maps.get(index).ok_or_else(|| fail("no such map".into()))?;
-    map.update(&0u32.to_ne_bytes(), value, libbpf_rs::MapFlags::ANY)
-        .map_err(|e| fail(format!("cannot write its initial value: {e:#}")))
-}
-
-/// Kernel map names are at most 15 characters of `[A-Za-z0-9_.]`.
-fn kernel_map_name(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '.' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(15)
-        .collect()
-}
-
-/// Copies the program and writes each relocated map's fd into its `ld_imm64`.
-fn patch_relocs(prog: &BpfProgram, maps: &[MapHandle]) -> Result<Vec<u64>, LoadError> {
-    let mut insns = prog.insns.clone();
-    for reloc in &prog.map_relocs {
-        let bad = |reason: &str| LoadError::BadReloc {
-            program: prog.name.clone(),
-            insn: reloc.insn,
-            reason: reason.into(),
-        };
-        let map = maps
-            .get(reloc.map.0 as usize)
-            .ok_or_else(|| bad("no such map"))?;
-        if reloc.insn + 1 >= insns.len() {
-            return Err(bad("ld_imm64 runs past the end"));
-        }
-        let slot = insns[reloc.insn];
-        // BPF_LD | BPF_IMM | BPF_DW with src_reg = BPF_PSEUDO_MAP_FD or BPF_PSEUDO_MAP_VALUE.
-        if slot & 0xff != 0x18 || !matches!((slot >> 12) & 0xf, 1 | 2) {
-            return Err(bad("not an ld_imm64 of a map fd or map value"));
-        }
-        let fd = u32::try_from(map.as_fd().as_raw_fd()).map_err(|_| bad("negative fd"))?;
-        insns[reloc.insn] = (slot & 0xffff_ffff) | (u64::from(fd) << 32);
-    }
-    Ok(insns)
-}
-
 impl Loaded {
-    /// Attaches every program except `BEGIN`/`END` and those the session
-    /// attaches later; stops at the first failure (what is attached stays
-    /// attached until drop).
-    ///
-    /// The kernel runs the programs of one tracepoint or uprobe newest first,
-    /// so attaching in reverse makes them fire in script order, as bpftrace's do.
-    pub fn attach_all(&mut self, opts: AttachOptions) -> Result<(), AttachError> {
-        self.attach_where(opts, |_| true)
-    }
-
-    /// [`Loaded::attach_all`] for the programs whose attach point passes `wanted`.
-    pub fn attach_where(
-        &mut self,
-        opts: AttachOptions,
-        wanted: impl Fn(&AttachPoint) -> bool,
-    ) -> Result<(), AttachError> {
-        for index in (0..self.programs.len()).rev() {
-            let attach = &self.programs[index].attach;
-            let provider = providers::of(attach);
-            if !provider.runs_once() && !provider.attached_later(attach) && wanted(attach) {
-                self.attach(index, opts)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Attaches one program (index into `Compiled::programs`).
-    pub fn attach(&mut self, index: usize, opts: AttachOptions) -> Result<(), AttachError> {
-        let point = self.meta(index)?.attach.clone();
-        let new_links = self.attach_at(index, &point, opts)?;
-        self.links.extend(new_links);
-        Ok(())
-    }
-
-    /// Sets watchpoint program `index` (on a function's argument) on
-    /// `address` of process `pid`.
-    pub fn attach_watchpoint(
-        &mut self,
-        index: usize,
-        address: u64,
-        pid: i32,
-    ) -> Result<(), AttachError> {
-        let mut point = self.meta(index)?.attach.clone();
-        if let AttachPoint::Watchpoint { target, .. } = &mut point {
-            *target = WatchTarget::Address(address);
-        }
-        let new_links = self.attach_at(
-            index,
-            &point,
-            AttachOptions {
-                pid: Some(pid),
-                ..Default::default()
-            },
-        )?;
-        self.watch_links.push((address, new_links));
-        Ok(())
-    }
-
-    /// Attaches iterator program `index` and opens it for reading; `None`
-    /// when the iterator was pinned instead (its link stays pinned).
-    pub fn open_iterator(&mut self, index: usize) -> Result<Option<libbpf_rs::Iter>, AttachError> {
-        let point = self.meta(index)?.attach.clone();
-        let mut links = self.attach_at(index, &point, AttachOptions::default())?;
-        let link = links.pop().ok_or_else(|| AttachError {
-            probe: self.programs[index].probe.clone(),
-            reason: "attaching made no link".into(),
-        })?;
-        if matches!(point, AttachPoint::Iter { pin: Some(_), .. }) {
-            self.links.push(link);
-            return Ok(None);
-        }
-        let iterator = libbpf_rs::Iter::new(&link).map_err(|e| AttachError {
-            probe: self.programs[index].probe.clone(),
-            reason: format!("cannot open the iterator: {e:#}"),
-        })?;
-        self.links.push(link);
-        Ok(Some(iterator))
-    }
-
-    /// Removes every watchpoint set on `address`; returns how many there were.
-    pub fn unwatch(&mut self, address: u64) -> usize {
-        let before = self.watch_links.len();
-        self.watch_links.retain(|(watched, _)| *watched != address);
-        before - self.watch_links.len()
-    }
-
-    /// Attaches program `index` at `point` and returns its links.
-    fn attach_at(
-        &self,
-        index: usize,
-        point: &AttachPoint,
-        opts: AttachOptions,
-    ) -> Result<Vec<Link>, AttachError> {
-        let meta = self.meta(index)?;
-        let fail = |reason: String| AttachError {
-            probe: meta.probe.clone(),
-            reason,
-        };
-        if let Some(reason) = &meta.refused {
-            return Err(fail(reason.clone()));
-        }
-        let prog = find_program(&self.object, &meta.name).ok_or_else(|| fail(NOT_LOADED.into()))?;
-        let every_process = opts.usdt_file_activation && matches!(point, AttachPoint::Usdt { .. });
-        let pid = opts.pid.filter(|_| !every_process).unwrap_or(-1);
-        let provider = providers::of(point);
-        let (new_links, printed) = with_captured_print(|| provider.attach(&prog, point, pid));
-        // libbpf often says more than the errno (which file, which step).
-        let new_links = new_links.map_err(|reason| match printed.lines().last() {
-            Some(line) => format!("{reason} [{}]", line.trim_start_matches("libbpf: ")),
-            None => reason,
-        });
-        new_links.map_err(fail)
-    }
-
-    /// Runs a `BEGIN`/`END` (raw_tp) program once with `BPF_PROG_TEST_RUN`
-    /// and returns its return value.
-    pub fn run_once(&self, index: usize) -> Result<u32, AttachError> {
-        let meta = self.meta(index)?;
-        let fail = |reason: String| AttachError {
-            probe: meta.probe.clone(),
-            reason,
-        };
-        let prog = find_program(&self.object, &meta.name).ok_or_else(|| fail(NOT_LOADED.into()))?;
-        // raw_tp programs take an array of u64 arguments; BEGIN/END read none.
-        let mut ctx = [0u8; 8 * 4];
-        let input = ProgramInput {
-            context_in: Some(&mut ctx),
-            ..Default::default()
-        };
-        prog.test_run(input)
-            .map(|out| out.return_value)
-            .map_err(|e| fail(format!("BPF_PROG_TEST_RUN failed: {e:#}")))
-    }
-
-    /// Indices of the programs attached at `point`'s kind (`Begin` or `End`).
-    pub fn programs_at(&self, point: &AttachPoint) -> Vec<usize> {
-        (0..self.programs.len())
-            .filter(|&i| {
-                std::mem::discriminant(&self.programs[i].attach) == std::mem::discriminant(point)
-            })
-            .collect()
-    }
-
-    /// Detaches every probe; programs and maps stay (so `END` can still run
-    /// and maps can still be printed).
-    pub fn detach_all(&mut self) {
-        self.watch_links.clear();
-        self.links.clear();
-    }
-
-    /// Number of links currently attached.
-    #[cfg(test)]
-    pub fn attached(&self) -> usize {
-        self.links.len()
-    }
-
     /// A handle another thread (or a signal handler thread) uses to make
     /// [`Loaded::poll`] return promptly.
     pub fn stopper(&self) -> Stopper {
@@ -637,18 +382,10 @@ impl Loaded {
             .get(map.0 as usize)
             .ok_or(MapError::NoSuchMap { map: map.0 })
     }
-
-    fn meta(&self, index: usize) -> Result<&ProgramMeta, AttachError> {
-        self.programs.get(index).ok_or_else(|| AttachError {
-            probe: format!("program #{index}"),
-            reason: "no such program".into(),
-        })
-    }
 }
 
-const NOT_LOADED: &str = "program was not loaded (loader bug)";
-
-fn find_program<'o>(object: &'o Object, name: &str) -> Option<ProgramMut<'o>> {
+/// The program named `name` in libbpf's object.
+pub(super) fn find_program<'o>(object: &'o Object, name: &str) -> Option<ProgramMut<'o>> {
     object.progs_mut().find(|p| p.name() == name)
 }
 
@@ -656,8 +393,9 @@ fn find_program<'o>(object: &'o Object, name: &str) -> Option<ProgramMut<'o>> {
 mod tests {
     use super::*;
     use crate::codegen::asm::{AluOp, Reg};
+    use crate::runtime::bpf::maps_create::kernel_map_name;
     use crate::runtime::bpf::test_support::*;
-    use crate::vocab::{MapId, PerfEvent, PerfSample};
+    use crate::vocab::{MapId, MapKind, PerfEvent, PerfSample};
     use std::ops::ControlFlow;
     use std::time::{Duration, Instant};
 

@@ -3,12 +3,15 @@
 //! ring buffer and maps back. Output: a [`loader::Loaded`] that owns every
 //! kernel object.
 
+mod attach;
 pub mod counters;
+mod direct;
 mod elf_functions;
 mod elf_object;
 mod libbpf_log;
 pub mod loader;
 mod map_btf;
+mod maps_create;
 pub mod maps_read;
 pub(crate) mod perf_event;
 pub mod stack_skip;

@@ -60,6 +60,9 @@ pub struct RunOptions {
     pub verbose: bool,
     /// `--usdt-file-activation`: see [`AttachOptions::usdt_file_activation`].
     pub usdt_file_activation: bool,
+    /// The `tp_btf` programs' tracepoint ids, known from compiling or the
+    /// compile cache: see [`loader::load_with`].
+    pub tracepoint_ids: loader::TracepointIds,
 }
 
 /// Longest the traced command waits for the unwind tables of its program
@@ -161,7 +164,7 @@ pub fn run(
     if !activation::wait_until(options.phases.prepare_at, "waiting to prepare", interrupt)? {
         return empty_capture(compiled, options);
     }
-    let mut loaded = loader::load_with(compiled, options.verbose)?;
+    let mut loaded = loader::load_with(compiled, options.verbose, &options.tracepoint_ids)?;
     counters::install(&loaded, &compiled.counters)?;
     // Kept until the teardown hands off its descriptors.
     let _skip_programs = measure_stack_skip(compiled, &loaded)?;

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use super::debug_info::{self, DebugTypes};
 use super::{binary_glob, elf, kallsyms, library_search, tracefs, usdt};
+use crate::runtime::bpf::loader::TracepointIds;
 use crate::runtime::targets::kernel_btf::KernelBtf;
 use crate::runtime::targets::kernel_functions::KernelFunctions;
 use crate::runtime::targets::usdt::{UsdtArg, UsdtArgLocation};
@@ -14,7 +15,7 @@ use crate::vocab::kernel_types::{
     DEBUG_INFO_TYPES, EnumConstant, KTypeId, KernelType, close_names,
 };
 use crate::vocab::{
-    BtfArg, BtfFunction, Environment, FieldKind, FunctionParam, FunctionTarget,
+    AttachPoint, BtfArg, BtfFunction, Environment, FieldKind, FunctionParam, FunctionTarget,
     KernelFunctionMatches, ObjectSymbol, TracepointField, UsdtArgSpec, UsdtIndex, UsdtTarget,
     x86_64,
 };
@@ -56,6 +57,23 @@ impl SystemEnvironment {
             .get_or_init(|| KernelFunctions::load(tracefs::tracefs_root().ok().as_deref()))
             .as_ref()
             .map_err(Clone::clone)
+    }
+
+    /// The BTF ids of the tracepoints `programs` attach to as `tp_btf`, from
+    /// the kernel BTF compiling them read (never read for this alone).
+    pub fn tracepoint_ids<'p>(
+        &self,
+        programs: impl IntoIterator<Item = &'p AttachPoint>,
+    ) -> TracepointIds {
+        let Some(Ok(btf)) = self.btf.get() else {
+            return TracepointIds::new();
+        };
+        (programs.into_iter())
+            .filter_map(|point| match point {
+                AttachPoint::TpBtf { name } => Some((name.clone(), btf.tracepoint_typedef(name)?)),
+                _ => None,
+            })
+            .collect()
     }
 
     fn btf(&self) -> Result<&KernelBtf, String> {

@@ -236,6 +236,13 @@ impl KernelBtf {
         index
     }
 
+    /// The id of `btf_trace_NAME`, the typedef a `tp_btf` program on
+    /// tracepoint `name` is loaded against.
+    pub fn tracepoint_typedef(&self, name: &str) -> Option<u32> {
+        let typedef = self.tracepoints().get(name)?.typedef?;
+        Some(typedef.into())
+    }
+
     /// The id of function `name` (`BTF_KIND_FUNC`), if the kernel has it.
     pub fn function_id(&self, name: &str) -> Option<u32> {
         let found = (self.btf).type_by_name::<libbpf_rs::btf::types::Func<'_>>(name);

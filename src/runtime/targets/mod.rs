@@ -11,7 +11,7 @@ pub mod environment;
 pub mod features;
 pub mod info;
 mod kallsyms;
-mod kernel_btf;
+pub(crate) mod kernel_btf;
 pub mod kernel_functions;
 pub mod library_search;
 pub mod probe_load;
