@@ -16,6 +16,9 @@ use std::path::{Path, PathBuf};
 
 /// Entries larger than this are not read (a cached program is ~100 KB).
 const MAX_ENTRY_BYTES: u64 = 64 << 20;
+/// Entries kept: each set of options and each wprof build has its own, so
+/// the least recently used beyond this are removed when one is written.
+const MAX_ENTRIES: usize = 16;
 
 /// Why the cache directory is not used.
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +110,9 @@ impl CacheDir {
         }
         let mut bytes = Vec::with_capacity(meta.len() as usize);
         file.read_to_end(&mut bytes).ok()?;
+        // The modification time marks the last use, for `prune`.
+        // SAFETY: a valid fd; null times mean "now".
+        unsafe { libc::futimens(file.as_raw_fd(), std::ptr::null()) };
         Some(bytes)
     }
 
@@ -123,7 +129,41 @@ impl CacheDir {
         if written.is_err() {
             let _ = self.unlink(&temporary);
         }
+        self.prune(MAX_ENTRIES);
         written
+    }
+
+    /// Removes the least recently used entries beyond `keep`, and temporary
+    /// files a killed writer left more than an hour ago.
+    fn prune(&self, keep: usize) {
+        let Ok(listing) = std::fs::read_dir(&self.path) else {
+            return;
+        };
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let mut entries = Vec::new();
+        for item in listing.flatten() {
+            let (Ok(meta), Some(name)) = (
+                item.metadata(),
+                item.file_name().to_str().map(str::to_owned),
+            ) else {
+                continue;
+            };
+            let Ok(used) = meta.modified() else { continue };
+            if !meta.is_file() {
+                continue;
+            }
+            if name.starts_with('.') {
+                if used < hour_ago {
+                    let _ = self.unlink(&name);
+                }
+            } else {
+                entries.push((used, name));
+            }
+        }
+        entries.sort_unstable_by_key(|(used, _)| std::cmp::Reverse(*used));
+        for (_, name) in entries.iter().skip(keep) {
+            let _ = self.unlink(name);
+        }
     }
 
     fn open_at(&self, name: &str, flags: i32, mode: libc::mode_t) -> Option<File> {
@@ -190,6 +230,35 @@ mod tests {
         assert_eq!(dir.read("missing"), None);
         let leftovers = std::fs::read_dir(&path).expect("list").count();
         assert_eq!(leftovers, 1, "the temporary file was renamed");
+    }
+
+    /// Writing keeps the most recently used entries (a read counts as a
+    /// use) and removes the rest.
+    #[test]
+    fn keeps_the_most_recently_used_entries() {
+        let scratch = tempfile::tempdir().expect("tempdir");
+        let path = scratch.path().join("cache");
+        let dir = CacheDir::open(&path).expect("open");
+        let set_used = |name: &str, seconds_ago: u64| {
+            let at = std::time::SystemTime::now() - std::time::Duration::from_secs(seconds_ago);
+            let file = File::options()
+                .write(true)
+                .open(path.join(name))
+                .expect("open");
+            file.set_modified(at).expect("set mtime");
+        };
+        for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+            dir.write(name, b"x").expect("write");
+            set_used(name, 100 - i as u64 * 10);
+        }
+        dir.read("a").expect("a is there");
+        dir.prune(2);
+        let mut left: Vec<String> = std::fs::read_dir(&path)
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["a", "c"], "b was the least recently used");
     }
 
     /// A symlink in place of the directory is refused.
