@@ -12,6 +12,8 @@ use crate::vocab::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
 /// Threads remembered as having taken user addresses; the least recently
 /// seen are forgotten (and reported again if seen again).
 const SEEN_THREADS: u32 = 16384;
+/// Slots of the cache of recently seen threads in front of that map.
+pub const RECENT_THREAD_SLOTS: u32 = 1024;
 
 /// Entries per script map, as bpftrace's default `max_map_keys`.
 pub const MAX_MAP_KEYS: u32 = 4096;
@@ -88,7 +90,7 @@ pub struct MapLayouts {
     pub value_stacks: Vec<(u32, MapId)>,
     /// Threads that took a user address, reported once each (see
     /// `Message::ThreadSeen`).
-    pub seen_threads: Option<MapId>,
+    pub seen_threads: Option<SeenThreads>,
     /// A one-element per-CPU array large messages are built in.
     pub scratch: Option<MapId>,
 }
@@ -99,6 +101,17 @@ impl MapLayouts {
         let found = self.value_stacks.iter().find(|(d, _)| *d == depth);
         found.expect("the checker declares every stack depth").1
     }
+}
+
+/// The maps that report each thread taking a user address once.
+#[derive(Clone, Copy, Debug)]
+pub struct SeenThreads {
+    /// LRU hash of the `pid_tgid`s reported.
+    pub reported: MapId,
+    /// One array value of [`RECENT_THREAD_SLOTS`] `pid_tgid`s, a slot per
+    /// thread id modulo its size: a thread found in its slot was reported,
+    /// which spares the hash lookup on nearly every event.
+    pub recent: MapId,
 }
 
 #[derive(Clone, Debug)]
@@ -229,10 +242,16 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
             (depth, map)
         })
         .collect();
-    let seen_threads = program
-        .values
-        .user_addresses
-        .then(|| internal("wprof_threads".into(), MapKind::LruHash, 8, 8, SEEN_THREADS));
+    let seen_threads = program.values.user_addresses.then(|| SeenThreads {
+        reported: internal("wprof_threads".into(), MapKind::LruHash, 8, 8, SEEN_THREADS),
+        recent: internal(
+            "wprof_recent_threads".into(),
+            MapKind::Array,
+            4,
+            8 * RECENT_THREAD_SLOTS,
+            1,
+        ),
+    });
     let scratch_bytes = program.values.scratch_bytes;
     let scratch = (scratch_bytes > 0).then(|| {
         internal(
