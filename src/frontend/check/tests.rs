@@ -364,13 +364,14 @@ fn buffers_compare_for_equality_only() {
     assert_eq!(message, "`<` cannot combine buffer[2] and buffer[2]");
 }
 
-/// buf() of an array takes all its bytes; with a length, at most those.
+/// buf() of an array takes all its bytes (byte arrays other than `char`
+/// ones too, as bpftrace keeps them arrays); with a length, at most those.
 #[test]
 fn buf_of_arrays() {
     let program = checks(
-        "struct S { int d[4]; char c[3]; } uprobe:/bin/x:f { $s = (struct S *)arg0; @d = buf($s->d); @c = buf($s->c); @two = buf($s->d, 2); }",
+        "struct S { int d[4]; unsigned char u[3]; char c[3]; } uprobe:/bin/x:f { $s = (struct S *)arg0; @d = buf($s->d); @u = buf($s->u); @c = buf($s->c, 3); @two = buf($s->d, 2); }",
     );
-    for (name, len) in [("@d", 16), ("@c", 3), ("@two", 2)] {
+    for (name, len) in [("@d", 16), ("@u", 3), ("@c", 3), ("@two", 2)] {
         assert_eq!(
             map(&program, name).value,
             MapValueKind::Plain(Type::Buffer { len }),
@@ -386,6 +387,10 @@ fn buf_needs_a_length_except_for_arrays() {
     for (source, kind) in [
         (r#"BEGIN { @b = buf("hi"); }"#, "string"),
         (r#"BEGIN { $s = "hi"; @b = buf($s); }"#, "string"),
+        (
+            "struct S { char c[3]; } uprobe:/bin/x:f { $s = (struct S *)arg0; @b = buf($s->c); }",
+            "string",
+        ),
         ("BEGIN { @b = buf(0); }", "integer"),
     ] {
         let (message, under, help) = error(source);
