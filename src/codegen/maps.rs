@@ -461,12 +461,15 @@ mod tests {
     /// printing (or reporting threads) from an attached probe keeps 1 MiB.
     #[test]
     fn output_ring_follows_what_events_print() {
-        let quiet = "BEGIN { printf(\"hi\\n\"); } tracepoint:sched:sched_switch { @[comm] = count(); } END { print(@); }";
-        assert_eq!(output_ring_bytes(quiet), 256 << 10);
-        let printing = "tracepoint:sched:sched_switch { printf(\"%s\\n\", comm); }";
-        assert_eq!(output_ring_bytes(printing), 1 << 20);
-        let thread_reports = "tracepoint:sched:sched_switch { @[ustack] = count(); }";
-        assert_eq!(output_ring_bytes(thread_reports), 1 << 20);
+        let probe = "tracepoint:syscalls:sys_enter_write";
+        let quiet = format!(
+            "BEGIN {{ printf(\"hi\\n\"); }} {probe} {{ @[comm] = count(); }} END {{ print(@); }}"
+        );
+        assert_eq!(output_ring_bytes(&quiet), 256 << 10);
+        let printing = format!("{probe} {{ printf(\"%s\\n\", comm); }}");
+        assert_eq!(output_ring_bytes(&printing), 1 << 20);
+        let thread_reports = format!("{probe} {{ @[ustack] = count(); }}");
+        assert_eq!(output_ring_bytes(&thread_reports), 1 << 20);
     }
 
     /// The capture ring grows 2 MiB per CPU (8 MiB with stacks) in powers

@@ -509,12 +509,7 @@ impl Checker<'_> {
 
     /// Whether `ty` is plain `char`: arrays of it are strings.
     fn is_char(&self, ty: KTypeId) -> bool {
-        // As bpftrace's clang types array elements: arrays of other bytes
-        // (`uint8_t`, `unsigned char`) stay arrays.
-        matches!(
-            self.types.get(ty),
-            Ok(t) if t.name == "char" && matches!(t.kind, KernelKind::Int { size: 1, .. })
-        )
+        self.types.get(ty).is_ok_and(|t| t.is_char())
     }
 
     /// A struct, union or array value of type `ty`.

@@ -41,6 +41,15 @@ pub struct KernelType {
     pub kind: KernelKind,
 }
 
+impl KernelType {
+    /// Whether this is plain `char`, whose arrays are strings as bpftrace's
+    /// clang types them; arrays of other bytes (`uint8_t`, `unsigned char`)
+    /// stay arrays.
+    pub fn is_char(&self) -> bool {
+        self.name == "char" && matches!(self.kind, KernelKind::Int { size: 1, .. })
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum KernelKind {
     Void,
