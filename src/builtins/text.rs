@@ -2,7 +2,6 @@
 //! `strcontains(haystack, needle)`, `buf(ptr[, len])` and `strerror(errno)`.
 
 use super::{Entry, Expression, Kind, Site, Written};
-use crate::codegen::helpers::{PROBE_READ_KERNEL_STR, PROBE_READ_USER_STR};
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Src};
 use crate::codegen::lower::{Lowerer, Value};
 use crate::frontend::ast::{Expr, ExprKind, Span};
@@ -75,11 +74,7 @@ impl Expression for Str {
         };
         let buffer = cx.alloc(buffer_len);
         cx.zero(Base::Frame, buffer, buffer_len);
-        let helper = if cx.reads_user_memory(&call.args[0]) {
-            PROBE_READ_USER_STR
-        } else {
-            PROBE_READ_KERNEL_STR
-        };
+        let helper = cx.string_read_helper(&call.args[0]);
         let args = vec![Arg::Frame(buffer), size, Arg::Reg(pointer)];
         cx.checked_call_unused(helper, args);
         Value::Mem(buffer)

@@ -8,7 +8,8 @@ use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
 use crate::codegen::maps::RECENT_THREAD_SLOTS;
 use crate::frontend::checked::{TExpr, TExprKind};
-use crate::frontend::types::Type;
+use crate::frontend::types::{Space, Type};
+use crate::providers;
 use crate::vocab::{BuiltinMessage, GlobalSlot, MapId, Message, MessageId, StackType};
 
 impl Lowerer<'_> {
@@ -41,11 +42,25 @@ impl Lowerer<'_> {
     /// Whether `pointer` points into user memory: as `uptr()`/`kptr()` say,
     /// else as the probe's pointers do.
     pub(crate) fn reads_user_memory(&self, pointer: &TExpr) -> bool {
-        let annotated = match &pointer.kind {
-            TExprKind::Call(call) => builtins::expression_hooks(call.builtin).user_memory(),
-            _ => None,
+        annotated_space(pointer).unwrap_or(self.probe.user_memory)
+    }
+
+    /// The helper `str()` reads the string at `pointer` with: as
+    /// [`Self::reads_user_memory`] says, except where the space is unknown
+    /// (an address in BEGIN, timers, perf events; not `uptr()`/`kptr()`):
+    /// `bpf_probe_read_str`, which picks it by the address, as bpftrace 0.17.
+    pub(crate) fn string_read_helper(&self, pointer: &TExpr) -> u32 {
+        let unknown = match &pointer.ty {
+            Type::Ptr(ptr) => ptr.space == Space::Unknown,
+            _ => !providers::of(&self.probe.attach).memory_space_known(),
         };
-        annotated.unwrap_or(self.probe.user_memory)
+        if unknown && annotated_space(pointer).is_none() {
+            PROBE_READ_STR
+        } else if self.reads_user_memory(pointer) {
+            PROBE_READ_USER_STR
+        } else {
+            PROBE_READ_KERNEL_STR
+        }
     }
 
     /// `bpf_probe_read_user` (or `_kernel`) of `len` bytes at `address` into
@@ -261,5 +276,14 @@ impl Lowerer<'_> {
             self.messages.len() - 1
         });
         MessageId(index as u32)
+    }
+}
+
+/// Whether `pointer` is marked as user (`uptr()`) or kernel (`kptr()`)
+/// memory; `None` when not marked.
+fn annotated_space(pointer: &TExpr) -> Option<bool> {
+    match &pointer.kind {
+        TExprKind::Call(call) => builtins::expression_hooks(call.builtin).user_memory(),
+        _ => None,
     }
 }
