@@ -380,6 +380,21 @@ fn buf_of_arrays() {
     }
 }
 
+/// ntop() and macaddr() take `unsigned char` arrays as they take `char` ones.
+#[test]
+fn byte_arrays_are_addresses() {
+    checks(
+        "struct S { unsigned char a6[16]; unsigned char a4[4]; unsigned char m[6]; } uprobe:/bin/x:f { $s = (struct S *)arg0; @a = ntop($s->a6); @b = ntop($s->a4); @m = macaddr($s->m); }",
+    );
+    let (message, _, _) = error(
+        "struct S { unsigned char a5[5]; } uprobe:/bin/x:f { $s = (struct S *)arg0; @a = ntop($s->a5); }",
+    );
+    assert_eq!(
+        message,
+        "ntop() needs an integer or a 4- or 16-byte address, not unsigned char[5]"
+    );
+}
+
 /// buf() of a string the script makes or of an address without a length is
 /// bpftrace's refusal, on the call.
 #[test]
