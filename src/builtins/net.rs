@@ -10,6 +10,7 @@ use crate::frontend::ast::{Expr, ExprKind};
 use crate::frontend::check::Checker;
 use crate::frontend::checked::{TCall, TExpr, TExprKind};
 use crate::frontend::types::Type;
+use crate::vocab::ValueType;
 
 /// `AF_INET` and `AF_INET6` on Linux.
 const AF_INET: u64 = 2;
@@ -17,7 +18,7 @@ const AF_INET6: u64 = 10;
 
 /// `ntop([af, ]addr)`: an address family and 16 address bytes. `addr` is an
 /// integer (an IPv4 address as stored in memory: its low 4 bytes), a
-/// 4- or 16-byte string (`char[4]`, `u8[16]` fields) or `pton(text)`.
+/// 4- or 16-byte string or array (`char[4]`, `u8[16]` fields) or `pton(text)`.
 /// The call's args are the family (when given) then the address; its const
 /// says whether the family was given.
 pub struct Ntop;
@@ -38,11 +39,11 @@ impl Expression for Ntop {
             Some(bytes) => bytes?,
             None => cx.expr(addr)?,
         };
-        let implied = match addr.ty {
-            Type::Str { len: 4 } => AF_INET,
-            Type::Str { len: 16 } => AF_INET6,
-            ref ty if ty.is_int() => AF_INET,
-            ref ty => {
+        let implied = match (byte_array_len(&addr.ty), &addr.ty) {
+            (Some(4), _) => AF_INET,
+            (Some(16), _) => AF_INET6,
+            (None, ty) if ty.is_int() => AF_INET,
+            (_, ty) => {
                 let message =
                     format!("ntop() needs an integer or a 4- or 16-byte address, not {ty}");
                 return cx.fail(addr.span, &message);
@@ -79,6 +80,18 @@ impl Expression for Ntop {
             ),
         }
         Value::Mem(buffer)
+    }
+}
+
+/// The bytes of a `char` or other byte array value (`char[4]`, `u8[16]`);
+/// `None` for other types.
+fn byte_array_len(ty: &Type) -> Option<u32> {
+    match ty {
+        Type::Str { len } => Some(*len),
+        Type::Object(object) if matches!(object.layout, ValueType::Array { .. }) => {
+            Some(object.layout.size())
+        }
+        _ => None,
     }
 }
 
@@ -187,10 +200,10 @@ impl Expression for Macaddr {
             return cx.fail(addr.span, "macaddr() does not take string literals");
         }
         let addr = cx.expr(addr)?;
-        match addr.ty {
-            Type::Str { len: 6 } => {}
-            ref ty if ty.is_int() => {}
-            ref ty => {
+        match (byte_array_len(&addr.ty), &addr.ty) {
+            (Some(6), _) => {}
+            (None, ty) if ty.is_int() => {}
+            (_, ty) => {
                 let message = format!("macaddr() needs a pointer or a 6-byte array, not {ty}");
                 return cx.fail(addr.span, &message);
             }

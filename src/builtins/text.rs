@@ -2,7 +2,6 @@
 //! `strcontains(haystack, needle)`, `buf(ptr[, len])` and `strerror(errno)`.
 
 use super::{Entry, Expression, Kind, Site, Written};
-use crate::codegen::helpers::{PROBE_READ_KERNEL_STR, PROBE_READ_USER_STR};
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Src};
 use crate::codegen::lower::{Lowerer, Value};
 use crate::frontend::ast::{Expr, ExprKind, Span};
@@ -75,11 +74,7 @@ impl Expression for Str {
         };
         let buffer = cx.alloc(buffer_len);
         cx.zero(Base::Frame, buffer, buffer_len);
-        let helper = if cx.reads_user_memory(&call.args[0]) {
-            PROBE_READ_USER_STR
-        } else {
-            PROBE_READ_KERNEL_STR
-        };
+        let helper = cx.string_read_helper(&call.args[0]);
         let args = vec![Arg::Frame(buffer), size, Arg::Reg(pointer)];
         cx.checked_call_unused(helper, args);
         Value::Mem(buffer)
@@ -188,19 +183,6 @@ impl Expression for Strerror {
     }
 }
 
-/// `buf(ptr[, len])`: `len` bytes (at most `BPFTRACE_STRLEN`, 64 by default) read from memory
-/// at `ptr` or taken from a string or an array (all of it without `len`), printed with non-printable bytes
-/// escaped (`%r` in printf). The call's args are the source and the length
-/// (when not a literal); its const the literal length.
-/// Whether `expr` is read from memory (a struct member or array element),
-/// not a string made by the script.
-fn is_memory_read(expr: &TExpr) -> bool {
-    matches!(
-        expr.kind,
-        TExprKind::MemoryRead { .. } | TExprKind::ValueRead { .. }
-    )
-}
-
 /// `buf(x)` of a string or an address: bpftrace's refusal, and the fix.
 fn needs_length(cx: &mut Checker, ty: &Type, span: Span) -> Option<TExpr> {
     let kind = match ty {
@@ -213,6 +195,10 @@ fn needs_length(cx: &mut Checker, ty: &Type, span: Span) -> Option<TExpr> {
     None
 }
 
+/// `buf(ptr[, len])`: `len` bytes (at most `BPFTRACE_STRLEN`, 64 by default) read from memory
+/// at `ptr` or taken from a string or an array (all of it without `len`), printed with non-printable bytes
+/// escaped (`%r` in printf). The call's args are the source and the length
+/// (when not a literal); its const the literal length.
 pub struct Buf;
 
 impl Expression for Buf {
@@ -226,13 +212,10 @@ impl Expression for Buf {
         // The most bytes taken, and how many without a length: a string's
         // whole buffer counts (bytes past its NUL are zeros, as
         // `buf("ok_key", 8)` shows in bpftrace); an array's bytes
-        // (`buf($s->ints)`) are taken whole without a length, as bpftrace
-        // takes them. Strings the script makes and addresses need a length,
-        // as in bpftrace.
+        // (`buf($s->ints)`, `uint8_t` ones too) are taken whole without a
+        // length, as bpftrace takes them. Strings (`char` arrays included)
+        // and addresses need a length, as in bpftrace.
         let (whole, natural) = match &source.ty {
-            // A byte array read from memory (`uint8_t c[4]`) is typed as a
-            // string here; bpftrace keeps it an array and takes it whole.
-            Type::Str { len } if is_memory_read(&source) => (Some(source.ty.size()), Some(*len)),
             Type::Str { .. } => (Some(source.ty.size()), None),
             Type::Object(object) if matches!(object.layout, ValueType::Array { .. }) => {
                 (Some(object.layout.size()), Some(object.layout.size()))

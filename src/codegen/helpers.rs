@@ -11,6 +11,7 @@ pub const GET_SMP_PROCESSOR_ID: u32 = 8;
 pub const GET_CURRENT_PID_TGID: u32 = 14;
 pub const GET_CURRENT_UID_GID: u32 = 15;
 pub const GET_CURRENT_COMM: u32 = 16;
+pub const PROBE_READ_STR: u32 = 45;
 pub const PROBE_READ_USER: u32 = 112;
 pub const PROBE_READ_KERNEL: u32 = 113;
 pub const PROBE_READ_USER_STR: u32 = 114;
@@ -64,6 +65,7 @@ pub fn name(helper: u32) -> std::borrow::Cow<'static, str> {
         GET_STACKID => "get_stackid",
         SEND_SIGNAL => "send_signal",
         PROBE_READ => "probe_read",
+        PROBE_READ_STR => "probe_read_str",
         PROBE_READ_USER => "probe_read_user",
         PROBE_READ_KERNEL => "probe_read_kernel",
         PROBE_READ_USER_STR => "probe_read_user_str",

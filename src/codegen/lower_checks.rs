@@ -29,6 +29,7 @@ fn checked_from(helper: u32) -> Option<(HelperChecks, Failure)> {
         MAP_UPDATE_ELEM | MAP_DELETE_ELEM | GET_STACKID | GET_CURRENT_COMM | SEND_SIGNAL
         | D_PATH => Some((HelperChecks::Silent, Failure::Negative)),
         PROBE_READ
+        | PROBE_READ_STR
         | PROBE_READ_USER
         | PROBE_READ_KERNEL
         | PROBE_READ_USER_STR

@@ -6,9 +6,11 @@ use crate::builtins;
 use crate::codegen::helpers::*;
 use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
 use crate::codegen::lower::{Lowerer, Value};
+use crate::codegen::maps::RECENT_THREAD_SLOTS;
 use crate::frontend::checked::{TExpr, TExprKind};
-use crate::frontend::types::Type;
-use crate::vocab::{BuiltinMessage, GlobalSlot, Message, MessageId, StackType};
+use crate::frontend::types::{Space, Type};
+use crate::providers;
+use crate::vocab::{BuiltinMessage, GlobalSlot, MapId, Message, MessageId, StackType};
 
 impl Lowerer<'_> {
     /// `kstack`/`ustack`: `bpf_get_stackid` into the map of the stack's
@@ -40,11 +42,25 @@ impl Lowerer<'_> {
     /// Whether `pointer` points into user memory: as `uptr()`/`kptr()` say,
     /// else as the probe's pointers do.
     pub(crate) fn reads_user_memory(&self, pointer: &TExpr) -> bool {
-        let annotated = match &pointer.kind {
-            TExprKind::Call(call) => builtins::expression_hooks(call.builtin).user_memory(),
-            _ => None,
+        annotated_space(pointer).unwrap_or(self.probe.user_memory)
+    }
+
+    /// The helper `str()` reads the string at `pointer` with: as
+    /// [`Self::reads_user_memory`] says, except where the space is unknown
+    /// (an address in BEGIN, timers, perf events; not `uptr()`/`kptr()`):
+    /// `bpf_probe_read_str`, which picks it by the address, as bpftrace 0.17.
+    pub(crate) fn string_read_helper(&self, pointer: &TExpr) -> u32 {
+        let unknown = match &pointer.ty {
+            Type::Ptr(ptr) => ptr.space == Space::Unknown,
+            _ => !providers::of(&self.probe.attach).memory_space_known(),
         };
-        annotated.unwrap_or(self.probe.user_memory)
+        if unknown && annotated_space(pointer).is_none() {
+            PROBE_READ_STR
+        } else if self.reads_user_memory(pointer) {
+            PROBE_READ_USER_STR
+        } else {
+            PROBE_READ_KERNEL_STR
+        }
     }
 
     /// `bpf_probe_read_user` (or `_kernel`) of `len` bytes at `address` into
@@ -72,29 +88,57 @@ impl Lowerer<'_> {
     }
 
     /// Reports the current thread to user space the first time it takes a
-    /// user address; returns `bpf_get_current_pid_tgid()`.
+    /// user address; returns `bpf_get_current_pid_tgid()`. A thread found in
+    /// its slot of the recent-threads cache costs no hash lookup.
     pub(crate) fn remember_thread(&mut self) -> VReg {
         let pid_tgid = self.call0(GET_CURRENT_PID_TGID);
-        let map = self
+        let maps = self
             .maps
             .seen_threads
-            .expect("the checker asks for the thread map with user addresses");
+            .expect("the checker asks for the thread maps with user addresses");
+        let done = self.label();
+        let slot = self.recent_thread_slot(maps.recent, pid_tgid);
+        let cached = self.load(Base::Reg(slot), 0);
+        self.branch(Cond::Eq, cached, Src::Reg(pid_tgid), done);
         let key = self.alloc(8);
         self.store(Base::Frame, key, Src::Reg(pid_tgid));
-        let known = self.call_result(MAP_LOOKUP_ELEM, vec![Arg::Map(map), Arg::Frame(key)]);
-        let done = self.label();
-        self.branch(Cond::Ne, known, Src::Imm(0), done);
+        let known = self.call_result(
+            MAP_LOOKUP_ELEM,
+            vec![Arg::Map(maps.reported), Arg::Frame(key)],
+        );
+        let reported = self.label();
+        self.branch(Cond::Ne, known, Src::Imm(0), reported);
         let one = self.alloc(8);
         self.store(Base::Frame, one, Src::Imm(1));
-        self.map_update(map, key, one);
+        self.map_update(maps.reported, key, one);
         let message = self.alloc(16);
         let id = self.thread_message();
         self.comment("report the thread");
         self.store(Base::Frame, message, Src::Imm(id.0 as i32));
         self.store(Base::Frame, message + 8, Src::Reg(pid_tgid));
         self.output(Arg::Frame(message), 16);
+        self.emit(Inst::Bind(reported));
+        let slot = self.recent_thread_slot(maps.recent, pid_tgid);
+        self.store(Base::Reg(slot), 0, Src::Reg(pid_tgid));
         self.emit(Inst::Bind(done));
         pid_tgid
+    }
+
+    /// The address of `pid_tgid`'s slot in the recent-threads cache (by its
+    /// thread id, the low half).
+    fn recent_thread_slot(&mut self, recent: MapId, pid_tgid: VReg) -> VReg {
+        let slot = self.vreg();
+        self.emit(Inst::MapValueAddr {
+            dst: slot,
+            map: recent,
+            offset: 0,
+        });
+        let index = self.vreg();
+        self.mov(index, pid_tgid);
+        self.alu(AluOp::And, index, Src::Imm(RECENT_THREAD_SLOTS as i32 - 1));
+        self.alu(AluOp::Lsh, index, Src::Imm(3));
+        self.alu(AluOp::Add, slot, Src::Reg(index));
+        slot
     }
 
     /// Sends `size` bytes at `data` (a message) through the ring buffer,
@@ -232,5 +276,14 @@ impl Lowerer<'_> {
             self.messages.len() - 1
         });
         MessageId(index as u32)
+    }
+}
+
+/// Whether `pointer` is marked as user (`uptr()`) or kernel (`kptr()`)
+/// memory; `None` when not marked.
+fn annotated_space(pointer: &TExpr) -> Option<bool> {
+    match &pointer.kind {
+        TExprKind::Call(call) => builtins::expression_hooks(call.builtin).user_memory(),
+        _ => None,
     }
 }

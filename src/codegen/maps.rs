@@ -2,22 +2,30 @@
 
 use crate::codegen::glob_nfa::{GlobSet, LANE_TABLE_BYTES};
 use crate::codegen::lower_selected::FILTER_SCRATCH_BYTES;
-use crate::codegen::program::drop_counters;
+use crate::codegen::program::{Compiled, drop_counters};
 use crate::codegen::stack_layout::{self, StackMaps};
 use crate::frontend::checked::{CheckedProgram, MapDecl, MapValueKind};
 use crate::frontend::options::COMMAND_TREE_MAP;
 use crate::frontend::types::{Pointer, Type};
+use crate::providers;
 use crate::vocab::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
 
 /// Threads remembered as having taken user addresses; the least recently
 /// seen are forgotten (and reported again if seen again).
 const SEEN_THREADS: u32 = 16384;
+/// Slots of the cache of recently seen threads in front of that map.
+pub const RECENT_THREAD_SLOTS: u32 = 1024;
 
 /// Entries per script map, as bpftrace's default `max_map_keys`.
 pub const MAX_MAP_KEYS: u32 = 4096;
 /// Ring buffer size for printed output: small, as creating it is part of
 /// the start-up time.
 const OUTPUT_RINGBUF_BYTES: u32 = 1 << 20;
+/// The output ring when only programs that run once (BEGIN, END) write to
+/// it: what one run can print into bpftrace's default per-CPU buffer (64
+/// pages). Its pages are mapped twice and count in RSS, so a quiet
+/// script's 1 MiB ring was 2 MB of it.
+const RUN_ONCE_RINGBUF_BYTES: u32 = 64 * PAGE_BYTES;
 /// Bounds of the output ring `BPFTRACE_PERF_RB_PAGES` sizes: one page, and
 /// 1 GiB (a ring's size is a `u32` power of two).
 const OUTPUT_RINGBUF_BOUNDS: (u32, u32) = (PAGE_BYTES, 1 << 30);
@@ -62,6 +70,24 @@ fn output_ringbuf_bytes(pages_per_cpu: Option<u32>, cpus: u32) -> u32 {
         .next_power_of_two() as u32
 }
 
+/// Shrinks the output ring of `compiled` when no attached program writes
+/// to it: only BEGIN and END print, so events need no room (a size the
+/// user set, and capture rings, stay).
+pub fn fit_quiet_output_ring(program: &CheckedProgram, compiled: &mut Compiled) {
+    let Some(ring) = compiled.ringbuf else {
+        return;
+    };
+    if !program.records.is_empty() || program.output_pages_per_cpu.is_some() {
+        return;
+    }
+    let per_event_output = compiled.programs.iter().any(|bpf| {
+        !providers::of(&bpf.attach).runs_once() && bpf.map_relocs.iter().any(|r| r.map == ring)
+    });
+    if !per_event_output {
+        compiled.maps[ring.0 as usize].max_entries = RUN_ONCE_RINGBUF_BYTES;
+    }
+}
+
 /// Map ids and layouts the lowering needs.
 #[derive(Clone, Debug)]
 pub struct MapLayouts {
@@ -88,7 +114,7 @@ pub struct MapLayouts {
     pub value_stacks: Vec<(u32, MapId)>,
     /// Threads that took a user address, reported once each (see
     /// `Message::ThreadSeen`).
-    pub seen_threads: Option<MapId>,
+    pub seen_threads: Option<SeenThreads>,
     /// A one-element per-CPU array large messages are built in.
     pub scratch: Option<MapId>,
 }
@@ -99,6 +125,17 @@ impl MapLayouts {
         let found = self.value_stacks.iter().find(|(d, _)| *d == depth);
         found.expect("the checker declares every stack depth").1
     }
+}
+
+/// The maps that report each thread taking a user address once.
+#[derive(Clone, Copy, Debug)]
+pub struct SeenThreads {
+    /// LRU hash of the `pid_tgid`s reported.
+    pub reported: MapId,
+    /// One array value of [`RECENT_THREAD_SLOTS`] `pid_tgid`s, a slot per
+    /// thread id modulo its size: a thread found in its slot was reported,
+    /// which spares the hash lookup on nearly every event.
+    pub recent: MapId,
 }
 
 #[derive(Clone, Debug)]
@@ -229,10 +266,16 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
             (depth, map)
         })
         .collect();
-    let seen_threads = program
-        .values
-        .user_addresses
-        .then(|| internal("wprof_threads".into(), MapKind::LruHash, 8, 8, SEEN_THREADS));
+    let seen_threads = program.values.user_addresses.then(|| SeenThreads {
+        reported: internal("wprof_threads".into(), MapKind::LruHash, 8, 8, SEEN_THREADS),
+        recent: internal(
+            "wprof_recent_threads".into(),
+            MapKind::Array,
+            4,
+            8 * RECENT_THREAD_SLOTS,
+            1,
+        ),
+    });
     let scratch_bytes = program.values.scratch_bytes;
     let scratch = (scratch_bytes > 0).then(|| {
         internal(
@@ -367,8 +410,8 @@ mod tests {
         assert_eq!(output_ringbuf_bytes(Some(u32::MAX), 64), 1 << 30);
     }
 
-    /// The kind, key size and entries of each script map of `text`, by name.
-    fn script_maps(text: &str) -> Vec<(String, MapKind, u32, u32)> {
+    /// `text` compiled for the fake machine.
+    fn compiled(text: &str) -> Compiled {
         let source = Source {
             name: "t.bt".into(),
             text: text.into(),
@@ -377,6 +420,11 @@ mod tests {
         let (_, compiled) = compile(&[source], &[], &FakeMachine, &Default::default())
             .unwrap_or_else(|e| panic!("{}", e.render()));
         compiled
+    }
+
+    /// The kind, key size and entries of each script map of `text`, by name.
+    fn script_maps(text: &str) -> Vec<(String, MapKind, u32, u32)> {
+        compiled(text)
             .maps
             .iter()
             .filter(|m| m.script_map.is_some())
@@ -400,6 +448,28 @@ mod tests {
                 ("@s".to_string(), MapKind::PerCpuHash, 8, 4096),
             ]
         );
+    }
+
+    /// The output ring's size for `text`.
+    fn output_ring_bytes(text: &str) -> u32 {
+        let compiled = compiled(text);
+        let ring = compiled.ringbuf.expect("scripts have an output ring");
+        compiled.maps[ring.0 as usize].max_entries
+    }
+
+    /// Scripts that print only from BEGIN and END get a 256 KiB ring; one
+    /// printing (or reporting threads) from an attached probe keeps 1 MiB.
+    #[test]
+    fn output_ring_follows_what_events_print() {
+        let probe = "tracepoint:syscalls:sys_enter_write";
+        let quiet = format!(
+            "BEGIN {{ printf(\"hi\\n\"); }} {probe} {{ @[comm] = count(); }} END {{ print(@); }}"
+        );
+        assert_eq!(output_ring_bytes(&quiet), 256 << 10);
+        let printing = format!("{probe} {{ printf(\"%s\\n\", comm); }}");
+        assert_eq!(output_ring_bytes(&printing), 1 << 20);
+        let thread_reports = format!("{probe} {{ @[ustack] = count(); }}");
+        assert_eq!(output_ring_bytes(&thread_reports), 1 << 20);
     }
 
     /// The capture ring grows 2 MiB per CPU (8 MiB with stacks) in powers

@@ -136,6 +136,7 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
         );
         compiled.programs.extend(setup);
     }
+    maps::fit_quiet_output_ring(program, &mut compiled);
     if errors.is_empty() {
         Ok(compiled)
     } else {

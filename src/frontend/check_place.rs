@@ -507,12 +507,9 @@ impl Checker<'_> {
         })
     }
 
-    /// Whether `ty` is a one-byte integer: arrays of them are strings.
+    /// Whether `ty` is plain `char`: arrays of it are strings.
     fn is_char(&self, ty: KTypeId) -> bool {
-        matches!(
-            self.types.get(ty).map(|t| t.kind),
-            Ok(KernelKind::Int { size: 1, .. })
-        )
+        self.types.get(ty).is_ok_and(|t| t.is_char())
     }
 
     /// A struct, union or array value of type `ty`.

@@ -23,11 +23,12 @@ impl Provider for RawTracepoint {
         Some(crate::vocab::GlobalSlot::RawTracepointStackSkip)
     }
 
-    fn resolve(&self, _ty: &str, spec: &Spec, _env: &dyn Environment) -> Result<Resolved, String> {
+    fn resolve(&self, _ty: &str, spec: &Spec, env: &dyn Environment) -> Result<Resolved, String> {
         let name = match spec.parts.as_slice() {
             [name] | [_, name] => *name,
             _ => return Err(format!("`{spec}`: expected `rawtracepoint:NAME`")),
         };
+        check_exists(name, env)?;
         let attach = AttachPoint::RawTracepoint { name: name.into() };
         Ok(vec![ResolvedProbe::new(
             format!("rawtracepoint:{name}"),
@@ -70,6 +71,28 @@ impl Provider for RawTracepoint {
                 )
             })
     }
+}
+
+/// Refuses a raw tracepoint the kernel does not have, before anything is
+/// loaded: it is in kernel BTF (`btf_trace_NAME`) or, for modules, in
+/// tracefs under any category. Without BTF the attach decides.
+fn check_exists(name: &str, env: &dyn Environment) -> Result<(), String> {
+    if !env.has_btf() {
+        return Ok(());
+    }
+    let Err(missing) = env.tp_btf_args(name) else {
+        return Ok(());
+    };
+    if env
+        .expand_tracepoints("*", name)
+        .is_ok_and(|found| !found.is_empty())
+    {
+        return Ok(());
+    }
+    Err(format!(
+        "`rawtracepoint:{name}`: {missing}; raw tracepoints are the kernel's tracepoints \
+         (`wprof -l 'tracepoint:*'` lists them)"
+    ))
 }
 
 /// Argument `n` of a context that is an array of u64 (raw tracepoints,

@@ -41,6 +41,15 @@ pub struct KernelType {
     pub kind: KernelKind,
 }
 
+impl KernelType {
+    /// Whether this is plain `char`, whose arrays are strings as bpftrace's
+    /// clang types them; arrays of other bytes (`uint8_t`, `unsigned char`)
+    /// stay arrays.
+    pub fn is_char(&self) -> bool {
+        self.name == "char" && matches!(self.kind, KernelKind::Int { size: 1, .. })
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum KernelKind {
     Void,
@@ -149,6 +158,15 @@ pub fn close_names(wanted: &str, candidates: &[String]) -> Vec<String> {
     scored.into_iter().take(5).map(|(_, c)| c.clone()).collect()
 }
 
+/// `; close names: a, b` for the [`close_names`] of `wanted`, or nothing
+/// when none is close, to end a "not found" message.
+pub fn close_names_note(wanted: &str, candidates: &[String]) -> String {
+    match close_names(wanted, candidates).as_slice() {
+        [] => String::new(),
+        close => format!("; close names: {}", close.join(", ")),
+    }
+}
+
 fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
@@ -179,5 +197,7 @@ mod tests {
             .collect();
         assert_eq!(close_names("tgd", &names), vec!["tgid", "pid"]);
         assert_eq!(close_names("parent", &names), vec!["real_parent"]);
+        assert_eq!(close_names_note("tgd", &names), "; close names: tgid, pid");
+        assert_eq!(close_names_note("zzzzzzzz", &names), "");
     }
 }

@@ -225,6 +225,78 @@ fn missing_kernel_features_are_named() {
     }
 }
 
+/// Each provider refuses a target that does not exist before anything is
+/// attached: the message names the probe's target and where it was looked
+/// for, and points at the probe (line 2, column 3); nothing runs.
+#[test]
+fn missing_probe_targets_are_named_per_provider() {
+    require_bpf!();
+    let cases = [
+        (
+            "tracepoint:sched:nosuch_evt",
+            "tracepoint not found: sched:nosuch_evt (searched /sys/kernel/tracing/available_events)",
+        ),
+        (
+            "rawtracepoint:nosuch_tp",
+            "`rawtracepoint:nosuch_tp`: no BTF tracepoint `nosuch_tp` (no `btf_trace_nosuch_tp` in \
+             kernel BTF); raw tracepoints are the kernel's tracepoints (`wprof -l 'tracepoint:*'` \
+             lists them)",
+        ),
+        (
+            "uprobe:/bin/true:nosuch_fn",
+            "no function matching `nosuch_fn` in /bin/true",
+        ),
+        (
+            "uretprobe:/no/such/bin:f",
+            "cannot find binary or library `/no/such/bin` (searched the path as given)",
+        ),
+        (
+            "usdt:/bin/true:nosuch:probe",
+            "no USDT probe matching `nosuch:probe` in /bin/true",
+        ),
+        (
+            "kprobe:nosuch_fn",
+            "`kprobe:nosuch_fn`: no kernel function matches `nosuch_fn` in /proc/kallsyms",
+        ),
+        (
+            "kretprobe:nosuch_fn",
+            "`kretprobe:nosuch_fn`: no kernel function matches `nosuch_fn` in /proc/kallsyms",
+        ),
+        (
+            "kfunc:nosuch_fn",
+            "`kfunc:nosuch_fn`: no kernel function matches `nosuch_fn` in /sys/kernel/btf/vmlinux",
+        ),
+        ("profile:hz:0", "`0` is not a positive number"),
+        ("interval:ms:0", "`0` is not a positive number"),
+        (
+            "software:nosuch:1",
+            "unknown software event `nosuch` (known: alignment-faults",
+        ),
+        (
+            "watchpoint:0x1000:3:w",
+            "`3`: watchpoint length must be one of (1,2,4,8)",
+        ),
+        (
+            "iter:nosuch",
+            "`iter:nosuch`: unsupported iter type `nosuch` (wprof iterates `task` and `task_file`)",
+        ),
+        ("BEGIN:x", "`BEGIN:x`: expected the form `BEGIN`"),
+    ];
+    for (probe, message) in cases {
+        let script = format!("BEGIN {{ }}\n  {probe} {{ @ = count(); }}");
+        let out = wprof_fails(&["-e", &script]);
+        for wanted in [format!("× {message}"), "[<script>:2:3]".to_string()] {
+            assert!(
+                out.stderr.contains(&wanted),
+                "{probe}: no {wanted:?} in\n{}",
+                out.stderr
+            );
+        }
+        assert!(!out.stderr.contains("close names: \n"), "{}", out.stderr);
+        assert_eq!(out.stdout, "", "{probe}: a refused script attaches nothing");
+    }
+}
+
 /// The kprobe error's exact text on this machine (CONFIG_KPROBES off).
 #[test]
 fn missing_kprobes_exact_message() {

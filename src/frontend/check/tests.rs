@@ -364,19 +364,35 @@ fn buffers_compare_for_equality_only() {
     assert_eq!(message, "`<` cannot combine buffer[2] and buffer[2]");
 }
 
-/// buf() of an array takes all its bytes; with a length, at most those.
+/// buf() of an array takes all its bytes (byte arrays other than `char`
+/// ones too, as bpftrace keeps them arrays); with a length, at most those.
 #[test]
 fn buf_of_arrays() {
     let program = checks(
-        "struct S { int d[4]; char c[3]; } uprobe:/bin/x:f { $s = (struct S *)arg0; @d = buf($s->d); @c = buf($s->c); @two = buf($s->d, 2); }",
+        "struct S { int d[4]; unsigned char u[3]; char c[3]; } uprobe:/bin/x:f { $s = (struct S *)arg0; @d = buf($s->d); @u = buf($s->u); @c = buf($s->c, 3); @two = buf($s->d, 2); }",
     );
-    for (name, len) in [("@d", 16), ("@c", 3), ("@two", 2)] {
+    for (name, len) in [("@d", 16), ("@u", 3), ("@c", 3), ("@two", 2)] {
         assert_eq!(
             map(&program, name).value,
             MapValueKind::Plain(Type::Buffer { len }),
             "{name}"
         );
     }
+}
+
+/// ntop() and macaddr() take `unsigned char` arrays as they take `char` ones.
+#[test]
+fn byte_arrays_are_addresses() {
+    checks(
+        "struct S { unsigned char a6[16]; unsigned char a4[4]; unsigned char m[6]; } uprobe:/bin/x:f { $s = (struct S *)arg0; @a = ntop($s->a6); @b = ntop($s->a4); @m = macaddr($s->m); }",
+    );
+    let (message, _, _) = error(
+        "struct S { unsigned char a5[5]; } uprobe:/bin/x:f { $s = (struct S *)arg0; @a = ntop($s->a5); }",
+    );
+    assert_eq!(
+        message,
+        "ntop() needs an integer or a 4- or 16-byte address, not unsigned char[5]"
+    );
 }
 
 /// buf() of a string the script makes or of an address without a length is
@@ -386,6 +402,10 @@ fn buf_needs_a_length_except_for_arrays() {
     for (source, kind) in [
         (r#"BEGIN { @b = buf("hi"); }"#, "string"),
         (r#"BEGIN { $s = "hi"; @b = buf($s); }"#, "string"),
+        (
+            "struct S { char c[3]; } uprobe:/bin/x:f { $s = (struct S *)arg0; @b = buf($s->c); }",
+            "string",
+        ),
         ("BEGIN { @b = buf(0); }", "integer"),
     ] {
         let (message, under, help) = error(source);

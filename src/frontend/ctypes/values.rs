@@ -21,12 +21,10 @@ impl TypeTable<'_> {
                 size: 8,
                 signed: false,
             },
-            KernelKind::Array { elem, len } => match self.get(elem)?.kind {
-                KernelKind::Int { size: 1, .. } => ValueType::Str { len },
-                _ => ValueType::Array {
-                    elem: Box::new(self.layout_of(elem)?),
-                    len,
-                },
+            KernelKind::Array { elem, len } if self.get(elem)?.is_char() => ValueType::Str { len },
+            KernelKind::Array { elem, len } => ValueType::Array {
+                elem: Box::new(self.layout_of(elem)?),
+                len,
             },
             KernelKind::Struct { size, .. } => ValueType::Struct {
                 fields: self.fields(ty, 0)?,

@@ -12,7 +12,7 @@ use crate::runtime::targets::kernel_btf::KernelBtf;
 use crate::runtime::targets::kernel_functions::KernelFunctions;
 use crate::runtime::targets::usdt::{UsdtArg, UsdtArgLocation};
 use crate::vocab::kernel_types::{
-    DEBUG_INFO_TYPES, EnumConstant, KTypeId, KernelType, close_names,
+    DEBUG_INFO_TYPES, EnumConstant, KTypeId, KernelType, close_names_note,
 };
 use crate::vocab::{
     AttachPoint, BtfArg, BtfFunction, Environment, FieldKind, FunctionParam, FunctionTarget,
@@ -226,10 +226,9 @@ impl Environment for SystemEnvironment {
             glob::Pattern::new(pattern).map_err(|e| format!("invalid pattern `{pattern}`: {e}"))?;
         let found = btf.functions(&glob);
         if found.is_empty() {
-            let close = close_names(pattern, &btf.function_names());
+            let close = close_names_note(pattern, &btf.function_names());
             return Err(format!(
-                "no kernel function matches `{pattern}` in /sys/kernel/btf/vmlinux; close names: {}",
-                close.join(", ")
+                "no kernel function matches `{pattern}` in /sys/kernel/btf/vmlinux{close}"
             ));
         }
         Ok(found)
@@ -307,14 +306,8 @@ fn no_kernel_function(list: &KernelFunctions, module: Option<&str>, pattern: &st
         Some(_) => "/proc/kallsyms",
         None => "the kernel's traceable functions",
     };
-    let close = close_names(pattern, &list.names());
-    match close.as_slice() {
-        [] => format!("no kernel function matches `{pattern}` in {source}"),
-        close => format!(
-            "no kernel function matches `{pattern}` in {source}; close names: {}",
-            close.join(", ")
-        ),
-    }
+    let close = close_names_note(pattern, &list.names());
+    format!("no kernel function matches `{pattern}` in {source}{close}")
 }
 
 /// How a tracefs field is read; `None` for fields scripts cannot use

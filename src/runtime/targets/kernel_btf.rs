@@ -11,7 +11,7 @@ use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 
 use crate::vocab::kernel_types::{
-    EnumConstant, KTypeId, KernelKind, KernelMember, KernelType, close_names,
+    EnumConstant, KTypeId, KernelKind, KernelMember, KernelType, close_names_note,
 };
 use crate::vocab::{BtfArg, BtfFunction};
 
@@ -91,10 +91,9 @@ impl KernelBtf {
             .or_else(typedef)
             .and_then(|t| FuncProto::try_from(t).ok())
         else {
-            let close = close_names(name, &self.tracepoint_names());
+            let close = close_names_note(name, &self.tracepoint_names());
             return Err(format!(
-                "no BTF tracepoint `{name}` (no `{TRACE_PREFIX}{name}` in kernel BTF); close names: {}",
-                close.join(", ")
+                "no BTF tracepoint `{name}` (no `{TRACE_PREFIX}{name}` in kernel BTF){close}"
             ));
         };
         // The first parameter is the tracepoint's `void *__data`.
