@@ -86,18 +86,16 @@ impl Lowerer<'_> {
     fn instant(&mut self, id: RecordRef, record: &CheckedRecord) {
         let fields = self.program.records[id.0].fields.clone();
         let fields_bytes = fields_size(&fields);
-        let message = self.record_message(id, &fields, record.stack.is_some());
+        let fields_at = match record.stack {
+            Some(_) => header::FIELDS,
+            None => header::PLAIN_FIELDS,
+        };
+        let message = self.record_message(id, &fields, fields_at, record.stack.is_some());
         self.comment(format!("record {}", self.program.records[id.0].name));
         // A program that unwinds user stacks shares its 512 bytes of BPF
         // stack with the unwinder: all its records are built in the scratch.
         if record.stack.is_none() && !self.unwinds_user_stacks() {
-            let buffer = self.alloc(header::FIELDS + fields_bytes);
-            let now = self.call_result(KTIME_GET_NS, vec![]);
-            let at = Place::frame(buffer);
-            self.record_header(at, message, now);
-            self.store_fields(at.at(header::FIELDS), &record.values, &fields);
-            let size = Arg::Imm(i64::from(header::FIELDS + fields_bytes));
-            self.send(id, Arg::Frame(buffer), size, None);
+            self.build_in_ring(id, message, &record.values, &fields);
             return;
         }
         let offcpu = record.offcpu_stack.as_ref();
@@ -112,9 +110,9 @@ impl Lowerer<'_> {
                 None => cx.call_result(KTIME_GET_NS, vec![]),
             };
             let at = Place::reg(scratch.buf);
-            cx.record_header(at, message, now);
-            cx.store_fields(at.at(header::FIELDS), &record.values, &fields);
-            let fixed = header::FIELDS + fields_bytes;
+            cx.record_header(at, message, now, fields_at);
+            cx.store_fields(at.at(fields_at), &record.values, &fields);
+            let fixed = fields_at + fields_bytes;
             match record.stack {
                 Some(parts) => {
                     let target = StackTarget {
@@ -132,6 +130,42 @@ impl Lowerer<'_> {
             self.pending_sent(&pending);
         }
         self.emit(Inst::Bind(skip));
+    }
+
+    /// Builds a record without a stack straight in the ring buffer (its
+    /// size is known) and submits it: no staging copy on the BPF stack and
+    /// no copy by `bpf_ringbuf_output`. When the ring has no room the event
+    /// of `record` is lost (counted) and its fields are not evaluated.
+    fn build_in_ring(
+        &mut self,
+        record: RecordRef,
+        message: MessageId,
+        values: &[RecordValue],
+        fields: &[(String, Type)],
+    ) {
+        let size = header::PLAIN_FIELDS + fields_size(fields);
+        let (full, done) = (self.label(), self.label());
+        let args = vec![
+            Arg::Map(self.maps.ringbuf),
+            Arg::Imm(i64::from(size)),
+            Arg::Imm(0),
+        ];
+        let buf = self.call_result(RINGBUF_RESERVE, args);
+        self.branch(Cond::Eq, buf, Src::Imm(0), full);
+        let now = self.call_result(KTIME_GET_NS, vec![]);
+        let at = Place::reg(buf);
+        self.record_header(at, message, now, header::PLAIN_FIELDS);
+        self.store_fields(at.at(header::PLAIN_FIELDS), values, fields);
+        let flags = self.wakeup_flags(None);
+        self.emit(Inst::Call {
+            helper: RINGBUF_SUBMIT,
+            args: vec![Arg::Reg(buf), flags],
+            ret: None,
+        });
+        self.emit(Inst::Jump(done));
+        self.emit(Inst::Bind(full));
+        self.count_drop(record, DropReason::RingBufferFull);
+        self.emit(Inst::Bind(done));
     }
 
     /// Whether some record of this probe has a user stack.
@@ -232,7 +266,7 @@ impl Lowerer<'_> {
         let fields = self.program.records[id.0].fields.clone();
         let fields_bytes = fields_size(&fields);
         let stack = record.stack.or(start_stack);
-        let message = self.record_message(id, &fields, stack.is_some());
+        let message = self.record_message(id, &fields, header::FIELDS, stack.is_some());
         self.comment(format!("span {} ends", decl.name));
         let key = self.span_key(span, key);
         let map = self.maps.spans[span.0];
@@ -288,7 +322,7 @@ impl Lowerer<'_> {
     /// and both ends' fields of a span's event at `at`; returns the time now.
     fn span_end_message(&mut self, at: Place, end: &SpanEndParts<'_>) -> VReg {
         let start = self.load(Base::Reg(end.open), 0);
-        self.record_header(at, end.message, start);
+        self.record_header(at, end.message, start, header::FIELDS);
         let now = self.call_result(KTIME_GET_NS, vec![]);
         let duration = self.vreg();
         self.mov(duration, now);
@@ -342,14 +376,15 @@ impl Lowerer<'_> {
         buffer
     }
 
-    /// Register the message for record `id`.
+    /// Register the message for record `id`, its fields from `fields_at`.
     fn record_message(
         &mut self,
         id: RecordRef,
         fields: &[(String, Type)],
+        fields_at: u32,
         stack: bool,
     ) -> MessageId {
-        let mut offset = header::FIELDS;
+        let mut offset = fields_at;
         let layout = fields
             .iter()
             .map(|(_, ty)| {
@@ -368,8 +403,8 @@ impl Lowerer<'_> {
     }
 
     /// Message id, time, task, CPU and comm at `at`; no duration and no
-    /// stack yet.
-    fn record_header(&mut self, at: Place, message: MessageId, ts: VReg) {
+    /// stack yet (zeroes up to `fields_at`).
+    fn record_header(&mut self, at: Place, message: MessageId, ts: VReg, fields_at: u32) {
         self.store(at.base, at.offset(0), Src::Imm(message.0 as i32));
         self.store(at.base, at.offset(header::TS), Src::Reg(ts));
         let task = self.call_result(GET_CURRENT_PID_TGID, vec![]);
@@ -386,7 +421,7 @@ impl Lowerer<'_> {
         self.zero(
             at.base,
             at.offset(header::DURATION),
-            header::FIELDS - header::DURATION,
+            fields_at - header::DURATION,
         );
     }
 
