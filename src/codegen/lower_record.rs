@@ -5,7 +5,7 @@
 
 use crate::capture::model::{DropReason, RecordId};
 use crate::codegen::helpers::*;
-use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
+use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, VReg};
 use crate::codegen::lower::Lowerer;
 use crate::codegen::lower_stack::{Scratch, StackTarget};
 use crate::codegen::maps::{SPAN_FRAME_BYTES, SPAN_VALUE_HEADER};
@@ -18,7 +18,7 @@ use crate::frontend::checked::{
 };
 use crate::frontend::types::{COMM_LEN, Type};
 use crate::unwind::maps::flags as stack_flags;
-use crate::vocab::{Message, MessageId, record_header as header};
+use crate::vocab::{GlobalSlot, Message, MessageId, record_header as header};
 
 /// Where a record is built: a frame buffer, or a map value (the scratch
 /// buffer of a record with a stack), `at` bytes in.
@@ -70,6 +70,10 @@ struct SpanEndParts<'a> {
 fn fields_size(fields: &[(String, Type)]) -> u32 {
     fields.iter().map(|(_, ty)| ty.size()).sum()
 }
+
+/// Records wake the reader of a ring more than a quarter full at most this
+/// often.
+const WAKE_INTERVAL_NS: i32 = 1_000_000;
 
 /// `struct bpf_perf_event_value`: counter, enabled, running.
 const COUNTER_BYTES: u32 = 24;
@@ -486,19 +490,22 @@ impl Lowerer<'_> {
         self.emit(Inst::Bind(sent));
     }
 
-    /// When to wake the recorder. It drains the ring on a timer anyway, so
-    /// most events wake it only once the ring is more than a quarter full
-    /// (the rest absorbs the recorder's delay in getting a CPU): a
-    /// wake-up per event costs an irq_work and a switch to the reader (it
-    /// tripled the time of `perf bench sched pipe` under a sched_switch
-    /// record). A user stack that needs its process soon wakes the reader
-    /// at once: one walked by the kernel as plain addresses, or through
-    /// code mapped since the process's mappings were read (the recorder
-    /// reads them again, and normalizes the addresses while the process
-    /// lives). The kernel's default would not do: it wakes only a reader
-    /// that has consumed everything, and quiet events before it leave the
-    /// reader asleep until its poll times out (250 ms), long after a
-    /// short-lived process is gone.
+    /// When to wake the recorder. It drains the ring on a timer anyway, and
+    /// once awake until the ring is empty, so events wake it only once the
+    /// ring is more than a quarter full (the rest absorbs the recorder's
+    /// delay in getting a CPU), and then at most once a millisecond: a
+    /// wake-up costs an irq_work, whose self-IPI is a VM exit here
+    /// (~2 us in the program), and waking on every event past the quarter
+    /// made each one pay it while the reader caught up (a wake-up per
+    /// event tripled the time of `perf bench sched pipe` under a
+    /// sched_switch record). A user stack that needs its process soon
+    /// wakes the reader at once: one walked by the kernel as plain
+    /// addresses, or through code mapped since the process's mappings were
+    /// read (the recorder reads them again, and normalizes the addresses
+    /// while the process lives). The kernel's default would not do: it
+    /// wakes only a reader that has consumed everything, and quiet events
+    /// before it leave the reader asleep until its poll times out (250 ms),
+    /// long after a short-lived process is gone.
     fn wakeup_flags(&mut self, stack_flags: Option<VReg>) -> Arg {
         let flags = self.vreg();
         let quiet = self.label();
@@ -517,9 +524,29 @@ impl Lowerer<'_> {
         self.mov_imm(flags, BPF_RB_NO_WAKEUP);
         let quarter = (self.maps.ringbuf_bytes / 4) as i32;
         self.branch(Cond::Le, queued, Src::Imm(quarter), quiet);
-        self.mov_imm(flags, BPF_RB_FORCE_WAKEUP);
+        self.wake_at_most_once_a_millisecond(flags, quiet);
         self.emit(Inst::Bind(quiet));
         Arg::Reg(flags)
+    }
+
+    /// Sets `flags` to wake the reader unless one was woken less than a
+    /// millisecond ago (else jumps to `quiet`). Two CPUs may both wake it:
+    /// harmless.
+    fn wake_at_most_once_a_millisecond(&mut self, flags: VReg, quiet: Label) {
+        let slot = self.vreg();
+        self.emit(Inst::MapValueAddr {
+            dst: slot,
+            map: self.maps.globals,
+            offset: 8 * GlobalSlot::ReaderWokenNs as u32,
+        });
+        let now = self.call_result(KTIME_GET_NS, vec![]);
+        let since = self.vreg();
+        self.mov(since, now);
+        let woken = self.load(Base::Reg(slot), 0);
+        self.alu(AluOp::Sub, since, Src::Reg(woken));
+        self.branch(Cond::Lt, since, Src::Imm(WAKE_INTERVAL_NS), quiet);
+        self.store(Base::Reg(slot), 0, Src::Reg(now));
+        self.mov_imm(flags, BPF_RB_FORCE_WAKEUP);
     }
 
     /// `drops[record][reason] += 1` in the per-CPU drops map.
@@ -582,6 +609,7 @@ mod tests {
     use crate::frontend::fake_machine::FakeMachine;
     use crate::frontend::options::CompileOptions;
     use crate::frontend::pmu::parse_counters;
+    use crate::vocab::GlobalSlot;
     use crate::vocab::MapKind;
 
     fn compiled(text: &str, options: &CompileOptions) -> Compiled {
@@ -628,6 +656,32 @@ mod tests {
         // Flags must be exactly BPF_F_CURRENT_CPU: a sign-extended -1 is EINVAL.
         assert!(listing.contains("r2 = 0xffffffff\n"), "{listing}");
         assert!(listing.contains("r4 = 24"), "{listing}");
+    }
+
+    /// A record without a stack is reserved in the ring at its exact size
+    /// and submitted; past a quarter-full ring it wakes the reader only
+    /// when the last wake-up is a millisecond old, and stamps the new one.
+    #[test]
+    fn plain_record_is_built_in_the_ring_and_wakes_rarely() {
+        let text = "kprobe:f < a = 1; b = 2 >";
+        let compiled = compiled(text, &CompileOptions::default());
+        let listing = render_listing(&compiled.programs[0], &SourceMap::new([("t.bt", text)]));
+        let lines: Vec<&str> = listing.lines().collect();
+        let at = |needle: &str| {
+            (lines.iter().position(|l| l.contains(needle)))
+                .unwrap_or_else(|| panic!("no `{needle}` in\n{listing}"))
+        };
+        let reserve = at("call bpf_ringbuf_reserve");
+        assert!(lines[reserve - 2].ends_with("r2 = 64"), "{listing}");
+        assert!(!listing.contains("ringbuf_output"), "{listing}");
+        let (query, submit) = (at("call bpf_ringbuf_query"), at("call bpf_ringbuf_submit"));
+        let since = at("< 0xf4240 goto");
+        assert!(
+            reserve < query && query < since && since < submit,
+            "{listing}"
+        );
+        let slot = 8 * GlobalSlot::ReaderWokenNs as u32;
+        assert!(listing.contains(&format!(".value + {slot}")), "{listing}");
     }
 
     /// A disabled `stack(KIND)` compiles to no stack maps and no stack calls.
