@@ -684,6 +684,35 @@ mod tests {
         assert!(listing.contains(&format!(".value + {slot}")), "{listing}");
     }
 
+    /// At `sys_exit` under `-S offcpu=DUR`, the count of tasks with long
+    /// blocks waiting is read before the record's first helper call (most
+    /// returns end there), and answering the blocks takes the task out of the count.
+    #[test]
+    fn pending_record_reads_the_waiting_count_first() {
+        let options = CompileOptions {
+            stacks: ["offcpu".to_owned()].into(),
+            offcpu_min_block_ns: Some(1_000_000),
+            ..CompileOptions::default()
+        };
+        let text = "rawtracepoint:sys_exit < stack(offcpu, pending) >";
+        let compiled = compiled(text, &options);
+        let waiting = (compiled.maps.iter())
+            .position(|m| m.name == "wprof_offcpu_waiting")
+            .expect("the count's map");
+        let listing = render_listing(&compiled.programs[0], &SourceMap::new([("t.bt", text)]));
+        let count = format!("&map[{waiting}].value");
+        let comment = listing.find("; record").expect("the record");
+        let record = &listing[listing[..comment].rfind('\n').unwrap_or(0)..];
+        let first_read = record.find(&count).expect("the count is read");
+        let first_call = record.find("call ").expect("helper calls");
+        assert!(first_read < first_call, "{listing}");
+        let decrement = listing.rfind("lock *(u64 *)").expect("a locked add");
+        assert!(
+            listing.rfind(&count).is_some_and(|at| at < decrement),
+            "{listing}"
+        );
+    }
+
     /// A disabled `stack(KIND)` compiles to no stack maps and no stack calls.
     #[test]
     fn disabled_stack_kind_compiles_to_nothing() {
