@@ -498,7 +498,10 @@ impl Lowerer<'_> {
     /// (~2 us in the program), and waking on every event past the quarter
     /// made each one pay it while the reader caught up (a wake-up per
     /// event tripled the time of `perf bench sched pipe` under a
-    /// sched_switch record). A user stack that needs its process soon
+    /// sched_switch record). Past half full every event wakes it again:
+    /// the reader is behind (busy building unwind tables, or slower than
+    /// the events), and that cost slows the traced work enough for it to
+    /// catch up before the ring is full. A user stack that needs its process soon
     /// wakes the reader at once: one walked by the kernel as plain
     /// addresses, or through code mapped since the process's mappings were
     /// read (the recorder reads them again, and normalizes the addresses
@@ -524,7 +527,14 @@ impl Lowerer<'_> {
         self.mov_imm(flags, BPF_RB_NO_WAKEUP);
         let quarter = (self.maps.ringbuf_bytes / 4) as i32;
         self.branch(Cond::Le, queued, Src::Imm(quarter), quiet);
+        let (rate_limited, wake) = (self.label(), self.label());
+        let half = (self.maps.ringbuf_bytes / 2) as i32;
+        self.branch(Cond::Le, queued, Src::Imm(half), rate_limited);
+        self.mov_imm(flags, BPF_RB_FORCE_WAKEUP);
+        self.emit(Inst::Jump(wake));
+        self.emit(Inst::Bind(rate_limited));
         self.wake_at_most_once_a_millisecond(flags, quiet);
+        self.emit(Inst::Bind(wake));
         self.emit(Inst::Bind(quiet));
         Arg::Reg(flags)
     }
@@ -660,7 +670,8 @@ mod tests {
 
     /// A record without a stack is reserved in the ring at its exact size
     /// and submitted; past a quarter-full ring it wakes the reader only
-    /// when the last wake-up is a millisecond old, and stamps the new one.
+    /// when the last wake-up is a millisecond old (and stamps the new one),
+    /// past half full always.
     #[test]
     fn plain_record_is_built_in_the_ring_and_wakes_rarely() {
         let text = "kprobe:f < a = 1; b = 2 >";
@@ -682,6 +693,14 @@ mod tests {
         );
         let slot = 8 * GlobalSlot::ReaderWokenNs as u32;
         assert!(listing.contains(&format!(".value + {slot}")), "{listing}");
+        let ring = (compiled.maps.iter())
+            .find(|m| m.kind == MapKind::RingBuf)
+            .expect("the ring");
+        let half = format!("<= {:#x} goto", ring.max_entries / 2);
+        assert!(
+            listing.contains(&half),
+            "past half full every record wakes:\n{listing}"
+        );
     }
 
     /// At `sys_exit` under `-S offcpu=DUR`, the count of tasks with long
