@@ -17,11 +17,13 @@ pub const PROBE_READ_KERNEL: u32 = 113;
 pub const PROBE_READ_USER_STR: u32 = 114;
 pub const PROBE_READ_KERNEL_STR: u32 = 115;
 pub const RINGBUF_OUTPUT: u32 = 130;
+pub const RINGBUF_RESERVE: u32 = 131;
+pub const RINGBUF_SUBMIT: u32 = 132;
 pub const RINGBUF_QUERY: u32 = 134;
 
 /// `bpf_ringbuf_query`: bytes not yet consumed.
 pub const BPF_RB_AVAIL_DATA: i64 = 0;
-/// `flags` for `bpf_ringbuf_output`: do not wake the reader / wake it now.
+/// `flags` for `bpf_ringbuf_output` and `bpf_ringbuf_submit`: do not wake the reader / wake it now.
 pub const BPF_RB_NO_WAKEUP: i32 = 1;
 pub const BPF_RB_FORCE_WAKEUP: i32 = 2;
 

@@ -5,7 +5,7 @@
 
 use crate::capture::model::{DropReason, RecordId};
 use crate::codegen::helpers::*;
-use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
+use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, VReg};
 use crate::codegen::lower::Lowerer;
 use crate::codegen::lower_stack::{Scratch, StackTarget};
 use crate::codegen::maps::{SPAN_FRAME_BYTES, SPAN_VALUE_HEADER};
@@ -18,7 +18,7 @@ use crate::frontend::checked::{
 };
 use crate::frontend::types::{COMM_LEN, Type};
 use crate::unwind::maps::flags as stack_flags;
-use crate::vocab::{Message, MessageId, record_header as header};
+use crate::vocab::{GlobalSlot, Message, MessageId, record_header as header};
 
 /// Where a record is built: a frame buffer, or a map value (the scratch
 /// buffer of a record with a stack), `at` bytes in.
@@ -71,6 +71,10 @@ fn fields_size(fields: &[(String, Type)]) -> u32 {
     fields.iter().map(|(_, ty)| ty.size()).sum()
 }
 
+/// Records wake the reader of a ring more than a quarter full at most this
+/// often.
+const WAKE_INTERVAL_NS: i32 = 1_000_000;
+
 /// `struct bpf_perf_event_value`: counter, enabled, running.
 const COUNTER_BYTES: u32 = 24;
 
@@ -86,18 +90,16 @@ impl Lowerer<'_> {
     fn instant(&mut self, id: RecordRef, record: &CheckedRecord) {
         let fields = self.program.records[id.0].fields.clone();
         let fields_bytes = fields_size(&fields);
-        let message = self.record_message(id, &fields, record.stack.is_some());
+        let fields_at = match record.stack {
+            Some(_) => header::FIELDS,
+            None => header::PLAIN_FIELDS,
+        };
+        let message = self.record_message(id, &fields, fields_at, record.stack.is_some());
         self.comment(format!("record {}", self.program.records[id.0].name));
         // A program that unwinds user stacks shares its 512 bytes of BPF
         // stack with the unwinder: all its records are built in the scratch.
         if record.stack.is_none() && !self.unwinds_user_stacks() {
-            let buffer = self.alloc(header::FIELDS + fields_bytes);
-            let now = self.call_result(KTIME_GET_NS, vec![]);
-            let at = Place::frame(buffer);
-            self.record_header(at, message, now);
-            self.store_fields(at.at(header::FIELDS), &record.values, &fields);
-            let size = Arg::Imm(i64::from(header::FIELDS + fields_bytes));
-            self.send(id, Arg::Frame(buffer), size, None);
+            self.build_in_ring(id, message, &record.values, &fields);
             return;
         }
         let offcpu = record.offcpu_stack.as_ref();
@@ -112,9 +114,9 @@ impl Lowerer<'_> {
                 None => cx.call_result(KTIME_GET_NS, vec![]),
             };
             let at = Place::reg(scratch.buf);
-            cx.record_header(at, message, now);
-            cx.store_fields(at.at(header::FIELDS), &record.values, &fields);
-            let fixed = header::FIELDS + fields_bytes;
+            cx.record_header(at, message, now, fields_at);
+            cx.store_fields(at.at(fields_at), &record.values, &fields);
+            let fixed = fields_at + fields_bytes;
             match record.stack {
                 Some(parts) => {
                     let target = StackTarget {
@@ -132,6 +134,42 @@ impl Lowerer<'_> {
             self.pending_sent(&pending);
         }
         self.emit(Inst::Bind(skip));
+    }
+
+    /// Builds a record without a stack straight in the ring buffer (its
+    /// size is known) and submits it: no staging copy on the BPF stack and
+    /// no copy by `bpf_ringbuf_output`. When the ring has no room the event
+    /// of `record` is lost (counted) and its fields are not evaluated.
+    fn build_in_ring(
+        &mut self,
+        record: RecordRef,
+        message: MessageId,
+        values: &[RecordValue],
+        fields: &[(String, Type)],
+    ) {
+        let size = header::PLAIN_FIELDS + fields_size(fields);
+        let (full, done) = (self.label(), self.label());
+        let args = vec![
+            Arg::Map(self.maps.ringbuf),
+            Arg::Imm(i64::from(size)),
+            Arg::Imm(0),
+        ];
+        let buf = self.call_result(RINGBUF_RESERVE, args);
+        self.branch(Cond::Eq, buf, Src::Imm(0), full);
+        let now = self.call_result(KTIME_GET_NS, vec![]);
+        let at = Place::reg(buf);
+        self.record_header(at, message, now, header::PLAIN_FIELDS);
+        self.store_fields(at.at(header::PLAIN_FIELDS), values, fields);
+        let flags = self.wakeup_flags(None);
+        self.emit(Inst::Call {
+            helper: RINGBUF_SUBMIT,
+            args: vec![Arg::Reg(buf), flags],
+            ret: None,
+        });
+        self.emit(Inst::Jump(done));
+        self.emit(Inst::Bind(full));
+        self.count_drop(record, DropReason::RingBufferFull);
+        self.emit(Inst::Bind(done));
     }
 
     /// Whether some record of this probe has a user stack.
@@ -238,7 +276,7 @@ impl Lowerer<'_> {
         let fields = self.program.records[id.0].fields.clone();
         let fields_bytes = fields_size(&fields);
         let stack = record.stack.or(start_stack);
-        let message = self.record_message(id, &fields, stack.is_some());
+        let message = self.record_message(id, &fields, header::FIELDS, stack.is_some());
         self.comment(format!("span {} ends", decl.name));
         let key = self.span_key(span, key);
         let map = self.maps.spans[span.0];
@@ -294,7 +332,7 @@ impl Lowerer<'_> {
     /// and both ends' fields of a span's event at `at`; returns the time now.
     fn span_end_message(&mut self, at: Place, end: &SpanEndParts<'_>) -> VReg {
         let start = self.load(Base::Reg(end.open), 0);
-        self.record_header(at, end.message, start);
+        self.record_header(at, end.message, start, header::FIELDS);
         let now = self.call_result(KTIME_GET_NS, vec![]);
         let duration = self.vreg();
         self.mov(duration, now);
@@ -348,14 +386,15 @@ impl Lowerer<'_> {
         buffer
     }
 
-    /// Register the message for record `id`.
+    /// Register the message for record `id`, its fields from `fields_at`.
     fn record_message(
         &mut self,
         id: RecordRef,
         fields: &[(String, Type)],
+        fields_at: u32,
         stack: bool,
     ) -> MessageId {
-        let mut offset = header::FIELDS;
+        let mut offset = fields_at;
         let layout = fields
             .iter()
             .map(|(_, ty)| {
@@ -374,8 +413,8 @@ impl Lowerer<'_> {
     }
 
     /// Message id, time, task, CPU and comm at `at`; no duration and no
-    /// stack yet.
-    fn record_header(&mut self, at: Place, message: MessageId, ts: VReg) {
+    /// stack yet (zeroes up to `fields_at`).
+    fn record_header(&mut self, at: Place, message: MessageId, ts: VReg, fields_at: u32) {
         self.store(at.base, at.offset(0), Src::Imm(message.0 as i32));
         self.store(at.base, at.offset(header::TS), Src::Reg(ts));
         let task = self.call_result(GET_CURRENT_PID_TGID, vec![]);
@@ -392,7 +431,7 @@ impl Lowerer<'_> {
         self.zero(
             at.base,
             at.offset(header::DURATION),
-            header::FIELDS - header::DURATION,
+            fields_at - header::DURATION,
         );
     }
 
@@ -457,19 +496,25 @@ impl Lowerer<'_> {
         self.emit(Inst::Bind(sent));
     }
 
-    /// When to wake the recorder. It drains the ring on a timer anyway, so
-    /// most events wake it only once the ring is more than a quarter full
-    /// (the rest absorbs the recorder's delay in getting a CPU): a
-    /// wake-up per event costs an irq_work and a switch to the reader (it
-    /// tripled the time of `perf bench sched pipe` under a sched_switch
-    /// record). A user stack that needs its process soon wakes the reader
-    /// at once: one walked by the kernel as plain addresses, or through
-    /// code mapped since the process's mappings were read (the recorder
-    /// reads them again, and normalizes the addresses while the process
-    /// lives). The kernel's default would not do: it wakes only a reader
-    /// that has consumed everything, and quiet events before it leave the
-    /// reader asleep until its poll times out (250 ms), long after a
-    /// short-lived process is gone.
+    /// When to wake the recorder. It drains the ring on a timer anyway, and
+    /// once awake until the ring is empty, so events wake it only once the
+    /// ring is more than a quarter full (the rest absorbs the recorder's
+    /// delay in getting a CPU), and then at most once a millisecond: a
+    /// wake-up costs an irq_work, whose self-IPI is a VM exit here
+    /// (~2 us in the program), and waking on every event past the quarter
+    /// made each one pay it while the reader caught up (a wake-up per
+    /// event tripled the time of `perf bench sched pipe` under a
+    /// sched_switch record). Past half full every event wakes it again:
+    /// the reader is behind (busy building unwind tables, or slower than
+    /// the events), and that cost slows the traced work enough for it to
+    /// catch up before the ring is full. A user stack that needs its process soon
+    /// wakes the reader at once: one walked by the kernel as plain
+    /// addresses, or through code mapped since the process's mappings were
+    /// read (the recorder reads them again, and normalizes the addresses
+    /// while the process lives). The kernel's default would not do: it
+    /// wakes only a reader that has consumed everything, and quiet events
+    /// before it leave the reader asleep until its poll times out (250 ms),
+    /// long after a short-lived process is gone.
     fn wakeup_flags(&mut self, stack_flags: Option<VReg>) -> Arg {
         let flags = self.vreg();
         let quiet = self.label();
@@ -488,9 +533,36 @@ impl Lowerer<'_> {
         self.mov_imm(flags, BPF_RB_NO_WAKEUP);
         let quarter = (self.maps.ringbuf_bytes / 4) as i32;
         self.branch(Cond::Le, queued, Src::Imm(quarter), quiet);
+        let (rate_limited, wake) = (self.label(), self.label());
+        let half = (self.maps.ringbuf_bytes / 2) as i32;
+        self.branch(Cond::Le, queued, Src::Imm(half), rate_limited);
         self.mov_imm(flags, BPF_RB_FORCE_WAKEUP);
+        self.emit(Inst::Jump(wake));
+        self.emit(Inst::Bind(rate_limited));
+        self.wake_at_most_once_a_millisecond(flags, quiet);
+        self.emit(Inst::Bind(wake));
         self.emit(Inst::Bind(quiet));
         Arg::Reg(flags)
+    }
+
+    /// Sets `flags` to wake the reader unless one was woken less than a
+    /// millisecond ago (else jumps to `quiet`). Two CPUs may both wake it:
+    /// harmless.
+    fn wake_at_most_once_a_millisecond(&mut self, flags: VReg, quiet: Label) {
+        let slot = self.vreg();
+        self.emit(Inst::MapValueAddr {
+            dst: slot,
+            map: self.maps.globals,
+            offset: 8 * GlobalSlot::ReaderWokenNs as u32,
+        });
+        let now = self.call_result(KTIME_GET_NS, vec![]);
+        let since = self.vreg();
+        self.mov(since, now);
+        let woken = self.load(Base::Reg(slot), 0);
+        self.alu(AluOp::Sub, since, Src::Reg(woken));
+        self.branch(Cond::Lt, since, Src::Imm(WAKE_INTERVAL_NS), quiet);
+        self.store(Base::Reg(slot), 0, Src::Reg(now));
+        self.mov_imm(flags, BPF_RB_FORCE_WAKEUP);
     }
 
     /// `drops[record][reason] += 1` in the per-CPU drops map.
@@ -553,6 +625,7 @@ mod tests {
     use crate::frontend::fake_machine::FakeMachine;
     use crate::frontend::options::CompileOptions;
     use crate::frontend::pmu::parse_counters;
+    use crate::vocab::GlobalSlot;
     use crate::vocab::MapKind;
 
     fn compiled(text: &str, options: &CompileOptions) -> Compiled {
@@ -599,6 +672,70 @@ mod tests {
         // Flags must be exactly BPF_F_CURRENT_CPU: a sign-extended -1 is EINVAL.
         assert!(listing.contains("r2 = 0xffffffff\n"), "{listing}");
         assert!(listing.contains("r4 = 24"), "{listing}");
+    }
+
+    /// A record without a stack is reserved in the ring at its exact size
+    /// and submitted; past a quarter-full ring it wakes the reader only
+    /// when the last wake-up is a millisecond old (and stamps the new one),
+    /// past half full always.
+    #[test]
+    fn plain_record_is_built_in_the_ring_and_wakes_rarely() {
+        let text = "kprobe:f < a = 1; b = 2 >";
+        let compiled = compiled(text, &CompileOptions::default());
+        let listing = render_listing(&compiled.programs[0], &SourceMap::new([("t.bt", text)]));
+        let lines: Vec<&str> = listing.lines().collect();
+        let at = |needle: &str| {
+            (lines.iter().position(|l| l.contains(needle)))
+                .unwrap_or_else(|| panic!("no `{needle}` in\n{listing}"))
+        };
+        let reserve = at("call bpf_ringbuf_reserve");
+        assert!(lines[reserve - 2].ends_with("r2 = 64"), "{listing}");
+        assert!(!listing.contains("ringbuf_output"), "{listing}");
+        let (query, submit) = (at("call bpf_ringbuf_query"), at("call bpf_ringbuf_submit"));
+        let since = at("< 0xf4240 goto");
+        assert!(
+            reserve < query && query < since && since < submit,
+            "{listing}"
+        );
+        let slot = 8 * GlobalSlot::ReaderWokenNs as u32;
+        assert!(listing.contains(&format!(".value + {slot}")), "{listing}");
+        let ring = (compiled.maps.iter())
+            .find(|m| m.kind == MapKind::RingBuf)
+            .expect("the ring");
+        let half = format!("<= {:#x} goto", ring.max_entries / 2);
+        assert!(
+            listing.contains(&half),
+            "past half full every record wakes:\n{listing}"
+        );
+    }
+
+    /// At `sys_exit` under `-S offcpu=DUR`, the count of tasks with long
+    /// blocks waiting is read before the record's first helper call (most
+    /// returns end there), and answering the blocks takes the task out of the count.
+    #[test]
+    fn pending_record_reads_the_waiting_count_first() {
+        let options = CompileOptions {
+            stacks: ["offcpu".to_owned()].into(),
+            offcpu_min_block_ns: Some(1_000_000),
+            ..CompileOptions::default()
+        };
+        let text = "rawtracepoint:sys_exit < stack(offcpu, pending) >";
+        let compiled = compiled(text, &options);
+        let waiting = (compiled.maps.iter())
+            .position(|m| m.name == "wprof_offcpu_waiting")
+            .expect("the count's map");
+        let listing = render_listing(&compiled.programs[0], &SourceMap::new([("t.bt", text)]));
+        let count = format!("&map[{waiting}].value");
+        let comment = listing.find("; record").expect("the record");
+        let record = &listing[listing[..comment].rfind('\n').unwrap_or(0)..];
+        let first_read = record.find(&count).expect("the count is read");
+        let first_call = record.find("call ").expect("helper calls");
+        assert!(first_read < first_call, "{listing}");
+        let decrement = listing.rfind("lock *(u64 *)").expect("a locked add");
+        assert!(
+            listing.rfind(&count).is_some_and(|at| at < decrement),
+            "{listing}"
+        );
     }
 
     /// A disabled `stack(KIND)` compiles to no stack maps and no stack calls.

@@ -499,6 +499,7 @@ impl Lowerer<'_> {
         let from = self.load_sized(Base::Reg(storage), offcpu::PENDING_FROM, Size::U64);
         self.branch(Cond::Ne, from, Src::Imm(0), done);
         self.store_reg(Base::Reg(storage), offcpu::PENDING_FROM, now, Size::U64);
+        self.count_waiting(1);
         let to = self.offset_pointer(storage, offcpu::PENDING_MM as u32);
         self.read_task_mm(next, Arg::Reg(to));
         self.emit(Inst::Jump(done));
@@ -578,6 +579,9 @@ impl Lowerer<'_> {
             .stack_maps()
             .offcpu
             .expect("`stack(offcpu, pending)` has its task storage");
+        let waiting = self.waiting_count();
+        let tasks = self.load_sized(Base::Reg(waiting), 0, Size::U64);
+        self.branch(Cond::Eq, tasks, Src::Imm(0), skip);
         let task = self.curtask();
         let storage = self.task_storage(map, task, false);
         self.branch(Cond::Eq, storage, Src::Imm(0), skip);
@@ -594,6 +598,33 @@ impl Lowerer<'_> {
             0,
             Size::U64,
         );
+        self.count_waiting(-1);
+    }
+
+    /// The address of the count of tasks with long blocks waiting.
+    fn waiting_count(&mut self) -> VReg {
+        let map = (self.stack_maps().waiting)
+            .expect("`-S offcpu=DUR` counts the tasks with blocks waiting");
+        let count = self.vreg();
+        self.emit(Inst::MapValueAddr {
+            dst: count,
+            map,
+            offset: 0,
+        });
+        count
+    }
+
+    /// Adds `delta` to the count of tasks with long blocks waiting (a
+    /// locked add: a full barrier, so the task's own `sys_exit` sees it).
+    fn count_waiting(&mut self, delta: i32) {
+        let count = self.waiting_count();
+        let delta = self.constant(delta as i64 as u64);
+        self.emit(Inst::AtomicAdd {
+            base: count,
+            offset: 0,
+            src: delta,
+            size: Size::U64,
+        });
     }
 
     /// Walks the current task's user stack into `state`: the table

@@ -99,6 +99,13 @@ pub struct StackMaps {
     pub unwind: Option<UnwindMaps>,
     /// Task storage of [`offcpu::BYTES`], when a record has `stack(offcpu, NEXT)`.
     pub offcpu: Option<MapId>,
+    /// One u64 under `-S offcpu=DUR`: how many tasks have long blocks
+    /// waiting for their user stack (`offcpu::PENDING_FROM` set), so that
+    /// the `sys_exit` of every other task returns without a task-storage
+    /// lookup. It errs only high: a task that ends inside a system call with
+    /// blocks pending (`exit_group`) stays counted, which costs lookups,
+    /// never a join.
+    pub waiting: Option<MapId>,
     /// One value, [`GLUE_BYTES`] per probe: the `[start, end)` addresses of
     /// the raw tracepoint's iterator (`__traceiter_NAME`), when a raw tracepoint
     /// probe takes a kernel stack ([`tracepoint_glue`]).
@@ -147,6 +154,8 @@ pub fn add_maps(program: &CheckedProgram, specs: &mut Vec<MapSpec>) -> Option<St
     );
     let offcpu = has_offcpu_stack(program)
         .then(|| add("wprof_offcpu", MapKind::TaskStorage, 4, offcpu::BYTES, 0));
+    let waiting = (offcpu.is_some() && program.offcpu_min_block_ns.is_some())
+        .then(|| add("wprof_offcpu_waiting", MapKind::Array, 4, 8, 1));
     let glue = (!tracepoint_glue(program).is_empty()).then(|| {
         let probes = program.probes.len() as u32;
         add("wprof_tp_glue", MapKind::Array, 4, GLUE_BYTES * probes, 1)
@@ -158,6 +167,7 @@ pub fn add_maps(program: &CheckedProgram, specs: &mut Vec<MapSpec>) -> Option<St
         scratch,
         unwind,
         offcpu,
+        waiting,
         glue,
     })
 }

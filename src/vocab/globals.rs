@@ -23,9 +23,13 @@ pub enum GlobalSlot {
     RawTracepointStackSkip = 4,
     /// Messages the ring buffer had no room for (printed as `Lost N events`).
     LostMessages = 5,
+    /// `bpf_ktime_get_ns()` when a record last woke the capture's reader
+    /// (its ring more than a quarter full): it is woken at most once a
+    /// millisecond.
+    ReaderWokenNs = 6,
 }
 
-pub const GLOBAL_SLOTS: u32 = 6;
+pub const GLOBAL_SLOTS: u32 = 7;
 
 /// The values of [`GlobalSlot::State`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -90,7 +90,10 @@ pub mod record_header {
     pub const STACK_TGID: u32 = 28;
     /// `char[16]`
     pub const COMM: u32 = 32;
-    /// Spans only; 0 otherwise.
+    /// The fields of a record without a duration or a stack (an instant
+    /// without a stack) start here, right after the comm.
+    pub const PLAIN_FIELDS: u32 = 48;
+    /// Spans only; 0 in other records with a stack.
     pub const DURATION: u32 = 48;
     /// u32 counts of the kernel and user frames after the fields.
     pub const KERNEL_FRAMES: u32 = 56;

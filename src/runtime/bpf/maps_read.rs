@@ -53,8 +53,29 @@ fn access<'m>(map: &'m MapHandle, op: &'static str) -> impl Fn(libbpf_rs::Error)
 }
 
 /// Records taken from the kernel ring but not yet given to the caller
-/// (the callback asked to stop before them).
-type Pending = Rc<RefCell<VecDeque<Box<[u8]>>>>;
+/// (the callback asked to stop before them), and the buffers of records
+/// already given, reused for the next ones: an allocation per record cost
+/// the recorder as much as decoding it.
+#[derive(Default)]
+struct Staged {
+    records: VecDeque<Vec<u8>>,
+    spare: Vec<Vec<u8>>,
+}
+
+impl Staged {
+    /// Keeps `record`'s buffer for reuse unless it is large (a stack) or
+    /// enough are kept: at most [`BATCH`] × [`SPARE_BYTES`].
+    fn recycle(&mut self, record: Vec<u8>) {
+        if record.capacity() <= SPARE_BYTES && self.spare.len() < BATCH {
+            self.spare.push(record);
+        }
+    }
+}
+
+/// Largest record buffer kept for reuse.
+const SPARE_BYTES: usize = 512;
+
+type Pending = Rc<RefCell<Staged>>;
 
 /// Most records copied out of the ring per step: bounds the staging memory
 /// and how long a stop request can wait.
@@ -79,7 +100,11 @@ impl Ring {
         let mut builder = RingBufferBuilder::new();
         builder
             .add(map, move |data: &[u8]| {
-                sink.borrow_mut().push_back(data.into());
+                let mut staged = sink.borrow_mut();
+                let mut record = staged.spare.pop().unwrap_or_default();
+                record.clear();
+                record.extend_from_slice(data);
+                staged.records.push_back(record);
                 0
             })
             .map_err(access(map, "ring buffer setup"))?;
@@ -96,9 +121,14 @@ impl Ring {
     ) -> Result<(ControlFlow<()>, usize), MapError> {
         let mut delivered = 0;
         loop {
-            while let Some(record) = self.pending.borrow_mut().pop_front() {
+            loop {
+                let Some(record) = self.pending.borrow_mut().records.pop_front() else {
+                    break;
+                };
                 delivered += 1;
-                if callback(&record).is_break() {
+                let flow = callback(&record);
+                self.pending.borrow_mut().recycle(record);
+                if flow.is_break() {
                     return Ok((ControlFlow::Break(()), delivered));
                 }
             }

@@ -189,17 +189,15 @@ impl Recorder {
             return Ok(());
         }
         let thread = self.threads.of_header(&mut self.writer, tid, pid, &comm);
+        // Only spans carry a duration: other records without a stack end
+        // their header at the comm.
+        let span = self.spans.get(record as usize).copied().unwrap_or(false);
         let mut event = Event {
             ts_ns: ts.saturating_sub(self.start_ns),
             cpu,
             thread,
             record: RecordId(record),
-            duration_ns: self
-                .spans
-                .get(record as usize)
-                .copied()
-                .unwrap_or(false)
-                .then_some(u64_at(header::DURATION)?),
+            duration_ns: span.then(|| u64_at(header::DURATION)).transpose()?,
             values,
             stack: None,
             walk: None,
