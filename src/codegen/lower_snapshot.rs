@@ -55,17 +55,14 @@ impl Lowerer<'_> {
         self.alu(AluOp::Add, at, Src::Reg(bytes));
         let task = self.call_result(GET_CURRENT_TASK_BTF, vec![]);
         let regs = self.call_result(TASK_PT_REGS, vec![Arg::Reg(task)]);
-        let mut sp = None;
-        for (from, to) in [
-            (x86_64::RIP, snapshot::IP),
-            (x86_64::RSP, snapshot::SP),
-            (x86_64::RBP, snapshot::BP),
-        ] {
+        let mut copy = |from: u16, to| {
             let value = self.load_sized(Base::Reg(regs), from as i16, Size::U64);
             self.store_reg(Base::Reg(at), to, value, Size::U64);
-            sp = sp.or((to == snapshot::SP).then_some(value));
-        }
-        let sp = sp.expect("the stack pointer is copied");
+            value
+        };
+        copy(x86_64::RIP, snapshot::IP);
+        let sp = copy(x86_64::RSP, snapshot::SP);
+        copy(x86_64::RBP, snapshot::BP);
         self.store_reg(Base::Reg(at), snapshot::START_STACK, start_stack, Size::U64);
         self.store_reg(Base::Reg(at), snapshot::END_CODE, end_code, Size::U64);
         let len = self.snapshot_length(sp, start_stack);
