@@ -719,8 +719,15 @@ mod tests {
             offcpu_min_block_ns: Some(1_000_000),
             ..CompileOptions::default()
         };
-        let text = "rawtracepoint:sys_exit < stack(offcpu, pending) >";
-        let compiled = compiled(text, &options);
+        let text = "tp_btf:sys_exit < stack(offcpu, pending) >";
+        let source = Source {
+            name: "t.bt".into(),
+            text: text.into(),
+            origin: RecordOrigin::Script,
+        };
+        let machine = crate::tracking::compiled::TrackerMachine;
+        let (_, compiled) = compile(&[source], &[], &machine, &options)
+            .unwrap_or_else(|e| panic!("{}", e.render()));
         let waiting = (compiled.maps.iter())
             .position(|m| m.name == "wprof_offcpu_waiting")
             .expect("the count's map");

@@ -199,11 +199,14 @@ mod tests {
                 ..Default::default()
             })
             .expect("attach");
-        assert_eq!(WPROF_LOADER_SEMAPHORE.load(Ordering::SeqCst), 0x101);
+        // Checked as a change: beside other tests it once read 0x102 while
+        // attached (seen twice in many runs, never alone).
+        let attached = WPROF_LOADER_SEMAPHORE.load(Ordering::SeqCst);
+        assert!(attached > 0x100, "{attached:#x}");
         // The kernel refuses a second probe at one address with another
         // ref_ctr_offset (EINVAL), hence a site of its own.
         std::hint::black_box(wprof_loader_usdt_site(1));
         loaded.detach_all();
-        assert_eq!(WPROF_LOADER_SEMAPHORE.load(Ordering::SeqCst), 0x100);
+        assert_eq!(WPROF_LOADER_SEMAPHORE.load(Ordering::SeqCst), attached - 1);
     }
 }
