@@ -16,7 +16,8 @@
 # is the workload's own "Total time" against the untraced median of the same
 # run. Then: peak RSS of a busy and of an idle capture, and the BPF program
 # cost (kernel.bpf_stats_enabled) of the default, `-S`, `-S -S unwind=fp`
-# and `-S offcpu=1ms` captures. Prints issues 10 and 12's table (markdown)
+# and `-S offcpu=1ms` captures (and the workload's kernel-mode page faults
+# per switch, see bpf_cost). Prints issues 10 and 12's table (markdown)
 # in one run; see bench/README.md.
 #
 # Environment: WPROF (default target/release/wprof). Needs root and perf.
@@ -134,6 +135,10 @@ source "$ROOT/bench/bpf_stats.sh"
 enable_bpf_stats
 # $1 = name, the rest = wprof's arguments: programs-NAME.txt (id, runs, ns)
 # and the capture's switch count in cost-NAME.switches.
+# Kernel-mode page faults of the workload (x86 `exceptions` tracepoints): a
+# user stack walk that follows a bogus frame pointer takes one (an exception
+# inside the BPF program), counted per switch beside the programs' cost.
+FAULT_EVENT_DIR=/sys/kernel/tracing/events/exceptions/page_fault_kernel
 bpf_cost() {
   local name=$1; shift
   "$WPROF" "$@" -D "$OUT/cost.data" -d 120s >/dev/null 2>>"$LOG" &
@@ -142,7 +147,12 @@ bpf_cost() {
   # test programs of its own first; a debug build on a busy machine takes
   # seconds to get there).
   wait_for_programs "$cost_pid" 6 || true
-  "${WORKLOAD[@]}" >/dev/null 2>>"$LOG"
+  if [[ -d $FAULT_EVENT_DIR ]]; then
+    perf stat -x, -e exceptions:page_fault_kernel -o "$OUT/faults-$name.csv" -- \
+      "${WORKLOAD[@]}" >/dev/null 2>>"$LOG"
+  else
+    "${WORKLOAD[@]}" >/dev/null 2>>"$LOG"
+  fi
   prog_stats "$cost_pid" | sort -k3,3nr >"$OUT/programs-$name.txt"
   kill -INT "$cost_pid"
   wait "$cost_pid" || true
@@ -197,5 +207,10 @@ mb() { calc %.1f "$(median "$1" maxrss_kb) / 1024"; }
            printf " (%d switches); busiest programs (runs, ns/run):", sw
            for (i = 1; i <= NR && i <= 4; i++) printf " %d %.0f;", r[i], t[i] / r[i]; print ""}' \
       "$OUT/programs-$c.txt"
+    if [[ -f $OUT/faults-$c.csv ]]; then
+      awk -F, -v sw="$(cat "$OUT/cost-$c.switches")" -v c="$c" '$3 ~ /page_fault_kernel/ {
+        printf "%s capture: %.2f kernel page faults per switch\n", c, (sw > 0 ? $1 / sw : 0)}' \
+        "$OUT/faults-$c.csv"
+    fi
   done
 } | tee "$OUT/summary.txt"
