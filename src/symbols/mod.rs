@@ -47,6 +47,7 @@ pub use demangle::{cpp_demangling, demangle, demangle_cpp};
 pub use kernel::{KernelSymbol, KernelSymbols};
 pub use modules::{ModuleIndex, PaddedBuildId};
 pub use normalize::StackNormalizer;
+pub use plt::PltStubs;
 pub use symbolize::{SymbolizeOptions, SymbolizeStats, Symbolized, symbolize};
 
 /// A user address after normalization.

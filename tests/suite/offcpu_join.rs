@@ -81,11 +81,16 @@ fn each_block_keeps_its_own_caller() {
             }
         })
         .collect();
+    // A nap whose switch-in the kernel delivered to no tracer (seen under
+    // load, bpftrace missing the same one) has no block: the report counts
+    // it among the thread's missing events. The others keep their order.
+    let missing = missing_events(&at("o.data"), main);
     let expected = ["caller_a", "caller_b"].repeat(ROUNDS);
-    assert_eq!(callers.len(), expected.len(), "{callers:?}");
-    for (got, want) in callers.iter().zip(&expected) {
-        assert!(got.is_none_or(|got| got == *want), "{callers:?}");
-    }
+    let skipped = skipped_in_order(&callers, &expected);
+    assert!(
+        skipped.is_some_and(|n| n as f64 <= missing),
+        "{callers:?}: {skipped:?} naps skipped, {missing} events missing"
+    );
     let info = wprof_ok(&["-R", "-D", &at("o.data"), "-I"]).stdout;
     let lost = stack_count(&info, "off-CPU user stacks lost (no syscall return)");
     let without = callers.iter().filter(|c| c.is_none()).count();
@@ -128,6 +133,62 @@ fn each_block_keeps_its_own_caller() {
     );
     let joined = stack_count(&info, "off-CPU user stacks joined at syscall return");
     assert!(joined + lost >= (2 * ROUNDS) as f64, "{info}");
+}
+
+/// The events the wall-clock report found missing for thread `tid` of the
+/// capture at `data` (its `anomalies`).
+fn missing_events(data: &str, tid: u64) -> f64 {
+    let report = format!("{data}.report.json");
+    wprof_ok(&["-R", "-D", data, "--report-json", &report, "--top", "0"]);
+    let text = std::fs::read_to_string(&report).expect("the report");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let threads = json["threads"].as_array().expect("threads");
+    let row = threads.iter().find(|t| t["tid"] == tid);
+    let row = row.unwrap_or_else(|| panic!("no row of thread {tid} in {text}"));
+    row["anomalies"].as_f64().expect("anomalies")
+}
+
+/// How many of `expected` `got` leaves out when it is `expected` in order
+/// with some left out (a `None` matching any one); `None` when it is not.
+fn skipped_in_order(got: &[Option<&str>], expected: &[&str]) -> Option<usize> {
+    let mut rest = expected.iter();
+    let mut skipped = 0;
+    for caller in got {
+        loop {
+            let want = rest.next()?;
+            if caller.is_none_or(|c| c == *want) {
+                break;
+            }
+            skipped += 1;
+        }
+    }
+    Some(skipped + rest.count())
+}
+
+#[cfg(test)]
+mod order_tests {
+    use super::skipped_in_order;
+
+    /// Naps left out are counted; a nap out of order or one too many is not
+    /// the expected order.
+    #[test]
+    fn skipped_naps_are_counted() {
+        let expected = ["a", "b", "a", "b"];
+        assert_eq!(
+            skipped_in_order(&[Some("a"), Some("b"), Some("a"), Some("b")], &expected),
+            Some(0)
+        );
+        assert_eq!(
+            skipped_in_order(&[Some("a"), Some("a"), Some("b")], &expected),
+            Some(1)
+        );
+        assert_eq!(skipped_in_order(&[Some("a"), None], &expected), Some(2));
+        assert_eq!(
+            skipped_in_order(&[Some("b"), Some("b"), Some("a")], &expected),
+            None
+        );
+        assert_eq!(skipped_in_order(&[None; 5], &expected), None);
+    }
 }
 
 /// Run time and runs of the live `tp_btf:sys_exit` programs.

@@ -119,10 +119,22 @@ pub(super) fn field(row: &Value, key: &str) -> f64 {
 /// `cpu_ns` of it on a CPU.
 fn check_report(worker: &Value, measured: &BTreeMap<String, f64>) {
     let (wall, cpu) = (measured["wall_ns"], measured["cpu_ns"]);
+    // Under load the kernel sometimes delivers a switch to no tracer at all
+    // (bpftrace missed the same one): the report counts it as an anomaly and
+    // leaves the time since the last known state unknown, which may then
+    // hide any of the times below, never add to them (seen in CI: on-CPU
+    // 164 ms of 308 ms, 144 ms unknown, 3 anomalies).
+    let unknown = field(worker, "unknown_ns");
+    let anomalies = field(worker, "anomalies");
+    assert!(
+        anomalies > 0.0 || unknown == 0.0,
+        "unknown time without missing events: {worker}"
+    );
     // Each message carries the whole row: a miss then shows where the time went.
     let check = |actual: f64, expected: f64, what: &str| {
+        let credited = actual + unknown.min((expected - actual).max(0.0));
         assert_near(
-            actual,
+            credited,
             expected,
             0.10,
             &format!("{what} (report row {worker})"),
@@ -139,12 +151,12 @@ fn check_report(worker: &Value, measured: &BTreeMap<String, f64>) {
     );
     check(field(worker, "sleeping_ns"), 0.7e9, "sleeping");
     let coverage = field(worker, "coverage");
-    assert!(coverage >= 0.99, "coverage {coverage}");
+    assert!(coverage >= 0.99 || anomalies > 0.0, "coverage {coverage}");
     // A software counter of CPU time, summed between the thread's switches;
     // time the accounting could not attribute (an event missing from the
     // capture) is the only other slack.
     let task_clock = field(&worker["pmu"], "sw:task-clock");
-    let slack = on_cpu * 0.02 + field(worker, "unknown_ns");
+    let slack = on_cpu * 0.02 + unknown;
     assert!(
         (task_clock - on_cpu).abs() <= slack,
         "task-clock total {task_clock} against on-CPU time {on_cpu}: {worker}"
@@ -226,6 +238,13 @@ fn wall_clock_profile_of_spinning_and_sleeping() {
     );
     let worker = worker_row(&dir.join("r.json"));
     check_report(&worker, &numbers(&out.stderr, "worker "));
+    // Missing events are said in the text report too.
+    let missing = out.stdout.lines().any(|l| l.starts_with("missing "));
+    assert!(
+        missing || field(&worker, "anomalies") == 0.0,
+        "{}",
+        out.stdout
+    );
     let lines = folded(&dir.join("w.folded"));
     check_folded(&lines, &worker);
     check_svg(&fs::read_to_string(dir.join("w.svg")).expect("the SVG"));

@@ -170,6 +170,20 @@ pub struct ReportData {
     /// Events of the selected threads whose kernel stack was cut at the
     /// kernel's depth limit.
     pub kernel_stacks_truncated: u64,
+    /// Switch and wake-up events of the selected threads that contradicted
+    /// their known state (the kernel never delivered an event in between),
+    /// and the time they left unknown, over every selected thread.
+    pub missing_events: MissingEvents,
+}
+
+/// Events found missing and the time they made unknown.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct MissingEvents {
+    pub anomalies: u64,
+    /// The threads that missed events.
+    pub threads: usize,
+    /// Their unknown time (also before their first event).
+    pub unknown_ns: u64,
 }
 
 /// The events whose user stack one unwinder walked, ending one way
@@ -243,6 +257,12 @@ impl ReportData {
             .collect();
         let mut processes = processes(source, &m);
         let (process_count, thread_count) = (processes.len(), threads.len());
+        let missed = || threads.iter().filter(|t| t.anomalies > 0);
+        let missing_events = MissingEvents {
+            anomalies: missed().map(|t| t.anomalies).sum(),
+            threads: missed().count(),
+            unknown_ns: missed().map(|t| t.unknown_ns).sum(),
+        };
         cut(&mut processes, options);
         cut(&mut threads, options);
         Ok(ReportData {
@@ -269,6 +289,7 @@ impl ReportData {
                 .filter(|(walk, _)| walk.kernel_truncated)
                 .map(|(_, events)| events)
                 .sum(),
+            missing_events,
         })
     }
 }

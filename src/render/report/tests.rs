@@ -94,3 +94,25 @@ fn sort_keys() {
         "{error}"
     );
 }
+
+/// Events found missing (a switch the kernel never delivered) are said in
+/// the header with the time they left unknown; a capture without any says
+/// nothing.
+#[test]
+fn missing_events_are_said() {
+    let mut data = report(ReportOptions::default());
+    assert_eq!(data.missing_events.anomalies, 0);
+    assert!(!text::render(&data).contains("\nmissing"));
+    data.missing_events = MissingEvents {
+        anomalies: 3,
+        threads: 1,
+        unknown_ns: 144 * MS,
+    };
+    let text = text::render(&data);
+    let line = text.lines().find(|l| l.starts_with("missing"));
+    assert_eq!(
+        line.map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")),
+        Some("missing 3 scheduler events (1 threads: 144.0 ms of their time unknown)".into()),
+        "{text}"
+    );
+}

@@ -65,6 +65,16 @@ fn header(data: &ReportData, out: &mut String) {
         let cut = format!("{} stacks cut at 127 frames", data.kernel_stacks_truncated);
         field(out, "kernel", &cut);
     }
+    let missing = data.missing_events;
+    if missing.anomalies > 0 {
+        let text = format!(
+            "{} scheduler events ({} threads: {} of their time unknown)",
+            missing.anomalies,
+            missing.threads,
+            short_duration(missing.unknown_ns)
+        );
+        field(out, "missing", &text);
+    }
     let top = match data.top {
         0 => "all rows".to_owned(),
         n => format!("top {n}"),

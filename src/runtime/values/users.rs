@@ -2,15 +2,17 @@
 //! process's mappings are read when it is first seen and kept (through
 //! `symbols::StackNormalizer`), so addresses of processes that exited before
 //! they are printed still name their functions; the files are symbolized by
-//! file offset with blazesym.
+//! file offset with blazesym, PLT stubs as `func@plt` (as perf names them,
+//! not as the symbol before the PLT, `_init`).
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized, Symbolizer};
 
 use crate::output::text::Frame;
-use crate::symbols::{NormalizedAddr, StackNormalizer};
+use crate::symbols::{NormalizedAddr, PltStubs, StackNormalizer};
 
 /// User symbols, remembered per process and per file.
 pub struct UserSymbols {
@@ -20,6 +22,8 @@ pub struct UserSymbols {
     symbolizer: Symbolizer,
     /// Symbols by file and offset.
     known: HashMap<(String, u64), Option<(String, u64)>>,
+    /// The PLT stubs of each file looked up.
+    stubs: HashMap<String, PltStubs>,
     /// Whether addresses are resolved to symbols at all.
     resolve: bool,
 }
@@ -39,6 +43,7 @@ impl Default for UserSymbols {
                 .enable_demangling(false)
                 .build(),
             known: HashMap::new(),
+            stubs: HashMap::new(),
             // BPFTRACE_NO_USER_SYMBOLS=1 prints addresses, as bpftrace does.
             resolve: !crate::bpftrace_env::user_symbols_off(),
         }
@@ -96,8 +101,13 @@ impl UserSymbols {
             debug_syms: false,
             ..Elf::new(path)
         };
-        let found = self
-            .lookup(&Source::Elf(own), offset)
+        let stubs = (self.stubs.entry(path.to_string()))
+            .or_insert_with(|| PltStubs::of_file(Path::new(path)));
+        let stub = stubs
+            .name_at(offset)
+            .map(|(name, at)| (name.to_owned(), at));
+        let found = stub
+            .or_else(|| self.lookup(&Source::Elf(own), offset))
             .or_else(|| self.lookup(&Source::Elf(Elf::new(path)), offset));
         self.known.insert(key, found.clone());
         found
@@ -154,6 +164,26 @@ mod tests {
                 .is_some_and(|m| m.starts_with('/'))
         );
         assert_eq!(frames[1].symbol, None);
+    }
+
+    /// An address in a PLT stub of this test binary is `func@plt` with its
+    /// offset into the stub, not the symbol before the PLT.
+    #[test]
+    fn plt_stub_is_named_by_its_function() {
+        let exe = std::fs::read_link("/proc/self/exe").expect("the test binary");
+        let path = exe.to_str().expect("a UTF-8 path");
+        let stubs = PltStubs::of_file(&exe);
+        let image = std::fs::read(&exe).expect("read the test binary");
+        let file = object::File::parse(&*image).expect("ELF");
+        let plt = object::Object::section_by_name(&file, ".plt").expect("a .plt section");
+        let (start, size) = object::ObjectSection::file_range(&plt).expect("in the file");
+        let offset = (start..start + size)
+            .find(|&at| stubs.name_at(at).is_some_and(|(_, into)| into == 4))
+            .expect("a named stub");
+        let mut users = UserSymbols::default();
+        let (name, into) = users.symbol(path, offset).expect("symbolized");
+        assert!(name.ends_with("@plt"), "{name}");
+        assert_eq!(into, 4);
     }
 
     /// A thread's process is read from `/proc`.
