@@ -653,7 +653,8 @@ mod tests {
     }
 
     /// With `bpf_loop` the step is a callback; with a bounded loop it is
-    /// inline. Either way the caller makes one bpf-to-bpf call.
+    /// inline. Either way the caller makes one bpf-to-bpf call, and the
+    /// unwinder with its walk cache stays under 600 instructions (532).
     #[test]
     fn loop_kinds_assemble() {
         let (calls, callbacks, bpf_loop_len) = assemble(LoopKind::BpfLoop);
@@ -661,7 +662,7 @@ mod tests {
         let (calls, callbacks, bounded_len) = assemble(LoopKind::Bounded { frames: 8 });
         assert_eq!((calls, callbacks), (1, 0));
         assert!(
-            bpf_loop_len < 400 && bounded_len < 400,
+            bpf_loop_len < 600 && bounded_len < 600,
             "{bpf_loop_len} {bounded_len}"
         );
     }
