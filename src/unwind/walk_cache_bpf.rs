@@ -20,6 +20,13 @@ use Reg::{R0, R1, R2, R3, R4, R6, R7, R8, R9, R10};
 /// The copy buffer on the entry function's stack (below `bpf::slot::LOOP_CTX`).
 const COPY_BUFFER: i16 = -24;
 
+/// The starting registers in the state and where the kept walk has them.
+const START: [(i16, i16); 3] = [
+    (state::IP, wc::IP),
+    (state::SP, wc::SP),
+    (state::BP, wc::BP),
+];
+
 /// Spills the copy buffer (r2 at the entry).
 pub(super) fn save_copy_buffer(asm: &mut Assembler) {
     asm.store_reg(Size::U64, R10, COPY_BUFFER, R2);
@@ -46,11 +53,7 @@ pub(super) fn emit_reuse(asm: &mut Assembler, walk: Label) -> Result<(), AsmErro
     asm.load(Size::U32, R1, R7, pm::STAMP);
     asm.load(Size::U32, R2, R6, wc::STAMP);
     asm.jmp_reg(Cond::Ne, R1, R2, miss);
-    for (now, kept) in [
-        (state::IP, wc::IP),
-        (state::SP, wc::SP),
-        (state::BP, wc::BP),
-    ] {
+    for (now, kept) in START {
         asm.load(Size::U64, R1, R6, now);
         asm.load(Size::U64, R2, R6, kept);
         asm.jmp_reg(Cond::Ne, R1, R2, miss);
@@ -69,11 +72,7 @@ pub(super) fn emit_reuse(asm: &mut Assembler, walk: Label) -> Result<(), AsmErro
     invalidate(asm);
     asm.load(Size::U32, R1, R7, pm::STAMP);
     asm.store_reg(Size::U32, R6, wc::STAMP, R1);
-    for (now, kept) in [
-        (state::IP, wc::IP),
-        (state::SP, wc::SP),
-        (state::BP, wc::BP),
-    ] {
+    for (now, kept) in START {
         asm.load(Size::U64, R1, R6, now);
         asm.store_reg(Size::U64, R6, kept, R1);
     }
@@ -186,3 +185,32 @@ pub(super) fn emit_keep(asm: &mut Assembler) -> Result<(), AsmError> {
 }
 
 const _: () = assert!(wc::RANGE_MAX.is_power_of_two());
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unwind::maps::MAX_FRAMES;
+
+    /// The kept walk lies after the state's frames, and the last log entry
+    /// the masked index can reach ends inside the state.
+    #[test]
+    fn log_fits_the_state() {
+        assert!(wc::VALID as u32 >= state::STACK as u32 + 8 * MAX_FRAMES);
+        let last = wc::LOG as u32 + wc::LOG_ENTRY_BYTES * (wc::LOG_ENTRIES - 1) + 16;
+        assert!(last <= state::BYTES, "{last} > {}", state::BYTES);
+    }
+
+    /// Each logged word costs a fixed run of instructions, and a 16-byte
+    /// read logs two words.
+    #[test]
+    fn words_are_logged_one_by_one() {
+        let length = |words| {
+            let mut asm = Assembler::new();
+            emit_log_read(&mut asm, words).expect("labels bind");
+            asm.exit();
+            asm.finish().expect("assembles").insns.len()
+        };
+        let (one, two) = (length(1), length(2));
+        assert!(two > one && two - one == one - length(0), "{one} {two}");
+    }
+}
