@@ -13,8 +13,10 @@ pub enum Unwinder {
     FramePointer = 2,
     /// The kernel's frame-pointer walk: the process had no tables yet.
     KernelWalk = 3,
-    /// Reused from the task's last off-CPU walk (legacy: written by wprof's
-    /// removed per-task cache; still decoded in older captures).
+    /// Reused from the task's last off-CPU walk: it blocked again from the
+    /// same registers with the same stack words and mappings (the BPF walk
+    /// cache; captures before format 2.5 wrote it from an unvalidated
+    /// cache).
     Cached = 4,
     /// Walked in user space from a copy of the stack taken before the
     /// process's tables were loaded (`docs/unwinding.md`, "Stack snapshots").

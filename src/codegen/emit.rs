@@ -200,13 +200,14 @@ impl Emitter<'_> {
                 self.asm.call_kfunc(*btf_id);
                 self.take_result(*ret);
             }
-            Inst::Unwind { state } => {
+            Inst::Unwind { state, copy } => {
+                let copy = copy.map(|copy| self.read(copy, Reg::R2));
                 let state = self.read(*state, Reg::R1);
                 let unwinder = self
                     .unwinder
                     .as_ref()
                     .expect("a function that unwinds has an unwinder");
-                unwinder.call(&mut self.asm, state);
+                unwinder.call(&mut self.asm, state, copy);
             }
             Inst::Jump(label) => self.asm.jmp(self.labels[label.0 as usize]),
             Inst::Branch {

@@ -99,9 +99,12 @@ pub enum Inst {
     },
     /// The user-stack unwinder (`unwind::bpf`, a BPF function of the
     /// program): walks the current task's user stack into the unwind state
-    /// `state` points to. Needs `Function::unwinder`.
+    /// `state` points to. Needs `Function::unwinder`. With `copy` (a
+    /// buffer of `walk_cache::RANGE_MAX + 8` bytes) the state is a task's
+    /// own and its last walk is reused while it holds.
     Unwind {
         state: VReg,
+        copy: Option<VReg>,
     },
     Jump(Label),
     Branch {
@@ -136,7 +139,7 @@ impl Inst {
                 base: b, src: s, ..
             } => base(b).into_iter().chain(src(s)).collect(),
             Inst::AtomicAdd { base, src, .. } => vec![*base, *src],
-            Inst::Unwind { state } => vec![*state],
+            Inst::Unwind { state, copy } => std::iter::once(*state).chain(*copy).collect(),
             Inst::Call { args, .. } | Inst::Kfunc { args, .. } => args
                 .iter()
                 .filter_map(|a| match a {

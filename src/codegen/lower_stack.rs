@@ -153,7 +153,7 @@ impl Lowerer<'_> {
         } else {
             0
         };
-        self.unwind(state, entry);
+        self.unwind(state, entry, None);
         let walked = self.label();
         let done = self.label();
         let unwound_flags = self.load_sized(Base::Reg(state), state::FLAGS, Size::U32);
@@ -367,15 +367,16 @@ impl Lowerer<'_> {
         }
     }
 
-    /// Sets the state's input and walks the current task's user stack.
-    fn unwind(&mut self, state: VReg, input_bits: u32) {
+    /// Sets the state's input and walks the current task's user stack;
+    /// with `copy` (a task's own state) reuses its last walk while it holds.
+    fn unwind(&mut self, state: VReg, input_bits: u32, copy: Option<VReg>) {
         let maps = self.stack_maps();
         let (Some(unwind), Some(mm)) = (maps.unwind, self.program.mm_layout) else {
             unreachable!("records with user stacks have unwind maps and the mm layout")
         };
         self.function.unwinder = Some(UnwinderSpec { maps: unwind, mm });
         self.store_imm(Base::Reg(state), state::INPUT, input_bits as i32, Size::U32);
-        self.emit(Inst::Unwind { state });
+        self.emit(Inst::Unwind { state, copy });
     }
 
     /// `stack(offcpu, NEXT)` at a context switch. The task switched out
@@ -418,7 +419,7 @@ impl Lowerer<'_> {
                 self.branch(Cond::Ne, in_syscall, Src::Imm(0), walked);
             }
             let prev_state = self.offset_pointer(storage, offcpu::STATE as u32);
-            self.walk_user_stack(prev_state);
+            self.walk_user_stack(prev_state, target);
             if threshold.is_none() {
                 self.copy_stored_frames(prev_state, target, user);
                 self.mov(user.snapshot_state, prev_state);
@@ -627,14 +628,15 @@ impl Lowerer<'_> {
         });
     }
 
-    /// Walks the current task's user stack into `state`: the table
-    /// unwinder, or the kernel's frame-pointer walk for a process without
-    /// tables yet. Every walk is fresh: reusing the last walk while ip, sp,
-    /// bp and the first return address were unchanged gave a block the
-    /// stack of another caller of the same depth.
-    fn walk_user_stack(&mut self, state: VReg) {
+    /// Walks the current task's user stack into `state`, its storage: the
+    /// table unwinder (its last walk reused when the registers, mappings
+    /// and every stack word it read are unchanged: `unwind::maps::walk_cache`;
+    /// the target's unused state area holds the copy of the stack), or the
+    /// kernel's frame-pointer walk for a process without tables yet.
+    fn walk_user_stack(&mut self, state: VReg, target: StackTarget) {
         self.comment("walk the user stack into the task's storage");
-        self.unwind(state, 0);
+        let copy = self.offset_pointer(target.buf, STATE_AT);
+        self.unwind(state, 0, Some(copy));
         let unwound = self.load_sized(Base::Reg(state), state::FLAGS, Size::U32);
         let walked = self.label();
         self.bit_clear_branch(unwound, flags::NO_PROCESS, walked);

@@ -203,6 +203,7 @@ pub fn records_of(probe: &CheckedProbe) -> impl Iterator<Item = &CheckedRecord> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unwind::maps::walk_cache;
 
     /// The largest message and the state fit the scratch buffer, and every
     /// region the verifier bounds with a mask holds its largest write.
@@ -215,6 +216,7 @@ mod tests {
         const {
             assert!(SCRATCH_BYTES >= STATE_AT + state::BYTES);
             assert!(SCRATCH_BYTES >= STATE_AT + snapshot::BYTES);
+            assert!(SCRATCH_BYTES >= STATE_AT + walk_cache::RANGE_MAX + 8);
         }
     }
 }

@@ -123,6 +123,8 @@ pub struct TableManager {
     processes: HashMap<u32, Process>,
     builder: Builder<TableKey>,
     stats: ManagerStats,
+    /// The stamp of the last mappings entry written (`process_mappings::STAMP`).
+    last_stamp: u32,
 }
 
 impl TableManager {
@@ -148,6 +150,7 @@ impl TableManager {
             processes: HashMap::new(),
             builder,
             stats: ManagerStats::default(),
+            last_stamp: 0,
         }
     }
 
@@ -300,12 +303,15 @@ impl TableManager {
         report
     }
 
-    /// Writes the mappings entry of `pid` as its tables are now.
-    fn write_process(&self, store: &mut impl TableStore, pid: u32) -> Result<(), ManagerError> {
+    /// Writes the mappings entry of `pid` as its tables are now, with a
+    /// new stamp.
+    fn write_process(&mut self, store: &mut impl TableStore, pid: u32) -> Result<(), ManagerError> {
+        self.last_stamp = self.last_stamp.checked_add(1).unwrap_or(1);
         let Some(process) = self.processes.get(&pid) else {
             return Ok(());
         };
         let mut value = vec![0u8; pm::BYTES as usize];
+        value[pm::STAMP as usize..][..4].copy_from_slice(&self.last_stamp.to_ne_bytes());
         put_u64(&mut value, pm::START_STACK, process.identity.start_stack);
         put_u64(&mut value, pm::END_CODE, process.identity.end_code);
         value[..4].copy_from_slice(&(process.mappings.len() as u32).to_ne_bytes());

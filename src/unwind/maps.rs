@@ -99,7 +99,9 @@ pub mod table_slot {
     pub const BYTES: u32 = 8;
 }
 
-/// A process's executable mappings: `count: u32`, 4 bytes of padding, the
+/// A process's executable mappings: `count: u32`, `stamp: u32` (new at
+/// each write of an entry, never 0, repeating only after 2^32 writes: a
+/// walk cached under one stamp used exactly these mappings and tables), the
 /// identity of the address space they were read from (`start_stack: u64`,
 /// `end_code: u64`, as `/proc/PID/stat` shows them and `mm_struct` holds
 /// them: an `exec` changes both), then `MAX_MAPPINGS` entries of
@@ -109,6 +111,7 @@ pub mod process_mappings {
     use super::MAX_MAPPINGS;
 
     pub const COUNT: i16 = 0;
+    pub const STAMP: i16 = 4;
     pub const START_STACK: i16 = 8;
     pub const END_CODE: i16 = 16;
     pub const ENTRIES: i16 = 24;
@@ -128,10 +131,10 @@ pub mod process_mappings {
 /// (the user address the first return address was read from, 0 if none)
 /// and the return addresses in `stack` (the first the starting ip), moving
 /// `ip, sp, bp` up as it goes. `caller_*` and `key_*` are left to the
-/// caller (the sampler keeps its source and timing there, the per-task
-/// cache of off-CPU stacks its key).
+/// caller (the sampler keeps its source and timing there). The
+/// [`walk_cache`] follows the frames.
 pub mod state {
-    use super::MAX_FRAMES;
+    use super::{MAX_FRAMES, walk_cache};
 
     pub const IP: i16 = 0;
     pub const SP: i16 = 8;
@@ -146,12 +149,50 @@ pub mod state {
     /// A u32 and a u64 left to the caller.
     pub const CALLER_U32: i16 = 64;
     pub const CALLER_U64: i16 = 72;
-    /// Three u64 left to the caller (a cache key: ip, sp, bp).
+    /// Three u64 left to the caller.
     pub const KEY: i16 = 80;
     /// 80 bytes of the unwinder's temporaries.
     pub const WORK: i16 = 104;
     pub const STACK: i16 = 184;
-    pub const BYTES: u32 = STACK as u32 + 8 * MAX_FRAMES;
+    pub const CACHE: i16 = STACK + 8 * MAX_FRAMES as i16;
+    pub const BYTES: u32 = CACHE as u32 + walk_cache::BYTES;
+}
+
+/// A task's last walk, kept in its state (offsets from the state's start)
+/// when the caller asks for it (a task's own storage, at its switch-out):
+/// the walk is a function of the starting `ip, sp, bp`, of the process's
+/// mappings entry (its stamp) and of the user words it read. A later walk
+/// from the same registers under the same stamp, whose words (read again
+/// in one copy of the stack from `sp` up) all match, would take the same
+/// steps: it reuses `frames, flags, first_slot` and the frames in the
+/// state's stack. `valid: u32` (the state's stack holds that walk),
+/// `stamp: u32`, `ip, sp, bp`, `frames: u32`, `flags: u32`, `first_slot`,
+/// `reads: u32` (words logged), `range: u32` (bytes from `sp` to the end
+/// of the highest word), then `LOG_ENTRIES` words read: `offset from sp:
+/// u64, value: u64`. A walk reading more words, words outside `RANGE_MAX`
+/// bytes above `sp`, or failing a read is not kept.
+pub mod walk_cache {
+    use super::state::CACHE;
+
+    pub const VALID: i16 = CACHE;
+    pub const STAMP: i16 = CACHE + 4;
+    pub const IP: i16 = CACHE + 8;
+    pub const SP: i16 = CACHE + 16;
+    pub const BP: i16 = CACHE + 24;
+    pub const FRAMES: i16 = CACHE + 32;
+    pub const FLAGS: i16 = CACHE + 36;
+    pub const FIRST_SLOT: i16 = CACHE + 40;
+    pub const READS: i16 = CACHE + 48;
+    pub const RANGE: i16 = CACHE + 52;
+    pub const LOG: i16 = CACHE + 56;
+    pub const LOG_ENTRY_BYTES: u32 = 16;
+    /// Words a cached walk may have read: 2 per frame (return address and
+    /// saved rbp) of 32 frames.
+    pub const LOG_ENTRIES: u32 = 64;
+    /// Most bytes of stack a cached walk may span (a power of two); the
+    /// caller's copy buffer holds `RANGE_MAX + 8` bytes.
+    pub const RANGE_MAX: u32 = 16384;
+    pub const BYTES: u32 = 56 + LOG_ENTRY_BYTES * LOG_ENTRIES;
 }
 
 /// Bits of `state::INPUT`: what the caller knows about the first frame.
@@ -159,6 +200,9 @@ pub mod input {
     /// The ip is a function's first instruction (a function-entry uprobe):
     /// the return address is at `sp`, whatever the tables say.
     pub const FUNCTION_ENTRY: u32 = 1;
+    /// Set by the unwinder while it logs the words a cacheable walk reads
+    /// ([`super::walk_cache`]); cleared when the walk cannot be kept.
+    pub const WALK_CACHE: u32 = 2;
 }
 
 /// Bits of `state::FLAGS`: how the stack was unwound and why it ended.
@@ -209,4 +253,8 @@ pub mod flags {
     /// A pc in a mapping whose table is being built: unwound with frame
     /// pointers.
     pub const TABLE_PENDING: u32 = 16384;
+    /// The frames are the task's last walk, reused: it blocked again from
+    /// the same registers with the same stack words and mappings
+    /// ([`super::walk_cache`]).
+    pub const WALK_CACHED: u32 = 32768;
 }

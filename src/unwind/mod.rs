@@ -4,7 +4,8 @@
 //! Stages: an ELF file → [`cfi`] (gimli reads `.eh_frame`/`.debug_frame`) →
 //! [`table`] (sorted, merged [`rules::Row`]s) → [`manager`] (one table per
 //! build id, placed in the BPF maps of [`maps`], process mappings from
-//! [`proc_maps`]) → [`bpf`], the BPF functions that walk a stack with them;
+//! [`proc_maps`]) → [`bpf`], the BPF functions that walk a stack with them
+//! (a task's last walk reused by [`walk_cache_bpf`] while it holds);
 //! [`snapshot`] walks a stack copied where no table was loaded yet.
 
 mod alloc;
@@ -20,3 +21,4 @@ pub mod rules;
 pub mod sampler;
 pub mod snapshot;
 pub mod table;
+mod walk_cache_bpf;

@@ -131,7 +131,7 @@ fn sample_program(
         StackSource::Table(kind) => {
             let unwinder = UserUnwinder::new(&mut asm, maps, kind, mm);
             asm.store_imm(Size::U32, R6, state::INPUT, 0);
-            unwinder.call(&mut asm, R6);
+            unwinder.call(&mut asm, R6, None);
             Some(unwinder)
         }
         StackSource::KernelFramePointers => {

@@ -222,6 +222,8 @@ fn user_unwinder(stack_flags: u32) -> Unwinder {
         Unwinder::Snapshot
     } else if stack_flags & flags::KERNEL_WALK != 0 {
         Unwinder::KernelWalk
+    } else if stack_flags & flags::WALK_CACHED != 0 {
+        Unwinder::Cached
     } else if stack_flags & flags::TABLE != 0 {
         Unwinder::Table
     } else {
@@ -310,6 +312,10 @@ mod tests {
         assert_eq!(
             user(flags::KERNEL_WALK | flags::NO_PROCESS),
             of(Unwinder::KernelWalk, None)
+        );
+        assert_eq!(
+            user(flags::WALK_CACHED | flags::TABLE | flags::OUTERMOST),
+            of(Unwinder::Cached, Some(StackEnding::Outermost))
         );
         let cut = stack_walk(flags::KERNEL_TRUNCATED | flags::OUTERMOST, false);
         let kernel_only = StackWalk {

@@ -10,6 +10,7 @@ mod proof;
 mod readelf;
 mod snapshots;
 mod tables;
+mod walk_cache;
 mod workloads;
 
 pub(super) use cost::StatsOn;
