@@ -103,6 +103,22 @@ fn uprobe_resolves_library_by_name() {
     assert_eq!(map_lines(&out.stdout), expected, "{}", out.stdout);
 }
 
+/// Uprobes of a `-c` command fire in its children too, as bpftrace's do
+/// (they attach for every process; a script picks the command with `cpid`).
+#[test]
+fn uprobes_fire_in_the_commands_children() {
+    require_bpf!();
+    let t = workload("malloc_target");
+    let script =
+        "uprobe:libc:malloc /curtask->real_parent->tgid == cpid/ { @size[arg0] = count(); }";
+    let command = format!("/bin/sh -c '{t}; true'");
+    let out = wprof_ok(&["-e", script, "-c", &command]);
+    let expected = entries((0..5).map(|i| (format!("@size[{}]", 1000 + i), i + 1)));
+    let mut sizes = map_lines(&out.stdout);
+    sizes.retain(|key, _| key.starts_with("@size[100"));
+    assert_eq!(sizes, expected, "{}", out.stdout);
+}
+
 /// A started copy of `pid_target`, killed if the test ends early.
 struct Target(Child);
 
