@@ -96,30 +96,41 @@ busiest_prog() {
   awk '/^run_time_ns:/ {t=$2} /^run_cnt:/ {c=$2} /^verified_insns:/ {i=$2} END {print t, c, i}' "$best"
 }
 
-# Per-event cost of the busiest program a run of `tool ARGS...` loads (metrics
-# prefixed $3), once it printed $4, from kernel.bpf_stats_enabled.
+# Per-event cost of the busiest program each tool loads for ARGS (metrics
+# prefixed $2), from kernel.bpf_stats_enabled. The tools run at the same time,
+# so their programs see the same events and stacks (run apart, the same
+# program's cost moved by 15% between runs); the one attached first runs first
+# on the tracepoint, so the order alternates between rounds.
 run_event_round() {
-  local tool=$1 round=$2 prefix=$3 marker=$4 bin pid out stats i
-  shift 4
-  bin=$(tool_bin "$tool")
-  out=$OUT/event-$tool-$prefix$round.out
-  "$bin" "$@" >"$out" 2>>"$LOG" &
-  pid=$!
-  for ((i = 0; i < 300; i++)); do
-    grep -q "$marker" "$out" 2>/dev/null && break
-    kill -0 "$pid" 2>/dev/null || fail_with_log "$tool exited before attaching (event round $round)"
-    sleep 0.1
+  local round=$1 prefix=$2 marker=$3 tool bin out stats i ns cnt insns
+  local -a order pids
+  shift 3
+  order=("${TOOLS[@]}")
+  ((round % 2 == 0 && ${#order[@]} == 2)) && order=("${order[1]}" "${order[0]}")
+  for tool in "${order[@]}"; do
+    bin=$(tool_bin "$tool")
+    out=$OUT/event-$tool-$prefix$round.out
+    "$bin" "$@" >"$out" 2>>"$LOG" &
+    pids+=($!)
+    for ((i = 0; i < 300; i++)); do
+      grep -q "$marker" "$out" 2>/dev/null && break
+      kill -0 "${pids[-1]}" 2>/dev/null || fail_with_log "$tool exited before attaching (event round $round)"
+      sleep 0.1
+    done
+    grep -q "$marker" "$out" || { kill -KILL "${pids[@]}"; fail_with_log "$tool never printed $marker"; }
   done
-  grep -q "$marker" "$out" || { kill -KILL "$pid"; fail_with_log "$tool never printed $marker"; }
   perf bench sched pipe -l "$LOAD_LOOPS" >/dev/null 2>>"$LOG"
-  stats=$(busiest_prog "$pid") || { kill -KILL "$pid"; die "$tool: no BPF program fd with run_cnt in /proc/$pid/fdinfo"; }
-  kill -INT "$pid"
-  wait "$pid" || true
-  read -r ns cnt insns <<<"$stats"
-  ((cnt > 0)) || die "$tool: sched_switch program never ran (is kernel.bpf_stats_enabled on?)"
-  record "$tool" "$round" "${prefix}ns_per_event" "$(awk -v t="$ns" -v c="$cnt" 'BEGIN {printf "%.1f", t / c}')"
-  record "$tool" "$round" "${prefix}events" "$cnt"
-  record "$tool" "$round" "${prefix}verified_insns" "${insns:-0}"
+  for i in "${!order[@]}"; do
+    tool=${order[$i]}
+    stats=$(busiest_prog "${pids[$i]}") || { kill -KILL "${pids[@]}"; die "$tool: no BPF program fd with run_cnt in /proc/${pids[$i]}/fdinfo"; }
+    read -r ns cnt insns <<<"$stats"
+    ((cnt > 0)) || die "$tool: its busiest program never ran (is kernel.bpf_stats_enabled on?)"
+    record "$tool" "$round" "${prefix}ns_per_event" "$(awk -v t="$ns" -v c="$cnt" 'BEGIN {printf "%.1f", t / c}')"
+    record "$tool" "$round" "${prefix}events" "$cnt"
+    record "$tool" "$round" "${prefix}verified_insns" "${insns:-0}"
+  done
+  kill -INT "${pids[@]}"
+  wait "${pids[@]}" || true
 }
 
 median() {
@@ -137,12 +148,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 sysctl -q -w kernel.bpf_stats_enabled=1
 for ((r = 1; r <= EVENT_ROUNDS; r++)); do
-  for t in "${TOOLS[@]}"; do
-    run_event_round "$t" "$r" "" ready -e "$START_PROG"
-    run_event_round "$t" "$r" kstack_ ready -e "$(ready "$KSTACK_KEYS")"
-    run_event_round "$t" "$r" ustack_ ready -e "$(ready "$USTACK_KEYS")"
-    [[ -f $BUSIEST_TOOL ]] && run_event_round "$t" "$r" tool_ "$BUSIEST_READY" "$BUSIEST_TOOL"
-  done
+  run_event_round "$r" "" ready -e "$START_PROG"
+  run_event_round "$r" kstack_ ready -e "$(ready "$KSTACK_KEYS")"
+  run_event_round "$r" ustack_ ready -e "$(ready "$USTACK_KEYS")"
+  [[ -f $BUSIEST_TOOL ]] && run_event_round "$r" tool_ "$BUSIEST_READY" "$BUSIEST_TOOL"
   echo "  per-event round $r/$EVENT_ROUNDS done" >&2
 done
 
@@ -188,7 +197,7 @@ row() {
 {
   echo
   echo "program: $SCHED"
-  echo "medians of $ROUNDS alternating rounds (per-event: $EVENT_ROUNDS rounds of 'perf bench sched pipe -l $LOAD_LOOPS')"
+  echo "medians of $ROUNDS alternating rounds (per-event: $EVENT_ROUNDS rounds of 'perf bench sched pipe -l $LOAD_LOOPS', both tools attached)"
   size_row "metric" "bpftrace" "wprof" "wprof/bt"
   size_row "------" "--------" "-----" "--------"
   row "start -> probes attached (ms)" start_ms

@@ -165,6 +165,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     // The command's process tree is selected in the kernel too.
     compile_options.filter.command = cli.profile.only_command && command.is_some();
     let mut env = SystemEnvironment::new(cli.target_pid());
+    env.compile_only = cli.dump_bpf || cli.bpftrace.emit_elf.is_some();
     env.command = command.as_ref().and_then(|argv| argv.first().cloned());
     timings::step("options, environment and script read");
     let (sources, mut checked, compiled) = compile(&cli, &tracking, user, &env, &compile_options)?;

@@ -216,6 +216,7 @@ impl Environment for FakeMachine {
         Ok(KernelFunctionMatches {
             functions,
             note: None,
+            absent: None,
         })
     }
 

@@ -79,9 +79,15 @@ impl Provider for Kprobe {
             .collect::<Result<Vec<_>, _>>()?;
         // Which functions a wildcard reaches depends on where the list came from.
         let wildcard = pattern.contains(['*', '?', '[']) || module.is_some_and(|m| m.contains('*'));
+        let absent = found.absent.map(|why| format!("`{spec}`: {why}"));
         Ok(Resolved {
             probes,
-            warnings: found.note.filter(|_| wildcard).into_iter().collect(),
+            warnings: found
+                .note
+                .filter(|_| wildcard)
+                .into_iter()
+                .chain(absent)
+                .collect(),
         })
     }
 

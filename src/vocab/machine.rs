@@ -36,6 +36,9 @@ pub struct KernelFunction {
 pub struct KernelFunctionMatches {
     pub functions: Vec<KernelFunction>,
     pub note: Option<String>,
+    /// Set when the one function named is not in the kernel's list and is
+    /// kept as written (a compile-only run): why attaching it would fail.
+    pub absent: Option<String>,
 }
 
 /// A kernel function as BTF describes it, for `fentry:`/`fexit:`.

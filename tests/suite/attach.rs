@@ -27,7 +27,7 @@ fn uprobe_counts_every_call() {
     ]
     .map(|f| format!("uprobe:{t}:{f}"))
     .join(",\n")
-        + " { @[func] = count(); }";
+        + " /pid == cpid/ { @[func] = count(); }";
     let out = wprof_ok(&["-e", &script, "-c", &format!("{t} 6")]);
     assert!(
         out.stdout.starts_with("Attaching 7 probes...\n"),
@@ -52,10 +52,10 @@ fn uprobe_reads_arguments() {
     require_bpf!();
     let t = workload("uprobe_target");
     let script = format!(
-        "uprobe:{t}:add {{ @add[arg0, arg1] = count(); }}
-         uprobe:{t}:mul3 {{ @mul[(int64)arg1] = sum(arg2); }}
-         uprobe:{t}:greet {{ @greet[str(arg0)] = count(); }}
-         uprobe:{t}:alloc_block {{ @block = sum(arg0); }}"
+        "uprobe:{t}:add /pid == cpid/ {{ @add[arg0, arg1] = count(); }}
+         uprobe:{t}:mul3 /pid == cpid/ {{ @mul[(int64)arg1] = sum(arg2); }}
+         uprobe:{t}:greet /pid == cpid/ {{ @greet[str(arg0)] = count(); }}
+         uprobe:{t}:alloc_block /pid == cpid/ {{ @block = sum(arg0); }}"
     );
     let out = wprof_ok(&["-e", &script, "-c", &format!("{t} 6")]);
     let mut expected = entries((0..6).map(|i| (format!("@add[{i}, {}]", 2 * i), 1)));
@@ -78,10 +78,10 @@ fn uretprobe_reads_retval() {
     require_bpf!();
     let t = workload("uprobe_target");
     let script = format!(
-        "uretprobe:{t}:answer {{ @answer = retval; }}
-         uretprobe:{t}:add {{ @add[retval] = count(); }}
-         uretprobe:{t}:negate {{ @negate[(int32)retval] = count(); }}
-         uretprobe:{t}:greet {{ @len = sum(retval); }}"
+        "uretprobe:{t}:answer /pid == cpid/ {{ @answer = retval; }}
+         uretprobe:{t}:add /pid == cpid/ {{ @add[retval] = count(); }}
+         uretprobe:{t}:negate /pid == cpid/ {{ @negate[(int32)retval] = count(); }}
+         uretprobe:{t}:greet /pid == cpid/ {{ @len = sum(retval); }}"
     );
     let out = wprof_ok(&["-e", &script, "-c", &format!("{t} 4")]);
     let mut expected = entries([("@answer", 42), ("@negate[7]", 1), ("@negate[-7]", 1)]);
@@ -101,6 +101,22 @@ fn uprobe_resolves_library_by_name() {
     let mut expected = entries((0..5).map(|i| (format!("@size[{}]", 1000 + i), i + 1)));
     expected.extend(entries([("@calls", 15)]));
     assert_eq!(map_lines(&out.stdout), expected, "{}", out.stdout);
+}
+
+/// Uprobes of a `-c` command fire in its children too, as bpftrace's do
+/// (they attach for every process; a script picks the command with `cpid`).
+#[test]
+fn uprobes_fire_in_the_commands_children() {
+    require_bpf!();
+    let t = workload("malloc_target");
+    let script =
+        "uprobe:libc:malloc /curtask->real_parent->tgid == cpid/ { @size[arg0] = count(); }";
+    let command = format!("/bin/sh -c '{t}; true'");
+    let out = wprof_ok(&["-e", script, "-c", &command]);
+    let expected = entries((0..5).map(|i| (format!("@size[{}]", 1000 + i), i + 1)));
+    let mut sizes = map_lines(&out.stdout);
+    sizes.retain(|key, _| key.starts_with("@size[100"));
+    assert_eq!(sizes, expected, "{}", out.stdout);
 }
 
 /// A started copy of `pid_target`, killed if the test ends early.
@@ -346,8 +362,8 @@ fn signal_kills_the_probed_task() {
     require_bpf!();
     let t = workload("uprobe_target");
     let script = format!(
-        "uprobe:{t}:answer {{ @answer = count(); signal(\"SIGKILL\"); }}\n\
-         uprobe:{t}:fib {{ @fib = count(); }}"
+        "uprobe:{t}:answer /pid == cpid/ {{ @answer = count(); signal(\"SIGKILL\"); }}\n\
+         uprobe:{t}:fib /pid == cpid/ {{ @fib = count(); }}"
     );
     let out = wprof_ok(&["--unsafe", "-e", &script, "-c", &format!("{t} 3")]);
     assert_eq!(
@@ -371,7 +387,7 @@ fn signal_kills_the_probed_task() {
 fn ustack_keys_resolve_after_the_process_exits() {
     require_bpf!();
     let t = workload("uprobe_target");
-    let script = format!("uprobe:{t}:answer {{ @[ustack(2)] = count(); }}");
+    let script = format!("uprobe:{t}:answer /pid == cpid/ {{ @[ustack(2)] = count(); }}");
     let out = wprof_ok(&["-e", &script, "-c", &format!("{t} 2 300")]);
     // The caller is libc's start code, whose offset depends on the libc build.
     assert!(

@@ -201,7 +201,7 @@ fn bpftrace_variables_act_or_are_refused() {
     // `echo; sleep 1` the pid may already map `sleep` when the event is
     // read and the address stays raw; bash forks `sleep` when a command
     // follows it, and keeps its own mappings for that second.
-    let script = "uprobe:/bin/bash:echo_builtin { printf(\"%s\\n\", usym(reg(\"ip\"))); exit(); }";
+    let script = "uprobe:/bin/bash:echo_builtin /pid == cpid/ { printf(\"%s\\n\", usym(reg(\"ip\"))); exit(); }";
     let run = |name: &str, value: &str| {
         let mut command = Command::new(wprof_bin());
         command.env(name, value).args([

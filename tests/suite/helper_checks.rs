@@ -12,7 +12,7 @@ fn kk_reports_reads_and_k_does_not() {
     require_bpf!();
     let target = workload("uprobe_target");
     let script = format!(
-        "uprobe:{target}:answer {{ @m[2] = 2; $bad = *(int32 *)8; printf(\"bad=%d missing=%d\\n\", $bad, @m[1]); }}"
+        "uprobe:{target}:answer /pid == cpid/ {{ @m[2] = 2; $bad = *(int32 *)8; printf(\"bad=%d missing=%d\\n\", $bad, @m[1]); }}"
     );
     let command = format!("{target} 1");
     let all = wprof_ok(&["-kk", "-e", &script, "-c", &command]).stdout;

@@ -53,15 +53,15 @@ fn uprobe_spellings_attach() {
     for (from, script) in [
         (
             dir,
-            format!("uprobe:{target}:{add:#x} {{ @calls = count(); }}"),
+            format!("uprobe:{target}:{add:#x} /pid == cpid/ {{ @calls = count(); }}"),
         ),
         (
             dir,
-            format!("uprobe:{target}:\"add\"+0 {{ @calls = count(); }}"),
+            format!("uprobe:{target}:\"add\"+0 /pid == cpid/ {{ @calls = count(); }}"),
         ),
         (
             parent,
-            format!("uprobe:{relative}:add {{ @calls = count(); }}"),
+            format!("uprobe:{relative}:add /pid == cpid/ {{ @calls = count(); }}"),
         ),
     ] {
         assert_eq!(calls(from, &script), "6", "{script}");
@@ -74,7 +74,9 @@ fn uprobe_spellings_attach() {
 fn missing_functions_are_skipped_in_a_shared_block() {
     require_bpf!();
     let target = workload("uprobe_target");
-    let script = format!("uprobe:{target}:add, uprobe:{target}:no_such_fn {{ @calls = count(); }}");
+    let script = format!(
+        "uprobe:{target}:add, uprobe:{target}:no_such_fn /pid == cpid/ {{ @calls = count(); }}"
+    );
     let out = wprof_ok(&["-e", &script, "-c", &format!("{target} 6")]);
     assert_eq!(map_lines(&out.stdout)["@calls"], "6", "{}", out.stdout);
     assert!(
@@ -191,7 +193,7 @@ fn no_cpp_demangle_keeps_mangled_names() {
     require_bpf!();
     let target = workload("cpp_target");
     let script = format!(
-        "uprobe:{target}:\"ns::func(int)\" {{ printf(\"%s %s\\n\", func, usym(reg(\"ip\"))); print(ustack(1)); exit(); }}"
+        "uprobe:{target}:\"ns::func(int)\" /pid == cpid/ {{ printf(\"%s %s\\n\", func, usym(reg(\"ip\"))); print(ustack(1)); exit(); }}"
     );
     let mut command = Command::new(wprof_bin());
     command
@@ -233,11 +235,12 @@ fn verbose_listing_spells_parameter_types() {
 fn stack_passed_parameters() {
     require_bpf!();
     let target = workload("params_target");
-    let script =
-        format!("uprobe:{target}:many {{ printf(\"%d %d %d\\n\", args.a, args.g, args.h); }}");
+    let script = format!(
+        "uprobe:{target}:many /pid == cpid/ {{ printf(\"%d %d %d\\n\", args.a, args.g, args.h); }}"
+    );
     let out = wprof_ok(&["-e", &script, "-c", &target]);
     assert!(out.stdout.contains("1 7 8\n"), "{}", out.stdout);
-    let script = format!("uprobe:{target}:many+4 {{ printf(\"%d\\n\", args.g); }}");
+    let script = format!("uprobe:{target}:many+4 /pid == cpid/ {{ printf(\"%d\\n\", args.g); }}");
     let out = wprof_fails(&["-e", &script]);
     assert!(
         out.stderr.contains("only at the function's entry"),
@@ -255,7 +258,7 @@ fn parameters_after_structs_by_value() {
     require_bpf!();
     let target = workload("params_target");
     let script = format!(
-        "uprobe:{target}:by_value {{ printf(\"%d %d %s\\n\", args.color, args.after, str(args.argv[0])); }}"
+        "uprobe:{target}:by_value /pid == cpid/ {{ printf(\"%d %d %s\\n\", args.color, args.after, str(args.argv[0])); }}"
     );
     let out = wprof_ok(&["-e", &script, "-c", &target]);
     assert!(
@@ -264,7 +267,9 @@ fn parameters_after_structs_by_value() {
         out.stdout
     );
     for field in ["pair.a", "big.x[0]"] {
-        let script = format!("uprobe:{target}:by_value {{ printf(\"%d\\n\", args.{field}); }}");
+        let script = format!(
+            "uprobe:{target}:by_value /pid == cpid/ {{ printf(\"%d\\n\", args.{field}); }}"
+        );
         let out = wprof_fails(&["-e", &script]);
         assert!(out.stderr.contains("is passed by value"), "{}", out.stderr);
     }

@@ -136,7 +136,7 @@ fn exit_holds_when_the_command_ended_before_it_was_read() {
     require_bpf!();
     let target = workload("uprobe_target");
     let script = format!(
-        "uprobe:{target}:add {{ printf(\"add %d\\n\", arg0); if (arg0 == 3) {{ exit(); }} }} \
+        "uprobe:{target}:add /pid == cpid/ {{ printf(\"add %d\\n\", arg0); if (arg0 == 3) {{ exit(); }} }} \
          END {{ printf(\"end\\n\"); }}"
     );
     let command =

@@ -28,6 +28,10 @@ pub struct AttachError {
 pub struct AttachOptions {
     /// Only trace this process (uprobes and USDT; `-p PID`).
     pub pid: Option<i32>,
+    /// The `-c` command: USDT probes attach to it alone, uprobes to every
+    /// process (bpftrace's semantics: its children are traced too, and a
+    /// script filters with `pid == cpid` where it wants the command alone).
+    pub command_pid: Option<i32>,
     /// `--usdt-file-activation`: USDT probes attach to every process that
     /// maps their file, whatever `pid` says, so the kernel sets their
     /// semaphores in all of them (bpftrace's semantics).
@@ -146,8 +150,12 @@ impl Loaded {
             return Err(fail(reason.clone()));
         }
         let prog = find_program(&self.object, &meta.name).ok_or_else(|| fail(NOT_LOADED.into()))?;
-        let every_process = opts.usdt_file_activation && matches!(point, AttachPoint::Usdt { .. });
-        let pid = opts.pid.filter(|_| !every_process).unwrap_or(-1);
+        let pid = match point {
+            AttachPoint::Usdt { .. } if opts.usdt_file_activation => None,
+            AttachPoint::Usdt { .. } => opts.pid.or(opts.command_pid),
+            _ => opts.pid,
+        };
+        let pid = pid.unwrap_or(-1);
         let provider = providers::of(point);
         let (new_links, printed) = with_captured_print(|| provider.attach(&prog, point, pid));
         // libbpf often says more than the errno (which file, which step).

@@ -205,9 +205,11 @@ pub fn run(
     }
     print_load_reports(&loaded.reports, out)?;
     usr1::install()?;
-    let pid = options.pid.or(child.as_ref().map(|c| c.pid() as i32));
+    let traced_command = child.as_ref().map(|c| c.pid() as i32);
+    let pid = options.pid.or(traced_command);
     let attach_options = AttachOptions {
-        pid,
+        pid: options.pid,
+        command_pid: traced_command,
         usdt_file_activation: options.usdt_file_activation,
     };
     let timed = |point: &AttachPoint| providers::of(point).counts_from_attach(point);

@@ -16,8 +16,8 @@ use crate::vocab::kernel_types::{
 };
 use crate::vocab::{
     AttachPoint, BtfArg, BtfFunction, Environment, FieldKind, FunctionParam, FunctionTarget,
-    KernelFunctionMatches, ObjectSymbol, TracepointField, UsdtArgSpec, UsdtIndex, UsdtTarget,
-    x86_64,
+    KernelFunction, KernelFunctionMatches, ObjectSymbol, TracepointField, UsdtArgSpec, UsdtIndex,
+    UsdtTarget, x86_64,
 };
 
 /// A function's parameters, or why its debug info does not give them.
@@ -32,6 +32,10 @@ pub struct SystemEnvironment {
     pub command: Option<String>,
     /// Kernel BTF, read the first time a script needs it.
     btf: OnceCell<Result<KernelBtf, String>>,
+    /// `--dump-bpf`/`--emit-elf`: nothing is attached, so a kprobe naming a
+    /// function this kernel lacks is compiled as written, with a warning
+    /// (bpftrace compiles it and fails at attach).
+    pub compile_only: bool,
     /// Kernel functions, read the first time a `kprobe:` needs them.
     kernel_functions: OnceCell<Result<KernelFunctions, String>>,
     /// Types read from binaries' debug info.
@@ -211,12 +215,28 @@ impl Environment for SystemEnvironment {
     ) -> Result<KernelFunctionMatches, String> {
         let list = self.kernel_function_list()?;
         let functions = list.matching(module, pattern)?;
+        let exact = !pattern.contains(['*', '?', '[']) && module.is_none();
+        if functions.is_empty() && self.compile_only && exact {
+            let why = no_kernel_function(list, module, pattern);
+            return Ok(KernelFunctionMatches {
+                functions: vec![KernelFunction {
+                    name: pattern.to_string(),
+                    module: None,
+                    size: 0,
+                }],
+                note: None,
+                absent: Some(format!(
+                    "{why}: compiled as written, attaching it would fail"
+                )),
+            });
+        }
         if functions.is_empty() {
             return Err(no_kernel_function(list, module, pattern));
         }
         Ok(KernelFunctionMatches {
             functions,
             note: list.note.clone(),
+            absent: None,
         })
     }
 
