@@ -18,7 +18,7 @@ use super::{machine_lock, path_str, wprof};
 use crate::common::{RunOutput, run_with_timeout, wprof_bin};
 use crate::require_bpf;
 
-/// The recipe records 10 captures of about 3 s each on a busy machine.
+/// The recipe records 20 captures of 4 to 6 s each (2 min here at load 10).
 const RECIPE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The gates the recipe checks by default.
