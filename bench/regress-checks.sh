@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 8's statistical checks, repeated: the CI recipe (examples/ci/regress.sh)
 # run REPS times on each of three pairs of builds, with its default gates
-# (span:request.p50 and .p99 > +5%, func:compact.total > +5%):
+# (span:request.p50 and .p99 > +5%, func:compact.total > +5%). Each
+# repetition records one baseline (span and profile runs, as the recipe)
+# and compares each check's candidate with it, all runs taking turns:
 #
 #   aa    baseline and candidate are the same build: every repetition should
 #         pass (exit 0) and mark the gated metrics `~` (false alarms ≤ 1/20)
@@ -17,9 +19,9 @@
 #   --requests N   requests per benchmark run (default 10000)
 #   CHECK          aa, slow, fast (default: all three)
 #
-# Prints one line per repetition (check, repetition, wprof's exit status,
-# the failing gates, the gated metrics' verdicts with their changes and p;
-# the checks take turns),
+# Prints one line per repetition and check (check, repetition, wprof's exit
+# status, the failing gates, the gated metrics' verdicts with their changes
+# and p),
 # then per check how many repetitions came out as expected and in how many
 # every gated metric was `~`; the load average before and after. Raw
 # lines go to DIR/results.tsv. Needs root and cc; WPROF as for regress.sh.
@@ -32,7 +34,7 @@ source "$HERE/../examples/ci/regress.sh"
 GATED=(span:request.p50 span:request.p99 func:compact.total)
 
 # verdicts OUT: each gated metric's verdict symbol, change and p in
-# OUT/comparison.json, e.g. span:request.p50=+(+12.4%,p=0.008).
+# OUT/comparison.json (func: ones in OUT/profile-comparison.json), e.g. span:request.p50=+(+12.4%,p=0.008).
 verdicts() {
   local out=$1 metric line=""
   local query='.metrics[$m] | "\(.verdict.symbol // "none")(\(if .change then
@@ -40,7 +42,9 @@ verdicts() {
     else "-" end),p=\(.verdict.p // "-"
     | if type == "number" then . * 1000 | round / 1000 else . end))"'
   for metric in "${GATED[@]}"; do
-    line+="$metric=$(jq -r --arg m "$metric" "$query" "$out/comparison.json") "
+    local json=$out/comparison.json
+    [[ $metric == func:* ]] && json=$out/profile-comparison.json
+    line+="$metric=$(jq -r --arg m "$metric" "$query" "$json") "
   done
   echo "${line% }"
 }
@@ -59,24 +63,48 @@ expected() {
   esac
 }
 
-# repetition CHECK I OUT RUNS REQUESTS: one recording and comparison; prints
-# its result line.
-repetition() {
-  local check=$1 i=$2 out=$3 runs=$4 requests=$5 new_args="-n $requests"
-  case $check in
-    slow) new_args+=" --slow" ;;
-    fast) new_args+=" --fast" ;;
+# candidate_args CHECK REQUESTS: the benchmark's arguments on CHECK's
+# candidate side.
+candidate_args() {
+  case $1 in
+    aa) echo "-n $2" ;;
+    slow) echo "-n $2 --slow" ;;
+    fast) echo "-n $2 --fast" ;;
   esac
-  rm -f "$out"/base-*.data "$out"/new-*.data
-  record_sides "$out" "$runs" "$out/build" "$out/build" "-n $requests" "$new_args"
-  local status=0
-  compare_sides "$out" "${DEFAULT_GATES[@]}" 2>"$out/stderr.log" || status=$?
-  local failing
-  failing=$(failing_gates "$out/stderr.log")
-  local ok=no
+}
+
+# record_repetition OUT RUNS REQUESTS CHECK...: one baseline (OUT/base) and
+# one candidate per check (OUT/CHECK), RUNS span and RUNS profile runs each,
+# all of them taking turns run by run, so that a machine getting busier or
+# quieter touches every side alike. Each check's directory links the
+# baseline's captures.
+record_repetition() {
+  local out=$1 runs=$2 requests=$3 r check
+  shift 3
+  rm -rf "$out/base" "${@/#/$out/}"
+  mkdir -p "$out/base" "${@/#/$out/}"
+  for ((r = 1; r <= runs; r++)); do
+    for kind in "" profile-; do
+      local kind_flags=SPAN_FLAGS
+      [[ $kind == profile- ]] && kind_flags=PROFILE_FLAGS
+      record_capture "$out/build" "$out/base/${kind}base-$r.data" "$kind_flags" "-n $requests"
+      for check in "$@"; do
+        record_capture "$out/build" "$out/$check/${kind}new-$r.data" "$kind_flags" \
+          "$(candidate_args "$check" "$requests")"
+        ln -sf "$out/base/${kind}base-$r.data" "$out/$check/${kind}base-$r.data"
+      done
+    done
+  done
+}
+
+# judge CHECK I OUT: CHECK's comparison in OUT/CHECK; prints its result line.
+judge() {
+  local check=$1 i=$2 dir=$3/$1 status=0 failing ok=no
+  compare_sides "$dir" yes "${DEFAULT_GATES[@]}" 2>"$dir/stderr.log" || status=$?
+  failing=$(failing_gates "$dir/stderr.log")
   expected "$check" "$status" "$failing" && ok=yes
   printf '%s\t%d\t%d\t%s\t%s\t%s\n' "$check" "$i" "$status" "$ok" \
-    "${failing:--}" "$(verdicts "$out")"
+    "${failing:--}" "$(verdicts "$dir")"
 }
 
 run_checks() {
@@ -89,7 +117,7 @@ run_checks() {
       -o) out=$2; shift 2 ;;
       --requests) requests=$2; shift 2 ;;
       aa | slow | fast) checks+=("$1"); shift ;;
-      -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+      -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
       *) die "unknown argument: $1 (see --help)" ;;
     esac
   done
@@ -103,11 +131,10 @@ run_checks() {
   PRIORITY=$(priority)
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   : >"$out/results.tsv"
-  # The checks take turns, so that a machine getting busier or quieter
-  # touches every check alike.
   for ((i = 1; i <= reps; i++)); do
+    record_repetition "$out" "$runs" "$requests" "${checks[@]}"
     for check in "${checks[@]}"; do
-      repetition "$check" "$i" "$out" "$runs" "$requests" | tee -a "$out/results.tsv"
+      judge "$check" "$i" "$out" | tee -a "$out/results.tsv"
     done
   done
   echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -118,7 +145,7 @@ run_checks() {
     quiet=$(awk -F'\t' -v c="$check" '$1 == c && $6 !~ /=[+-]/' "$out/results.tsv" | wc -l)
     echo "$check: $good of $reps repetitions as expected; gated metrics all \`~\` in $quiet"
   done
-  rm -f "$out"/base-*.data "$out"/new-*.data "$out"/*.data.log
+  rm -rf "$out/base" "${checks[@]/#/$out/}"
 }
 
 run_checks "$@"

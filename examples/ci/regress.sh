@@ -17,6 +17,14 @@
 #   --new-args ARGS   arguments of the candidate runs, e.g. --slow
 #   --fail-if EXPR    a gate (repeatable; replaces the default gates)
 #
+# Two kinds of runs: span runs (the request span, no timer: DIR/base-I.data,
+# DIR/new-I.data) for every gate but func: ones, and, when a func: gate is
+# given, profile runs (timer samples, no span: DIR/profile-base-I.data,
+# DIR/profile-new-I.data) for those. Each kind is compared on its own;
+# DIR/report.txt and DIR/report.md hold both tables, DIR/comparison.json and
+# DIR/profile-comparison.json the two comparisons, DIR/diff.svg the profile
+# runs' differential flame graph.
+#
 # Exit status: wprof's: 0 no regression, 1 a gate failed (the failing gates
 # are on stderr and in DIR/report.md), 2 the job is broken (bad capture,
 # bad gate). Environment: WPROF (default: wprof on the PATH). Needs root
@@ -29,19 +37,23 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 WPROF=${WPROF:-wprof}
-# The spans are the command's own (cpid); process: and func: metrics are
-# those of the command's processes (--only-command), whatever else runs on
-# the machine.
+# The spans are the command's own (cpid); process: metrics are those of the
+# command's processes (--only-command), whatever else runs on the machine.
 SCRIPT='span request { uprobe:./bench:request /pid == cpid/ < > uretprobe:./bench:request /pid == cpid/ }'
+# --only-command selects the benchmark's process tree in the kernel (and
+# again when the capture is read): nothing else on the machine is recorded,
+# sampled or unwound.
+SPAN_FLAGS=(-e "$SCRIPT" --only-command)
 # Timer samples at 4999 Hz: with 10000 requests, about 3000 samples per run
 # in compact(), enough to see a 10% change in it. dither=4: drawn at random
 # from a timer 4 times as fast, so that compact()'s share of the samples is
 # its share of the CPU time however long request() takes before it (a
 # fixed-period timer under-samples what a task runs first after waking up:
-# docs/analysis.md, "Timer samples and CPU time"). --only-command selects
-# the benchmark's process tree in the kernel (and again when the capture is
-# read): nothing else on the machine is sampled, unwound or recorded.
-RECORD_FLAGS=(-S timer=4999hz,dither=4 --only-command)
+# docs/analysis.md, "Timer samples and CPU time"). That timer ticks at 20 kHz
+# and each tick costs the interrupted task tens of microseconds in a VM, as
+# much as a request's own work: request durations would follow how many
+# ticks hit them, so the spans are timed in runs without the timer.
+PROFILE_FLAGS=(-S timer=4999hz,dither=4 --only-command)
 DEFAULT_GATES=(
   'span:request.p50 > +5%'
   'span:request.p99 > +5%'
@@ -73,41 +85,81 @@ priority() {
   fi
 }
 
-# record_capture DIR OUT ARGS...: one capture of DIR/bench ARGS... into OUT,
-# the benchmark run with the prefix in PRIORITY.
+# record_capture DIR OUT FLAGS ARGS: one capture of DIR/bench ARGS (words)
+# into OUT, recorded with the flags named by FLAGS (an array's name), the
+# benchmark run with the prefix in PRIORITY.
 record_capture() {
-  local dir=$1 out=$2
-  shift 2
-  # shellcheck disable=SC2086 # PRIORITY is words
-  (cd "$dir" && "$WPROF" "${RECORD_FLAGS[@]}" -e "$SCRIPT" -D "$out" -- $PRIORITY ./bench "$@") \
+  local dir=$1 out=$2 args=$4
+  local -n flags=$3
+  # shellcheck disable=SC2086 # PRIORITY and args are words
+  (cd "$dir" && "$WPROF" "${flags[@]}" -D "$out" -- $PRIORITY ./bench $args) \
     >"$out.log" 2>&1 || { cat "$out.log" >&2; die "recording $out failed"; }
 }
 
-# record_sides OUT RUNS BASE_DIR NEW_DIR BASE_ARGS NEW_ARGS: alternating
-# baseline and candidate runs, so that slow drift of a shared machine
-# touches both sides alike.
+# record_sides OUT RUNS BASE_DIR NEW_DIR BASE_ARGS NEW_ARGS PROFILE:
+# alternating baseline and candidate runs, so that slow drift of a shared
+# machine touches both sides alike: span runs, and profile runs too when
+# PROFILE is yes.
 record_sides() {
-  local out=$1 runs=$2 base_dir=$3 new_dir=$4 base_args=$5 new_args=$6 i
+  local out=$1 runs=$2 base_dir=$3 new_dir=$4 base_args=$5 new_args=$6 profile=$7 i
+  rm -f "$out"/base-*.data "$out"/new-*.data "$out"/profile-*.data
   for ((i = 1; i <= runs; i++)); do
-    # shellcheck disable=SC2086 # the arguments are words
-    record_capture "$base_dir" "$out/base-$i.data" $base_args
-    # shellcheck disable=SC2086
-    record_capture "$new_dir" "$out/new-$i.data" $new_args
+    record_capture "$base_dir" "$out/base-$i.data" SPAN_FLAGS "$base_args"
+    record_capture "$new_dir" "$out/new-$i.data" SPAN_FLAGS "$new_args"
+    [[ $profile == yes ]] || continue
+    record_capture "$base_dir" "$out/profile-base-$i.data" PROFILE_FLAGS "$base_args"
+    record_capture "$new_dir" "$out/profile-new-$i.data" PROFILE_FLAGS "$new_args"
   done
 }
 
-# compare_sides OUT GATE...: wprof's comparison of OUT/new-* against
-# OUT/base-*, its reports in OUT; returns wprof's exit status.
+# profiled GATE...: yes when a gate is on a function (func:), which only
+# the profile runs can decide.
+profiled() {
+  local gate
+  for gate in "$@"; do
+    [[ $gate == func:* ]] && { echo yes; return; }
+  done
+  echo no
+}
+
+# compare KIND OUT GATE...: wprof's comparison of OUT/KINDnew-* against
+# OUT/KINDbase-* (KIND empty or profile-), its reports in OUT named KIND...;
+# returns wprof's exit status.
+compare() {
+  local kind=$1 out=$2 gate
+  shift 2
+  local args=()
+  for gate in "$@"; do args+=(--fail-if "$gate"); done
+  case $kind in
+    profile-) args+=(--metric 'func:request.*' --metric 'func:compact.*'
+      --flamegraph "$out/diff.svg") ;;
+    *) args+=(--metric 'span:request.*' --metric 'process:bench.*') ;;
+  esac
+  "$WPROF" -R -D "$out/${kind}new-"*.data --baseline "$out/${kind}base-"*.data "${args[@]}" \
+    --report "$out/${kind}report.txt" --report-md "$out/${kind}report.md" \
+    --metrics "$out/${kind}comparison.json"
+}
+
+# compare_sides OUT PROFILE GATE...: the span runs compared with the gates
+# but func: ones, the profile runs (PROFILE yes) with the func: ones;
+# DIR/report.txt and report.md get both tables. Returns the worse exit
+# status (2 over 1 over 0).
 compare_sides() {
-  local out=$1
-  shift
-  local gates=()
-  for gate in "$@"; do gates+=(--fail-if "$gate"); done
-  "$WPROF" -R -D "$out"/new-*.data --baseline "$out"/base-*.data "${gates[@]}" \
-    --metric 'span:request.*' --metric 'func:request.*' --metric 'func:compact.*' \
-    --metric 'process:bench.*' \
-    --report "$out/report.txt" --report-md "$out/report.md" \
-    --metrics "$out/comparison.json" --flamegraph "$out/diff.svg"
+  local out=$1 profile=$2 gate
+  shift 2
+  local span_gates=() func_gates=() status=0 profile_status=0
+  for gate in "$@"; do
+    if [[ $gate == func:* ]]; then func_gates+=("$gate"); else span_gates+=("$gate"); fi
+  done
+  compare "" "$out" "${span_gates[@]}" || status=$?
+  [[ $profile == yes ]] || return "$status"
+  compare profile- "$out" "${func_gates[@]}" || profile_status=$?
+  for report in report.txt report.md; do
+    printf '\n' >>"$out/$report"
+    cat "$out/profile-$report" >>"$out/$report"
+  done
+  ((profile_status > status)) && status=$profile_status
+  return "$status"
 }
 
 main() {
@@ -122,7 +174,7 @@ main() {
       --base-args) base_args=$2; shift 2 ;;
       --new-args) new_args=$2; shift 2 ;;
       --fail-if) gates+=("$2"); shift 2 ;;
-      -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+      -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
       *) die "unknown argument: $1 (see --help)" ;;
     esac
   done
@@ -131,15 +183,16 @@ main() {
   [[ ${#gates[@]} -gt 0 ]] || gates=("${DEFAULT_GATES[@]}")
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
-  rm -f "$out"/base-*.data "$out"/new-*.data
   PRIORITY=$(priority)
   base_dir=${base_dir:-$out/build}
   new_dir=${new_dir:-$out/build}
   build_bench "$base_dir"
   build_bench "$new_dir"
-  record_sides "$out" "$runs" "$base_dir" "$new_dir" "$base_args" "$new_args"
+  local profile
+  profile=$(profiled "${gates[@]}")
+  record_sides "$out" "$runs" "$base_dir" "$new_dir" "$base_args" "$new_args" "$profile"
   local status=0
-  compare_sides "$out" "${gates[@]}" || status=$?
+  compare_sides "$out" "$profile" "${gates[@]}" || status=$?
   cat "$out/report.txt"
   return "$status"
 }

@@ -13,11 +13,11 @@ use crate::vocab::AttachPoint;
 
 /// `selected(task)`: whether the task passes the command line's task
 /// filters (1 when there are none). The call's args are the task's tgid,
-/// pid, flags, comm and its group leader's comm.
+/// pid, flags, comm and its group leader's comm and start time.
 pub struct Selected;
 
 /// The members of the task `selected()` reads, in its args' order; the
-/// group leader's `comm` follows them.
+/// group leader's `comm` and `start_time` follow them.
 const TASK_MEMBERS: [&str; 4] = ["tgid", "pid", "flags", "comm"];
 
 impl Expression for Selected {
@@ -38,7 +38,8 @@ impl Expression for Selected {
         for member in TASK_MEMBERS {
             args.push(cx.task_member(task.clone(), member)?);
         }
-        args.push(cx.task_member(leader, "comm")?);
+        args.push(cx.task_member(leader.clone(), "comm")?);
+        args.push(cx.task_member(leader, "start_time")?);
         Some(site.value(args, Type::I64))
     }
 

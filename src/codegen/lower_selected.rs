@@ -32,15 +32,16 @@ struct Task<'e> {
     flags: &'e TExpr,
     comm: &'e TExpr,
     leader_comm: &'e TExpr,
+    leader_start: &'e TExpr,
 }
 
 impl Lowerer<'_> {
     /// 1 when the task passes every exclude filter and (if any is given)
     /// some include filter, else 0. `fields` are the task's tgid, pid (the
-    /// tid), flags, comm and its group leader's comm.
+    /// tid), flags, comm and its group leader's comm and start time.
     pub(crate) fn selected(&mut self, fields: &[TExpr]) -> VReg {
-        let [tgid, tid, flags, comm, leader_comm] = fields else {
-            unreachable!("selected() reads five task members");
+        let [tgid, tid, flags, comm, leader_comm, leader_start] = fields else {
+            unreachable!("selected() reads six task members");
         };
         let filter = self.program.filter.clone();
         let task = Task {
@@ -49,12 +50,14 @@ impl Lowerer<'_> {
             flags,
             comm,
             leader_comm,
+            leader_start,
         };
         let (yes, no, done) = (self.label(), self.label(), self.label());
         if filter.command {
             self.comment("selected(): the command's process tree");
             let tgid = self.int_expr(task.tgid);
-            self.unless_in_command_tree(tgid, no);
+            let joined = self.unless_in_command_tree(tgid, no);
+            self.unless_same_process(joined, task.leader_start, no);
         }
         self.comment("selected(): exclude filters");
         self.any_id(task.tgid, &filter.no_pids, no);
@@ -122,8 +125,9 @@ impl Lowerer<'_> {
     }
 
     /// Jumps to `no` unless the process `tgid` is in the command's tree
-    /// ([`COMMAND_TREE_MAP`], which `--only-command` adds to the program).
-    pub(super) fn unless_in_command_tree(&mut self, tgid: VReg, no: Label) {
+    /// ([`COMMAND_TREE_MAP`], which `--only-command` adds to the program);
+    /// else the pointer to its entry's value.
+    pub(super) fn unless_in_command_tree(&mut self, tgid: VReg, no: Label) -> VReg {
         let index = (self.program.maps.iter())
             .position(|m| m.name == COMMAND_TREE_MAP)
             .expect("the command tree's tracker declares its map");
@@ -138,7 +142,27 @@ impl Lowerer<'_> {
         });
         let width = if size == 4 { Size::U32 } else { Size::U64 };
         self.store_reg(Base::Frame, key, tgid, width);
-        self.lookup_or_jump(map, key, no);
+        self.lookup_or_jump(map, key, no)
+    }
+
+    /// Jumps to `no` unless the tree's entry (`joined`, the pointer to its
+    /// value) is this task's process: the entry holds its leader's start
+    /// time from when it joined (1 for the command until it execs), so a
+    /// process that got an exited member's pid before that member's entry
+    /// left is not in the tree.
+    fn unless_same_process(&mut self, joined: VReg, leader_start: &TExpr, no: Label) {
+        let recorded = self.vreg();
+        self.emit(Inst::Load {
+            dst: recorded,
+            base: Base::Reg(joined),
+            offset: 0,
+            size: Size::U64,
+        });
+        let same = self.label();
+        self.branch(Cond::Eq, recorded, Src::Imm(1), same);
+        let start = self.int_expr(leader_start);
+        self.branch(Cond::Ne, recorded, Src::Reg(start), no);
+        self.emit(Inst::Bind(same));
     }
 
     /// The value at the key in the frame at `key`; jumps to `no` without one.

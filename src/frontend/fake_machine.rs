@@ -60,6 +60,7 @@ fn task_struct() -> KernelKind {
         member("tgid", ids::INT, 104),
         member("real_parent", ids::TASK_PTR, 112),
         member("group_leader", ids::TASK_PTR, 120),
+        member("start_time", ids::U64, 128),
         member("comm", ids::COMM, 200),
         member("se", ids::SCHED_ENTITY, 300),
         member("", ids::ANON_UNION, 400),

@@ -1,7 +1,8 @@
 //! Task filters in the kernel on real captures: name, pid and tid filters
 //! together with off-CPU stacks (whose `sched_switch` program has the least
 //! BPF stack to spare) record exactly the tasks they select; `--only-command`
-//! records the command's process tree alone, in trackers and user probes.
+//! records the command's process tree alone, in trackers and user probes,
+//! and not a process that got the pid of one that exited.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -224,6 +225,84 @@ fn only_command_records_processes_the_full_tree_left_out() {
         .filter_map(|e| e["task"]["pid"].as_u64())
         .collect();
     assert_eq!(callers, BTreeSet::from([parent, child]));
+}
+
+/// `--only-command` follows processes, not pids: a member of the tree
+/// exits and is reaped, and an unrelated process (forked by a spawner
+/// outside the tree, `/proc/sys/kernel/ns_last_pid` set so that it gets the
+/// member's pid) runs while the member's entry is still in the tree (it
+/// leaves when the member's task is freed, an RCU grace period later). The
+/// user's probes, which require the pid alone, count the newcomer's system
+/// calls, which proves it ran in that window; the trackers, whose
+/// `selected()` compares the leader's start time, recorded no event of it
+/// but those with a member (a switch to the command).
+#[test]
+fn only_command_does_not_follow_a_reused_pid() {
+    require_bpf!();
+    use std::io::Read;
+    let dir = fresh_dir("filters-pid-reuse");
+    let fifo = path_str(&dir.join("pids"));
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success(), "mkfifo {fifo}");
+    let spawner = Command::new(workload("pid_reuse"))
+        .args(["spawn", &fifo])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("the spawner starts");
+    let mut spawner = Background(spawner);
+    let json = dir.join("r.json");
+    let command = format!("{} member {fifo} 10", workload("pid_reuse"));
+    let run = wprof_ok(&[
+        "--only-command",
+        "-e",
+        "tracepoint:raw_syscalls:sys_enter { @calls[pid, comm] = count(); }",
+        "-J",
+        &path_str(&json),
+        "-c",
+        &command,
+    ]);
+    let mut spawned = String::new();
+    let stdout = spawner.0.stdout.as_mut().expect("the spawner's stdout");
+    stdout
+        .read_to_string(&mut spawned)
+        .expect("the spawner's output");
+    // "impostor CHILD WANTED": the children that got the member's pid.
+    let reused: BTreeSet<u64> = (spawned.lines())
+        .filter_map(|l| {
+            let mut words = l.strip_prefix("impostor ")?.split(' ');
+            let (child, wanted) = (words.next()?, words.next()?);
+            (child == wanted).then(|| child.parse().ok())?
+        })
+        .collect();
+    let calls = map_lines(&run.stdout);
+    let in_window: Vec<&u64> = (reused.iter())
+        .filter(|pid| calls.contains_key(&format!("@calls[{pid}, impostor]")))
+        .collect();
+    assert!(
+        !in_window.is_empty(),
+        "no process got a member's pid while its entry was in the tree: \
+         spawner:\n{spawned}\nmaps: {calls:?}"
+    );
+    let json = Ndjson::parse(&fs::read_to_string(&json).expect("NDJSON"));
+    let impostor = |t: &Value| {
+        t["comm"] == "impostor" && t["pid"].as_u64().is_some_and(|p| reused.contains(&p))
+    };
+    // The command and its members keep the command's name. A `free` is
+    // the member's (the newcomer runs before it), though the capture names
+    // its tid after the newcomer's identity, the latest it saw.
+    let member = |t: &Value| t["comm"] == "pid_reuse";
+    let selected: Vec<&Value> = (json.events.iter())
+        .filter(|e| e["t"] != "free" && involves(e, impostor) && !involves(e, member))
+        .collect();
+    assert!(
+        selected.is_empty(),
+        "{} events: {:?}",
+        selected.len(),
+        selected.first()
+    );
 }
 
 /// The pid the workload printed as `WHO PID`.

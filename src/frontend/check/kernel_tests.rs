@@ -307,11 +307,15 @@ fn selected_needs_filters() {
     let TExprKind::Call(call) = &value.kind else {
         panic!("selected: {value:?}");
     };
-    // tgid, pid, flags, comm, then the group leader's comm.
-    assert_eq!(call.args.len(), 5);
+    // tgid, pid, flags, comm, then the group leader's comm and start time.
+    assert_eq!(call.args.len(), 6);
     assert!(matches!(
         call.args[4].kind,
         TExprKind::MemoryRead { offset: 200, .. }
+    ));
+    assert!(matches!(
+        call.args[5].kind,
+        TExprKind::MemoryRead { offset: 128, .. }
     ));
     let (message, ..) = error("tp_btf:sched_switch { $x = selected(1); }");
     assert_eq!(
