@@ -15,7 +15,10 @@ Parses FILE with `perfetto_trace_pb2` from the PyPI package `perfetto`
 - timestamps never decrease on a track (resolved through the clock
   snapshot: a packet on an incremental clock gives the delta from the
   previous one); slice BEGIN/END balance per track;
-- counter events are on counter tracks; a flow ends only after it started;
+- counter events are on counter tracks; flows as trace processor reads
+  them (`flow_ids` and `terminating_flow_ids`, or their varint `_old`
+  forms): a flow ends only while it is open, an id is reused only after
+  its flow ended, and no event both starts and ends one flow;
 - compact_sched arrays of a bundle have matching lengths and comm indices
   inside the bundle's intern table.
 Then prints counts and compares them with the --expect-* options.
@@ -59,8 +62,8 @@ class Checker:
         self.sequences = set()
         self.thread_slices = collections.Counter()
         self.counter_values = collections.Counter()
-        self.flows_started = set()
-        self.flows_ended = set()
+        self.open_flows = set()
+        self.flows = 0
         self.compact_cpus = set()
         self.compact_switches = 0
         self.tree_threads = set()
@@ -175,12 +178,7 @@ class Checker:
             self.error(index, f"timestamp {ts} goes back on track {track}")
         self.last_ts[track] = ts
         kind = event.type
-        for flow in event.flow_ids:
-            self.flows_started.add(flow)
-        for flow in event.terminating_flow_ids:
-            if flow not in self.flows_started:
-                self.error(index, f"flow {flow} ends before it starts")
-            self.flows_ended.add(flow)
+        self.flow(index, event)
         if kind == TE.TYPE_COUNTER:
             desc = self.tracks.get(track)
             if desc is None or not desc.HasField("counter"):
@@ -223,6 +221,22 @@ class Checker:
         else:
             self.error(index, f"unexpected TrackEvent type {kind}")
 
+    def flow(self, index, event):
+        starts = list(event.flow_ids) + list(event.flow_ids_old)
+        ends = list(event.terminating_flow_ids) + list(event.terminating_flow_ids_old)
+        for flow in starts:
+            if flow in self.open_flows:
+                self.error(index, f"flow id {flow} reused while its flow is open")
+            self.open_flows.add(flow)
+        for flow in ends:
+            if flow in starts:
+                self.error(index, f"flow {flow} starts and ends on one event")
+            elif flow not in self.open_flows:
+                self.error(index, f"flow {flow} ends but is not open")
+            else:
+                self.open_flows.remove(flow)
+                self.flows += 1
+
     def finish(self):
         if len(self.sequences) != 1:
             self.errors.append(f"{len(self.sequences)} packet sequences, expected 1")
@@ -239,7 +253,7 @@ class Checker:
             "names": dict(sorted(self.names.items())),
             "thread_slices": dict(sorted(self.thread_slices.items())),
             "counter_tracks": dict(sorted(self.counter_values.items())),
-            "flows": len(self.flows_started & self.flows_ended),
+            "flows": self.flows,
             "compact_sched_cpus": len(self.compact_cpus),
             "compact_sched_switches": self.compact_switches,
             "process_tree_threads": len(self.tree_threads),

@@ -29,7 +29,6 @@ pub struct EventPacket<'a> {
 
 const LEN: u64 = 2;
 const VARINT: u64 = 0;
-const FIXED64: u64 = 1;
 
 fn key(field: u32, wire: u64) -> u64 {
     u64::from(field) << 3 | wire
@@ -64,18 +63,16 @@ impl Cursor<'_> {
         self.varint(v);
     }
 
-    /// A repeated `fixed64` field, one tag per value (not packed, as upstream).
-    fn fixed64_fields(&mut self, field: u32, values: &[u64]) {
+    /// A repeated varint field, one tag per value (not packed, as upstream).
+    fn varint_fields(&mut self, field: u32, values: &[u64]) {
         for &v in values {
-            self.varint(key(field, FIXED64));
-            self.out[self.pos..self.pos + 8].copy_from_slice(&v.to_le_bytes());
-            self.pos += 8;
+            self.varint_field(field, v);
         }
     }
 }
 
-fn fixed64_fields_len(field: u32, values: &[u64]) -> usize {
-    values.len() * (varint_len(key(field, FIXED64)) + 8)
+fn varint_fields_len(field: u32, values: &[u64]) -> usize {
+    values.iter().map(|&v| varint_field_len(field, v)).sum()
 }
 
 /// `key + varint` field size.
@@ -113,8 +110,8 @@ fn track_event_len(e: &EventPacket) -> usize {
     len += e
         .counter_value
         .map_or(0, |v| varint_field_len(30, v as u64));
-    len += fixed64_fields_len(47, e.flow_ids);
-    len += fixed64_fields_len(48, e.terminating_flow_ids);
+    len += varint_fields_len(36, e.flow_ids);
+    len += varint_fields_len(42, e.terminating_flow_ids);
     len += e.callstack_iid.map_or(0, |iid| varint_field_len(56, iid));
     len
 }
@@ -156,8 +153,8 @@ pub fn put_event_packet(buf: &mut Vec<u8>, e: &EventPacket) -> usize {
     if let Some(v) = e.counter_value {
         out.varint_field(30, v as u64);
     }
-    out.fixed64_fields(47, e.flow_ids);
-    out.fixed64_fields(48, e.terminating_flow_ids);
+    out.varint_fields(36, e.flow_ids);
+    out.varint_fields(42, e.terminating_flow_ids);
     if let Some(iid) = e.callstack_iid {
         out.varint_field(56, iid);
     }

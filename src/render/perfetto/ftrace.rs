@@ -86,7 +86,6 @@ impl CompactSchedWriter {
         sched.waking_target_cpu.push(w.target_cpu as i32);
         sched.waking_prio.push(DEFAULT_PRIO);
         sched.waking_comm_index.push(index);
-        sched.waking_common_flags.push(0);
         self.full(cpu)
     }
 

@@ -524,6 +524,7 @@ impl<'a, 'o> Renderer<'a, 'o> {
         });
         self.annotations.clear();
         self.flows_out.clear();
+        self.sched.ended(&self.flows_in);
         self.flows_in.clear();
         result
     }
