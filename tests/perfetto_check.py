@@ -4,17 +4,19 @@ the renderer promises.
 
 Parses FILE with `perfetto_trace_pb2` from the PyPI package `perfetto`
 (`pip install perfetto`) and checks:
-- one trusted_packet_sequence_id, set on every packet; the first packet has
-  SEQ_INCREMENTAL_STATE_CLEARED;
-- every track_uuid (and parent_uuid) is described by an earlier
-  TrackDescriptor; thread tracks have pid and tid;
+- a trusted_packet_sequence_id on every packet; the first packet of each
+  sequence has SEQ_INCREMENTAL_STATE_CLEARED;
+- every track_uuid (and parent_uuid; an event without one is on its
+  sequence's default track) is described by an earlier TrackDescriptor;
+  thread tracks have pid and tid;
 - every interned id an event or interned entry refers to (event names,
   annotation names, string values, callstacks, frames, function names,
-  mappings, build ids, mapping paths, source paths) is defined in the same or
-  an earlier packet, and no iid is redefined with a different value;
-- timestamps never decrease on a track (resolved through the clock
-  snapshot: a packet on an incremental clock gives the delta from the
-  previous one); slice BEGIN/END balance per track;
+  mappings, build ids, mapping paths, source paths) is defined on the same
+  sequence in the same or an earlier packet, and no iid is redefined with a
+  different value (anywhere: one iid means one string in the trace);
+- timestamps never decrease on a track (resolved through the sequence's
+  clock snapshot: a packet on an incremental clock gives the delta from the
+  previous one on its sequence); slice BEGIN/END balance per track;
 - counter events are on counter tracks; flows as trace processor reads
   them (`flow_ids` and `terminating_flow_ids`, or their varint `_old`
   forms): a flow ends only while it is open, an id is reused only after
@@ -50,6 +52,16 @@ INTERNED = {
 }
 
 
+class Sequence:
+    """The incremental state of one packet sequence."""
+
+    def __init__(self):
+        self.defined = {field: set() for field in INTERNED}
+        self.default_clock = 6  # BOOTTIME unless TracePacketDefaults say otherwise
+        self.default_track = None
+        self.incremental = {}  # incremental clock id -> its current time
+
+
 class Checker:
     def __init__(self):
         self.errors = []
@@ -59,7 +71,8 @@ class Checker:
         self.open = collections.defaultdict(int)
         self.counts = collections.Counter()
         self.names = collections.Counter()
-        self.sequences = set()
+        self.sequences = {}
+        self.seq = None
         self.thread_slices = collections.Counter()
         self.counter_values = collections.Counter()
         self.open_flows = set()
@@ -69,8 +82,6 @@ class Checker:
         self.tree_threads = set()
         self.slice_names = collections.defaultdict(list)
         self.annotation_sums = collections.Counter()
-        self.default_clock = 6  # BOOTTIME unless TracePacketDefaults say otherwise
-        self.incremental = {}  # incremental clock id -> its current time
 
     def error(self, index, message):
         if len(self.errors) < 50:
@@ -79,21 +90,27 @@ class Checker:
     def need(self, index, field, iid, what):
         if iid == 0:
             self.error(index, f"{what} uses iid 0")
-        elif iid not in self.interned[field]:
-            self.error(index, f"{what} uses {field} iid {iid} before it is defined")
+        elif iid not in self.seq.defined[field]:
+            self.error(index, f"{what} uses {field} iid {iid} before its sequence defines it")
 
     def packet(self, index, packet):
         if not packet.HasField("trusted_packet_sequence_id"):
             self.error(index, "no trusted_packet_sequence_id")
-        self.sequences.add(packet.trusted_packet_sequence_id)
-        if index == 0 and not packet.sequence_flags & CLEARED:
-            self.error(index, "first packet lacks SEQ_INCREMENTAL_STATE_CLEARED")
+        sequence = packet.trusted_packet_sequence_id
+        if sequence not in self.sequences and not packet.sequence_flags & CLEARED:
+            self.error(index, f"first packet of sequence {sequence} lacks SEQ_INCREMENTAL_STATE_CLEARED")
+        if packet.sequence_flags & CLEARED:
+            self.sequences[sequence] = Sequence()
+        self.seq = self.sequences.setdefault(sequence, Sequence())
         if packet.HasField("clock_snapshot"):
             for clock in packet.clock_snapshot.clocks:
                 if clock.is_incremental:
-                    self.incremental[clock.clock_id] = clock.timestamp
+                    self.seq.incremental[clock.clock_id] = clock.timestamp
         if packet.HasField("trace_packet_defaults"):
-            self.default_clock = packet.trace_packet_defaults.timestamp_clock_id
+            defaults = packet.trace_packet_defaults
+            self.seq.default_clock = defaults.timestamp_clock_id
+            if defaults.track_event_defaults.HasField("track_uuid"):
+                self.seq.default_track = defaults.track_event_defaults.track_uuid
         if packet.HasField("timestamp"):
             packet.timestamp = self.resolve(index, packet)
         if packet.HasField("interned_data"):
@@ -109,14 +126,15 @@ class Checker:
 
     def resolve(self, index, packet):
         """The packet's absolute timestamp (in its clock's domain)."""
-        clock = packet.timestamp_clock_id if packet.HasField("timestamp_clock_id") else self.default_clock
-        if clock >= 64 and clock not in self.incremental:
+        seq = self.seq
+        clock = packet.timestamp_clock_id if packet.HasField("timestamp_clock_id") else seq.default_clock
+        if clock >= 64 and clock not in seq.incremental:
             self.error(index, f"timestamp on clock {clock}, which no clock snapshot defined")
             return packet.timestamp
-        if clock not in self.incremental:
+        if clock not in seq.incremental:
             return packet.timestamp
-        self.incremental[clock] += packet.timestamp
-        return self.incremental[clock]
+        seq.incremental[clock] += packet.timestamp
+        return seq.incremental[clock]
 
     def bundle(self, index, bundle):
         if not bundle.HasField("compact_sched"):
@@ -143,6 +161,7 @@ class Checker:
                 if entry.iid in table and table[entry.iid] != value:
                     self.error(index, f"{field} iid {entry.iid} redefined")
                 table[entry.iid] = value
+                self.seq.defined[field].add(entry.iid)
         # References inside interned data (defined in this packet or earlier).
         for mapping in data.mappings:
             if mapping.build_id:
@@ -170,7 +189,7 @@ class Checker:
         self.tracks[desc.uuid] = desc
 
     def event(self, index, packet, event):
-        track = event.track_uuid
+        track = event.track_uuid if event.HasField("track_uuid") else self.seq.default_track
         if track not in self.tracks:
             self.error(index, f"track_uuid {track} has no earlier TrackDescriptor")
         ts = packet.timestamp
@@ -238,8 +257,6 @@ class Checker:
                 self.flows += 1
 
     def finish(self):
-        if len(self.sequences) != 1:
-            self.errors.append(f"{len(self.sequences)} packet sequences, expected 1")
         for track, depth in self.open.items():
             if depth:
                 self.errors.append(f"{depth} slices never end on track {track}")

@@ -72,8 +72,17 @@ pub struct TracePacket {
 
 #[derive(Clone, PartialEq, Message)]
 pub struct TracePacketDefaults {
+    #[prost(message, optional, tag = "11")]
+    pub track_event_defaults: Option<TrackEventDefaults>,
     #[prost(uint32, optional, tag = "58")]
     pub timestamp_clock_id: Option<u32>,
+}
+
+/// The track of a sequence's events that name none.
+#[derive(Clone, PartialEq, Message)]
+pub struct TrackEventDefaults {
+    #[prost(uint64, optional, tag = "11")]
+    pub track_uuid: Option<u64>,
 }
 
 #[derive(Clone, PartialEq, Message)]

@@ -32,7 +32,7 @@ use super::ftrace::{Switch, Waking};
 use super::proto;
 use super::sched::OnCpu;
 use super::tracks::Names;
-use super::{Emit, RenderError, Renderer};
+use super::{Emit, On, RenderError, Renderer};
 use crate::capture::model::{Event, RecordSchema, ThreadId};
 use crate::render::tracker::{reported_state, softirq_name};
 use crate::tracking::records::delta;
@@ -111,7 +111,8 @@ impl Renderer<'_, '_> {
         }
         if let Some(on) = self.sched.switch_out(event.cpu, &mut self.flows_out) {
             if on.tid == prev_tid {
-                self.annotate_deltas(&deltas);
+                let sequence = self.track_sequence(on.track, event.ts_ns)?;
+                self.annotate_deltas(&deltas, On::Track(sequence));
             }
             self.end_slice(event.ts_ns, on.track)?;
         }
@@ -133,29 +134,51 @@ impl Renderer<'_, '_> {
         self.compact_switch(event, t, next, reported_state(prev_state, preempt))
     }
 
+    /// The sequence of on-CPU track `track`, started at `ts_ns` if new.
+    fn track_sequence(&mut self, track: u64, ts_ns: u64) -> Result<u32, RenderError> {
+        let ts_ns = self.start_ns.saturating_add(ts_ns);
+        let (id, start) = self.sequences.of(track, ts_ns);
+        if let Some(packet) = start {
+            self.writer.set_clock(id, ts_ns);
+            self.writer.write(&packet)?;
+        }
+        Ok(id)
+    }
+
+    /// Ends the on-CPU slice on `track`.
     fn end_slice(&mut self, ts_ns: u64, track: u64) -> Result<(), RenderError> {
-        self.emit(Emit {
-            ts_ns,
-            kind: proto::TYPE_SLICE_END,
-            track,
-            name_iid: None,
-            callstack_iid: None,
-        })
+        let sequence = self.track_sequence(track, ts_ns)?;
+        self.emit_on(
+            On::Track(sequence),
+            Emit {
+                ts_ns,
+                kind: proto::TYPE_SLICE_END,
+                track,
+                name_iid: None,
+                callstack_iid: None,
+            },
+        )
     }
 
     /// Begins `next`'s on-CPU slice, ending the flows that wait for it.
     fn begin_on_cpu(&mut self, ts_ns: u64, next: ThreadId, track: u64) -> Result<(), RenderError> {
-        let thread = self.source.thread(next);
+        let source = self.source;
+        let thread = source.thread(next);
         self.sched.take_flows(thread.tid, &mut self.flows_in);
         self.stats.slices += 1;
-        let name_iid = Some(self.interner.event_name_of(self.source, thread.name));
-        self.emit(Emit {
-            ts_ns,
-            kind: proto::TYPE_SLICE_BEGIN,
-            track,
-            name_iid,
-            callstack_iid: None,
-        })
+        let name_iid = self.interner.event_name_of(source, thread.name);
+        let sequence = self.track_sequence(track, ts_ns)?;
+        (self.sequences).event_name(sequence, name_iid, source.string(thread.name));
+        self.emit_on(
+            On::Track(sequence),
+            Emit {
+                ts_ns,
+                kind: proto::TYPE_SLICE_BEGIN,
+                track,
+                name_iid: Some(name_iid),
+                callstack_iid: None,
+            },
+        )
     }
 
     fn compact_switch(
@@ -272,7 +295,7 @@ impl Renderer<'_, '_> {
                 deltas.push((start.counter, delta(a, b)));
             }
         }
-        self.annotate_deltas(&deltas);
+        self.annotate_deltas(&deltas, On::Main);
         self.deltas = deltas;
         self.stats.slices += 1;
         self.emit(Emit {
