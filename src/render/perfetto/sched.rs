@@ -166,7 +166,7 @@ impl Sched {
     /// those started already (a flow whose start is still to come, its
     /// waker's slice still open, is dropped).
     pub fn take_flows(&mut self, tid: u32, flows: &mut Vec<u64>) {
-        let Some(task) = self.tasks.get_mut(&tid) else {
+        let Some(task) = self.tasks.get_mut(&tid).filter(|t| !t.flows.is_empty()) else {
             return;
         };
         let mut pending = std::mem::take(&mut task.flows);
