@@ -3,7 +3,7 @@
 //! Perfetto builds its CPU tracks and thread states. Each CPU buffers at most
 //! [`BATCH`] events; a full batch is written at once, the rest at the end.
 
-use std::collections::HashMap;
+use ahash::AHashMap as HashMap;
 
 use super::SEQUENCE_ID;
 use super::proto::{CompactSched, FtraceEventBundle, TracePacket};

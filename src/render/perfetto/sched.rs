@@ -9,7 +9,7 @@
 //! flow they named has ended (trace processor then forgets the id), so they
 //! stay small varints.
 
-use std::collections::HashMap;
+use ahash::AHashMap as HashMap;
 
 /// Flows waiting for a task's next slice beyond this many are dropped,
 /// oldest first (a task woken again and again without running).
