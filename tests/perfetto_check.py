@@ -4,18 +4,23 @@ the renderer promises.
 
 Parses FILE with `perfetto_trace_pb2` from the PyPI package `perfetto`
 (`pip install perfetto`) and checks:
-- one trusted_packet_sequence_id, set on every packet; the first packet has
-  SEQ_INCREMENTAL_STATE_CLEARED;
-- every track_uuid (and parent_uuid) is described by an earlier
-  TrackDescriptor; thread tracks have pid and tid;
+- a trusted_packet_sequence_id on every packet; the first packet of each
+  sequence has SEQ_INCREMENTAL_STATE_CLEARED;
+- every track_uuid (and parent_uuid; an event without one is on its
+  sequence's default track) is described by an earlier TrackDescriptor;
+  thread tracks have pid and tid;
 - every interned id an event or interned entry refers to (event names,
   annotation names, string values, callstacks, frames, function names,
-  mappings, build ids, mapping paths, source paths) is defined in the same or
-  an earlier packet, and no iid is redefined with a different value;
-- timestamps never decrease on a track (resolved through the clock
-  snapshot: a packet on an incremental clock gives the delta from the
-  previous one); slice BEGIN/END balance per track;
-- counter events are on counter tracks; a flow ends only after it started;
+  mappings, build ids, mapping paths, source paths) is defined on the same
+  sequence in the same or an earlier packet, and no iid is redefined with a
+  different value (anywhere: one iid means one string in the trace);
+- timestamps never decrease on a track (resolved through the sequence's
+  clock snapshot: a packet on an incremental clock gives the delta from the
+  previous one on its sequence); slice BEGIN/END balance per track;
+- counter events are on counter tracks; flows as trace processor reads
+  them (`flow_ids` and `terminating_flow_ids`, or their varint `_old`
+  forms): a flow ends only while it is open, an id is reused only after
+  its flow ended, and no event both starts and ends one flow;
 - compact_sched arrays of a bundle have matching lengths and comm indices
   inside the bundle's intern table.
 Then prints counts and compares them with the --expect-* options.
@@ -47,6 +52,16 @@ INTERNED = {
 }
 
 
+class Sequence:
+    """The incremental state of one packet sequence."""
+
+    def __init__(self):
+        self.defined = {field: set() for field in INTERNED}
+        self.default_clock = 6  # BOOTTIME unless TracePacketDefaults say otherwise
+        self.default_track = None
+        self.incremental = {}  # incremental clock id -> its current time
+
+
 class Checker:
     def __init__(self):
         self.errors = []
@@ -56,18 +71,17 @@ class Checker:
         self.open = collections.defaultdict(int)
         self.counts = collections.Counter()
         self.names = collections.Counter()
-        self.sequences = set()
+        self.sequences = {}
+        self.seq = None
         self.thread_slices = collections.Counter()
         self.counter_values = collections.Counter()
-        self.flows_started = set()
-        self.flows_ended = set()
+        self.open_flows = set()
+        self.flows = 0
         self.compact_cpus = set()
         self.compact_switches = 0
         self.tree_threads = set()
         self.slice_names = collections.defaultdict(list)
         self.annotation_sums = collections.Counter()
-        self.default_clock = 6  # BOOTTIME unless TracePacketDefaults say otherwise
-        self.incremental = {}  # incremental clock id -> its current time
 
     def error(self, index, message):
         if len(self.errors) < 50:
@@ -76,21 +90,27 @@ class Checker:
     def need(self, index, field, iid, what):
         if iid == 0:
             self.error(index, f"{what} uses iid 0")
-        elif iid not in self.interned[field]:
-            self.error(index, f"{what} uses {field} iid {iid} before it is defined")
+        elif iid not in self.seq.defined[field]:
+            self.error(index, f"{what} uses {field} iid {iid} before its sequence defines it")
 
     def packet(self, index, packet):
         if not packet.HasField("trusted_packet_sequence_id"):
             self.error(index, "no trusted_packet_sequence_id")
-        self.sequences.add(packet.trusted_packet_sequence_id)
-        if index == 0 and not packet.sequence_flags & CLEARED:
-            self.error(index, "first packet lacks SEQ_INCREMENTAL_STATE_CLEARED")
+        sequence = packet.trusted_packet_sequence_id
+        if sequence not in self.sequences and not packet.sequence_flags & CLEARED:
+            self.error(index, f"first packet of sequence {sequence} lacks SEQ_INCREMENTAL_STATE_CLEARED")
+        if packet.sequence_flags & CLEARED:
+            self.sequences[sequence] = Sequence()
+        self.seq = self.sequences.setdefault(sequence, Sequence())
         if packet.HasField("clock_snapshot"):
             for clock in packet.clock_snapshot.clocks:
                 if clock.is_incremental:
-                    self.incremental[clock.clock_id] = clock.timestamp
+                    self.seq.incremental[clock.clock_id] = clock.timestamp
         if packet.HasField("trace_packet_defaults"):
-            self.default_clock = packet.trace_packet_defaults.timestamp_clock_id
+            defaults = packet.trace_packet_defaults
+            self.seq.default_clock = defaults.timestamp_clock_id
+            if defaults.track_event_defaults.HasField("track_uuid"):
+                self.seq.default_track = defaults.track_event_defaults.track_uuid
         if packet.HasField("timestamp"):
             packet.timestamp = self.resolve(index, packet)
         if packet.HasField("interned_data"):
@@ -106,14 +126,15 @@ class Checker:
 
     def resolve(self, index, packet):
         """The packet's absolute timestamp (in its clock's domain)."""
-        clock = packet.timestamp_clock_id if packet.HasField("timestamp_clock_id") else self.default_clock
-        if clock >= 64 and clock not in self.incremental:
+        seq = self.seq
+        clock = packet.timestamp_clock_id if packet.HasField("timestamp_clock_id") else seq.default_clock
+        if clock >= 64 and clock not in seq.incremental:
             self.error(index, f"timestamp on clock {clock}, which no clock snapshot defined")
             return packet.timestamp
-        if clock not in self.incremental:
+        if clock not in seq.incremental:
             return packet.timestamp
-        self.incremental[clock] += packet.timestamp
-        return self.incremental[clock]
+        seq.incremental[clock] += packet.timestamp
+        return seq.incremental[clock]
 
     def bundle(self, index, bundle):
         if not bundle.HasField("compact_sched"):
@@ -140,6 +161,7 @@ class Checker:
                 if entry.iid in table and table[entry.iid] != value:
                     self.error(index, f"{field} iid {entry.iid} redefined")
                 table[entry.iid] = value
+                self.seq.defined[field].add(entry.iid)
         # References inside interned data (defined in this packet or earlier).
         for mapping in data.mappings:
             if mapping.build_id:
@@ -167,7 +189,7 @@ class Checker:
         self.tracks[desc.uuid] = desc
 
     def event(self, index, packet, event):
-        track = event.track_uuid
+        track = event.track_uuid if event.HasField("track_uuid") else self.seq.default_track
         if track not in self.tracks:
             self.error(index, f"track_uuid {track} has no earlier TrackDescriptor")
         ts = packet.timestamp
@@ -175,12 +197,7 @@ class Checker:
             self.error(index, f"timestamp {ts} goes back on track {track}")
         self.last_ts[track] = ts
         kind = event.type
-        for flow in event.flow_ids:
-            self.flows_started.add(flow)
-        for flow in event.terminating_flow_ids:
-            if flow not in self.flows_started:
-                self.error(index, f"flow {flow} ends before it starts")
-            self.flows_ended.add(flow)
+        self.flow(index, event)
         if kind == TE.TYPE_COUNTER:
             desc = self.tracks.get(track)
             if desc is None or not desc.HasField("counter"):
@@ -223,9 +240,23 @@ class Checker:
         else:
             self.error(index, f"unexpected TrackEvent type {kind}")
 
+    def flow(self, index, event):
+        starts = list(event.flow_ids) + list(event.flow_ids_old)
+        ends = list(event.terminating_flow_ids) + list(event.terminating_flow_ids_old)
+        for flow in starts:
+            if flow in self.open_flows:
+                self.error(index, f"flow id {flow} reused while its flow is open")
+            self.open_flows.add(flow)
+        for flow in ends:
+            if flow in starts:
+                self.error(index, f"flow {flow} starts and ends on one event")
+            elif flow not in self.open_flows:
+                self.error(index, f"flow {flow} ends but is not open")
+            else:
+                self.open_flows.remove(flow)
+                self.flows += 1
+
     def finish(self):
-        if len(self.sequences) != 1:
-            self.errors.append(f"{len(self.sequences)} packet sequences, expected 1")
         for track, depth in self.open.items():
             if depth:
                 self.errors.append(f"{depth} slices never end on track {track}")
@@ -239,7 +270,7 @@ class Checker:
             "names": dict(sorted(self.names.items())),
             "thread_slices": dict(sorted(self.thread_slices.items())),
             "counter_tracks": dict(sorted(self.counter_values.items())),
-            "flows": len(self.flows_started & self.flows_ended),
+            "flows": self.flows,
             "compact_sched_cpus": len(self.compact_cpus),
             "compact_sched_switches": self.compact_switches,
             "process_tree_threads": len(self.tree_threads),

@@ -128,7 +128,7 @@ TE = pb.TrackEvent
 trace = pb.Trace()
 trace.ParseFromString(open(sys.argv[1], "rb").read())
 names, funcs, frames, stacks, tracks, events, open_slices = {}, {}, {}, {}, {}, [], {}
-incremental, default_clock = {}, 6
+incremental, default_clock = {}, {}
 def thread_of(uuid):
     while uuid in tracks:
         d = tracks[uuid]
@@ -138,16 +138,23 @@ def thread_of(uuid):
             break
         uuid = d.parent_uuid
     return None, None
+default_track = {}
 for p in trace.packet:
+    seq = p.trusted_packet_sequence_id
     for c in p.clock_snapshot.clocks:
-        if c.is_incremental: incremental[c.clock_id] = c.timestamp
+        if c.is_incremental: incremental[(seq, c.clock_id)] = c.timestamp
     if p.HasField("trace_packet_defaults"):
-        default_clock = p.trace_packet_defaults.timestamp_clock_id
+        d = p.trace_packet_defaults
+        default_clock[seq] = d.timestamp_clock_id
+        if d.track_event_defaults.HasField("track_uuid"):
+            default_track[seq] = d.track_event_defaults.track_uuid
     ts = p.timestamp
-    clock = p.timestamp_clock_id if p.HasField("timestamp_clock_id") else default_clock
+    clock = (seq, p.timestamp_clock_id if p.HasField("timestamp_clock_id") else default_clock.get(seq, 6))
     if p.HasField("timestamp") and clock in incremental:
         incremental[clock] += p.timestamp
         ts = incremental[clock]
+    if p.HasField("track_event") and not p.track_event.HasField("track_uuid"):
+        p.track_event.track_uuid = default_track[seq]
     if p.HasField("interned_data"):
         i = p.interned_data
         for e in i.event_names: names[e.iid] = e.name

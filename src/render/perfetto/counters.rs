@@ -10,7 +10,7 @@
 use std::cmp::Reverse;
 
 use super::encode::EventPacket;
-use super::{RenderError, Renderer, proto};
+use super::{On, RenderError, Renderer, SEQUENCE_ID, proto};
 use crate::capture::model::Event;
 use crate::tracking::records::{Delta, PmuField, reading};
 
@@ -37,9 +37,10 @@ impl Renderer<'_, '_> {
                 continue;
             }
             self.writer.write_event(&EventPacket {
+                sequence_id: SEQUENCE_ID,
                 timestamp: self.start_ns.saturating_add(ts_ns),
                 kind: proto::TYPE_COUNTER,
-                track_uuid: track,
+                track_uuid: Some(track),
                 counter_value: value,
                 ..EventPacket::default()
             })?;
@@ -48,20 +49,27 @@ impl Renderer<'_, '_> {
     }
 
     /// Adds one annotation per counter delta (`pmu:C`), and `pmu_multiplexed`
-    /// when any of them is an estimate.
-    pub(super) fn annotate_deltas(&mut self, deltas: &[(usize, Delta)]) {
+    /// when any of them is an estimate, for a packet on sequence `on`.
+    pub(super) fn annotate_deltas(&mut self, deltas: &[(usize, Delta)], on: On) {
         let mut multiplexed = false;
         for &(counter, delta) in deltas {
             if self.pmu_iids[counter] == 0 {
                 self.pmu_iids[counter] = self.interner.annotation_name(&self.pmu_names[counter]);
             }
             let name = self.pmu_iids[counter];
+            if let On::Track(sequence) = on {
+                (self.sequences).annotation_name(sequence, name, &self.pmu_names[counter]);
+            }
             let value = proto::AnnotationValue::Uint(delta.count);
             self.annotations.push((name, value));
             multiplexed |= delta.multiplexed;
         }
         if multiplexed {
-            let name = self.interner.annotation_name("pmu_multiplexed");
+            const MULTIPLEXED: &str = "pmu_multiplexed";
+            let name = self.interner.annotation_name(MULTIPLEXED);
+            if let On::Track(sequence) = on {
+                self.sequences.annotation_name(sequence, name, MULTIPLEXED);
+            }
             self.annotations
                 .push((name, proto::AnnotationValue::Uint(1)));
         }

@@ -6,16 +6,17 @@
 
 use prost::Message;
 
-use super::SEQUENCE_ID;
 use super::proto::{self, AnnotationValue, InternedData};
 
 /// One event packet's content.
 #[derive(Default)]
 pub struct EventPacket<'a> {
+    pub sequence_id: u32,
     pub timestamp: u64,
     /// A `TrackEvent.Type`.
     pub kind: i32,
-    pub track_uuid: u64,
+    /// `None`: the sequence's default track.
+    pub track_uuid: Option<u64>,
     pub name_iid: Option<u64>,
     pub callstack_iid: Option<u64>,
     pub counter_value: Option<i64>,
@@ -29,7 +30,6 @@ pub struct EventPacket<'a> {
 
 const LEN: u64 = 2;
 const VARINT: u64 = 0;
-const FIXED64: u64 = 1;
 
 fn key(field: u32, wire: u64) -> u64 {
     u64::from(field) << 3 | wire
@@ -64,18 +64,16 @@ impl Cursor<'_> {
         self.varint(v);
     }
 
-    /// A repeated `fixed64` field, one tag per value (not packed, as upstream).
-    fn fixed64_fields(&mut self, field: u32, values: &[u64]) {
+    /// A repeated varint field, one tag per value (not packed, as upstream).
+    fn varint_fields(&mut self, field: u32, values: &[u64]) {
         for &v in values {
-            self.varint(key(field, FIXED64));
-            self.out[self.pos..self.pos + 8].copy_from_slice(&v.to_le_bytes());
-            self.pos += 8;
+            self.varint_field(field, v);
         }
     }
 }
 
-fn fixed64_fields_len(field: u32, values: &[u64]) -> usize {
-    values.len() * (varint_len(key(field, FIXED64)) + 8)
+fn varint_fields_len(field: u32, values: &[u64]) -> usize {
+    values.iter().map(|&v| varint_field_len(field, v)).sum()
 }
 
 /// `key + varint` field size.
@@ -109,12 +107,12 @@ fn track_event_len(e: &EventPacket) -> usize {
         .sum();
     len += varint_field_len(9, e.kind as u64);
     len += e.name_iid.map_or(0, |iid| varint_field_len(10, iid));
-    len += varint_field_len(11, e.track_uuid);
+    len += e.track_uuid.map_or(0, |uuid| varint_field_len(11, uuid));
     len += e
         .counter_value
         .map_or(0, |v| varint_field_len(30, v as u64));
-    len += fixed64_fields_len(47, e.flow_ids);
-    len += fixed64_fields_len(48, e.terminating_flow_ids);
+    len += varint_fields_len(36, e.flow_ids);
+    len += varint_fields_len(42, e.terminating_flow_ids);
     len += e.callstack_iid.map_or(0, |iid| varint_field_len(56, iid));
     len
 }
@@ -125,7 +123,7 @@ pub fn put_event_packet(buf: &mut Vec<u8>, e: &EventPacket) -> usize {
     let event_len = track_event_len(e);
     let interned_len = e.interned.map(|data| data.encoded_len());
     let packet_len = varint_field_len(8, e.timestamp)
-        + varint_field_len(10, u64::from(SEQUENCE_ID))
+        + varint_field_len(10, u64::from(e.sequence_id))
         + message_field_len(11, event_len)
         + interned_len.map_or(0, |len| message_field_len(12, len));
     let fixed_len = message_field_len(proto::TRACE_PACKET_FIELD, packet_len)
@@ -138,7 +136,7 @@ pub fn put_event_packet(buf: &mut Vec<u8>, e: &EventPacket) -> usize {
     out.varint(key(proto::TRACE_PACKET_FIELD, LEN));
     out.varint(packet_len as u64);
     out.varint_field(8, e.timestamp);
-    out.varint_field(10, u64::from(SEQUENCE_ID));
+    out.varint_field(10, u64::from(e.sequence_id));
     out.varint(key(11, LEN));
     out.varint(event_len as u64);
     for (name, value) in e.annotations {
@@ -152,12 +150,14 @@ pub fn put_event_packet(buf: &mut Vec<u8>, e: &EventPacket) -> usize {
     if let Some(iid) = e.name_iid {
         out.varint_field(10, iid);
     }
-    out.varint_field(11, e.track_uuid);
+    if let Some(uuid) = e.track_uuid {
+        out.varint_field(11, uuid);
+    }
     if let Some(v) = e.counter_value {
         out.varint_field(30, v as u64);
     }
-    out.fixed64_fields(47, e.flow_ids);
-    out.fixed64_fields(48, e.terminating_flow_ids);
+    out.varint_fields(36, e.flow_ids);
+    out.varint_fields(42, e.terminating_flow_ids);
     if let Some(iid) = e.callstack_iid {
         out.varint_field(56, iid);
     }
@@ -183,7 +183,7 @@ mod tests {
     fn prost_bytes(e: &EventPacket) -> Vec<u8> {
         let packet = TracePacket {
             timestamp: Some(e.timestamp),
-            trusted_packet_sequence_id: Some(SEQUENCE_ID),
+            trusted_packet_sequence_id: Some(e.sequence_id),
             track_event: Some(TrackEvent {
                 debug_annotations: e
                     .annotations
@@ -195,7 +195,7 @@ mod tests {
                     .collect(),
                 r#type: Some(e.kind),
                 name_iid: e.name_iid,
-                track_uuid: Some(e.track_uuid),
+                track_uuid: e.track_uuid,
                 counter_value: e.counter_value,
                 flow_ids: e.flow_ids.to_vec(),
                 terminating_flow_ids: e.terminating_flow_ids.to_vec(),
@@ -210,7 +210,8 @@ mod tests {
     }
 
     /// The hand encoder writes what prost writes, for small and large values,
-    /// negative ints, interned data, flows, counters and bare slice ENDs.
+    /// negative ints, interned data, flows, counters and bare slice ENDs on
+    /// their sequence's default track.
     #[test]
     fn matches_prost() {
         let interned = InternedData {
@@ -228,9 +229,10 @@ mod tests {
         ];
         let cases = [
             EventPacket {
+                sequence_id: 1,
                 timestamp: 86_400_000_000_000,
                 kind: TYPE_INSTANT,
-                track_uuid: 300,
+                track_uuid: Some(300),
                 name_iid: Some(1),
                 callstack_iid: Some(1 << 40),
                 annotations: &annotations,
@@ -240,15 +242,16 @@ mod tests {
                 ..EventPacket::default()
             },
             EventPacket {
+                sequence_id: 200,
                 timestamp: 0,
                 kind: TYPE_SLICE_END,
-                track_uuid: 1,
                 ..EventPacket::default()
             },
             EventPacket {
+                sequence_id: 1,
                 timestamp: 5,
                 kind: TYPE_COUNTER,
-                track_uuid: 9,
+                track_uuid: Some(9),
                 counter_value: Some(-3),
                 ..EventPacket::default()
             },

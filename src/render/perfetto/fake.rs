@@ -1,6 +1,7 @@
 //! The renderer's test capture, built on the shared [`FakeCapture`], and a
 //! decoder for what the renderer writes.
 
+use std::collections::HashMap;
 use std::io::Write;
 
 use prost::Message;
@@ -116,21 +117,35 @@ pub fn render(
 }
 
 /// The packets of a trace written by the renderer, with their timestamps
-/// resolved from deltas on the incremental clock to absolute ones, as a
-/// trace reader does.
+/// resolved from deltas on their sequence's incremental clock to absolute
+/// ones and their sequence's default track filled in, as a trace reader
+/// does.
 pub fn decode(bytes: &[u8]) -> Vec<TracePacket> {
-    let mut clock_ns = None;
+    // By sequence: its incremental clock and default track.
+    let mut clocks: HashMap<u32, u64> = HashMap::new();
+    let mut tracks: HashMap<u32, u64> = HashMap::new();
     let mut packets = decode_raw(bytes);
     for packet in &mut packets {
+        let sequence = packet.trusted_packet_sequence_id.expect("a sequence");
         let snapshot = packet.clock_snapshot.iter().flat_map(|s| &s.clocks);
         for clock in snapshot.filter(|c| c.is_incremental == Some(true)) {
             assert_eq!(clock.clock_id, Some(proto::CLOCK_INCREMENTAL));
-            clock_ns = clock.timestamp;
+            clocks.insert(sequence, clock.timestamp.expect("a time"));
+        }
+        let defaults = packet.trace_packet_defaults.as_ref();
+        if let Some(track) = defaults.and_then(|d| d.track_event_defaults.as_ref()) {
+            tracks.insert(sequence, track.track_uuid.expect("a track"));
         }
         if let Some(delta) = packet.timestamp {
-            let now = clock_ns.expect("a clock snapshot before timestamps") + delta;
-            clock_ns = Some(now);
-            packet.timestamp = Some(now);
+            let clock = clocks.get_mut(&sequence);
+            let clock = clock.expect("a clock snapshot before timestamps");
+            *clock += delta;
+            packet.timestamp = Some(*clock);
+        }
+        if let Some(event) = &mut packet.track_event
+            && event.track_uuid.is_none()
+        {
+            event.track_uuid = Some(tracks[&sequence]);
         }
     }
     packets

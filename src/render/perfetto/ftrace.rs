@@ -3,7 +3,7 @@
 //! Perfetto builds its CPU tracks and thread states. Each CPU buffers at most
 //! [`BATCH`] events; a full batch is written at once, the rest at the end.
 
-use std::collections::HashMap;
+use ahash::AHashMap as HashMap;
 
 use super::SEQUENCE_ID;
 use super::proto::{CompactSched, FtraceEventBundle, TracePacket};
@@ -86,7 +86,6 @@ impl CompactSchedWriter {
         sched.waking_target_cpu.push(w.target_cpu as i32);
         sched.waking_prio.push(DEFAULT_PRIO);
         sched.waking_comm_index.push(index);
-        sched.waking_common_flags.push(0);
         self.full(cpu)
     }
 

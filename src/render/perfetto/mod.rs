@@ -1,7 +1,8 @@
 //! Perfetto renderer (`-T`): a [`Capture`] → a Perfetto protobuf trace,
 //! streamed packet by packet.
 //!
-//! Layout of the output, one packet sequence (`SEQUENCE_ID`):
+//! Layout of the output, on the main packet sequence (`SEQUENCE_ID`) but for
+//! on-CPU slices, which go on their track's own sequence ([`sequences`]):
 //! - the first packet clears incremental state, declares the capture's
 //!   `CLOCK_MONOTONIC` as the trace clock (with the realtime clock beside it
 //!   in a `ClockSnapshot`) and, equal to it at the start, an incremental
@@ -37,6 +38,7 @@ mod interning;
 mod process_tree;
 mod proto;
 mod sched;
+mod sequences;
 mod system;
 #[cfg(test)]
 mod system_tests;
@@ -56,6 +58,7 @@ use self::proto::{
     AnnotationValue, Clock, ClockSnapshot, TracePacket, TracePacketDefaults, TrackDescriptor,
 };
 use self::sched::Sched;
+use self::sequences::Sequences;
 use self::tracks::{Names, Tracks};
 use crate::capture::model::{Event, FieldValue, RecordKind, RecordSchema, Thread, ThreadId};
 use crate::render::filter::Filter;
@@ -64,7 +67,7 @@ use crate::render::{Capture, Captures, Destination, Output, Render, RenderError}
 use crate::tracking::records::{Delta, SwitchReadings};
 use crate::tracking::records::{TrackerSchema, Trackers};
 
-/// The one `trusted_packet_sequence_id` of the trace.
+/// The `trusted_packet_sequence_id` of the main sequence.
 const SEQUENCE_ID: u32 = 1;
 /// Buffered output is handed to the writer in chunks of about this size.
 const FLUSH_BYTES: usize = 256 * 1024;
@@ -140,17 +143,19 @@ struct PacketWriter<'w, 'o> {
     buf: Vec<u8>,
     packets: u64,
     bytes: u64,
-    /// The incremental clock: the last timestamp written (absolute, ns).
-    clock_ns: u64,
+    /// By sequence id: its incremental clock, the last timestamp written
+    /// (absolute, ns).
+    clocks: Vec<u64>,
 }
 
 impl PacketWriter<'_, '_> {
     fn write(&mut self, packet: &TracePacket) -> Result<(), RenderError> {
         let before = self.buf.len();
+        let sequence = packet.trusted_packet_sequence_id.unwrap_or(SEQUENCE_ID);
         match packet.timestamp {
             Some(ts) => {
                 let delta = TracePacket {
-                    timestamp: Some(self.advance(ts)),
+                    timestamp: Some(self.advance(sequence, ts)),
                     ..packet.clone()
                 };
                 prost::encoding::message::encode(proto::TRACE_PACKET_FIELD, &delta, &mut self.buf);
@@ -166,7 +171,7 @@ impl PacketWriter<'_, '_> {
 
     fn write_event(&mut self, event: &EventPacket) -> Result<(), RenderError> {
         let delta = EventPacket {
-            timestamp: self.advance(event.timestamp),
+            timestamp: self.advance(event.sequence_id, event.timestamp),
             ..*event
         };
         self.bytes += encode::put_event_packet(&mut self.buf, &delta) as u64;
@@ -174,12 +179,23 @@ impl PacketWriter<'_, '_> {
         self.flush_if_full()
     }
 
-    /// Moves the incremental clock to `ts_ns`, returning the delta. The
-    /// renderer writes in time order (it skips events that would go back).
-    fn advance(&mut self, ts_ns: u64) -> u64 {
-        debug_assert!(ts_ns >= self.clock_ns, "timestamps never decrease");
-        let delta = ts_ns.saturating_sub(self.clock_ns);
-        self.clock_ns = self.clock_ns.max(ts_ns);
+    /// Sets the incremental clock of `sequence` to `ts_ns`.
+    fn set_clock(&mut self, sequence: u32, ts_ns: u64) {
+        let index = sequence as usize;
+        if self.clocks.len() <= index {
+            self.clocks.resize(index + 1, 0);
+        }
+        self.clocks[index] = ts_ns;
+    }
+
+    /// Moves the incremental clock of `sequence` to `ts_ns`, returning the
+    /// delta. The renderer writes in time order (it skips events that would
+    /// go back).
+    fn advance(&mut self, sequence: u32, ts_ns: u64) -> u64 {
+        let clock = &mut self.clocks[sequence as usize];
+        debug_assert!(ts_ns >= *clock, "timestamps never decrease");
+        let delta = ts_ns.saturating_sub(*clock);
+        *clock = (*clock).max(ts_ns);
         delta
     }
 
@@ -221,6 +237,7 @@ struct Renderer<'a, 'o> {
     flows_out: Vec<u64>,
     flows_in: Vec<u64>,
     sched: Sched,
+    sequences: Sequences,
     switch_readings: SwitchReadings,
     /// Reused for the PMU deltas of one slice: (counter, delta).
     deltas: Vec<(usize, Delta)>,
@@ -243,6 +260,14 @@ struct Emit {
     callstack_iid: Option<u64>,
 }
 
+/// The sequence a packet goes on: the main one, or its track's own (see
+/// [`sequences`]), where the name and annotation names it uses are defined.
+#[derive(Clone, Copy)]
+enum On {
+    Main,
+    Track(u32),
+}
+
 impl<'a, 'o> Renderer<'a, 'o> {
     fn new(capture: &'a Capture<'a>, trackers: &'a Trackers, out: &'a mut Output<'o>) -> Self {
         let source = capture.source;
@@ -256,7 +281,7 @@ impl<'a, 'o> Renderer<'a, 'o> {
                 buf: Vec::with_capacity(FLUSH_BYTES + 4096),
                 packets: 0,
                 bytes: 0,
-                clock_ns: 0,
+                clocks: Vec::new(),
             },
             interner: Interner::new(),
             tracks: Tracks::new(source),
@@ -268,6 +293,7 @@ impl<'a, 'o> Renderer<'a, 'o> {
             flows_out: Vec::new(),
             flows_in: Vec::new(),
             sched: Sched::default(),
+            sequences: Sequences::default(),
             switch_readings: SwitchReadings::default(),
             deltas: Vec::new(),
             compact_sched: CompactSchedWriter::default(),
@@ -297,7 +323,7 @@ impl<'a, 'o> Renderer<'a, 'o> {
                 ..clock(proto::CLOCK_INCREMENTAL, info.start_monotonic_ns)
             },
         ];
-        self.writer.clock_ns = info.start_monotonic_ns;
+        self.writer.set_clock(SEQUENCE_ID, info.start_monotonic_ns);
         if info.start_realtime_ns != 0 {
             clocks.push(clock(proto::CLOCK_REALTIME, info.start_realtime_ns));
         }
@@ -315,6 +341,7 @@ impl<'a, 'o> Renderer<'a, 'o> {
             }),
             trace_packet_defaults: Some(TracePacketDefaults {
                 timestamp_clock_id: Some(proto::CLOCK_INCREMENTAL),
+                track_event_defaults: None,
             }),
             ..TracePacket::default()
         })?;
@@ -506,14 +533,23 @@ impl<'a, 'o> Renderer<'a, 'o> {
         }
     }
 
+    /// Writes one event packet on the main sequence (see [`Self::emit_on`]).
+    fn emit(&mut self, e: Emit) -> Result<(), RenderError> {
+        self.emit_on(On::Main, e)
+    }
+
     /// Writes one event packet with the annotations and flows gathered for
     /// it and whatever was newly interned, then clears them.
-    fn emit(&mut self, e: Emit) -> Result<(), RenderError> {
-        let interned = self.interner.take_pending();
+    fn emit_on(&mut self, on: On, e: Emit) -> Result<(), RenderError> {
+        let (sequence_id, track_uuid, interned) = match on {
+            On::Main => (SEQUENCE_ID, Some(e.track), self.interner.take_pending()),
+            On::Track(id) => (id, None, self.sequences.take_pending()),
+        };
         let result = self.writer.write_event(&EventPacket {
+            sequence_id,
             timestamp: self.start_ns.saturating_add(e.ts_ns),
             kind: e.kind,
-            track_uuid: e.track,
+            track_uuid,
             name_iid: e.name_iid,
             callstack_iid: e.callstack_iid,
             annotations: &self.annotations,
@@ -524,6 +560,7 @@ impl<'a, 'o> Renderer<'a, 'o> {
         });
         self.annotations.clear();
         self.flows_out.clear();
+        self.sched.ended(&self.flows_in);
         self.flows_in.clear();
         result
     }
@@ -536,12 +573,13 @@ impl<'a, 'o> Renderer<'a, 'o> {
             }
             self.ends.pop();
             self.writer.write_event(&EventPacket {
+                sequence_id: SEQUENCE_ID,
                 timestamp: self.start_ns.saturating_add(end_ns),
                 kind: match value {
                     Some(_) => proto::TYPE_COUNTER,
                     None => proto::TYPE_SLICE_END,
                 },
-                track_uuid: track,
+                track_uuid: Some(track),
                 counter_value: value,
                 ..EventPacket::default()
             })?;

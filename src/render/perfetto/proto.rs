@@ -72,8 +72,17 @@ pub struct TracePacket {
 
 #[derive(Clone, PartialEq, Message)]
 pub struct TracePacketDefaults {
+    #[prost(message, optional, tag = "11")]
+    pub track_event_defaults: Option<TrackEventDefaults>,
     #[prost(uint32, optional, tag = "58")]
     pub timestamp_clock_id: Option<u32>,
+}
+
+/// The track of a sequence's events that name none.
+#[derive(Clone, PartialEq, Message)]
+pub struct TrackEventDefaults {
+    #[prost(uint64, optional, tag = "11")]
+    pub track_uuid: Option<u64>,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -151,9 +160,13 @@ pub struct TrackEvent {
     /// Oneof `counter_value_field`.
     #[prost(int64, optional, tag = "30")]
     pub counter_value: Option<i64>,
-    #[prost(fixed64, repeated, packed = "false", tag = "47")]
+    /// Upstream `flow_ids_old`: varints, 3 bytes for the small ids the
+    /// renderer reuses, where `flow_ids` (47) is `fixed64`, 10 bytes.
+    /// Trace processor reads both alike.
+    #[prost(uint64, repeated, packed = "false", tag = "36")]
     pub flow_ids: Vec<u64>,
-    #[prost(fixed64, repeated, packed = "false", tag = "48")]
+    /// Upstream `terminating_flow_ids_old` (the `fixed64` one is 48).
+    #[prost(uint64, repeated, packed = "false", tag = "42")]
     pub terminating_flow_ids: Vec<u64>,
     /// Interned `Callstack` (oneof `callstack_field`).
     #[prost(uint64, optional, tag = "56")]
@@ -322,8 +335,6 @@ pub struct CompactSched {
     pub waking_prio: Vec<i32>,
     #[prost(uint32, repeated, tag = "11")]
     pub waking_comm_index: Vec<u32>,
-    #[prost(uint32, repeated, tag = "12")]
-    pub waking_common_flags: Vec<u32>,
 }
 
 #[derive(Clone, PartialEq, Message)]

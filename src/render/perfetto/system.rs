@@ -8,9 +8,13 @@
 //!   for `next`, named after its comm, on its thread track (an idle task's
 //!   on its CPU's track); preemption starts a flow that ends at the
 //!   preempted task's next slice;
-//! - `waking`: a `compact_sched` waking, and an instant on the waker's track
-//!   (no annotations: wakee and target CPU are the waking's) with a flow to
-//!   the wakee's next slice;
+//! - `waking`: a `compact_sched` waking, and a flow to the wakee's next
+//!   slice. When the wakee is to run on the waker's CPU and the waker's
+//!   on-CPU slice is open there (the usual case), the flow leaves that
+//!   slice: its END carries it, and nothing else is written (the waking's
+//!   time, wakee and target CPU are `compact_sched`'s; should the wakee run
+//!   elsewhere before that END, the flow is dropped). Otherwise it leaves
+//!   an instant on the waker's track (no annotations, for the same reason);
 //! - `wakeup_new`, `fork`: an instant on the current task's track, fields as
 //!   annotations, with a flow to the other task's next slice; a
 //!   `wakeup_new` is also a `compact_sched` waking;
@@ -28,7 +32,7 @@ use super::ftrace::{Switch, Waking};
 use super::proto;
 use super::sched::OnCpu;
 use super::tracks::Names;
-use super::{Emit, RenderError, Renderer};
+use super::{Emit, On, RenderError, Renderer};
 use crate::capture::model::{Event, RecordSchema, ThreadId};
 use crate::render::tracker::{reported_state, softirq_name};
 use crate::tracking::records::delta;
@@ -105,9 +109,10 @@ impl Renderer<'_, '_> {
                 deltas.push((field.counter, d));
             }
         }
-        if let Some(on) = self.sched.switch_out(event.cpu) {
+        if let Some(on) = self.sched.switch_out(event.cpu, &mut self.flows_out) {
             if on.tid == prev_tid {
-                self.annotate_deltas(&deltas);
+                let sequence = self.track_sequence(on.track, event.ts_ns)?;
+                self.annotate_deltas(&deltas, On::Track(sequence));
             }
             self.end_slice(event.ts_ns, on.track)?;
         }
@@ -115,7 +120,8 @@ impl Renderer<'_, '_> {
         self.write_counters(event, &t.pmu, event.ts_ns)?;
         if let Some(track) = self.task_track(next, event.cpu)? {
             let tid = source.thread(next).tid;
-            if let Some(stale) = self.sched.switch_in(event.cpu, OnCpu { track, tid }) {
+            let on = OnCpu { track, tid };
+            if let Some(stale) = self.sched.switch_in(event.cpu, on, &mut self.flows_out) {
                 self.end_slice(event.ts_ns, stale.track)?;
             }
             if preempt && prev_tid != 0 && self.selected(event.thread) {
@@ -128,29 +134,51 @@ impl Renderer<'_, '_> {
         self.compact_switch(event, t, next, reported_state(prev_state, preempt))
     }
 
+    /// The sequence of on-CPU track `track`, started at `ts_ns` if new.
+    fn track_sequence(&mut self, track: u64, ts_ns: u64) -> Result<u32, RenderError> {
+        let ts_ns = self.start_ns.saturating_add(ts_ns);
+        let (id, start) = self.sequences.of(track, ts_ns);
+        if let Some(packet) = start {
+            self.writer.set_clock(id, ts_ns);
+            self.writer.write(&packet)?;
+        }
+        Ok(id)
+    }
+
+    /// Ends the on-CPU slice on `track`.
     fn end_slice(&mut self, ts_ns: u64, track: u64) -> Result<(), RenderError> {
-        self.emit(Emit {
-            ts_ns,
-            kind: proto::TYPE_SLICE_END,
-            track,
-            name_iid: None,
-            callstack_iid: None,
-        })
+        let sequence = self.track_sequence(track, ts_ns)?;
+        self.emit_on(
+            On::Track(sequence),
+            Emit {
+                ts_ns,
+                kind: proto::TYPE_SLICE_END,
+                track,
+                name_iid: None,
+                callstack_iid: None,
+            },
+        )
     }
 
     /// Begins `next`'s on-CPU slice, ending the flows that wait for it.
     fn begin_on_cpu(&mut self, ts_ns: u64, next: ThreadId, track: u64) -> Result<(), RenderError> {
-        let thread = self.source.thread(next);
+        let source = self.source;
+        let thread = source.thread(next);
         self.sched.take_flows(thread.tid, &mut self.flows_in);
         self.stats.slices += 1;
-        let name_iid = Some(self.interner.event_name_of(self.source, thread.name));
-        self.emit(Emit {
-            ts_ns,
-            kind: proto::TYPE_SLICE_BEGIN,
-            track,
-            name_iid,
-            callstack_iid: None,
-        })
+        let name_iid = self.interner.event_name_of(source, thread.name);
+        let sequence = self.track_sequence(track, ts_ns)?;
+        (self.sequences).event_name(sequence, name_iid, source.string(thread.name));
+        self.emit_on(
+            On::Track(sequence),
+            Emit {
+                ts_ns,
+                kind: proto::TYPE_SLICE_BEGIN,
+                track,
+                name_iid: Some(name_iid),
+                callstack_iid: None,
+            },
+        )
     }
 
     fn compact_switch(
@@ -175,8 +203,9 @@ impl Renderer<'_, '_> {
         }
     }
 
-    /// `waking`, `wakeup_new` and `fork`: an instant with a flow to the
-    /// other task's next slice; a waking also goes to `compact_sched`.
+    /// `waking`, `wakeup_new` and `fork`: a flow to the other task's next
+    /// slice, from an instant on the current task's track; a waking also
+    /// goes to `compact_sched`.
     fn wake(
         &mut self,
         event: &Event,
@@ -189,18 +218,35 @@ impl Renderer<'_, '_> {
             return Ok(());
         };
         let wakee = source.thread(other);
+        let target_cpu = match t.kind {
+            Kind::Fork => event.cpu,
+            _ => t.uint(event, Field::TargetCpu).unwrap_or(event.cpu.into()) as u32,
+        };
         if let Some(track) = self.task_track(event.thread, event.cpu)? {
-            if wakee.tid != 0 && self.selected(other) {
-                let flow = self.sched.new_flow();
-                self.sched.add_flow(wakee.tid, flow);
-                self.flows_out.push(flow);
-            }
-            self.stats.instants += 1;
-            let name = self.interner.record(source, event.record).name;
-            if t.kind == Kind::Waking {
-                self.emit_event(event, (proto::TYPE_INSTANT, track), name)?;
+            let flow = (wakee.tid != 0 && self.selected(other)).then(|| self.sched.new_flow());
+            let waker = source.thread(event.thread).tid;
+            let on_waker_slice = t.kind == Kind::Waking
+                && target_cpu == event.cpu
+                && self
+                    .sched
+                    .running(event.cpu)
+                    .is_some_and(|on| on.tid == waker);
+            if on_waker_slice {
+                if let Some(flow) = flow {
+                    self.sched.add_flow_from(event.cpu, wakee.tid, flow);
+                }
             } else {
-                self.write_event(event, schema, (proto::TYPE_INSTANT, track), name)?;
+                if let Some(flow) = flow {
+                    self.sched.add_flow(wakee.tid, flow);
+                    self.flows_out.push(flow);
+                }
+                self.stats.instants += 1;
+                let name = self.interner.record(source, event.record).name;
+                if t.kind == Kind::Waking {
+                    self.emit_event(event, (proto::TYPE_INSTANT, track), name)?;
+                } else {
+                    self.write_event(event, schema, (proto::TYPE_INSTANT, track), name)?;
+                }
             }
         }
         if t.kind == Kind::Fork {
@@ -209,7 +255,7 @@ impl Renderer<'_, '_> {
         let waking = Waking {
             ts: self.start_ns.saturating_add(event.ts_ns),
             tid: wakee.tid,
-            target_cpu: t.uint(event, Field::TargetCpu).unwrap_or(event.cpu.into()) as u32,
+            target_cpu,
             comm: wakee.name,
         };
         let comm = source.string(wakee.name);
@@ -249,7 +295,7 @@ impl Renderer<'_, '_> {
                 deltas.push((start.counter, delta(a, b)));
             }
         }
-        self.annotate_deltas(&deltas);
+        self.annotate_deltas(&deltas, On::Main);
         self.deltas = deltas;
         self.stats.slices += 1;
         self.emit(Emit {
@@ -306,9 +352,10 @@ impl Renderer<'_, '_> {
     pub(super) fn finish_sched(&mut self) -> Result<(), RenderError> {
         let last = (self.ends.iter().map(|Reverse(end)| end.0)).fold(self.last_ts_ns, u64::max);
         self.end_slices_until(u64::MAX)?;
-        let open: Vec<OnCpu> = self.sched.open().collect();
-        for on in open {
-            self.end_slice(last, on.track)?;
+        for cpu in self.sched.open_cpus() {
+            if let Some(on) = self.sched.switch_out(cpu, &mut self.flows_out) {
+                self.end_slice(last, on.track)?;
+            }
         }
         for packet in self.compact_sched.finish() {
             self.writer.write(&packet)?;

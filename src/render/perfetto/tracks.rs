@@ -14,7 +14,7 @@
 //! a sibling "lane" track of the same record (`name #2`, `name #3`, …): the
 //! first lane whose open spans all enclose it, or a new lane.
 
-use std::collections::{HashMap, HashSet};
+use ahash::{AHashMap as HashMap, AHashSet as HashSet};
 
 use super::proto::{self, CounterDescriptor, ProcessDescriptor, ThreadDescriptor, TrackDescriptor};
 use crate::capture::model::{RecordId, Thread, ThreadId};
