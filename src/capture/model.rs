@@ -407,7 +407,7 @@ impl StackCount {
             StackCount::PendingEvicted => "off-CPU user stacks dropped (reorder window full)",
             StackCount::SnapshotUnwound => "walked from a stack copy",
             StackCount::SnapshotGivenUp => "stack copies given up",
-            StackCount::TablesAbandoned => "unwind table builds abandoned at the end",
+            StackCount::TablesAbandoned => "unwind table builds abandoned",
         }
     }
 }
