@@ -719,7 +719,7 @@ mod tests {
         manager.add_process(&mut store, pid).expect("add");
         assert!(store.rows.is_empty() && store.tables.is_empty());
         let code = manager.process_code(pid).expect("read");
-        let pc = holds_tables_built_after_the_stop as usize as u64;
+        let pc = holds_tables_built_after_the_stop as *const () as usize as u64;
         assert!(matches!(code.lookup(pc), CodeLookup::Rule(_)));
     }
 
@@ -737,7 +737,7 @@ mod tests {
         assert_eq!(manager.stats().abandoned_builds, building);
         assert_eq!(manager.building(), 0);
         let code = manager.process_code(pid).expect("read");
-        let pc = abandons_the_builds_left as usize as u64;
+        let pc = abandons_the_builds_left as *const () as usize as u64;
         assert!(matches!(code.lookup(pc), CodeLookup::NoTable));
     }
 
