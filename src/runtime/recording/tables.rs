@@ -372,6 +372,7 @@ mod tests {
                 (StackCount::TableRows, 100),
                 (StackCount::TableTextBytes, 0),
                 (StackCount::KernelTruncated, 2),
+                (StackCount::TablesAbandoned, 0),
             ]
         );
     }
