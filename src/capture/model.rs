@@ -352,10 +352,13 @@ pub enum StackCount {
     /// found them.
     SnapshotUnwound,
     SnapshotGivenUp,
+    /// Unwind table builds given up when the capture ended (the end waits
+    /// for none; their processes' stacks were walked without them).
+    TablesAbandoned,
 }
 
 impl StackCount {
-    pub const ALL: [StackCount; 19] = [
+    pub const ALL: [StackCount; 20] = [
         StackCount::Table,
         StackCount::FramePointer,
         StackCount::KernelWalk,
@@ -375,6 +378,7 @@ impl StackCount {
         StackCount::PendingEvicted,
         StackCount::SnapshotUnwound,
         StackCount::SnapshotGivenUp,
+        StackCount::TablesAbandoned,
     ];
 
     /// Its code in the capture's end chunk, and its label in summaries.
@@ -403,6 +407,7 @@ impl StackCount {
             StackCount::PendingEvicted => "off-CPU user stacks dropped (reorder window full)",
             StackCount::SnapshotUnwound => "walked from a stack copy",
             StackCount::SnapshotGivenUp => "stack copies given up",
+            StackCount::TablesAbandoned => "unwind table builds abandoned",
         }
     }
 }

@@ -4,6 +4,8 @@
 //! counted and its mappings fall back to frame pointers), and keeps one
 //! mappings entry per process, written when the process is added, written
 //! again when a table it waits for is placed, and removed when it exits.
+//! Once the capture stops, tables are held for walking stack copies only,
+//! and the builds left are abandoned.
 //! Input: pids. Output: writes through a [`TableStore`] (the BPF maps).
 
 use std::collections::HashMap;
@@ -68,6 +70,8 @@ pub struct ManagerStats {
     pub dropped_mappings: usize,
     /// Time spent building tables.
     pub build_time: Duration,
+    /// Builds given up when the capture ended.
+    pub abandoned_builds: usize,
 }
 
 /// How a process's mappings were covered when it was added.
@@ -93,6 +97,9 @@ enum TableState {
     /// Table id, first row, rows, and the rows themselves (stack copies
     /// are walked with them in user space, `unwind::snapshot`).
     Loaded(u32, u32, u32, Arc<UnwindTable>),
+    /// Built after the capture stopped: held for walking stack copies, not
+    /// written to the maps (no program reads them any more).
+    Held(Arc<UnwindTable>),
     Building,
     /// Why the file has none.
     Failed(String),
@@ -122,6 +129,8 @@ pub struct TableManager {
     files: HashMap<(String, u64), TableKey>,
     processes: HashMap<u32, Process>,
     builder: Builder<TableKey>,
+    /// Whether the capture stopped (see [`TableManager::stop`]).
+    stopped: bool,
     stats: ManagerStats,
     /// The stamp of the last mappings entry written (`process_mappings::STAMP`).
     last_stamp: u32,
@@ -149,6 +158,7 @@ impl TableManager {
             files: HashMap::new(),
             processes: HashMap::new(),
             builder,
+            stopped: false,
             stats: ManagerStats::default(),
             last_stamp: 0,
         }
@@ -161,6 +171,24 @@ impl TableManager {
     /// Tables being built.
     pub fn building(&self) -> usize {
         self.builder.pending()
+    }
+
+    /// The capture stopped: tables built from now on are only held for
+    /// walking stack copies ([`TableManager::process_code`]), not written
+    /// to the maps.
+    pub fn stop(&mut self) {
+        self.stopped = true;
+    }
+
+    /// Gives up the builds still running or queued (the end of the
+    /// capture waits for none): their files have no table.
+    pub fn abandon_builds(&mut self) {
+        self.stats.abandoned_builds += self.builder.abandon();
+        for file in self.tables.values_mut() {
+            if file.state == TableState::Building {
+                file.state = TableState::Failed("abandoned: the capture ended first".into());
+            }
+        }
     }
 
     /// Reads the executable mappings of `pid` (again, after an exec or a
@@ -255,7 +283,11 @@ impl TableManager {
             let state = match table {
                 Ok(table) => {
                     self.stats.failed_files += usize::from(table.rows.is_empty());
-                    self.place(store, table)?
+                    if self.stopped && !table.rows.is_empty() {
+                        TableState::Held(Arc::new(table))
+                    } else {
+                        self.place(store, table)?
+                    }
                 }
                 Err(reason) => {
                     self.stats.failed_files += 1;
@@ -269,6 +301,9 @@ impl TableManager {
                 }
             }
             self.tables.get_mut(&key).expect("present above").state = state;
+            if self.stopped {
+                continue;
+            }
             let users: Vec<u32> = (self.processes.iter())
                 .filter(|(_, p)| p.mappings.iter().any(|(_, k)| k.as_ref() == Some(&key)))
                 .map(|(&pid, _)| pid)
@@ -339,6 +374,7 @@ impl TableManager {
             TableState::Loaded(id, ..) => load_bias(&file.segments, mapping)
                 .map(|bias| (bias, *id))
                 .ok_or_else(|| "the mapping's offset is in no PT_LOAD segment".to_string()),
+            TableState::Held(_) => Err("its table was built after the capture stopped".into()),
             TableState::Building => Err("its table is being built".into()),
             TableState::Failed(reason) => Err(reason.clone()),
         }
@@ -507,10 +543,12 @@ impl CodeMap for ProcessCode<'_> {
             return CodeLookup::NoTable;
         };
         match &file.state {
-            TableState::Loaded(.., table) => match load_bias(&file.segments, mapping) {
-                Some(bias) => CodeLookup::Rule(table.lookup(pc.wrapping_sub(bias))),
-                None => CodeLookup::NoTable,
-            },
+            TableState::Loaded(.., table) | TableState::Held(table) => {
+                match load_bias(&file.segments, mapping) {
+                    Some(bias) => CodeLookup::Rule(table.lookup(pc.wrapping_sub(bias))),
+                    None => CodeLookup::NoTable,
+                }
+            }
             TableState::Building => CodeLookup::Building,
             TableState::Failed(_) => CodeLookup::NoTable,
         }
@@ -674,6 +712,39 @@ mod tests {
         assert_eq!(manager.stats().tables, 1, "the prepared table was freed");
         let not_elf = manager.prepare_file(std::path::Path::new("/proc/self/status"));
         assert!(not_elf.is_err());
+    }
+
+    /// After the stop, tables are held for walking copies, not written to
+    /// the maps: a pc of this process finds its rule, and no row is written.
+    #[test]
+    fn holds_tables_built_after_the_stop() {
+        let mut store = FakeStore::default();
+        let mut manager = TableManager::building_in_place(UnwindLimits::default());
+        manager.stop();
+        let pid = std::process::id();
+        manager.add_process(&mut store, pid).expect("add");
+        assert!(store.rows.is_empty() && store.tables.is_empty());
+        let code = manager.process_code(pid).expect("read");
+        let pc = holds_tables_built_after_the_stop as *const () as usize as u64;
+        assert!(matches!(code.lookup(pc), CodeLookup::Rule(_)));
+    }
+
+    /// Abandoned builds are counted, and their files then have no table
+    /// (a copy waiting on one is walked with frame pointers, not held).
+    #[test]
+    fn abandons_the_builds_left() {
+        let mut store = FakeStore::default();
+        let mut manager = TableManager::new(UnwindLimits::default());
+        let pid = std::process::id();
+        manager.add_process(&mut store, pid).expect("add");
+        let building = manager.building();
+        assert!(building >= 2, "{building}");
+        manager.abandon_builds();
+        assert_eq!(manager.stats().abandoned_builds, building);
+        assert_eq!(manager.building(), 0);
+        let code = manager.process_code(pid).expect("read");
+        let pc = abandons_the_builds_left as *const () as usize as u64;
+        assert!(matches!(code.lookup(pc), CodeLookup::NoTable));
     }
 
     /// Tables that do not fit the rows map are counted as dropped and their

@@ -73,6 +73,9 @@ struct Pending {
 
 /// Most value vectors kept for reuse.
 const SPARE_VALUES: usize = 4096;
+/// How often the end of a capture looks again at the stack copies waiting
+/// for tables being built.
+const LAST_TABLES_POLL: Duration = Duration::from_millis(10);
 
 /// Writes the events of one capture as their messages arrive.
 pub struct Recorder {
@@ -443,11 +446,26 @@ impl Recorder {
         }
     }
 
-    /// At the end of the capture: places the tables that stack copies
-    /// still wait for, waiting up to `wait` for their builds.
-    pub fn place_waited_tables(&mut self, loaded: &Loaded, wait: Duration) {
-        if !self.snapshots.is_empty() {
-            self.place_tables(loaded, wait);
+    /// At the end of the capture (its programs detached): processes what
+    /// is left, waiting up to `wait` while stack copies wait for tables
+    /// being built (held in memory: the maps are read no more), then
+    /// abandons the builds left, counted.
+    pub fn finish_tables(&mut self, loaded: &Loaded, wait: Duration) -> Result<(), RecordError> {
+        if let Some(tables) = &mut self.tables {
+            tables.stop();
+        }
+        let deadline = Instant::now() + wait;
+        loop {
+            self.process(loaded)?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some(tables) = &mut self.tables else {
+                return Ok(());
+            };
+            if self.snapshots.is_empty() || !tables.building() || left.is_zero() {
+                tables.abandon_builds();
+                return Ok(());
+            }
+            tables.place_built(loaded, left.min(LAST_TABLES_POLL));
         }
     }
 

@@ -170,7 +170,23 @@ impl Tables {
     /// Whether tables are being built or processes wait to be read: the
     /// recorder should update soon, not when events next wake it.
     pub(super) fn busy(&self) -> bool {
-        self.manager.building() > 0 || !self.wanted.is_empty()
+        self.building() || !self.wanted.is_empty()
+    }
+
+    /// Whether tables are being built.
+    pub(super) fn building(&self) -> bool {
+        self.manager.building() > 0
+    }
+
+    /// The capture stopped: tables built from now on are held for stack
+    /// copies only (`TableManager::stop`).
+    pub(super) fn stop(&mut self) {
+        self.manager.stop();
+    }
+
+    /// Gives up the builds left (the capture ends), counted.
+    pub(super) fn abandon_builds(&mut self) {
+        self.manager.abandon_builds();
     }
 
     /// Keeps the mappings of `pids` while they are gone (until the next
@@ -276,6 +292,7 @@ impl StackCounts {
             all.insert(StackCount::TablesDropped, tables.dropped_tables as u64);
             all.insert(StackCount::TableRows, u64::from(tables.peak_rows));
             all.insert(StackCount::TableTextBytes, tables.peak_text_bytes);
+            all.insert(StackCount::TablesAbandoned, tables.abandoned_builds as u64);
         }
         let mut counts: Vec<_> = all.into_iter().collect();
         counts.sort();
@@ -361,6 +378,7 @@ mod tests {
                 (StackCount::TableRows, 100),
                 (StackCount::TableTextBytes, 0),
                 (StackCount::KernelTruncated, 2),
+                (StackCount::TablesAbandoned, 0),
             ]
         );
     }

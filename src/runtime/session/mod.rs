@@ -281,8 +281,7 @@ pub fn run(
     }
     let capture = match receiver.recorder.take() {
         Some(mut recorder) => {
-            recorder.place_waited_tables(&loaded, LAST_TABLES_WAIT);
-            recorder.process(&loaded)?;
+            recorder.finish_tables(&loaded, LAST_TABLES_WAIT)?;
             let drops = drops::read_drops(&loaded, compiled)?;
             Some(recorder.finish(drops, stopped_ns.saturating_sub(start_ns))?)
         }

@@ -3,6 +3,7 @@
 
 mod captures;
 mod cost;
+mod ending;
 mod jit;
 mod kernel;
 mod plt;
