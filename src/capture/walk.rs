@@ -15,8 +15,8 @@ pub enum Unwinder {
     KernelWalk = 3,
     /// Reused from the task's last off-CPU walk: it blocked again from the
     /// same registers with the same stack words and mappings (the BPF walk
-    /// cache; captures before format 2.5 wrote it from an unvalidated
-    /// cache).
+    /// cache, format 2.6; captures before format 2.5 wrote it from an
+    /// unvalidated cache, 2.5 never).
     Cached = 4,
     /// Walked in user space from a copy of the stack taken before the
     /// process's tables were loaded (`docs/unwinding.md`, "Stack snapshots").
