@@ -141,9 +141,15 @@ fn check_totals(
     // the moment it is picked, before the switch tracepoint fires. bpftrace
     // summing the same switches agrees with wprof (55.9 ms where the
     // workload measured 37.1 ms for 2000 × 10 µs), so the bound allows
-    // 25 µs per short call on top of the measure.
-    let (short_ns, calls) = (measured_ns("short"), measured["short"]["count"]);
-    let short_range = short_ns * 0.9..=short_ns + calls * 25_000.0;
+    // 25 µs per short block on top of the measure. The workload counts only
+    // calls that left the CPU: under CI load 778 of 2000 timers expired
+    // before the thread reached the scheduler (no block, nothing off-CPU).
+    // And the other way: interrupts taken while the thread runs are not its
+    // CPU time (in this VM a timer interrupt costs ~30 µs), so wall minus
+    // CPU time also holds time on the CPU: wprof read 0.86–0.87 of the
+    // measure in two runs, hence 0.8 below.
+    let (short_ns, blocks) = (measured_ns("short"), measured["short"]["blocked"]);
+    let short_range = short_ns * 0.8..=short_ns + blocks * 25_000.0;
     assert!(
         short_range.contains(&(short as f64)),
         "short blocks off-CPU {short} outside {short_range:?}"
