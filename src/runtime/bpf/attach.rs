@@ -28,9 +28,10 @@ pub struct AttachError {
 pub struct AttachOptions {
     /// Only trace this process (uprobes and USDT; `-p PID`).
     pub pid: Option<i32>,
-    /// The `-c` command: USDT probes attach to it alone, uprobes to every
-    /// process (bpftrace's semantics: its children are traced too, and a
-    /// script filters with `pid == cpid` where it wants the command alone).
+    /// The `-c` command: USDT probes and watchpoints attach to it alone,
+    /// uprobes to every process (bpftrace's semantics: its children are
+    /// traced too, and a script filters with `pid == cpid` where it wants the
+    /// command alone).
     pub command_pid: Option<i32>,
     /// `--usdt-file-activation`: USDT probes attach to every process that
     /// maps their file, whatever `pid` says, so the kernel sets their
@@ -152,8 +153,9 @@ impl Loaded {
         let prog = find_program(&self.object, &meta.name).ok_or_else(|| fail(NOT_LOADED.into()))?;
         let pid = match point {
             AttachPoint::Usdt { .. } if opts.usdt_file_activation => None,
-            AttachPoint::Usdt { .. } => opts.pid.or(opts.command_pid),
-            _ => opts.pid,
+            AttachPoint::Uprobe { .. } => opts.pid,
+            // USDT probes and watchpoints follow the command, as bpftrace's.
+            _ => opts.pid.or(opts.command_pid),
         };
         let pid = pid.unwrap_or(-1);
         let provider = providers::of(point);
