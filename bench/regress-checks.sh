@@ -14,7 +14,8 @@
 #   bench/regress-checks.sh [-r REPS] [-n RUNS] [-o DIR] [--requests N] [CHECK...]
 #
 #   -r REPS        repetitions of each check (default 20)
-#   -n RUNS        captures per side (default 5)
+#   -n RUNS        captures per side (default 5, issue 8's check: compared
+#                  unpaired; from 6 on pair by pair, as the recipe does)
 #   -o DIR         scratch directory (default bench/results/regress-checks)
 #   --requests N   requests per benchmark run (default 10000)
 #   CHECK          aa, slow, fast (default: all three)
@@ -24,7 +25,8 @@
 # and p),
 # then per check how many repetitions came out as expected and in how many
 # every gated metric was `~`; the load average before and after. Raw
-# lines go to DIR/results.tsv. Needs root and cc; WPROF as for regress.sh.
+# lines go to DIR/results.tsv, each comparison's JSON to
+# DIR/kept/CHECK-I/. Needs root and cc; WPROF as for regress.sh.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -77,7 +79,8 @@ candidate_args() {
 # one candidate per check (OUT/CHECK), RUNS span and RUNS profile runs each,
 # all of them taking turns run by run, so that a machine getting busier or
 # quieter touches every side alike. Each check's directory links the
-# baseline's captures.
+# baseline's captures. The baseline runs first in odd rounds and last in
+# even ones (ABBA, as the recipe).
 record_repetition() {
   local out=$1 runs=$2 requests=$3 r check
   shift 3
@@ -87,12 +90,13 @@ record_repetition() {
     for kind in "" profile-; do
       local kind_flags=SPAN_FLAGS
       [[ $kind == profile- ]] && kind_flags=PROFILE_FLAGS
-      record_capture "$out/build" "$out/base/${kind}base-$r.data" "$kind_flags" "-n $requests"
+      ((r % 2)) && record_capture "$out/build" "$out/base/${kind}base-$r.data" "$kind_flags" "-n $requests"
       for check in "$@"; do
         record_capture "$out/build" "$out/$check/${kind}new-$r.data" "$kind_flags" \
           "$(candidate_args "$check" "$requests")"
         ln -sf "$out/base/${kind}base-$r.data" "$out/$check/${kind}base-$r.data"
       done
+      ((r % 2)) || record_capture "$out/build" "$out/base/${kind}base-$r.data" "$kind_flags" "-n $requests"
     done
   done
 }
@@ -129,12 +133,15 @@ run_checks() {
   out=$(cd "$out" && pwd)
   build_bench "$out/build"
   PRIORITY=$(priority)
+  use_pairs "$runs"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
   : >"$out/results.tsv"
   for ((i = 1; i <= reps; i++)); do
     record_repetition "$out" "$runs" "$requests" "${checks[@]}"
     for check in "${checks[@]}"; do
       judge "$check" "$i" "$out" | tee -a "$out/results.tsv"
+      mkdir -p "$out/kept/$check-$i"
+      cp "$out/$check/"*comparison.json "$out/kept/$check-$i/"
     done
   done
   echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

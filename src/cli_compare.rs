@@ -34,6 +34,13 @@ pub struct CompareArgs {
     #[arg(long = "report-md", value_name = "PATH")]
     pub report_md: Option<PathBuf>,
 
+    /// The i-th candidate capture was recorded next to the i-th baseline
+    /// capture (runs taking turns, as examples/ci/regress.sh records them):
+    /// test the pairs' differences, which a machine slowing both runs of a
+    /// pair alike does not disturb. Needs as many captures a side.
+    #[arg(long = "paired")]
+    pub paired: bool,
+
     /// Significance level of the comparison's tests.
     #[arg(long = "alpha", value_name = "P", default_value_t = 0.05, value_parser = parse_alpha)]
     pub alpha: f64,
@@ -71,6 +78,7 @@ impl CompareArgs {
     pub fn options(&self, select: &[glob::Pattern]) -> CompareOptions {
         CompareOptions {
             alpha: self.alpha,
+            paired: self.paired,
             allow_different_scripts: self.allow_different_scripts,
             gates: self.fail_if.iter().chain(&self.budget).cloned().collect(),
             select: select.to_vec(),
@@ -106,6 +114,7 @@ mod tests {
             "span:r.p50 > +5%",
             "--alpha",
             "0.01",
+            "--paired",
         ])
         .expect("parses");
         let compare = &cli.compare;
@@ -113,6 +122,7 @@ mod tests {
         assert!(compare.gating());
         let options = compare.options(&[]);
         assert_eq!(options.alpha, 0.01);
+        assert!(options.paired);
         let kinds: Vec<GateKind> = options.gates.iter().map(|g| g.kind).collect();
         assert_eq!(kinds, [GateKind::FailIf, GateKind::Budget]);
         assert!(!parse(&["-R"]).expect("parses").compare.gating());

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Catch performance regressions in CI with wprof (README, "Catching
 # regressions in CI"): record RUNS baseline and RUNS candidate captures of a
-# benchmark, alternating them, then compare them and gate on the result.
+# benchmark in pairs, alternating them, then compare them and gate on the
+# result.
 #
 #   examples/ci/regress.sh [options]
 #
-#   -n RUNS           captures per side (default 5; 4 is the fewest with
-#                     which a change can be significant at p < 0.05), each
-#                     of 10000 requests (bench's default: -n N in both
-#                     --base-args and --new-args changes it)
+#   -n RUNS           captures per side (default 8), each of 10000 requests
+#                     (bench's default: -n N in both --base-args and
+#                     --new-args changes it). From 6 up the runs are
+#                     compared pair by pair (wprof --paired: a stretch of
+#                     time the machine was slow slows both runs of a pair
+#                     and leaves their difference alone); 4 and 5 runs are
+#                     compared unpaired (5 pairs can never be significant
+#                     at p < 0.05), fewer never reach significance.
 #   -o DIR            where captures and reports go (default regress-out)
 #   --base-dir DIR    directory whose ./bench is the baseline build
 #   --new-dir DIR     directory whose ./bench is the candidate build
@@ -54,6 +59,10 @@ SPAN_FLAGS=(-e "$SCRIPT" --only-command)
 # much as a request's own work: request durations would follow how many
 # ticks hit them, so the spans are timed in runs without the timer.
 PROFILE_FLAGS=(-S timer=4999hz,dither=4 --only-command)
+# The fewest run pairs a paired comparison can find significant (p = 2/64).
+MIN_PAIRS=6
+# (--paired) when the runs are compared pair by pair: set by use_pairs.
+PAIRED=()
 DEFAULT_GATES=(
   'span:request.p50 > +5%'
   'span:request.p99 > +5%'
@@ -96,19 +105,34 @@ record_capture() {
     >"$out.log" 2>&1 || { cat "$out.log" >&2; die "recording $out failed"; }
 }
 
+# record_pair OUT I KIND FLAGS BASE_DIR NEW_DIR BASE_ARGS NEW_ARGS: the I-th
+# baseline and candidate captures of one kind (KIND empty or profile-) in OUT,
+# the baseline first when I is odd and second when it is even (ABBA), so
+# that a machine drifting slower or faster, and whatever the first run of
+# a pair pays, touch both sides alike.
+record_pair() {
+  local out=$1 i=$2 kind=$3 flags=$4 base_dir=$5 new_dir=$6 base_args=$7 new_args=$8
+  local base=("$base_dir" "$out/${kind}base-$i.data" "$flags" "$base_args")
+  local new=("$new_dir" "$out/${kind}new-$i.data" "$flags" "$new_args")
+  if ((i % 2)); then
+    record_capture "${base[@]}"
+    record_capture "${new[@]}"
+  else
+    record_capture "${new[@]}"
+    record_capture "${base[@]}"
+  fi
+}
+
 # record_sides OUT RUNS BASE_DIR NEW_DIR BASE_ARGS NEW_ARGS PROFILE:
-# alternating baseline and candidate runs, so that slow drift of a shared
-# machine touches both sides alike: span runs, and profile runs too when
-# PROFILE is yes.
+# baseline and candidate runs taking turns: span runs, and profile runs too
+# when PROFILE is yes.
 record_sides() {
   local out=$1 runs=$2 base_dir=$3 new_dir=$4 base_args=$5 new_args=$6 profile=$7 i
   rm -f "$out"/base-*.data "$out"/new-*.data "$out"/profile-*.data
   for ((i = 1; i <= runs; i++)); do
-    record_capture "$base_dir" "$out/base-$i.data" SPAN_FLAGS "$base_args"
-    record_capture "$new_dir" "$out/new-$i.data" SPAN_FLAGS "$new_args"
+    record_pair "$out" "$i" "" SPAN_FLAGS "$base_dir" "$new_dir" "$base_args" "$new_args"
     [[ $profile == yes ]] || continue
-    record_capture "$base_dir" "$out/profile-base-$i.data" PROFILE_FLAGS "$base_args"
-    record_capture "$new_dir" "$out/profile-new-$i.data" PROFILE_FLAGS "$new_args"
+    record_pair "$out" "$i" profile- PROFILE_FLAGS "$base_dir" "$new_dir" "$base_args" "$new_args"
   done
 }
 
@@ -122,8 +146,16 @@ profiled() {
   echo no
 }
 
+# use_pairs RUNS: compare RUNS runs a side pair by pair when there are
+# enough of them.
+use_pairs() {
+  PAIRED=()
+  if (($1 >= MIN_PAIRS)); then PAIRED=(--paired); fi
+}
+
 # compare KIND OUT GATE...: wprof's comparison of OUT/KINDnew-* against
-# OUT/KINDbase-* (KIND empty or profile-), its reports in OUT named KIND...;
+# OUT/KINDbase-* (KIND empty or profile-; the shell sorts both lists alike,
+# so the i-th of each are a pair), its reports in OUT named KIND...;
 # returns wprof's exit status.
 compare() {
   local kind=$1 out=$2 gate
@@ -135,7 +167,8 @@ compare() {
       --flamegraph "$out/diff.svg") ;;
     *) args+=(--metric 'span:request.*' --metric 'process:bench.*') ;;
   esac
-  "$WPROF" -R -D "$out/${kind}new-"*.data --baseline "$out/${kind}base-"*.data "${args[@]}" \
+  "$WPROF" -R -D "$out/${kind}new-"*.data --baseline "$out/${kind}base-"*.data \
+    "${PAIRED[@]}" "${args[@]}" \
     --report "$out/${kind}report.txt" --report-md "$out/${kind}report.md" \
     --metrics "$out/${kind}comparison.json"
 }
@@ -163,7 +196,7 @@ compare_sides() {
 }
 
 main() {
-  local runs=5 out=regress-out base_dir="" new_dir="" base_args="" new_args=""
+  local runs=8 out=regress-out base_dir="" new_dir="" base_args="" new_args=""
   local gates=()
   while [[ $# -gt 0 ]]; do
     case $1 in
@@ -174,7 +207,7 @@ main() {
       --base-args) base_args=$2; shift 2 ;;
       --new-args) new_args=$2; shift 2 ;;
       --fail-if) gates+=("$2"); shift 2 ;;
-      -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+      -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
       *) die "unknown argument: $1 (see --help)" ;;
     esac
   done
@@ -184,6 +217,7 @@ main() {
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
   PRIORITY=$(priority)
+  use_pairs "$runs"
   base_dir=${base_dir:-$out/build}
   new_dir=${new_dir:-$out/build}
   build_bench "$base_dir"

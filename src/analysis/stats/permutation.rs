@@ -47,6 +47,9 @@ pub struct PermutationTest {
     /// Splits counted (all of them when `exact`).
     pub splits: u64,
     pub exact: bool,
+    /// Tested on run pairs' differences (`paired`), the sides' sizes both
+    /// the number of pairs.
+    pub paired: bool,
 }
 
 /// Tests `baseline` against `candidate`; `None` when either is empty or a
@@ -79,6 +82,7 @@ pub fn permutation_test(baseline: &[f64], candidate: &[f64]) -> Option<Permutati
         p_value: p_value.min(1.0),
         splits,
         exact,
+        paired: false,
     })
 }
 

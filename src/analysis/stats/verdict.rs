@@ -8,6 +8,7 @@ use std::fmt;
 use super::bootstrap::{BootstrapCi, Statistic, bootstrap_difference};
 use super::histogram::LogHistogram;
 use super::mann_whitney::{MannWhitney, Method, mann_whitney_binned};
+use super::paired::{can_reach_paired, paired_permutation_test};
 use super::permutation::{PermutationTest, permutation_test};
 
 /// Resamples of a bootstrap verdict: enough for stable 95% bounds.
@@ -48,17 +49,33 @@ impl Verdict {
     /// at level `alpha`; `None` when a side is empty or a value is not
     /// finite.
     pub fn permutation(baseline: &[f64], candidate: &[f64], alpha: f64) -> Option<Verdict> {
-        let test = permutation_test(baseline, candidate)?;
+        Some(Self::from_permutation(
+            permutation_test(baseline, candidate)?,
+            alpha,
+        ))
+    }
+
+    /// Decides by the two-sided paired permutation test of `(baseline,
+    /// candidate)` run pairs at level `alpha`; `None` without pairs or with
+    /// a value that is not finite.
+    pub fn paired_permutation(pairs: &[(f64, f64)], alpha: f64) -> Option<Verdict> {
+        Some(Self::from_permutation(
+            paired_permutation_test(pairs)?,
+            alpha,
+        ))
+    }
+
+    fn from_permutation(test: PermutationTest, alpha: f64) -> Verdict {
         let change = match (test.p_value < alpha, test.difference > 0.0) {
             (false, _) => Change::Unchanged,
             (true, true) => Change::Increase,
             (true, false) => Change::Decrease,
         };
-        Some(Verdict {
+        Verdict {
             change,
             evidence: Evidence::Permutation(test),
             alpha,
-        })
+        }
     }
 
     /// Decides by the Mann-Whitney U test of two histograms (per-event
@@ -131,6 +148,9 @@ impl Verdict {
             Evidence::MannWhitney(test) if test.method == Method::Exact => {
                 can_reach(test.n_baseline, test.n_candidate, self.alpha)
             }
+            Evidence::Permutation(test) if test.exact && test.paired => {
+                can_reach_paired(test.n_baseline, self.alpha)
+            }
             Evidence::Permutation(test) if test.exact => {
                 can_reach(test.n_baseline, test.n_candidate, self.alpha)
             }
@@ -156,9 +176,14 @@ pub fn can_reach(a: usize, b: usize, alpha: f64) -> bool {
 }
 
 impl fmt::Display for Verdict {
-    /// `~ (p=0.690 n=5+5)`, `+ (p=0.008 n=5+5)`, `- (95% CI -3.1 … -1.2)`.
+    /// `~ (p=0.690 n=5+5)`, `+ (p=0.008 n=5+5)`, `+ (p=0.008 n=8 pairs)`,
+    /// `- (95% CI -3.1 … -1.2)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (p_value, n_baseline, n_candidate) = match self.evidence {
+            Evidence::Permutation(test) if test.paired => {
+                let (symbol, pairs) = (self.symbol(), test.n_baseline);
+                return write!(f, "{symbol} (p={:.3} n={pairs} pairs)", test.p_value);
+            }
             Evidence::Permutation(test) => (test.p_value, test.n_baseline, test.n_candidate),
             Evidence::MannWhitney(test) => (test.p_value, test.n_baseline, test.n_candidate),
             Evidence::Bootstrap(ci) => {

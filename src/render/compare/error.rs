@@ -23,6 +23,12 @@ pub enum CompareError {
         second_path: PathBuf,
         second: String,
     },
+    /// `--paired` with sides of different sizes.
+    #[error(
+        "--paired needs as many baseline captures as candidate captures, one pair per run \
+         (got {baseline} baseline and {candidate} candidate captures)"
+    )]
+    Unpaired { baseline: usize, candidate: usize },
     /// A gate names a metric the comparison does not have, or cannot be
     /// evaluated.
     #[error(transparent)]

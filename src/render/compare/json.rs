@@ -107,7 +107,11 @@ fn metric(row: &Row) -> Value {
 fn verdict(verdict: &Verdict) -> Value {
     let (test, method, p, n) = match verdict.evidence {
         Evidence::Permutation(test) => (
-            "permutation",
+            if test.paired {
+                "paired-permutation"
+            } else {
+                "permutation"
+            },
             if test.exact { "exact" } else { "sampled" },
             test.p_value,
             [test.n_baseline, test.n_candidate],

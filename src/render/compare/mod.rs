@@ -15,7 +15,8 @@
 //!   (`absent_is_zero`) missing from a run is 0 in it, another stat (a
 //!   percentile) leaves that run out;
 //! - the verdict is the two-sided permutation test of the runs' mean values
-//!   at `alpha`; with one run a side, the Mann-Whitney U test of the
+//!   at `alpha` (with `paired`, the sign-flip test of the differences of the
+//!   i-th candidate and i-th baseline runs); with one run a side, the Mann-Whitney U test of the
 //!   per-event values of span durations and wake-up latencies; none for
 //!   other metrics then;
 //! - captures are compared only where their metrics mean the same: different
@@ -44,7 +45,7 @@ pub use settings::Difference;
 pub use table::{CompareTable, TableFormat};
 
 use crate::analysis::gate::Gate;
-use crate::analysis::stats::can_reach;
+use crate::analysis::stats::{can_reach, can_reach_paired};
 use crate::render::{Capture, RenderError};
 
 /// What the command line asks of a comparison.
@@ -52,6 +53,9 @@ use crate::render::{Capture, RenderError};
 pub struct CompareOptions {
     /// The significance level of the tests.
     pub alpha: f64,
+    /// The i-th candidate run was recorded next to the i-th baseline run:
+    /// test the pairs' differences.
+    pub paired: bool,
     /// Compare captures of different scripts on the metrics they share.
     pub allow_different_scripts: bool,
     /// `--fail-if` and `--budget` expressions, in the order given.
@@ -65,6 +69,7 @@ impl Default for CompareOptions {
     fn default() -> Self {
         CompareOptions {
             alpha: 0.05,
+            paired: false,
             allow_different_scripts: false,
             gates: Vec::new(),
             select: Vec::new(),
@@ -89,6 +94,8 @@ pub struct Comparison {
     pub baseline: Vec<PathBuf>,
     pub candidate: Vec<PathBuf>,
     pub alpha: f64,
+    /// Whether runs were tested in pairs (`CompareOptions::paired`).
+    pub paired: bool,
     /// Every metric both sides have (or the candidate's, without a
     /// baseline), sorted by name.
     pub rows: Vec<Row>,
@@ -118,13 +125,20 @@ impl Comparison {
         };
         let (base_infos, new_infos) = (infos(baseline), infos(candidate));
         settings::check_scripts(&base_infos, &new_infos, options.allow_different_scripts)?;
+        if options.paired && baseline.len() != candidate.len() {
+            let (baseline, candidate) = (baseline.len(), candidate.len());
+            Err(CompareError::Unpaired {
+                baseline,
+                candidate,
+            })?;
+        }
         let differences = settings::differences(&base_infos, &new_infos);
         // The per-event test needs each run's distributions: only then are they kept.
         let single = baseline.len() == 1 && candidate.len() == 1;
         let base_runs = runs::measure(baseline, single)?;
         let new_runs = runs::measure(candidate, single)?;
         let exclusions = settings::exclusions(&differences);
-        let (rows, one_sided) = rows::compare(&base_runs, &new_runs, &exclusions, options.alpha);
+        let (rows, one_sided) = rows::compare(&base_runs, &new_runs, &exclusions, options);
         let gates = gates::evaluate(&options.gates, &rows, &one_sided, !baseline.is_empty())?;
         let thin_tails = tails::thin_tails(&options.gates, base_runs.iter().chain(&new_runs));
         let paths = |infos: Vec<(PathBuf, _)>| infos.into_iter().map(|(path, _)| path).collect();
@@ -132,6 +146,7 @@ impl Comparison {
             baseline: paths(base_infos),
             candidate: paths(new_infos),
             alpha: options.alpha,
+            paired: options.paired,
             rows,
             one_sided,
             differences,
@@ -154,10 +169,22 @@ impl Comparison {
     }
 
     /// Why no verdict could be significant, when the numbers of runs are too
-    /// small for the test to ever reach `alpha` (3 + 3 runs and fewer). A
-    /// metric some runs lack has fewer values: its verdict shows its `n`.
+    /// small for the test to ever reach `alpha` (3 + 3 runs and fewer, 5
+    /// pairs and fewer). A metric some runs lack has fewer values: its
+    /// verdict shows its `n`.
     pub fn power_warning(&self) -> Option<String> {
         let (base, new) = (self.baseline.len(), self.candidate.len());
+        if self.paired {
+            let blind = base > 0 && !can_reach_paired(base, self.alpha);
+            return blind.then(|| {
+                format!(
+                    "with {base} run pairs no change can reach p < {}: every verdict is ~ \
+                     and no --fail-if on a change can fail; record at least 6 pairs \
+                     (8 recommended)",
+                    self.alpha
+                )
+            });
+        }
         let blind = base > 0 && (base, new) != (1, 1) && !can_reach(base, new, self.alpha);
         blind.then(|| {
             format!(

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use super::OneSided;
 use super::runs::Run;
+use super::{CompareOptions, OneSided};
 use crate::analysis::gate::{Dimension, MetricKind, MetricName, relative_change};
 use crate::analysis::stats::{Statistic, Verdict};
 use crate::render::metrics::Metric;
@@ -88,7 +88,7 @@ pub(super) fn compare(
     baseline: &[Run],
     candidate: &[Run],
     exclusions: &[(glob::Pattern, &'static str)],
-    alpha: f64,
+    options: &CompareOptions,
 ) -> (Vec<Row>, Vec<OneSided>) {
     let names: BTreeSet<&String> = (baseline.iter().chain(candidate))
         .flat_map(|run| run.metrics.keys())
@@ -112,7 +112,7 @@ pub(super) fn compare(
         let uncompared = (exclusions.iter())
             .find(|(glob, _)| glob.matches(name))
             .map(|(_, reason)| *reason);
-        rows.push(row(name, baseline, candidate, uncompared, alpha));
+        rows.push(row(name, baseline, candidate, uncompared, options));
     }
     (rows, one_sided)
 }
@@ -122,23 +122,29 @@ fn row(
     baseline: &[Run],
     candidate: &[Run],
     uncompared: Option<&'static str>,
-    alpha: f64,
+    options: &CompareOptions,
 ) -> Row {
     let metric = (candidate.iter())
         .find_map(|run| run.metrics.get(name))
         .expect("the candidate has the metric");
-    let values = |runs: &[Run]| -> Vec<f64> {
-        let zero = absent_is_zero(&metric.name).then_some(0.0);
-        (runs.iter())
-            .filter_map(|run| run.metrics.get(name).map(|m| m.value).or(zero))
-            .collect()
-    };
+    let zero = absent_is_zero(&metric.name).then_some(0.0);
+    let value = |run: &Run| run.metrics.get(name).map(|m| m.value).or(zero);
+    let values = |runs: &[Run]| -> Vec<f64> { runs.iter().filter_map(value).collect() };
     let new = values(candidate);
     let base = (!baseline.is_empty()).then(|| values(baseline));
     let compared = uncompared.is_none();
     let verdict = (base.as_ref())
         .filter(|_| compared)
-        .and_then(|base| verdict(metric, base, &new, baseline, candidate, alpha));
+        .and_then(|base| match options.paired {
+            true => {
+                let pairs = baseline.iter().zip(candidate);
+                let pairs: Vec<(f64, f64)> = pairs
+                    .filter_map(|(base, new)| Some((value(base)?, value(new)?)))
+                    .collect();
+                Verdict::paired_permutation(&pairs, options.alpha)
+            }
+            false => verdict(metric, base, &new, baseline, candidate, options.alpha),
+        });
     let candidate_side = Side::of(new);
     let baseline_side = base.map(Side::of);
     let change = (baseline_side.as_ref())

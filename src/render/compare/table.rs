@@ -67,6 +67,11 @@ fn method(comparison: &Comparison) -> String {
              (Mann-Whitney U, p < {alpha}; events of one run are not independent, so the test \
              is over-confident: record several runs), other metrics are not tested"
         ),
+        _ if comparison.paired => format!(
+            "two-sided paired permutation test of the mean difference of run pairs (the \
+             i-th candidate and baseline runs), p < {alpha}; ~ no significant change; ± the \
+             largest deviation of a run from the median"
+        ),
         _ => format!(
             "two-sided permutation test of the runs' mean values, p < {alpha}; \
              ~ no significant change; ± the largest deviation of a run from the median"

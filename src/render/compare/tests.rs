@@ -65,6 +65,17 @@ fn compare(
     Comparison::of(&captures(baseline), &captures(candidate), &options)
 }
 
+fn compare_paired(
+    baseline: &[FakeCapture],
+    candidate: &[FakeCapture],
+) -> Result<Comparison, RenderError> {
+    let options = CompareOptions {
+        paired: true,
+        ..CompareOptions::default()
+    };
+    Comparison::of(&captures(baseline), &captures(candidate), &options)
+}
+
 #[track_caller]
 fn row<'c>(comparison: &'c Comparison, name: &str) -> &'c Row {
     let row = comparison.rows.iter().find(|r| r.name.to_string() == name);
@@ -302,4 +313,39 @@ fn outputs() {
         options: options.clone(),
     };
     insta::assert_snapshot!("json", write(&json, "t.json"));
+}
+
+/// `paired`: 8 pairs 10% slower, one pair slowed 40% on both sides by the
+/// machine, are a significant increase pair by pair (p = 2/256) where the
+/// unpaired test of the same runs sees `~`; sides of different sizes are
+/// an error, and 5 pairs draw the warning that nothing can be significant
+/// (nor can their verdicts).
+#[test]
+fn paired_runs_are_tested_pair_by_pair() {
+    let machine = |pair: u64| if pair == 4 { 1.4 } else { 1.0 };
+    let base: Vec<FakeCapture> = (0..8).map(|i| run(machine(i), 1 + i, 1)).collect();
+    let new: Vec<FakeCapture> = (0..8).map(|i| run(1.1 * machine(i), 50 + i, 1)).collect();
+    let paired = compare_paired(&base, &new).expect("compares");
+    let verdict = row(&paired, "span:request.p50").verdict.expect("a verdict");
+    assert_eq!(verdict.to_string(), "+ (p=0.008 n=8 pairs)");
+    assert_eq!(paired.power_warning(), None);
+    let unpaired = compare(&base, &new, &[]).expect("compares");
+    let verdict = row(&unpaired, "span:request.p50")
+        .verdict
+        .expect("a verdict");
+    assert_eq!(verdict.change, Change::Unchanged, "{verdict}");
+    let error = compare_paired(&base, &new[..7]).expect_err("unpaired");
+    assert!(
+        error.chain().contains(
+            "--paired needs as many baseline captures as candidate \
+             captures, one pair per run (got 8 baseline and 7 candidate captures)"
+        ),
+        "{}",
+        error.chain()
+    );
+    let five = compare_paired(&base[..5], &new[..5]).expect("compares");
+    let warning = five.power_warning().expect("a warning");
+    assert!(warning.starts_with("with 5 run pairs no change can reach p < 0.05"));
+    let verdict = row(&five, "span:request.p50").verdict.expect("a verdict");
+    assert!(!verdict.could_detect());
 }
