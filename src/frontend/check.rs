@@ -345,6 +345,7 @@ impl<'e> Checker<'e> {
                     ),
                 };
                 let body = source.body.map(|b| self.block(b)).unwrap_or_default();
+                let command_identity = self.command_identity(source.span);
                 probes.push(CheckedProbe {
                     name: probe.name.clone(),
                     attach: probe.attach.clone(),
@@ -356,6 +357,7 @@ impl<'e> Checker<'e> {
                     function_entry: probe.function_entry,
                     user_memory: probe.user_memory,
                     origin: source.origin,
+                    command_identity,
                 });
             }
         }
