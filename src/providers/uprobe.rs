@@ -182,22 +182,14 @@ impl<'a> Site<'a> {
             })
             .collect()
     }
-}
 
-impl Site<'_> {
     /// A function named exactly that the binary lacks (`why` says so): the
     /// error adds which library the binary loads defines it, and a
     /// compile-only run compiles the probe as written, with a warning, as
     /// `bpftrace -d` and `--emit-elf` do (a bpftrace 0.17 run drops such
     /// a probe silently; wprof refuses).
     fn absent(&self, spec: &Spec, env: &dyn Environment, why: String) -> Result<Resolved, String> {
-        let Site {
-            ty,
-            binary,
-            pattern,
-            extra,
-            retprobe,
-        } = *self;
+        let (ty, binary, pattern, extra) = (self.ty, self.binary, self.pattern, self.extra);
         let exact = ![binary, pattern]
             .iter()
             .any(|part| part.contains(['*', '?', '[']));
@@ -227,8 +219,8 @@ impl Site<'_> {
             demangled: None,
         };
         let name = format!("{ty}:{}:{pattern}", missing.binary.display());
-        let entry = !retprobe && extra == 0;
-        let probe = uprobe(name, &missing.binary, &target, extra, retprobe, entry);
+        let entry = !self.retprobe && extra == 0;
+        let probe = uprobe(name, &missing.binary, &target, extra, self.retprobe, entry);
         Ok(Resolved {
             probes: vec![probe],
             warnings: vec![format!(
@@ -357,6 +349,15 @@ mod tests {
             word,
             parts: vec!["/bin/x", function],
         }
+    }
+
+    /// A library is named in a spec by its file name up to `.so`.
+    #[test]
+    fn library_names() {
+        let name = |path: &str| library_name(Path::new(path));
+        assert_eq!(name("/lib/x86_64-linux-gnu/libc.so.6"), "libc");
+        assert_eq!(name("/usr/lib/libssl.so"), "libssl");
+        assert_eq!(name("/opt/app/plugin"), "plugin");
     }
 
     /// Offsets are added to the function's file offset, inside the function.
