@@ -11,7 +11,7 @@ use crate::frontend::ast::Span;
 use crate::frontend::checked::{CheckedProbe, CheckedProgram, MapDecl, TStmt, TStmtKind};
 use crate::frontend::types::Type;
 use crate::providers;
-use crate::vocab::{AttachPoint, GlobalSlot, Message, ProbeState};
+use crate::vocab::{GlobalSlot, Message, ProbeState};
 
 /// Where a value produced by an expression lives.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -149,8 +149,9 @@ impl<'a> Lowerer<'a> {
     }
 
     /// Return at once unless tracing is active, and for wprof's own events
-    /// in the user's probes. Trackers record wprof like any task: a switch
-    /// away from it is the next task's switch-in.
+    /// in the user's probes (and, under `--only-command`, for processes
+    /// outside the command's tree, pid reuse included). Trackers record
+    /// wprof like any task: a switch away from it is the next task's switch-in.
     pub(super) fn gate(&mut self) {
         let exit = self.exit_label;
         self.comment("return unless tracing is active");
@@ -171,17 +172,11 @@ impl<'a> Lowerer<'a> {
         });
         self.alu(AluOp::Rsh, task, Src::Imm(32));
         self.branch(Cond::Eq, task, Src::Reg(me), exit);
-        // Timers fire in whichever task they interrupt: not the command's.
-        let timer = matches!(
-            self.probe.attach,
-            AttachPoint::PerfEvent {
-                all_cpus: false,
-                ..
-            }
-        );
-        if self.program.filter.command && !timer {
+        let probe = self.probe;
+        if let Some(leader_start) = &probe.command_identity {
             self.comment("only the command's process tree");
-            self.unless_in_command_tree(task, exit);
+            let joined = self.unless_in_command_tree(task, exit);
+            self.unless_same_process(joined, leader_start, exit);
         }
     }
 

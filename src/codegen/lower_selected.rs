@@ -150,7 +150,7 @@ impl Lowerer<'_> {
     /// time from when it joined (1 for the command until it execs), so a
     /// process that got an exited member's pid before that member's entry
     /// left is not in the tree.
-    fn unless_same_process(&mut self, joined: VReg, leader_start: &TExpr, no: Label) {
+    pub(super) fn unless_same_process(&mut self, joined: VReg, leader_start: &TExpr, no: Label) {
         let recorded = self.vreg();
         self.emit(Inst::Load {
             dst: recorded,

@@ -4,7 +4,7 @@
 //! and variable types come from every assignment in the script, so bodies are
 //! checked twice: the first pass only collects types, the second reports errors.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::builtins;
 use crate::capture::model::RecordOrigin;
@@ -286,6 +286,9 @@ pub(super) struct ProbeState {
     pub(super) vars: HashMap<String, VarId>,
     pub(super) var_list: Vec<Type>,
     pub(super) loop_depth: u32,
+    /// Variables whose only assignments so far did not check: their uses
+    /// are not reported again (the assignment's error says why).
+    pub(super) unchecked_vars: HashSet<String>,
     /// Who wrote the block being checked.
     pub(super) origin: RecordOrigin,
 }
@@ -345,6 +348,7 @@ impl<'e> Checker<'e> {
                     ),
                 };
                 let body = source.body.map(|b| self.block(b)).unwrap_or_default();
+                let command_identity = self.command_identity(source.span);
                 probes.push(CheckedProbe {
                     name: probe.name.clone(),
                     attach: probe.attach.clone(),
@@ -356,6 +360,7 @@ impl<'e> Checker<'e> {
                     function_entry: probe.function_entry,
                     user_memory: probe.user_memory,
                     origin: source.origin,
+                    command_identity,
                 });
             }
         }
@@ -517,7 +522,10 @@ impl<'e> Checker<'e> {
     pub(super) fn assign(&mut self, target: &Expr, value: &Expr) -> Option<TStmtKind> {
         match &target.kind {
             ExprKind::Var(name) => {
-                let value = self.expr(value)?;
+                let Some(value) = self.expr(value) else {
+                    self.probe.unchecked_vars.insert(name.clone());
+                    return None;
+                };
                 let var = self.declare_var(name, &value.ty, target.span)?;
                 Some(TStmtKind::AssignVar { var, value })
             }

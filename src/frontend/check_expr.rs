@@ -158,6 +158,9 @@ impl Checker<'_> {
     /// `$name`, whose type is what every assignment in the probe settles on.
     fn var(&mut self, name: &str, span: Span) -> Option<TExpr> {
         let Some(&id) = self.probe.vars.get(name) else {
+            if self.probe.unchecked_vars.contains(name) {
+                return None;
+            }
             return self.fail(span, &format!("${name} is used before it is assigned"));
         };
         let ty = self

@@ -132,6 +132,25 @@ impl Checker<'_> {
         self.member_of(task, name, span)
     }
 
+    /// `curtask->group_leader->start_time` under `--only-command`, for a
+    /// probe the command's tree filters: the tree's entries hold it, so a
+    /// process that got an exited member's pid is not taken for it.
+    pub(super) fn command_identity(&mut self, span: Span) -> Option<TExpr> {
+        let attach = &self.resolved().attach;
+        if !self.options.filter.command
+            || !providers::follows_command_tree(attach, self.probe.origin)
+        {
+            return None;
+        }
+        let curtask = Expr {
+            kind: ExprKind::Ident("curtask".into()),
+            span,
+        };
+        let task = self.expr(&curtask)?;
+        let leader = self.task_member(task, "group_leader")?;
+        self.task_member(leader, "start_time")
+    }
+
     /// A record item's value as stored: a task pointer becomes its tid
     /// (`task->pid`), the value of a thread field.
     pub(super) fn record_value(&mut self, value: TExpr) -> Option<TExpr> {

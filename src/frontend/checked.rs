@@ -248,6 +248,10 @@ pub struct CheckedProbe {
     pub user_memory: bool,
     /// Who wrote the probe: the built-in trackers see wprof itself too.
     pub origin: RecordOrigin,
+    /// Under `--only-command`, for a probe the command's tree filters
+    /// (`providers::follows_command_tree`): its task's group leader's
+    /// start time, which the tree's entry must hold.
+    pub command_identity: Option<TExpr>,
 }
 
 #[derive(Clone, Debug)]

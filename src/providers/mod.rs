@@ -26,6 +26,7 @@ use std::fmt;
 
 use libbpf_rs::{Link, ProgramMut};
 
+use crate::capture::model::RecordOrigin;
 use crate::vocab::{ArgRead, AttachPoint, Context, Environment, FunctionParam, KernelFeature};
 
 /// One kind of probe, from spec to attached program.
@@ -348,6 +349,22 @@ pub fn for_each_binary<T>(
         (true, Some(error)) => Err(format!("{error} (nor in the other files `{binary}` names)")),
         _ => Ok(all),
     }
+}
+
+/// Whether `--only-command` keeps a probe of `origin` at `point` to the
+/// command's process tree: the user's probes, but not those that fire in
+/// wprof (iterators, BEGIN/END) nor timers, which fire in whichever task
+/// they interrupt. The trackers apply the tree through `selected()`.
+pub fn follows_command_tree(point: &AttachPoint, origin: RecordOrigin) -> bool {
+    let timer = matches!(
+        point,
+        AttachPoint::PerfEvent {
+            all_cpus: false,
+            ..
+        }
+    );
+    let provider = of(point);
+    origin != RecordOrigin::Tracker && !provider.fires_in_wprof() && !provider.runs_once() && !timer
 }
 
 /// The provider of an attach point.

@@ -39,19 +39,14 @@ impl Provider for Uprobe {
 
     fn resolve(&self, ty: &str, spec: &Spec, env: &dyn Environment) -> Result<Resolved, String> {
         spec.expect_parts(2, "uprobe:BINARY:FUNCTION[+OFFSET]")?;
-        let retprobe = ty == "uretprobe";
         let (pattern, extra) = parse_function_spec(spec.parts[1])?;
-        let probes = for_each_binary(env, spec.parts[0], |binary| {
-            let site = Site {
-                ty,
-                binary,
-                pattern,
-                extra,
-                retprobe,
-            };
-            site.resolve(env)
-        })?;
-        Ok(probes.into())
+        let found = for_each_binary(env, spec.parts[0], |binary| {
+            Site::new(ty, binary, pattern, extra).resolve(env)
+        });
+        match found {
+            Ok(probes) => Ok(probes.into()),
+            Err(why) => Site::new(ty, spec.parts[0], pattern, extra).absent(spec, env, why),
+        }
     }
 
     fn target_missing(&self, spec: &Spec, env: &dyn Environment) -> bool {
@@ -137,7 +132,17 @@ struct Site<'a> {
     retprobe: bool,
 }
 
-impl Site<'_> {
+impl<'a> Site<'a> {
+    fn new(ty: &'a str, binary: &'a str, pattern: &'a str, extra: u64) -> Self {
+        Site {
+            ty,
+            binary,
+            pattern,
+            extra,
+            retprobe: ty == "uretprobe",
+        }
+    }
+
     /// The probes of the functions the pattern names, or at its address.
     fn resolve(&self, env: &dyn Environment) -> Result<Vec<ResolvedProbe>, String> {
         let Site {
@@ -176,6 +181,61 @@ impl Site<'_> {
                 Ok(uprobe(name, &path, target, offset, retprobe, entry))
             })
             .collect()
+    }
+
+    /// A function named exactly that the binary lacks (`why` says so): the
+    /// error adds which library the binary loads defines it, and a
+    /// compile-only run compiles the probe as written, with a warning, as
+    /// `bpftrace -d` and `--emit-elf` do (a bpftrace 0.17 run drops such
+    /// a probe silently; wprof refuses).
+    fn absent(&self, spec: &Spec, env: &dyn Environment, why: String) -> Result<Resolved, String> {
+        let (ty, binary, pattern, extra) = (self.ty, self.binary, self.pattern, self.extra);
+        let exact = ![binary, pattern]
+            .iter()
+            .any(|part| part.contains(['*', '?', '[']));
+        let missing = exact && matches!(address_of(pattern), Ok(None));
+        let Some(missing) = missing
+            .then(|| env.missing_function(binary, pattern))
+            .flatten()
+        else {
+            return Err(why);
+        };
+        let why = match &missing.defined_in {
+            Some(library) => format!(
+                "{why} ({pattern} is in {}, which it loads: {ty}:{}:{pattern})",
+                library.display(),
+                library_name(library)
+            ),
+            None => why,
+        };
+        if !missing.compile_as_written {
+            return Err(why);
+        }
+        let target = FunctionTarget {
+            name: pattern.to_string(),
+            address: 0,
+            file_offset: 0,
+            size: 0,
+            demangled: None,
+        };
+        let name = format!("{ty}:{}:{pattern}", missing.binary.display());
+        let entry = !self.retprobe && extra == 0;
+        let probe = uprobe(name, &missing.binary, &target, extra, self.retprobe, entry);
+        Ok(Resolved {
+            probes: vec![probe],
+            warnings: vec![format!(
+                "`{spec}`: {why}: compiled as written, attaching it would fail"
+            )],
+        })
+    }
+}
+
+/// A library's name as a uprobe spec names it: `libc` for `.../libc.so.6`.
+fn library_name(path: &Path) -> String {
+    let file = path.file_name().unwrap_or_default().to_string_lossy();
+    match file.split_once(".so") {
+        Some((name, _)) => name.to_string(),
+        None => file.into_owned(),
     }
 }
 
@@ -289,6 +349,15 @@ mod tests {
             word,
             parts: vec!["/bin/x", function],
         }
+    }
+
+    /// A library is named in a spec by its file name up to `.so`.
+    #[test]
+    fn library_names() {
+        let name = |path: &str| library_name(Path::new(path));
+        assert_eq!(name("/lib/x86_64-linux-gnu/libc.so.6"), "libc");
+        assert_eq!(name("/usr/lib/libssl.so"), "libssl");
+        assert_eq!(name("/opt/app/plugin"), "plugin");
     }
 
     /// Offsets are added to the function's file offset, inside the function.

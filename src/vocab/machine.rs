@@ -41,6 +41,19 @@ pub struct KernelFunctionMatches {
     pub absent: Option<String>,
 }
 
+/// A function a binary lacks, named exactly (`uprobe:libpthread:pthread_create`
+/// since glibc 2.34 moved it into libc).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MissingFunction {
+    /// The binary, as its name resolved.
+    pub binary: PathBuf,
+    /// A library the binary loads (`DT_NEEDED`) that defines the function.
+    pub defined_in: Option<PathBuf>,
+    /// A compile-only run (`--dump-bpf`, `--emit-elf`): nothing is attached,
+    /// so the probe is compiled as written, with a warning.
+    pub compile_as_written: bool,
+}
+
 /// A kernel function as BTF describes it, for `fentry:`/`fexit:`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BtfFunction {
@@ -93,6 +106,12 @@ pub trait Environment {
         binary: &str,
         pattern: &str,
     ) -> Result<(PathBuf, Vec<FunctionTarget>), String>;
+    /// When `binary` resolves but lacks `function` (an exact name): where
+    /// the function really is, and whether to compile the probe anyway.
+    fn missing_function(&self, binary: &str, function: &str) -> Option<MissingFunction> {
+        let _ = (binary, function);
+        None
+    }
     fn usdt(
         &self,
         binary: &str,

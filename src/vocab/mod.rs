@@ -26,7 +26,7 @@ pub use globals::{GLOBAL_SLOTS, GlobalSlot, ProbeState};
 pub use layout::{StackMode, StackType, StructField, ValueType};
 pub use machine::{
     BtfFunction, Environment, FunctionParam, FunctionTarget, KernelFunction, KernelFunctionMatches,
-    ObjectSymbol, PassedIn, UsdtTarget,
+    MissingFunction, ObjectSymbol, PassedIn, UsdtTarget,
 };
 pub use maps::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
 pub use messages::{

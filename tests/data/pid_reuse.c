@@ -9,8 +9,11 @@
  *                                    for each PID read from FIFO, sets
  *                                    /proc/sys/kernel/ns_last_pid to PID - 1
  *                                    and forks a child (likely given PID),
- *                                    which naps 200 x 20 us; prints
- *                                    "impostor CHILD PID"; ends at EOF
+ *                                    which makes 200 system calls 20 us
+ *                                    apart, then prints "ran CHILD NS"
+ *                                    (CLOCK_MONOTONIC after its first
+ *                                    call); prints "impostor CHILD PID";
+ *                                    ends at EOF
  *
  * Start the spawner first: opening FIFO blocks until both ends are open.
  * Needs root (ns_last_pid).
@@ -56,10 +59,17 @@ static int member(const char *fifo, int attempts)
 
 static void impostor(void)
 {
+	struct timespec first = {0, 0};
+
 	for (int i = 0; i < 200; i++) {
 		getppid();
+		if (i == 0)
+			clock_gettime(CLOCK_MONOTONIC, &first);
 		nap_us(20);
 	}
+	printf("ran %d %lld\n", (int)getpid(),
+	       (long long)first.tv_sec * 1000000000LL + first.tv_nsec);
+	fflush(stdout);
 	_exit(0);
 }
 

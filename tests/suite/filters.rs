@@ -4,13 +4,14 @@
 //! records the command's process tree alone, in trackers and user probes,
 //! and not a process that got the pid of one that exited.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use wprof::capture::reader::CaptureReader;
 
 use super::capture::{Ndjson, fresh_dir};
 use super::system::{capture, involves, tid_named};
@@ -230,12 +231,13 @@ fn only_command_records_processes_the_full_tree_left_out() {
 /// `--only-command` follows processes, not pids: a member of the tree
 /// exits and is reaped, and an unrelated process (forked by a spawner
 /// outside the tree, `/proc/sys/kernel/ns_last_pid` set so that it gets the
-/// member's pid) runs while the member's entry is still in the tree (it
-/// leaves when the member's task is freed, an RCU grace period later). The
-/// user's probes, which require the pid alone, count the newcomer's system
-/// calls, which proves it ran in that window; the trackers, whose
-/// `selected()` compares the leader's start time, recorded no event of it
-/// but those with a member (a switch to the command).
+/// member's pid) makes system calls while the member's entry is still in
+/// the tree (it leaves when the member's task is freed, an RCU grace period
+/// later: the capture's `free` of the pid comes after the newcomer's first
+/// call). Neither the user's probe, whose gate compares the task's leader
+/// start time with the entry's, counted a system call of such a newcomer,
+/// nor did the trackers (`selected()` compares the same) record an event of
+/// it but those with a member (a switch to the command).
 #[test]
 fn only_command_does_not_follow_a_reused_pid() {
     require_bpf!();
@@ -253,12 +255,14 @@ fn only_command_does_not_follow_a_reused_pid() {
         .spawn()
         .expect("the spawner starts");
     let mut spawner = Background(spawner);
-    let json = dir.join("r.json");
+    let (data, json) = (dir.join("r.data"), dir.join("r.json"));
     let command = format!("{} member {fifo} 10", workload("pid_reuse"));
     let run = wprof_ok(&[
         "--only-command",
         "-e",
         "tracepoint:raw_syscalls:sys_enter { @calls[pid, comm] = count(); }",
+        "-D",
+        &path_str(&data),
         "-J",
         &path_str(&json),
         "-c",
@@ -269,26 +273,37 @@ fn only_command_does_not_follow_a_reused_pid() {
     stdout
         .read_to_string(&mut spawned)
         .expect("the spawner's output");
-    // "impostor CHILD WANTED": the children that got the member's pid.
-    let reused: BTreeSet<u64> = (spawned.lines())
-        .filter_map(|l| {
-            let mut words = l.strip_prefix("impostor ")?.split(' ');
-            let (child, wanted) = (words.next()?, words.next()?);
-            (child == wanted).then(|| child.parse().ok())?
-        })
-        .collect();
-    let calls = map_lines(&run.stdout);
-    let in_window: Vec<&u64> = (reused.iter())
-        .filter(|pid| calls.contains_key(&format!("@calls[{pid}, impostor]")))
+    let reused = newcomers(&spawned);
+    let json = Ndjson::parse(&fs::read_to_string(&json).expect("NDJSON"));
+    let start_ns = (CaptureReader::open(&data).expect("the capture opens"))
+        .info()
+        .start_monotonic_ns;
+    let freed_ns = |pid: u64| {
+        (json.events.iter())
+            .filter(|e| e["t"] == "free" && e["target"]["tid"] == pid)
+            .filter_map(|e| e["ts"].as_f64())
+            .map(|ts| start_ns + (ts * 1e9).round() as u64)
+            .min()
+    };
+    let in_window: Vec<u64> = (reused.iter())
+        .filter(|(pid, first_call_ns)| freed_ns(**pid).is_some_and(|free| **first_call_ns < free))
+        .map(|(pid, _)| *pid)
         .collect();
     assert!(
         !in_window.is_empty(),
-        "no process got a member's pid while its entry was in the tree: \
-         spawner:\n{spawned}\nmaps: {calls:?}"
+        "no process got a member's pid and made a system call before the member's free: \
+         spawner:\n{spawned}"
     );
-    let json = Ndjson::parse(&fs::read_to_string(&json).expect("NDJSON"));
+    let calls = map_lines(&run.stdout);
+    let counted: Vec<&u64> = (reused.keys())
+        .filter(|pid| calls.contains_key(&format!("@calls[{pid}, impostor]")))
+        .collect();
+    assert!(
+        counted.is_empty(),
+        "the user's probe counted newcomers {counted:?} (in the window: {in_window:?}): {calls:?}"
+    );
     let impostor = |t: &Value| {
-        t["comm"] == "impostor" && t["pid"].as_u64().is_some_and(|p| reused.contains(&p))
+        t["comm"] == "impostor" && t["pid"].as_u64().is_some_and(|p| reused.contains_key(&p))
     };
     // The command and its members keep the command's name. A `free` is
     // the member's (the newcomer runs before it), though the capture names
@@ -303,6 +318,23 @@ fn only_command_does_not_follow_a_reused_pid() {
         selected.len(),
         selected.first()
     );
+}
+
+/// The spawner's children that got the member's pid they aimed at
+/// ("impostor CHILD WANTED" with CHILD = WANTED), each with the
+/// `CLOCK_MONOTONIC` time after its first system call ("ran CHILD NS").
+fn newcomers(spawned: &str) -> BTreeMap<u64, u64> {
+    let words = |line: &str, tag: &str| -> Option<(u64, u64)> {
+        let mut words = line.strip_prefix(tag)?.split(' ');
+        Some((words.next()?.parse().ok()?, words.next()?.parse().ok()?))
+    };
+    let first_calls: BTreeMap<u64, u64> =
+        spawned.lines().filter_map(|l| words(l, "ran ")).collect();
+    (spawned.lines())
+        .filter_map(|l| words(l, "impostor "))
+        .filter(|(child, wanted)| child == wanted)
+        .filter_map(|(child, _)| Some((child, *first_calls.get(&child)?)))
+        .collect()
 }
 
 /// The pid the workload printed as `WHO PID`.

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use object::{Object, ObjectSymbol};
+use object::{Object, ObjectSection, ObjectSymbol};
 
 use super::{RUN_TIMEOUT, map_lines, workload, wprof_fails, wprof_ok};
 use crate::common::{find_in_path, run_with_timeout, wprof_bin};
@@ -88,6 +88,50 @@ fn missing_functions_are_skipped_in_a_shared_block() {
     );
     let out = wprof_fails(&["-e", &format!("uprobe:{target}:no_such_fn {{ exit(); }}")]);
     assert!(out.stderr.contains("glibc 2.34"), "{}", out.stderr);
+}
+
+/// A uprobe on a function its binary lacks but a library it loads has
+/// (threadsnoop's `uprobe:libpthread:pthread_create` since glibc 2.34):
+/// `--dump-bpf` and `--emit-elf` compile it as written, warning with the
+/// binary, the function and where it really is, as `bpftrace -d` compiles
+/// it; a run refuses it with the same words.
+#[test]
+fn function_of_a_loaded_library_compiles_only_when_nothing_attaches() {
+    let target = workload("uprobe_target");
+    let script = format!("uprobe:{target}:getpid {{ @calls = count(); }}");
+    let why = format!("no function matching `getpid` in {target} (getpid is in ");
+    let hint = "libc.so.6, which it loads: uprobe:libc:getpid)";
+    let dump = wprof_ok(&["--dump-bpf", "-e", &script]);
+    let warning = format!("warning: `uprobe:{target}:getpid`: {why}");
+    assert!(dump.stderr.contains(&warning), "{}", dump.stderr);
+    assert!(
+        dump.stderr.contains(&format!(
+            "{hint}: compiled as written, attaching it would fail"
+        )),
+        "{}",
+        dump.stderr
+    );
+    let program = format!("; uprobe:{target}:getpid (uprobe, ");
+    assert!(dump.stdout.contains(&program), "{}", dump.stdout);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let elf = dir.path().join("p.o");
+    let elf = elf.to_str().expect("a UTF-8 path");
+    let emitted = wprof_ok(&["--emit-elf", elf, "-e", &script]);
+    assert!(emitted.stderr.contains(&warning), "{}", emitted.stderr);
+    let data = std::fs::read(elf).expect("the ELF file is written");
+    let file = object::File::parse(&*data).expect("a valid ELF file");
+    assert!(
+        file.sections().any(|s| s.name() == Ok("uprobe")),
+        "no uprobe program in the ELF file"
+    );
+    let run = wprof_fails(&["-e", &script]);
+    assert!(run.stderr.contains(&why), "{}", run.stderr);
+    assert!(run.stderr.contains(hint), "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("compiled as written"),
+        "{}",
+        run.stderr
+    );
 }
 
 /// An address no function holds is refused with bpftrace's phrase.

@@ -324,6 +324,34 @@ fn selected_needs_filters() {
     );
 }
 
+/// Under `--only-command` a user's probe carries its task's leader start
+/// time (`curtask->group_leader->start_time`) for the tree's gate; BEGIN
+/// and timers, which the tree does not filter, do not, nor does any probe
+/// without the option.
+#[test]
+fn command_identity_of_filtered_probes() {
+    let source = "tracepoint:syscalls:sys_enter_write { } BEGIN { } interval:s:1 { }";
+    let identities = |options: &CompileOptions| -> Vec<bool> {
+        let program = checked(source, options).expect("the script checks");
+        (program.probes.iter())
+            .map(|p| p.command_identity.is_some())
+            .collect()
+    };
+    assert_eq!(identities(&CompileOptions::default()), [false; 3]);
+    let mut options = CompileOptions::default();
+    options.filter.command = true;
+    assert_eq!(identities(&options), [true, false, false]);
+    let program = checked(source, &options).expect("the script checks");
+    let start = program.probes[0]
+        .command_identity
+        .as_ref()
+        .expect("an identity");
+    assert!(matches!(
+        start.kind,
+        TExprKind::MemoryRead { offset: 128, .. }
+    ));
+}
+
 /// The fake machine, counting the kernel types the checker looks up.
 #[derive(Default)]
 struct CountingMachine {

@@ -128,6 +128,16 @@ fn infers_variable_types_across_assignments() {
     assert_eq!(at, "$x");
 }
 
+/// A variable whose assignment fails to check is reported once, at the
+/// assignment, not again at each use (runqlen.bt on Linux 6.13+: one
+/// error for `nr_running`, as bpftrace prints).
+#[test]
+fn failed_assignment_is_reported_once() {
+    let (message, at, _) = error("BEGIN { $x = nosuch; $x = $x > 0 ? $x - 1 : 0; @ = $x; }");
+    assert_eq!(message, "unknown identifier `nosuch`");
+    assert_eq!(at, "nosuch");
+}
+
 /// Variables are local to their probe block: the same name may differ in type.
 #[test]
 fn variables_are_per_probe() {

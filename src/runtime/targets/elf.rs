@@ -164,6 +164,35 @@ pub fn code_address(binary: &Path, offset: u64) -> Result<u64, ElfError> {
         })
 }
 
+/// The libraries `binary` names as `DT_NEEDED` (`libc.so.6`), in order;
+/// none for a static binary.
+pub fn needed_libraries(binary: &Path) -> Result<Vec<String>, ElfError> {
+    let data = read_file(binary)?;
+    visit_elf(binary, &data, NeededReader)
+}
+
+/// Reads the `DT_NEEDED` entries of the dynamic section.
+struct NeededReader;
+
+impl ElfVisitor for NeededReader {
+    type Output = Vec<String>;
+
+    fn visit<Elf: FileHeader<Endian = Endianness>>(
+        self,
+        data: &[u8],
+    ) -> object::read::Result<Self::Output> {
+        let header = Elf::parse(data)?;
+        let sections = header.sections(header.endian()?, data)?;
+        let table = sections.dynamic_table(header.endian()?, data)?;
+        let mut needed = Vec::new();
+        for entry in table.iter().filter(|d| d.tag == elf::DT_NEEDED) {
+            let name = table.string(entry)?;
+            needed.push(String::from_utf8_lossy(name).into_owned());
+        }
+        Ok(needed)
+    }
+}
+
 /// Finds one data symbol.
 struct ObjectFinder<'a> {
     name: &'a str,
@@ -406,6 +435,18 @@ mod tests {
             err,
             format!("no function matching `mallocc` in {}", libc.display())
         );
+    }
+
+    /// libpthread, a stub since glibc 2.34, needs libc; a static program
+    /// needs nothing.
+    #[test]
+    fn reads_needed_libraries() {
+        let pthread = resolve_binary("libpthread", None).expect("libpthread resolves");
+        let needed = needed_libraries(&pthread).expect("dynamic section read");
+        assert!(needed.iter().any(|n| n == "libc.so.6"), "{needed:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let prog = test_support::compile_c(dir.path(), "prog", TEST_PROGRAM, &["-static"]);
+        assert_eq!(needed_libraries(&prog).expect("read"), Vec::<String>::new());
     }
 
     /// A compiled non-PIE program's functions match a glob, with offsets translated from addresses.

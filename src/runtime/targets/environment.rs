@@ -16,8 +16,8 @@ use crate::vocab::kernel_types::{
 };
 use crate::vocab::{
     AttachPoint, BtfArg, BtfFunction, Environment, FieldKind, FunctionParam, FunctionTarget,
-    KernelFunction, KernelFunctionMatches, ObjectSymbol, TracepointField, UsdtArgSpec, UsdtIndex,
-    UsdtTarget, x86_64,
+    KernelFunction, KernelFunctionMatches, MissingFunction, ObjectSymbol, TracepointField,
+    UsdtArgSpec, UsdtIndex, UsdtTarget, x86_64,
 };
 
 /// A function's parameters, or why its debug info does not give them.
@@ -33,8 +33,8 @@ pub struct SystemEnvironment {
     /// Kernel BTF, read the first time a script needs it.
     btf: OnceCell<Result<KernelBtf, String>>,
     /// `--dump-bpf`/`--emit-elf`: nothing is attached, so a kprobe naming a
-    /// function this kernel lacks is compiled as written, with a warning
-    /// (bpftrace compiles it and fails at attach).
+    /// function this kernel lacks, or a uprobe one its binary lacks, is
+    /// compiled as written, with a warning (bpftrace compiles both).
     pub compile_only: bool,
     /// Kernel functions, read the first time a `kprobe:` needs them.
     kernel_functions: OnceCell<Result<KernelFunctions, String>>,
@@ -174,6 +174,19 @@ impl Environment for SystemEnvironment {
             })
             .collect();
         Ok((path, targets))
+    }
+
+    fn missing_function(&self, binary: &str, function: &str) -> Option<MissingFunction> {
+        let path = library_search::resolve_binary(binary, self.pid).ok()?;
+        let lacks = matches!(
+            elf::find_functions(&path, function),
+            Err(elf::ElfError::NoFunction { .. })
+        );
+        lacks.then(|| MissingFunction {
+            defined_in: library_search::library_defining(&path, function, self.pid),
+            binary: path,
+            compile_as_written: self.compile_only,
+        })
     }
 
     fn usdt(

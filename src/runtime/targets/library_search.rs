@@ -7,7 +7,7 @@ use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use super::elf::ElfError;
+use super::elf::{self, ElfError};
 
 /// The file a probe's binary or library name refers to.
 ///
@@ -52,6 +52,19 @@ pub fn resolve_binary(name: &str, pid: Option<i32>) -> Result<PathBuf, ElfError>
             .or_else(|| search.library(&format!("lib{name}")))
     };
     found.ok_or_else(|| not_found(search.searched.join(", ")))
+}
+
+/// The first library `binary` loads (`DT_NEEDED`, found as the loader
+/// would) that defines function `name`: where a probe on it belongs
+/// (libpthread's `pthread_create` is libc's since glibc 2.34).
+pub fn library_defining(binary: &Path, name: &str, pid: Option<i32>) -> Option<PathBuf> {
+    let needed = elf::needed_libraries(binary).ok()?;
+    (needed.iter())
+        .filter_map(|library| resolve_binary(library, pid).ok())
+        .find(|library| {
+            elf::find_functions(library, name)
+                .is_ok_and(|found| found.iter().any(|f| f.name == name))
+        })
 }
 
 /// One lookup, remembering where it looked for the error message.
@@ -309,6 +322,22 @@ mod tests {
                 .unwrap()
                 .ends_with("libc.so.6")
         );
+    }
+
+    /// libpthread's `pthread_create` is found in libc, which it loads (glibc
+    /// 2.34 on); a function no loaded library has is nowhere.
+    #[test]
+    fn finds_the_library_defining_a_function() {
+        let pthread = resolve_binary("libpthread", None).expect("libpthread resolves");
+        if elf::find_functions(&pthread, "pthread_create").is_ok() {
+            eprintln!("SKIPPED: this libpthread defines pthread_create (glibc before 2.34)");
+            return;
+        }
+        assert_eq!(
+            library_defining(&pthread, "pthread_create", None),
+            Some(libc())
+        );
+        assert_eq!(library_defining(&pthread, "no_such_function", None), None);
     }
 
     /// Program names come from `$PATH`; paths are returned as given, or
