@@ -219,8 +219,8 @@ fn nothing_to_attach(skipped: &[(&ProbeSpec, ScriptError)]) -> Vec<ScriptError> 
                  `wprof -l 'kprobe:*NAME*'`",
             ),
             0 => error.clone().with_help(
-                "the function may be in another library (pthread_create is in libc.so.6 since \
-                 glibc 2.34: uprobe:libc:pthread_create)",
+                "the function may be in another library the program loads (e.g. pthread_create \
+                 is in libc.so.6 since glibc 2.34: uprobe:libc:pthread_create)",
             ),
             _ => error.clone(),
         })

@@ -116,7 +116,7 @@ fn missing_function_in_binary() {
  1 │ {script}
    · {underline}
    ╰────
-  help: the function may be in another library (pthread_create is in libc.so.6 since glibc 2.34: uprobe:libc:pthread_create)"
+  help: the function may be in another library the program loads (e.g. pthread_create is in libc.so.6 since glibc 2.34: uprobe:libc:pthread_create)"
     ));
     assert_eq!(out.stderr, expected);
 }
