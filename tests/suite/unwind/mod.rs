@@ -11,6 +11,7 @@ mod proof;
 mod readelf;
 mod snapshots;
 mod tables;
+mod uprobe_xol;
 mod walk_cache;
 mod workloads;
 
