@@ -577,8 +577,6 @@ impl Lowerer<'_> {
         self.emit(Inst::Jump(done));
         self.emit(Inst::Bind(walk));
         self.current_user_stack(target, user);
-        // It answers its blocks as it comes, without waiting for tables.
-        self.mov_imm(user.snapshot_state, 0);
         self.emit(Inst::Bind(done));
     }
 

@@ -6,6 +6,7 @@ mod cost;
 mod ending;
 mod jit;
 mod kernel;
+mod offcpu_leaves;
 mod plt;
 mod proof;
 mod readelf;

@@ -123,6 +123,13 @@ pub fn c_spin_sleep(frame_pointers: bool) -> PathBuf {
     }
 }
 
+/// `naps.c` (main → nap → nanosleep, sleeping first) built without frame
+/// pointers.
+#[track_caller]
+pub fn c_naps() -> PathBuf {
+    build("naps.c", "naps", "cc", NO_FP_CFLAGS, &[])
+}
+
 /// `spin_sleep.rs` built as a release binary: `rustc -C opt-level=3`.
 #[track_caller]
 pub fn rust_spin_sleep() -> PathBuf {
