@@ -11,9 +11,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use serde_json::Value;
-
 use super::super::capture::fresh_dir;
+use super::super::sampling::{capture_metrics, measured};
 use super::super::{machine_lock, path_str, wprof_ok};
 use super::workloads::c_uprobe_hot;
 use crate::require_bpf;
@@ -31,24 +30,12 @@ const WORKLOAD_ARGS: [&str; 2] = ["10000", "20000"];
 /// below (load average 5).
 const SHORT_BOUND: f64 = 0.03;
 
-/// How far above: the probe's traps get more of the samples than of the
-/// thread's CPU clock in this VM (+0.03 to +0.055 at load average 5, the
-/// same with the kernel's walk, where no table is involved), which this
-/// test does not pin down.
-const OVER_BOUND: f64 = 0.10;
-
-/// A number the workload printed as `KEY N`.
-fn measured(stdout: &str, key: &str) -> f64 {
-    let value = stdout.lines().find_map(|l| l.strip_prefix(key));
-    let value = value.and_then(|v| v.trim().parse().ok());
-    value.unwrap_or_else(|| panic!("no {key} in the workload's output:\n{stdout}"))
-}
-
-/// A metric's value in `--metrics` JSON.
-fn metric(metrics: &Value, name: &str) -> f64 {
-    let value = metrics["metrics"][name]["value"].as_f64();
-    value.unwrap_or_else(|| panic!("no {name} in {metrics}"))
-}
+/// How far above: the function with the probe gets more of the samples
+/// than of its thread CPU clock in this VM — +0.03 to +0.055 at load
+/// average 5, +0.05 to +0.08 at 10, the same with the kernel's walk, where
+/// no table is involved, and not explained here (the clock may leave out
+/// interrupt time the probe's traps bring) — so this bound is loose.
+const OVER_BOUND: f64 = 0.15;
 
 /// The first instruction of `function` in `binary`, as objdump shows it.
 fn first_instruction(binary: &Path, function: &str) -> String {
@@ -96,20 +83,8 @@ fn record(dir: &Path, binary: &Path, unwind: &[&str]) -> (f64, f64, u64, u64) {
             sampled += count;
         }
     }
-    let metrics = wprof_ok(&[
-        "-R",
-        "-D",
-        &capture,
-        "--metrics",
-        "-",
-        "--metric",
-        "func:hot.total",
-        "--metric",
-        "func:cold.total",
-    ]);
-    let metrics: Value = serde_json::from_str(&metrics.stdout).expect("metrics JSON");
-    let sampled_hot = metric(&metrics, "func:hot.total");
-    let sampled_cold = metric(&metrics, "func:cold.total");
+    let [sampled_hot, sampled_cold] =
+        capture_metrics(&capture, ["func:hot.total", "func:cold.total"]);
     let shares = (
         hot / (hot + cold),
         sampled_hot / (sampled_hot + sampled_cold),
