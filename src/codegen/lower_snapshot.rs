@@ -53,6 +53,9 @@ impl Lowerer<'_> {
         self.clamp_max(bytes, USER_FRAMES_BYTES + KERNEL_FRAMES_BYTES);
         let at = self.offset_pointer(target.buf, target.frames_at);
         self.alu(AluOp::Add, at, Src::Reg(bytes));
+        // The pc the BPF walk started from (out of a uprobe's slot).
+        let ip = self.load_sized(Base::Reg(state), state::START_IP, Size::U64);
+        self.store_reg(Base::Reg(at), snapshot::IP, ip, Size::U64);
         let task = self.call_result(GET_CURRENT_TASK_BTF, vec![]);
         let regs = self.call_result(TASK_PT_REGS, vec![Arg::Reg(task)]);
         let mut copy = |from: u16, to| {
@@ -60,7 +63,6 @@ impl Lowerer<'_> {
             self.store_reg(Base::Reg(at), to, value, Size::U64);
             value
         };
-        copy(x86_64::RIP, snapshot::IP);
         let sp = copy(x86_64::RSP, snapshot::SP);
         copy(x86_64::RBP, snapshot::BP);
         self.store_reg(Base::Reg(at), snapshot::START_STACK, start_stack, Size::U64);

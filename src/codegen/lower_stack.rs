@@ -15,7 +15,7 @@ use crate::codegen::stack_layout::{
 use crate::frontend::checked::{OffcpuStack, StackKind, SwitchStack};
 use crate::providers;
 use crate::unwind::maps::{MAX_FRAMES, flags, input, state};
-use crate::vocab::{AttachPoint, MapId, record_header as header, x86_64};
+use crate::vocab::{AttachPoint, BUILD_ID_FRAME_BYTES, MapId, record_header as header, x86_64};
 
 /// A scratch buffer taken for one record.
 pub(super) struct Scratch {
@@ -50,6 +50,8 @@ impl StackTarget {
 
 /// `bpf_get_stack` flags: the user stack, as build ids and file offsets.
 const BPF_F_USER_BUILD_ID: i32 = 1 << 11;
+/// `struct bpf_stack_build_id` status: no build id, the frame is an address.
+const BPF_STACK_BUILD_ID_IP: i32 = 2;
 /// `bpf_get_stack` flags: the low byte is the number of frames to skip.
 const SKIP_MASK: i32 = 0xff;
 
@@ -163,6 +165,7 @@ impl Lowerer<'_> {
         let to = self.offset_pointer(buf, target.frames_at);
         let user_flags = BPF_F_USER_STACK as i32 | BPF_F_USER_BUILD_ID;
         let got = self.get_stack(to, BUILD_ID_STACK_MAX, Src::Imm(user_flags));
+        self.first_frame_out_of_line(state, to, got, FirstFrame::BuildId);
         self.clamp_bytes(got, USER_FRAMES_BYTES);
         self.mov(user.bytes, got);
         self.mov(user.count, got);
@@ -180,6 +183,30 @@ impl Lowerer<'_> {
         self.copy_state_frames(state, target, user);
         self.emit(Inst::Bind(done));
         self.mov(user.snapshot_state, state);
+    }
+
+    /// A kernel walk (`got` bytes of frames at `to`) starts at the task's
+    /// `ip`: when the unwinder found it in a uprobe's out-of-line slot, the
+    /// first frame becomes the address the walk starts from (`state::XOL_IP`).
+    fn first_frame_out_of_line(&mut self, state: VReg, to: VReg, got: VReg, kind: FirstFrame) {
+        let done = self.label();
+        let xol_ip = self.load_sized(Base::Reg(state), state::XOL_IP, Size::U64);
+        self.branch(Cond::Eq, xol_ip, Src::Imm(0), done);
+        let bytes = match kind {
+            FirstFrame::Address => 8,
+            FirstFrame::BuildId => BUILD_ID_FRAME_BYTES as i32,
+        };
+        self.branch(Cond::Slt, got, Src::Imm(bytes), done);
+        let start_ip = self.load_sized(Base::Reg(state), state::START_IP, Size::U64);
+        match kind {
+            FirstFrame::Address => self.store_reg(Base::Reg(to), 0, start_ip, Size::U64),
+            FirstFrame::BuildId => {
+                let ip_offset = BUILD_ID_FRAME_BYTES as i16 - 8;
+                self.store_imm(Base::Reg(to), 0, BPF_STACK_BUILD_ID_IP, Size::U32);
+                self.store_reg(Base::Reg(to), ip_offset, start_ip, Size::U64);
+            }
+        }
+        self.emit(Inst::Bind(done));
     }
 
     /// `*(u64 *)regs->sp` at a function's first instruction: the return
@@ -550,8 +577,6 @@ impl Lowerer<'_> {
         self.emit(Inst::Jump(done));
         self.emit(Inst::Bind(walk));
         self.current_user_stack(target, user);
-        // It answers its blocks as it comes, without waiting for tables.
-        self.mov_imm(user.snapshot_state, 0);
         self.emit(Inst::Bind(done));
     }
 
@@ -642,6 +667,7 @@ impl Lowerer<'_> {
         self.bit_clear_branch(unwound, flags::NO_PROCESS, walked);
         let to = self.offset_pointer(state, state::STACK as u32);
         let got = self.get_stack(to, KERNEL_STACK_MAX, Src::Imm(BPF_F_USER_STACK as i32));
+        self.first_frame_out_of_line(state, to, got, FirstFrame::Address);
         self.clamp_bytes(got, KERNEL_FRAMES_BYTES);
         self.alu(AluOp::Rsh, got, Src::Imm(3));
         self.store_reg(Base::Reg(state), state::FRAMES, got, Size::U32);
@@ -747,6 +773,14 @@ impl Lowerer<'_> {
             size,
         });
     }
+}
+
+/// How a kernel walk's user frames are laid out: addresses, or `struct
+/// bpf_stack_build_id`s (`status: s32`, build id, then offset or address).
+#[derive(Clone, Copy)]
+enum FirstFrame {
+    Address,
+    BuildId,
 }
 
 /// Whose kernel stack: the current task's, without the tracer's frames

@@ -16,7 +16,7 @@ use crate::codegen::asm::{AluOp, AsmError, Assembler, Cond, Label, Reg, Size};
 use crate::codegen::helpers;
 use crate::vocab::MapId;
 
-use super::layout::MmLayout;
+use super::layout::{MmLayout, XolLayout};
 use super::maps::{
     MAPPING_SEARCH_STEPS, MAX_FRAMES, MAX_MAPPINGS, NO_TABLE, ROW_SEARCH_STEPS, TABLE_PENDING,
     UnwindMaps, flags, input, process_mappings as pm, state, table_slot,
@@ -567,8 +567,9 @@ pub(super) fn set_flag(asm: &mut Assembler, bit: u32) {
 /// address space (`mm->start_stack`, `mm->end_code`) and its user `ip`,
 /// `sp`, `bp` (`bpf_task_pt_regs`: the registers saved at its last entry
 /// into the kernel, right in any context, also when the program
-/// interrupted the kernel). Jumps to `no_user_stack` for a kernel thread
-/// (no `mm`). r1-r5, r8 clobbered.
+/// interrupted the kernel; out of a uprobe's slot: `emit_map_out_of_line`).
+/// Jumps to `no_user_stack` for a kernel thread (no `mm`). r0-r5, r8
+/// clobbered.
 fn emit_load_current(
     asm: &mut Assembler,
     mm: &MmLayout,
@@ -598,6 +599,47 @@ fn emit_load_current(
         asm.load(Size::U64, R1, R0, from as i16);
         asm.store_reg(Size::U64, R6, to, R1);
     }
+    asm.load(Size::U64, R1, R6, state::IP);
+    asm.store_reg(Size::U64, R6, state::START_IP, R1);
+    asm.store_imm(Size::U64, R6, state::XOL_IP, 0);
+    if let Some(xol) = &mm.xol {
+        emit_map_out_of_line(asm, xol)?;
+    }
+    Ok(())
+}
+
+/// Bytes of a uprobe's out-of-line slot on x86-64 (`UPROBE_XOL_SLOT_BYTES`).
+const XOL_SLOT_BYTES: i32 = 128;
+
+/// While a uprobe's displaced instruction runs out of line (the task
+/// stopped between the breakpoint and the single step's fix-up, its `ip`
+/// in the `[uprobes]` page), the stack is the probed function's: the walk
+/// starts at the probed address plus the offset into the slot (past the
+/// instruction once it ran) instead. Records the slot `ip` in
+/// `state::XOL_IP`. r0-r5, r8 clobbered.
+fn emit_map_out_of_line(asm: &mut Assembler, xol: &XolLayout) -> Result<(), AsmError> {
+    let done = asm.new_label();
+    asm.call_helper(helpers::GET_CURRENT_TASK);
+    read_kernel(asm, R0, xol.task_utask, done);
+    asm.load(Size::U64, R8, R6, slot::READ);
+    asm.jmp_imm(Cond::Eq, R8, 0, done);
+    read_kernel(asm, R8, xol.utask_xol_vaddr, done);
+    asm.load(Size::U64, R1, R6, slot::READ);
+    asm.jmp_imm(Cond::Eq, R1, 0, done);
+    asm.load(Size::U64, R2, R6, state::IP);
+    asm.alu64_reg(AluOp::Sub, R2, R1);
+    asm.jmp_imm(Cond::Ge, R2, XOL_SLOT_BYTES, done);
+    asm.store_reg(Size::U64, R6, slot::PC, R2);
+    read_kernel(asm, R8, xol.utask_vaddr, done);
+    asm.comment("in the uprobe's out-of-line slot: start at the probed address");
+    asm.load(Size::U64, R1, R6, slot::READ);
+    asm.load(Size::U64, R2, R6, slot::PC);
+    asm.alu64_reg(AluOp::Add, R1, R2);
+    asm.load(Size::U64, R2, R6, state::IP);
+    asm.store_reg(Size::U64, R6, state::XOL_IP, R2);
+    asm.store_reg(Size::U64, R6, state::IP, R1);
+    asm.store_reg(Size::U64, R6, state::START_IP, R1);
+    asm.bind(done)?;
     Ok(())
 }
 
@@ -634,6 +676,11 @@ mod tests {
             task_mm: 1000,
             mm_start_stack: 100,
             mm_end_code: 50,
+            xol: Some(XolLayout {
+                task_utask: 2000,
+                utask_xol_vaddr: 64,
+                utask_vaddr: 32,
+            }),
         };
         let unwinder = UserUnwinder::new(&mut asm, maps(), kind, mm);
         unwinder.call(&mut asm, R6, None);
@@ -654,7 +701,8 @@ mod tests {
 
     /// With `bpf_loop` the step is a callback; with a bounded loop it is
     /// inline. Either way the caller makes one bpf-to-bpf call, and the
-    /// unwinder with its walk cache stays under 600 instructions (532).
+    /// unwinder with its walk cache and the out-of-line check stays under
+    /// 600 instructions (572).
     #[test]
     fn loop_kinds_assemble() {
         let (calls, callbacks, bpf_loop_len) = assemble(LoopKind::BpfLoop);

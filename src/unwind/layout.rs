@@ -3,7 +3,9 @@
 //! (offsets from the kernel's BTF, through the checker's
 //! [`Environment`]). The table manager writes the same two values, read
 //! from `/proc/PID/stat`, into a process's mappings entry; an `exec`
-//! changes both, so an entry read before it no longer matches.
+//! changes both, so an entry read before it no longer matches. Also
+//! where a task's uprobe state says which instruction it is stepping out
+//! of line ([`XolLayout`]).
 
 use crate::vocab::Environment;
 use crate::vocab::kernel_types::{KernelKind, find_member};
@@ -15,6 +17,19 @@ pub struct MmLayout {
     pub task_mm: u32,
     pub mm_start_stack: u32,
     pub mm_end_code: u32,
+    /// None when the kernel has no uprobes (`task_struct` has no `utask`).
+    pub xol: Option<XolLayout>,
+}
+
+/// Byte offsets of a task's uprobe state: `task_struct.utask` (a `struct
+/// uprobe_task *`, NULL until the task first hits a uprobe), and in it
+/// `xol_vaddr` (the out-of-line slot the displaced instruction runs in, 0
+/// when none) and `vaddr` (the probed address it was copied from).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XolLayout {
+    pub task_utask: u32,
+    pub utask_xol_vaddr: u32,
+    pub utask_vaddr: u32,
 }
 
 impl MmLayout {
@@ -27,7 +42,22 @@ impl MmLayout {
             task_mm,
             mm_start_stack,
             mm_end_code,
+            xol: XolLayout::resolve(env)?,
         })
+    }
+}
+
+impl XolLayout {
+    /// The offsets, or None on a kernel built without uprobes.
+    fn resolve(env: &dyn Environment) -> Result<Option<XolLayout>, String> {
+        let Ok(task_utask) = member_offset(env, "struct task_struct", "utask") else {
+            return Ok(None);
+        };
+        Ok(Some(XolLayout {
+            task_utask,
+            utask_xol_vaddr: member_offset(env, "struct uprobe_task", "xol_vaddr")?,
+            utask_vaddr: member_offset(env, "struct uprobe_task", "vaddr")?,
+        }))
     }
 }
 
@@ -59,7 +89,8 @@ mod tests {
             MmLayout {
                 task_mm: 416,
                 mm_start_stack: 312,
-                mm_end_code: 272
+                mm_end_code: 272,
+                xol: None,
             }
         );
     }
@@ -70,5 +101,7 @@ mod tests {
         let env = crate::runtime::targets::environment::SystemEnvironment::default();
         let layout = MmLayout::resolve(&env).expect("kernel BTF");
         assert!(layout.task_mm > 0 && layout.mm_start_stack > layout.mm_end_code);
+        let xol = layout.xol.expect("this kernel has uprobes");
+        assert_ne!(xol.utask_xol_vaddr, xol.utask_vaddr);
     }
 }

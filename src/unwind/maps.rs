@@ -130,7 +130,7 @@ pub mod process_mappings {
 /// leaves `frames: u32` (found), `flags: u32` ([`flags`]), `first_slot`
 /// (the user address the first return address was read from, 0 if none)
 /// and the return addresses in `stack` (the first the starting ip), moving
-/// `ip, sp, bp` up as it goes. `caller_*` and `key_*` are left to the
+/// `ip, sp, bp` up as it goes (`start_ip`, `xol_ip`: where it started). `caller_*` and `key_*` are left to the
 /// caller (the sampler keeps its source and timing there). The
 /// [`walk_cache`] follows the frames.
 pub mod state {
@@ -151,9 +151,17 @@ pub mod state {
     pub const CALLER_U64: i16 = 72;
     /// Three u64 left to the caller.
     pub const KEY: i16 = 80;
+    /// The user pc the walk started from: the task's `ip`, or the probed
+    /// address its uprobe's displaced instruction was copied from while
+    /// that runs out of line (`crate::unwind::layout::XolLayout`).
+    pub const START_IP: i16 = 104;
+    /// The task's `ip` in its uprobe's out-of-line slot, which the walk
+    /// started from `START_IP` instead; 0 when it was not there. A kernel
+    /// walk's first frame is that `ip`: the caller replaces it.
+    pub const XOL_IP: i16 = 112;
     /// 80 bytes of the unwinder's temporaries.
-    pub const WORK: i16 = 104;
-    pub const STACK: i16 = 184;
+    pub const WORK: i16 = 120;
+    pub const STACK: i16 = 200;
     pub const CACHE: i16 = STACK + 8 * MAX_FRAMES as i16;
     pub const BYTES: u32 = CACHE as u32 + walk_cache::BYTES;
 }

@@ -42,17 +42,22 @@ fn build_bench(dir: &Path) -> PathBuf {
     binary
 }
 
-/// A number the benchmark printed on stderr as `KEY N`.
-fn measured(stderr: &str, key: &str) -> f64 {
-    let line = stderr.lines().find_map(|l| l.strip_prefix(key));
+/// A number a workload printed (in `output`) as `KEY N`.
+pub(super) fn measured(output: &str, key: &str) -> f64 {
+    let line = output.lines().find_map(|l| l.strip_prefix(key));
     let value = line.and_then(|v| v.trim().parse().ok());
-    value.unwrap_or_else(|| panic!("no {key} in the benchmark's output"))
+    value.unwrap_or_else(|| panic!("no {key} in the workload's output"))
 }
 
-/// A metric's value in `--metrics` JSON.
-fn metric(metrics: &Value, name: &str) -> f64 {
-    let value = metrics["metrics"][name]["value"].as_f64();
-    value.unwrap_or_else(|| panic!("no {name} in {metrics}"))
+/// The values of the metrics `names` of `capture` (`wprof -R --metrics`).
+pub(super) fn capture_metrics<const N: usize>(capture: &str, names: [&str; N]) -> [f64; N] {
+    let mut args = vec!["-R", "-D", capture, "--metrics", "-"];
+    args.extend(names.iter().flat_map(|name| ["--metric", name]));
+    let metrics: Value = serde_json::from_str(&wprof_ok(&args).stdout).expect("metrics JSON");
+    names.map(|name| {
+        let value = metrics["metrics"][name]["value"].as_f64();
+        value.unwrap_or_else(|| panic!("no {name} in {metrics}"))
+    })
 }
 
 /// Records the benchmark with `args`; returns compact()'s share of the
@@ -65,26 +70,18 @@ fn compact_shares(dir: &Path, bench: &Path, args: &[&str]) -> (f64, f64, f64) {
     let run = wprof_ok(&[&record[..], &command[..], args].concat());
     let request = measured(&run.stderr, "request_cpu_ns ");
     let compact = measured(&run.stderr, "compact_cpu_ns ");
-    let metrics = wprof_ok(&[
-        "-R",
-        "-D",
+    let [sampled_request, sampled_compact, samples] = capture_metrics(
         &capture,
-        "--metrics",
-        "-",
-        "--metric",
-        "func:request.total",
-        "--metric",
-        "func:compact.total",
-        "--metric",
-        "process:bench.samples",
-    ]);
-    let metrics: Value = serde_json::from_str(&metrics.stdout).expect("metrics JSON");
-    let sampled_request = metric(&metrics, "func:request.total");
-    let sampled_compact = metric(&metrics, "func:compact.total");
+        [
+            "func:request.total",
+            "func:compact.total",
+            "process:bench.samples",
+        ],
+    );
     (
         compact / (request + compact),
         sampled_compact / (sampled_request + sampled_compact),
-        metric(&metrics, "process:bench.samples"),
+        samples,
     )
 }
 

@@ -215,10 +215,10 @@ impl Recorder {
                 .map(Vec::as_slice)
                 .unwrap_or_default();
             join = (self.joins).classify(record, desc.flags, tid, fields, bytes);
-            // A deferred off-CPU stack answers its blocks as it comes: held
-            // for its tables, it would answer its task's later blocks too.
+            // A deferred off-CPU stack held for its tables answers only
+            // its own epoch's blocks; a waiting block has no user stack.
             match join {
-                None if desc.flags & flags::SNAPSHOT != 0 => {
+                None | Some(Join::Brings { .. }) if desc.flags & flags::SNAPSHOT != 0 => {
                     snapshot = Some(read_snapshot(bytes, frames_at, &desc)?);
                 }
                 _ => desc.flags &= !flags::SNAPSHOT,
@@ -325,7 +325,7 @@ impl Recorder {
     /// for their deferred user stacks, or with the stack it brings them.
     fn route(&mut self, pending: Pending, batch: &mut Vec<Event>) {
         match pending.join {
-            Some(Join::Awaits { tid }) => self.joins.wait(tid, pending),
+            Some(Join::Awaits { tid, .. }) => self.joins.wait(tid, pending),
             Some(Join::Brings { tid, .. }) => {
                 for block in self.joins.answer(tid, &pending) {
                     batch.push(self.resolved(block));

@@ -7,10 +7,15 @@
 //! block of that task from that time on takes the user stack (one stack:
 //! the task ran no user code in between); earlier ones, whose own answer was
 //! lost, and blocks whose task never returns, keep their kernel stack and
-//! are counted lost. Joined here, the capture holds whole stacks, so every
-//! renderer sees them, live and in replay.
+//! are counted lost. A return whose stack waits for its tables (a copy,
+//! `super::snapshots`) answers only the blocks of its own system call: each
+//! block and return carries its thread's count of returns decoded before
+//! it (its epoch), so a later call's blocks wait for their own return.
+//! Joined here, the capture holds whole stacks, so every renderer sees
+//! them, live and in replay.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use super::Pending;
 use super::decode::FieldDecoder;
@@ -33,15 +38,25 @@ pub const PENDING_RECORD: &str = "offcpu_pending";
 /// call waits long for its return.
 pub(super) const MAX_WAIT_NS: u64 = 500_000_000;
 
+/// How long a thread's epoch is kept after its last return while none of
+/// its blocks waits: longer than a return waits for its tables
+/// (`super::snapshots::MAX_WAIT`), so no return of an older epoch is left.
+const EPOCH_KEPT: Duration = Duration::from_secs(2);
+
 /// What a message means to the join.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Join {
-    /// A long block of thread `tid` waiting for its user stack.
-    Awaits { tid: u32 },
-    /// The user stack of thread `tid`'s waiting blocks; none when an
-    /// `execve` replaced the program during their system call
+    /// A long block of thread `tid` waiting for its user stack, after
+    /// `epoch` returns of the thread.
+    Awaits { tid: u32, epoch: u32 },
+    /// The user stack of thread `tid`'s waiting blocks of `epoch`; none
+    /// when an `execve` replaced the program during their system call
     /// (`image_changed`: the stack at its return is the new program's).
-    Brings { tid: u32, image_changed: bool },
+    Brings {
+        tid: u32,
+        image_changed: bool,
+        epoch: u32,
+    },
 }
 
 /// What leaves the reorder window ([`PendingJoin::next_due`]).
@@ -60,6 +75,8 @@ pub(super) struct PendingJoin {
     switch: Option<(u32, usize)>,
     pending_record: Option<u32>,
     waiting: HashMap<u32, Vec<Pending>>,
+    /// Per thread: the returns decoded, and when the last was.
+    epochs: HashMap<u32, (u32, Instant)>,
     joined: u64,
     lost: u64,
     /// Blocks left without a user stack because of an `execve`.
@@ -92,7 +109,7 @@ impl PendingJoin {
     /// What the message of `record` (stack `flags`, sent by `tid`) means to
     /// the join; `fields` decode it, `bytes` hold it.
     pub(super) fn classify(
-        &self,
+        &mut self,
         record: u32,
         stack_flags: u32,
         tid: u32,
@@ -101,7 +118,14 @@ impl PendingJoin {
     ) -> Option<Join> {
         if self.pending_record == Some(record) {
             let image_changed = stack_flags & flags::USER_EXEC != 0;
-            return Some(Join::Brings { tid, image_changed });
+            let epoch = self.epochs.entry(tid).or_insert((0, Instant::now()));
+            let brings = Join::Brings {
+                tid,
+                image_changed,
+                epoch: epoch.0,
+            };
+            *epoch = (epoch.0.wrapping_add(1), Instant::now());
+            return Some(brings);
         }
         let (switch, next) = self.switch?;
         if record != switch || stack_flags & flags::USER_PENDING == 0 {
@@ -111,7 +135,11 @@ impl PendingJoin {
             return None;
         };
         let next_tid = super::decode::u64_at(bytes, *at).ok()? as u32;
-        Some(Join::Awaits { tid: next_tid })
+        let epoch = self.epochs.get(&next_tid).map_or(0, |&(epoch, _)| epoch);
+        Some(Join::Awaits {
+            tid: next_tid,
+            epoch,
+        })
     }
 
     /// A block to wait.
@@ -119,22 +147,28 @@ impl PendingJoin {
         self.waiting.entry(tid).or_default().push(block);
     }
 
-    /// The waiting blocks `brings` answers, each with its user stack
-    /// joined (or, after an `execve`, its kernel stack alone); and those it
-    /// cannot answer (earlier than its time), as they are.
+    /// The waiting blocks of its epoch `brings` answers, each with its
+    /// user stack joined (or, after an `execve`, its kernel stack alone);
+    /// and those it cannot answer (earlier than its time), as they are.
     pub(super) fn answer(&mut self, tid: u32, brings: &Pending) -> Vec<Pending> {
+        let Some(Join::Brings {
+            image_changed,
+            epoch,
+            ..
+        }) = brings.join
+        else {
+            return Vec::new();
+        };
         let Some(blocks) = self.waiting.remove(&tid) else {
             return Vec::new();
         };
+        let (blocks, later): (Vec<Pending>, Vec<Pending>) = (blocks.into_iter())
+            .partition(|b| matches!(b.join, Some(Join::Awaits { epoch: e, .. }) if e == epoch));
+        if !later.is_empty() {
+            self.waiting.insert(tid, later);
+        }
         let from = brings.event.ts_ns;
         let user = brings.stack.as_ref().map(|(_, raw)| raw);
-        let image_changed = matches!(
-            brings.join,
-            Some(Join::Brings {
-                image_changed: true,
-                ..
-            })
-        );
         blocks
             .into_iter()
             .map(|mut block| {
@@ -218,6 +252,8 @@ impl PendingJoin {
             !blocks.is_empty()
         });
         self.lost += expired.len() as u64;
+        let waiting = &self.waiting;
+        (self.epochs).retain(|tid, (_, at)| waiting.contains_key(tid) || at.elapsed() < EPOCH_KEPT);
         expired
     }
 
@@ -303,7 +339,7 @@ mod tests {
                 ..Event::default()
             },
             stack: Some((u128::from(ts_ns), raw(kernel, &[]))),
-            join: Some(Join::Awaits { tid: TID }),
+            join: Some(Join::Awaits { tid: TID, epoch: 0 }),
         }
     }
 
@@ -341,6 +377,7 @@ mod tests {
             join: Some(Join::Brings {
                 tid: TID,
                 image_changed: false,
+                epoch: 0,
             }),
         }
     }
@@ -350,7 +387,7 @@ mod tests {
     /// pending record take no part.
     #[test]
     fn classifies_by_record_and_flag() {
-        let join = PendingJoin::new(&records());
+        let mut join = PendingJoin::new(&records());
         let next = Kind::Switch.fields().iter().position(|f| *f == Field::Next);
         let ty = crate::vocab::ValueType::Int {
             size: 8,
@@ -359,21 +396,23 @@ mod tests {
         let mut fields = vec![FieldDecoder::Value { at: 0, ty }; 8];
         fields[next.expect("switch has next")] = FieldDecoder::Thread { at: 8 };
         let bytes = [[0u8; 8], 42u64.to_le_bytes()].concat();
-        let classify = |record, bits| join.classify(record, bits, TID, &fields, &bytes);
-        let brings = |image_changed| {
+        let mut classify = |record, bits, tid| join.classify(record, bits, tid, &fields, &bytes);
+        let brings = |image_changed, epoch| {
             Some(Join::Brings {
                 tid: TID,
                 image_changed,
+                epoch,
             })
         };
-        assert_eq!(classify(1, 0), brings(false));
-        assert_eq!(classify(1, flags::USER_EXEC), brings(true));
-        assert_eq!(
-            classify(0, flags::USER_PENDING),
-            Some(Join::Awaits { tid: 42 })
-        );
-        assert_eq!(classify(0, flags::TABLE), None);
-        let without = PendingJoin::new(&records()[..1]);
+        let awaits = |epoch| Some(Join::Awaits { tid: 42, epoch });
+        assert_eq!(classify(1, 0, TID), brings(false, 0));
+        assert_eq!(classify(1, flags::USER_EXEC, TID), brings(true, 1));
+        assert_eq!(classify(0, flags::USER_PENDING, TID), awaits(0));
+        assert_eq!(classify(0, flags::TABLE, TID), None);
+        // Thread 42's first return: its later blocks are of the next epoch.
+        assert!(classify(1, 0, 42).is_some());
+        assert_eq!(classify(0, flags::USER_PENDING, TID), awaits(1));
+        let mut without = PendingJoin::new(&records()[..1]);
         assert!(!without.active() && without.counts().is_empty());
         let classify = without.classify(0, flags::USER_PENDING, TID, &fields, &bytes);
         assert_eq!(classify, None);
@@ -399,6 +438,28 @@ mod tests {
         assert_eq!(join.counts(), counts([2, 1, 0, 0]));
     }
 
+    /// A return that waited for its tables (routed after the next call's
+    /// return) answers only its own call's blocks; the next return answers
+    /// the next call's, not the earlier ones (which are not lost).
+    #[test]
+    fn a_late_return_answers_its_own_epoch() {
+        let mut join = PendingJoin::new(&records());
+        join.wait(TID, block(10, &[1]));
+        let mut next_call = block(30, &[3]);
+        next_call.join = Some(Join::Awaits { tid: TID, epoch: 1 });
+        join.wait(TID, next_call);
+        let mut second = brings(30, &[300]);
+        second.join = Some(Join::Brings {
+            tid: TID,
+            image_changed: false,
+            epoch: 1,
+        });
+        assert_eq!(frames_of(&join.answer(TID, &second)), [(vec![3], 1)]);
+        let first = join.answer(TID, &brings(10, &[100, 200]));
+        assert_eq!(frames_of(&first), [(vec![1], 2)]);
+        assert_eq!(join.counts(), counts([2, 0, 0, 0]));
+    }
+
     /// After an `execve` the return's user stack is the new program's:
     /// the blocks it answers keep their kernel stack alone, never its
     /// frames, and count as dropped by exec.
@@ -411,6 +472,7 @@ mod tests {
         after_exec.join = Some(Join::Brings {
             tid: TID,
             image_changed: true,
+            epoch: 0,
         });
         let answered = join.answer(TID, &after_exec);
         assert_eq!(frames_of(&answered), [(vec![1], 0), (vec![2], 0)]);
@@ -426,7 +488,10 @@ mod tests {
         join.wait(TID, block(30, &[3]));
         join.wait(TID, block(10, &[1]));
         let mut other = block(20, &[2]);
-        other.join = Some(Join::Awaits { tid: TID + 1 });
+        other.join = Some(Join::Awaits {
+            tid: TID + 1,
+            epoch: 0,
+        });
         join.wait(TID + 1, other);
         let times: Vec<u64> = std::iter::from_fn(|| join.evict_oldest())
             .take(2)

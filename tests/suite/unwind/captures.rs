@@ -61,7 +61,7 @@ impl Sample<'_> {
     }
 
     /// Function names of the kernel frames, innermost first.
-    fn kernel_functions(&self) -> Vec<&str> {
+    pub(super) fn kernel_functions(&self) -> Vec<&str> {
         (self.frames.iter())
             .filter_map(|f| f.strip_prefix("[K] "))
             .map(function_name)

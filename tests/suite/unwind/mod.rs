@@ -6,11 +6,13 @@ mod cost;
 mod ending;
 mod jit;
 mod kernel;
+mod offcpu_leaves;
 mod plt;
 mod proof;
 mod readelf;
 mod snapshots;
 mod tables;
+mod uprobe_xol;
 mod walk_cache;
 mod workloads;
 

@@ -87,6 +87,14 @@ pub fn c_plt_loop(ibt: bool) -> PathBuf {
     }
 }
 
+/// `uprobe_hot.c` (main alternating `hot` and `cold`, timing each) built
+/// with frame pointers, so the kernel's walk finds the callers too.
+#[track_caller]
+pub fn c_uprobe_hot() -> PathBuf {
+    let flags = ["-O2", "-g", "-fno-omit-frame-pointer"];
+    build("uprobe_hot.c", "uprobe_hot", "cc", &flags, &[])
+}
+
 /// `jit.c`: runs a loop it copied into anonymous executable memory.
 #[track_caller]
 pub fn c_jit() -> PathBuf {
@@ -113,6 +121,13 @@ pub fn c_spin_sleep(frame_pointers: bool) -> PathBuf {
         ),
         false => build("spin_sleep.c", "spin_sleep", "cc", NO_FP_CFLAGS, &[]),
     }
+}
+
+/// `naps.c` (main → nap → nanosleep, sleeping first) built without frame
+/// pointers.
+#[track_caller]
+pub fn c_naps() -> PathBuf {
+    build("naps.c", "naps", "cc", NO_FP_CFLAGS, &[])
 }
 
 /// `spin_sleep.rs` built as a release binary: `rustc -C opt-level=3`.
