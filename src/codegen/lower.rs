@@ -7,6 +7,7 @@ use crate::capture::model::RecordOrigin;
 use crate::codegen::helpers::GET_CURRENT_PID_TGID;
 use crate::codegen::ir::{AluOp, Annotated, Base, Cond, Function, Inst, Label, Size, Src, VReg};
 use crate::codegen::maps::MapLayouts;
+use crate::codegen::task_fields::TaskFields;
 use crate::frontend::ast::Span;
 use crate::frontend::checked::{CheckedProbe, CheckedProgram, MapDecl, TStmt, TStmtKind};
 use crate::frontend::types::Type;
@@ -34,6 +35,8 @@ pub(crate) struct Lowerer<'a> {
     pub(crate) probe_index: usize,
     pub(super) program: &'a CheckedProgram,
     pub(super) maps: &'a MapLayouts,
+    /// Where the current task's identity is, for record headers.
+    pub(super) task_fields: Option<TaskFields>,
     pub(super) messages: &'a mut Vec<Message>,
     pub(super) function: Function,
     pub(super) span: Option<Span>,
@@ -62,10 +65,12 @@ impl<'a> Lowerer<'a> {
         blocks: &[(usize, &'a CheckedProbe)],
         program: &'a CheckedProgram,
         maps: &'a MapLayouts,
+        task_fields: Option<TaskFields>,
         messages: &'a mut Vec<Message>,
     ) -> (Function, (u32, Option<Span>)) {
         let &(first_index, first) = blocks.first().expect("a program has at least one block");
         let mut lowerer = Lowerer::new(first, first_index, program, maps, messages);
+        lowerer.task_fields = task_fields;
         let ctx = lowerer.ctx;
         lowerer.emit(Inst::Ctx { dst: ctx });
         lowerer.provider_prologue();
@@ -94,6 +99,7 @@ impl<'a> Lowerer<'a> {
             probe_index,
             program,
             maps,
+            task_fields: None,
             messages,
             function: Function::default(),
             span: Some(probe.span),

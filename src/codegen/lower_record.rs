@@ -417,17 +417,23 @@ impl Lowerer<'_> {
     fn record_header(&mut self, at: Place, message: MessageId, ts: VReg, fields_at: u32) {
         self.store(at.base, at.offset(0), Src::Imm(message.0 as i32));
         self.store(at.base, at.offset(header::TS), Src::Reg(ts));
-        let task = self.call_result(GET_CURRENT_PID_TGID, vec![]);
-        self.store(at.base, at.offset(header::PID_TGID), Src::Reg(task));
+        let (pid_tgid, comm) = (at.offset(header::PID_TGID), at.offset(header::COMM));
+        match self.header_task_fields() {
+            Some(fields) => self.store_current_identity(fields, at.base, pid_tgid, comm),
+            None => {
+                let task = self.call_result(GET_CURRENT_PID_TGID, vec![]);
+                self.store(at.base, pid_tgid, Src::Reg(task));
+                let comm = self.place_arg(at.at(header::COMM));
+                let args = vec![comm, Arg::Imm(i64::from(COMM_LEN))];
+                self.emit(Inst::Call {
+                    helper: GET_CURRENT_COMM,
+                    args,
+                    ret: None,
+                });
+            }
+        }
         let cpu = self.call_result(GET_SMP_PROCESSOR_ID, vec![]);
         self.store(at.base, at.offset(header::CPU), Src::Reg(cpu));
-        let comm = self.place_arg(at.at(header::COMM));
-        let args = vec![comm, Arg::Imm(i64::from(COMM_LEN))];
-        self.emit(Inst::Call {
-            helper: GET_CURRENT_COMM,
-            args,
-            ret: None,
-        });
         self.zero(
             at.base,
             at.offset(header::DURATION),

@@ -28,6 +28,7 @@ pub mod program;
 mod prune;
 pub mod regalloc;
 pub mod stack_layout;
+mod task_fields;
 
 use crate::capture::model::{FieldSchema, FieldType, RecordKind, RecordSchema};
 use crate::frontend::checked::{CheckedProbe, CheckedProgram, RecordDecl};
@@ -36,6 +37,7 @@ use crate::frontend::options::COMMAND_TREE_MAP;
 use crate::frontend::types::Type;
 use crate::vocab::{AttachPoint, WatchTarget};
 use program::{BpfProgram, CommandTreeMap, Compiled, CounterMap};
+pub use task_fields::TaskFields;
 
 /// The map of `--only-command`'s tracker, when the program has it.
 fn command_tree_map(
@@ -54,7 +56,12 @@ fn command_tree_map(
 /// The most stack a BPF program may use.
 pub const STACK_LIMIT: u32 = 512;
 
-pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
+/// Compiles `program`; `task_fields` (when the kernel's BTF gives them) lets
+/// records of BTF-typed probes read the current task's identity directly.
+pub fn compile(
+    program: &CheckedProgram,
+    task_fields: Option<TaskFields>,
+) -> Result<Compiled, Vec<ScriptError>> {
     let (maps, layouts) = maps::layout(program);
     let mut compiled = Compiled {
         maps,
@@ -91,8 +98,13 @@ pub fn compile(program: &CheckedProgram) -> Result<Compiled, Vec<ScriptError>> {
     let groups = programs_by_attach_point(program);
     for (index, blocks) in groups.iter().enumerate() {
         let probe = blocks[0].1;
-        let (mut function, (_, peak_span)) =
-            lower::Lowerer::lower(blocks, program, &layouts, &mut compiled.messages);
+        let (mut function, (_, peak_span)) = lower::Lowerer::lower(
+            blocks,
+            program,
+            &layouts,
+            task_fields,
+            &mut compiled.messages,
+        );
         prune::remove_unreachable(&mut function);
         let allocation = regalloc::allocate(&function);
         // The unwinder's functions take their frames from the same 512 bytes.

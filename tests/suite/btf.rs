@@ -142,7 +142,8 @@ fn selected_for_sleeper(filter: TaskFilter, sleeper: &Sleeper) -> (Vec<u64>, Vec
         ..CompileOptions::default()
     };
     let checked = check::check(&script, &SystemEnvironment::default(), &options).expect("checks");
-    let compiled = wprof::codegen::compile(&checked).expect("compiles");
+    let task_fields = wprof::codegen::TaskFields::resolve(&SystemEnvironment::default());
+    let compiled = wprof::codegen::compile(&checked, task_fields).expect("compiles");
     let mut loaded = load(&compiled).expect("loads");
     let globals = compiled.globals.expect("a globals map");
     loaded

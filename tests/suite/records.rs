@@ -97,6 +97,36 @@ fn record_statement_under_if_emits_exact_events() {
     assert_eq!(ndjson.of("small").len(), 2, "{:#?}", ndjson.events);
 }
 
+/// The header of a tp_btf record (its task: tid, pid, comm, read from the
+/// current task's BTF fields) matches the same fields read from `args.prev`,
+/// the task switched out, in every switch of the command, the thread that
+/// renamed itself (`napper`) included.
+#[test]
+fn tp_btf_header_names_the_current_task() {
+    require_bpf!();
+    let dir = fresh_dir("tp_btf_header");
+    let (data, json) = (
+        path_str(&dir.join("wprof.data")),
+        path_str(&dir.join("t.json")),
+    );
+    let script = "tp_btf:sched_switch /args.prev->tgid == cpid/ {
+        record sw < tid = (int64)args.prev->pid; tgid = (int64)args.prev->tgid; name = args.prev->comm >
+    }";
+    let command = format!("{} 3 10", workload("sys_sleeper"));
+    wprof_ok(&["-e", script, "-D", &data, "-J", &json, "-c", &command]);
+    let ndjson = Ndjson::parse(&fs::read_to_string(&json).expect("NDJSON written"));
+    let switches = ndjson.of("sw");
+    assert!(switches.len() >= 3, "one per nap at least: {switches:#?}");
+    for event in &switches {
+        let (task, fields) = (&event["task"], &event["fields"]);
+        assert_eq!(task["tid"], fields["tid"], "{event:#?}");
+        assert_eq!(task["pid"], fields["tgid"], "{event:#?}");
+        assert_eq!(task["comm"], fields["name"], "{event:#?}");
+    }
+    let napper = |e: &&serde_json::Value| e["fields"]["name"] == "napper";
+    assert!(switches.iter().any(napper), "{switches:#?}");
+}
+
 /// `stack(offcpu)` captures stacks only when `offcpu` is among the stack kinds.
 #[test]
 fn stack_kind_follows_options() {
