@@ -137,7 +137,7 @@ fn each_block_keeps_its_own_caller() {
 
 /// The events the wall-clock report found missing for thread `tid` of the
 /// capture at `data` (its `anomalies`).
-fn missing_events(data: &str, tid: u64) -> f64 {
+pub(super) fn missing_events(data: &str, tid: u64) -> f64 {
     let report = format!("{data}.report.json");
     wprof_ok(&["-R", "-D", data, "--report-json", &report, "--top", "0"]);
     let text = std::fs::read_to_string(&report).expect("the report");
