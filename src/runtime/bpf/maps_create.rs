@@ -2,18 +2,23 @@
 //! buffer, hashes, arrays, task storage), writes their initial values, and
 //! patches each map's fd into the programs' `ld_imm64` instructions.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use libbpf_rs::{MapCore, MapHandle, MapType};
 
 use super::loader::LoadError;
-use super::map_btf::{KEY_TYPE_ID, VALUE_TYPE_ID, load_storage_btf};
+use super::map_btf::{
+    KEY_TYPE_ID, TASK_WORK_BYTES, TASK_WORK_VALUE_TYPE_ID, VALUE_TYPE_ID, load_storage_btf,
+    load_task_work_btf,
+};
 use crate::codegen::program::BpfProgram;
 use crate::vocab::{MapId, MapKind, MapSpec};
 
 pub(super) fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {
-    if spec.kind == MapKind::TaskStorage {
-        return create_task_storage(spec);
+    match spec.kind {
+        MapKind::TaskStorage => return create_task_storage(spec),
+        MapKind::TaskWork => return create_task_work(spec),
+        _ => {}
     }
     let (ty, key_size, value_size) = match spec.kind {
         MapKind::Hash => (MapType::Hash, spec.key_size, spec.value_size),
@@ -24,7 +29,7 @@ pub(super) fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {
         MapKind::RingBuf => (MapType::RingBuf, 0, 0),
         MapKind::PerfEventArray => (MapType::PerfEventArray, 4, 4),
         MapKind::StackTrace => (MapType::StackTrace, 4, spec.value_size),
-        MapKind::TaskStorage => unreachable!("created by create_task_storage"),
+        MapKind::TaskStorage | MapKind::TaskWork => unreachable!("created with their BTF"),
     };
     let fail = |reason: String| LoadError::CreateMap {
         map: spec.name.clone(),
@@ -64,29 +69,54 @@ pub(super) fn create_map(spec: &MapSpec) -> Result<MapHandle, LoadError> {
 /// Task storage maps need BTF for their key and value types; the kernel
 /// keeps its own reference to the BTF, so its fd closes after creation.
 fn create_task_storage(spec: &MapSpec) -> Result<MapHandle, LoadError> {
-    let fail = |reason: String| LoadError::CreateMap {
+    let btf = load_storage_btf(spec.value_size);
+    let btf = btf.map_err(|e| create_failed(spec, format!("cannot load its BTF: {e}")))?;
+    let types = (KEY_TYPE_ID, VALUE_TYPE_ID);
+    create_with_btf(
+        spec,
+        MapType::TaskStorage,
+        (&btf, types),
+        (spec.value_size, 0),
+    )
+}
+
+/// A task work map: the kernel finds the `struct bpf_task_work` in its
+/// value through its BTF. Not preallocated, as the other hashes.
+fn create_task_work(spec: &MapSpec) -> Result<MapHandle, LoadError> {
+    let btf = load_task_work_btf();
+    let btf = btf.map_err(|e| create_failed(spec, format!("cannot load its BTF: {e}")))?;
+    let types = (KEY_TYPE_ID, TASK_WORK_VALUE_TYPE_ID);
+    let sizes = (TASK_WORK_BYTES, spec.max_entries);
+    create_with_btf(spec, MapType::Hash, (&btf, types), sizes)
+}
+
+fn create_failed(spec: &MapSpec, reason: String) -> LoadError {
+    LoadError::CreateMap {
         map: spec.name.clone(),
         reason,
-    };
-    let btf =
-        load_storage_btf(spec.value_size).map_err(|e| fail(format!("cannot load its BTF: {e}")))?;
+    }
+}
+
+/// Creates a non-preallocated map with `u32` keys, whose key and value
+/// types are `types.0` and `types.1` of `btf`; `sizes` are the value size
+/// and the entry count.
+fn create_with_btf(
+    spec: &MapSpec,
+    ty: MapType,
+    (btf, types): (&OwnedFd, (u32, u32)),
+    (value_size, max_entries): (u32, u32),
+) -> Result<MapHandle, LoadError> {
     let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
         map_flags: libbpf_rs::libbpf_sys::BPF_F_NO_PREALLOC,
         btf_fd: btf.as_raw_fd() as u32,
-        btf_key_type_id: KEY_TYPE_ID,
-        btf_value_type_id: VALUE_TYPE_ID,
+        btf_key_type_id: types.0,
+        btf_value_type_id: types.1,
         ..Default::default()
     };
-    MapHandle::create(
-        MapType::TaskStorage,
-        Some(kernel_map_name(&spec.name)),
-        4,
-        spec.value_size,
-        0,
-        &opts,
-    )
-    .map_err(|e| fail(format!("{e:#}")))
+    let name = Some(kernel_map_name(&spec.name));
+    MapHandle::create(ty, name, 4, value_size, max_entries, &opts)
+        .map_err(|e| create_failed(spec, format!("{e:#}")))
 }
 
 /// Writes the value of one-element array `id`.
@@ -146,4 +176,161 @@ pub(super) fn patch_relocs(prog: &BpfProgram, maps: &[MapHandle]) -> Result<Vec<
         insns[reloc.insn] = (slot & 0xffff_ffff) | (u64::from(fd) << 32);
     }
     Ok(insns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::asm::{AluOp, Reg, Size};
+    use crate::codegen::helpers;
+    use crate::runtime::bpf::loader::load;
+    use crate::runtime::bpf::test_support::*;
+    use crate::runtime::targets::kernel_btf::KernelBtf;
+    use crate::vocab::{AttachPoint, MapId};
+    use std::ops::ControlFlow;
+    use std::time::{Duration, Instant};
+
+    const RING: MapId = MapId(0);
+    const WORK: MapId = MapId(1);
+    /// `struct pt_regs` offsets of `ip` and `sp`.
+    const REGS_IP: i16 = 128;
+    const REGS_SP: i16 = 152;
+
+    /// At `task_rename` of thread `tid`: schedule `callback` in the current
+    /// task through the kfunc `kfunc`, with the task work of key `tid`.
+    fn schedule_at_rename(tid: i32, kfunc: u32) -> crate::codegen::program::BpfProgram {
+        let mut asm = Assembler::new();
+        let callback = asm.new_label();
+        asm.only_thread(tid, |asm| {
+            let out = asm.new_label();
+            asm.store_imm(Size::U32, Reg::R10, -4, tid);
+            asm.store_imm(Size::U64, Reg::R10, -16, 0);
+            asm.ld_map_fd(Reg::R1, WORK);
+            asm.mov64_reg(Reg::R2, Reg::R10);
+            asm.alu64_imm(AluOp::Add, Reg::R2, -4);
+            asm.mov64_reg(Reg::R3, Reg::R10);
+            asm.alu64_imm(AluOp::Add, Reg::R3, -16);
+            asm.mov64_imm(Reg::R4, 1); // BPF_NOEXIST: keep a scheduled work
+            asm.call_helper(helpers::MAP_UPDATE_ELEM);
+            asm.ld_map_fd(Reg::R1, WORK);
+            asm.mov64_reg(Reg::R2, Reg::R10);
+            asm.alu64_imm(AluOp::Add, Reg::R2, -4);
+            asm.call_helper(helpers::MAP_LOOKUP_ELEM);
+            asm.jmp_imm(crate::codegen::asm::Cond::Eq, Reg::R0, 0, out);
+            asm.mov64_reg(Reg::R7, Reg::R0);
+            asm.call_helper(helpers::GET_CURRENT_TASK_BTF);
+            asm.mov64_reg(Reg::R1, Reg::R0);
+            asm.mov64_reg(Reg::R2, Reg::R7);
+            asm.ld_map_fd(Reg::R3, WORK);
+            asm.ld_func(Reg::R4, callback);
+            asm.mov64_imm(Reg::R5, 0);
+            asm.call_kfunc(kfunc);
+            asm.bind(out).expect("a new label");
+        })
+        .ret0();
+        asm.bind(callback).expect("a new label");
+        send_user_registers(&mut asm);
+        asm.program(
+            "rename",
+            "tp_btf:task_rename",
+            AttachPoint::TpBtf {
+                name: "task_rename".into(),
+            },
+        )
+    }
+
+    /// The callback: sends pid_tgid, the user `ip` and the word at the user
+    /// `sp` (0 when unreadable) of the task it runs in.
+    fn send_user_registers(asm: &mut Assembler) {
+        asm.call_helper(helpers::GET_CURRENT_PID_TGID);
+        asm.store_reg(Size::U64, Reg::R10, -24, Reg::R0);
+        asm.store_imm(Size::U64, Reg::R10, -8, 0);
+        asm.call_helper(helpers::GET_CURRENT_TASK_BTF);
+        asm.mov64_reg(Reg::R1, Reg::R0);
+        asm.call_helper(helpers::TASK_PT_REGS);
+        asm.load(Size::U64, Reg::R1, Reg::R0, REGS_IP);
+        asm.store_reg(Size::U64, Reg::R10, -16, Reg::R1);
+        asm.load(Size::U64, Reg::R3, Reg::R0, REGS_SP);
+        asm.mov64_reg(Reg::R1, Reg::R10);
+        asm.alu64_imm(AluOp::Add, Reg::R1, -8);
+        asm.mov64_imm(Reg::R2, 8);
+        asm.call_helper(helpers::PROBE_READ_USER);
+        asm.ld_map_fd(Reg::R1, RING);
+        asm.mov64_reg(Reg::R2, Reg::R10);
+        asm.alu64_imm(AluOp::Add, Reg::R2, -24);
+        asm.mov64_imm(Reg::R3, 24);
+        asm.mov64_imm(Reg::R4, 0);
+        asm.call_helper(helpers::RINGBUF_OUTPUT);
+        asm.ret0();
+    }
+
+    /// Renames this thread to its own name with glibc's `syscall`, which
+    /// makes no stack frame: at the system call the word at `sp` is the
+    /// return address into this binary.
+    #[inline(never)]
+    fn rename_by_syscall() {
+        let mut name = [0u8; 16];
+        // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL-terminated, into
+        // the buffer; PR_SET_NAME reads a NUL-terminated string from it.
+        unsafe {
+            libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr());
+            libc::syscall(libc::SYS_prctl, libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0);
+        }
+    }
+
+    /// The path of the file mapped executable at `addr` in this process.
+    fn executable_file(addr: u64) -> Option<String> {
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        maps.lines().find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (start, end) = fields.first()?.split_once('-')?;
+            let range = u64::from_str_radix(start, 16).ok()?..u64::from_str_radix(end, 16).ok()?;
+            let executable = fields.get(1)?.contains('x');
+            (range.contains(&addr) && executable).then(|| fields.get(5).unwrap_or(&"").to_string())
+        })
+    }
+
+    /// A task work map, a callback and the kfunc work in our objects: the
+    /// callback scheduled at `task_rename` runs in the renaming thread on
+    /// its return from the system call, with that call's user registers
+    /// (`ip` in libc, the word at `sp` the return address into this test).
+    #[test]
+    fn task_work_runs_in_the_task_with_its_user_stack() {
+        let btf = KernelBtf::load().expect("kernel BTF");
+        let kfunc = helpers::TASK_WORK_SCHEDULE_RESUME
+            .iter()
+            .find_map(|name| btf.function_id(name));
+        let Some(kfunc) = kfunc else {
+            println!("SKIPPED: this kernel has no bpf_task_work_schedule_resume kfunc");
+            return;
+        };
+        let tid = tid();
+        let maps = vec![map("work", MapKind::TaskWork, 4, TASK_WORK_BYTES, 64)];
+        let compiled = with_ring(maps, vec![schedule_at_rename(tid, kfunc)]);
+        let mut loaded = load(&compiled).unwrap_or_else(|e| panic!("{e}: {e:?}"));
+        loaded.attach_all(Default::default()).expect("attach");
+        rename_by_syscall();
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while got.is_empty() && Instant::now() < deadline {
+            let _ = loaded.poll(Duration::from_millis(50), |r| {
+                got.push(r.to_vec());
+                ControlFlow::Continue(())
+            });
+        }
+        let record = got.first().expect("the callback's record");
+        let word = |i: usize| u64::from_ne_bytes(record[8 * i..8 * i + 8].try_into().unwrap());
+        let expected = u64::from(std::process::id()) << 32 | tid as u64;
+        assert_eq!(word(0), expected, "pid_tgid");
+        let ip_file = executable_file(word(1)).unwrap_or_default();
+        assert!(ip_file.contains("libc"), "ip {:#x} in {ip_file:?}", word(1));
+        let exe = std::env::current_exe().expect("this test's path");
+        let returns_to = executable_file(word(2)).unwrap_or_default();
+        assert_eq!(
+            returns_to,
+            exe.to_string_lossy(),
+            "return address {:#x}",
+            word(2)
+        );
+    }
 }
