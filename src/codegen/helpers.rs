@@ -55,15 +55,6 @@ pub const GET_TASK_STACK: u32 = 141;
 pub const TASK_PT_REGS: u32 = 175;
 /// `bpf_loop(n, callback, ctx, flags)`
 pub const LOOP: u32 = 181;
-/// The kfunc `bpf_task_work_schedule_resume(task, tw, map, callback,
-/// aux)`: runs `callback(map, key, value)` in `task` on its next return to
-/// user space; `tw` is the `struct bpf_task_work` in `map`'s value, `aux`
-/// NULL (the verifier fills it). Later Linux 6.18 releases add `_impl` to
-/// the name; these are the names to look up, newest first.
-pub const TASK_WORK_SCHEDULE_RESUME: [&str; 2] = [
-    "bpf_task_work_schedule_resume_impl",
-    "bpf_task_work_schedule_resume",
-];
 
 /// A helper's name as the kernel's `bpf_func_name` table (and bpftrace's
 /// messages) spell it, for the helpers generated code calls.

@@ -181,101 +181,133 @@ pub(super) fn patch_relocs(prog: &BpfProgram, maps: &[MapHandle]) -> Result<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::asm::{AluOp, Reg, Size};
+    use crate::codegen::asm::{AluOp, Cond, Reg, Size};
     use crate::codegen::helpers;
+    use crate::codegen::program::BpfProgram;
     use crate::runtime::bpf::loader::load;
     use crate::runtime::bpf::test_support::*;
     use crate::runtime::targets::kernel_btf::KernelBtf;
+    use crate::vocab::kernel_types::KernelKind;
     use crate::vocab::{AttachPoint, MapId};
     use std::ops::ControlFlow;
     use std::time::{Duration, Instant};
 
+    /// The kfunc `bpf_task_work_schedule_resume(task, tw, map, callback,
+    /// aux)`: runs `callback(map, key, value)` in `task` on its next return to
+    /// user space; `tw` is the `struct bpf_task_work` in `map`'s value, `aux`
+    /// NULL (the verifier fills it). Later Linux 6.18 releases add `_impl` to
+    /// the name; these are the names to look up, newest first.
+    const TASK_WORK_SCHEDULE_RESUME: [&str; 2] = [
+        "bpf_task_work_schedule_resume_impl",
+        "bpf_task_work_schedule_resume",
+    ];
     const RING: MapId = MapId(0);
     const WORK: MapId = MapId(1);
-    /// `struct pt_regs` offsets of `ip` and `sp`.
+    /// `struct pt_regs` offsets of `orig_ax`, `ip` and `sp`.
+    const REGS_ORIG_AX: i16 = 120;
     const REGS_IP: i16 = 128;
     const REGS_SP: i16 = 152;
 
-    /// At `task_rename` of thread `tid`: schedule `callback` in the current
-    /// task through the kfunc `kfunc`, with the task work of key `tid`.
-    fn schedule_at_rename(tid: i32, kfunc: u32) -> crate::codegen::program::BpfProgram {
+    /// At a `sched_switch` to thread `tid` (whose `pid` is at `pid_at` in
+    /// its `task_struct`): schedule the callback in it through the kfunc
+    /// `kfunc`, with the task work of key `tid`.
+    fn schedule_at_switch_in(tid: i32, pid_at: i16, kfunc: u32) -> BpfProgram {
+        use Reg::*;
         let mut asm = Assembler::new();
-        let callback = asm.new_label();
-        asm.only_thread(tid, |asm| {
-            let out = asm.new_label();
-            asm.store_imm(Size::U32, Reg::R10, -4, tid);
-            asm.store_imm(Size::U64, Reg::R10, -16, 0);
-            asm.ld_map_fd(Reg::R1, WORK);
-            asm.mov64_reg(Reg::R2, Reg::R10);
-            asm.alu64_imm(AluOp::Add, Reg::R2, -4);
-            asm.mov64_reg(Reg::R3, Reg::R10);
-            asm.alu64_imm(AluOp::Add, Reg::R3, -16);
-            asm.mov64_imm(Reg::R4, 1); // BPF_NOEXIST: keep a scheduled work
-            asm.call_helper(helpers::MAP_UPDATE_ELEM);
-            asm.ld_map_fd(Reg::R1, WORK);
-            asm.mov64_reg(Reg::R2, Reg::R10);
-            asm.alu64_imm(AluOp::Add, Reg::R2, -4);
-            asm.call_helper(helpers::MAP_LOOKUP_ELEM);
-            asm.jmp_imm(crate::codegen::asm::Cond::Eq, Reg::R0, 0, out);
-            asm.mov64_reg(Reg::R7, Reg::R0);
-            asm.call_helper(helpers::GET_CURRENT_TASK_BTF);
-            asm.mov64_reg(Reg::R1, Reg::R0);
-            asm.mov64_reg(Reg::R2, Reg::R7);
-            asm.ld_map_fd(Reg::R3, WORK);
-            asm.ld_func(Reg::R4, callback);
-            asm.mov64_imm(Reg::R5, 0);
-            asm.call_kfunc(kfunc);
-            asm.bind(out).expect("a new label");
-        })
-        .ret0();
+        let (callback, out) = (asm.new_label(), asm.new_label());
+        asm.load(Size::U64, R6, R1, 16); // next
+        asm.load(Size::U32, R1, R6, pid_at);
+        asm.jmp_imm(Cond::Ne, R1, tid, out);
+        asm.store_imm(Size::U32, R10, -4, tid);
+        asm.store_imm(Size::U64, R10, -16, 0);
+        asm.ld_map_fd(R1, WORK);
+        asm.mov64_reg(R2, R10);
+        asm.alu64_imm(AluOp::Add, R2, -4);
+        asm.mov64_reg(R3, R10);
+        asm.alu64_imm(AluOp::Add, R3, -16);
+        asm.mov64_imm(R4, 1); // BPF_NOEXIST: keep a scheduled work
+        asm.call_helper(helpers::MAP_UPDATE_ELEM);
+        asm.ld_map_fd(R1, WORK);
+        asm.mov64_reg(R2, R10);
+        asm.alu64_imm(AluOp::Add, R2, -4);
+        asm.call_helper(helpers::MAP_LOOKUP_ELEM);
+        asm.jmp_imm(Cond::Eq, R0, 0, out);
+        asm.mov64_reg(R1, R6);
+        asm.mov64_reg(R2, R0);
+        asm.ld_map_fd(R3, WORK);
+        asm.ld_func(R4, callback);
+        asm.mov64_imm(R5, 0);
+        asm.call_kfunc(kfunc);
+        asm.bind(out).expect("a new label");
+        asm.ret0();
         asm.bind(callback).expect("a new label");
         send_user_registers(&mut asm);
-        asm.program(
-            "rename",
-            "tp_btf:task_rename",
-            AttachPoint::TpBtf {
-                name: "task_rename".into(),
-            },
-        )
+        let attach = AttachPoint::TpBtf {
+            name: "sched_switch".into(),
+        };
+        asm.program("switch_in", "tp_btf:sched_switch", attach)
     }
 
-    /// The callback: sends pid_tgid, the user `ip` and the word at the user
-    /// `sp` (0 when unreadable) of the task it runs in.
+    /// The callback: on a return from `nanosleep`, sends pid_tgid, the user
+    /// `ip` and the word at the user `sp` (0 when unreadable) of the task
+    /// it runs in.
     fn send_user_registers(asm: &mut Assembler) {
-        asm.call_helper(helpers::GET_CURRENT_PID_TGID);
-        asm.store_reg(Size::U64, Reg::R10, -24, Reg::R0);
-        asm.store_imm(Size::U64, Reg::R10, -8, 0);
+        use Reg::*;
+        let out = asm.new_label();
         asm.call_helper(helpers::GET_CURRENT_TASK_BTF);
-        asm.mov64_reg(Reg::R1, Reg::R0);
+        asm.mov64_reg(R1, R0);
         asm.call_helper(helpers::TASK_PT_REGS);
-        asm.load(Size::U64, Reg::R1, Reg::R0, REGS_IP);
-        asm.store_reg(Size::U64, Reg::R10, -16, Reg::R1);
-        asm.load(Size::U64, Reg::R3, Reg::R0, REGS_SP);
-        asm.mov64_reg(Reg::R1, Reg::R10);
-        asm.alu64_imm(AluOp::Add, Reg::R1, -8);
-        asm.mov64_imm(Reg::R2, 8);
+        asm.mov64_reg(R6, R0);
+        asm.load(Size::U64, R1, R6, REGS_ORIG_AX);
+        asm.jmp_imm(Cond::Ne, R1, libc::SYS_nanosleep as i32, out);
+        asm.call_helper(helpers::GET_CURRENT_PID_TGID);
+        asm.store_reg(Size::U64, R10, -24, R0);
+        asm.load(Size::U64, R1, R6, REGS_IP);
+        asm.store_reg(Size::U64, R10, -16, R1);
+        asm.store_imm(Size::U64, R10, -8, 0);
+        asm.load(Size::U64, R3, R6, REGS_SP);
+        asm.mov64_reg(R1, R10);
+        asm.alu64_imm(AluOp::Add, R1, -8);
+        asm.mov64_imm(R2, 8);
         asm.call_helper(helpers::PROBE_READ_USER);
-        asm.ld_map_fd(Reg::R1, RING);
-        asm.mov64_reg(Reg::R2, Reg::R10);
-        asm.alu64_imm(AluOp::Add, Reg::R2, -24);
-        asm.mov64_imm(Reg::R3, 24);
-        asm.mov64_imm(Reg::R4, 0);
+        asm.ld_map_fd(R1, RING);
+        asm.mov64_reg(R2, R10);
+        asm.alu64_imm(AluOp::Add, R2, -24);
+        asm.mov64_imm(R3, 24);
+        asm.mov64_imm(R4, 0);
         asm.call_helper(helpers::RINGBUF_OUTPUT);
+        asm.bind(out).expect("a new label");
         asm.ret0();
     }
 
-    /// Renames this thread to its own name with glibc's `syscall`, which
-    /// makes no stack frame: at the system call the word at `sp` is the
-    /// return address into this binary.
+    /// Sleeps 10 ms in `nanosleep` through glibc's `syscall`, which makes
+    /// no stack frame: at the system call the word at `sp` is the return
+    /// address into this binary.
     #[inline(never)]
-    fn rename_by_syscall() {
-        let mut name = [0u8; 16];
-        // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL-terminated, into
-        // the buffer; PR_SET_NAME reads a NUL-terminated string from it.
+    fn sleep_by_syscall() {
+        let time = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 10_000_000,
+        };
+        // SAFETY: nanosleep reads the timespec; a null remainder is allowed.
         unsafe {
-            libc::prctl(libc::PR_GET_NAME, name.as_mut_ptr());
-            libc::syscall(libc::SYS_prctl, libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0);
-        }
+            libc::syscall(
+                libc::SYS_nanosleep,
+                &time,
+                std::ptr::null::<libc::timespec>(),
+            )
+        };
+    }
+
+    /// The offset of `pid` in `struct task_struct`.
+    fn pid_offset(btf: &KernelBtf) -> i16 {
+        let task = btf.named("struct task_struct").expect("task_struct");
+        let KernelKind::Struct { members, .. } = btf.kernel_type(task).expect("its type").kind
+        else {
+            panic!("task_struct is a struct")
+        };
+        let pid = members.iter().find(|m| m.name == "pid").expect("pid");
+        i16::try_from(pid.offset_bits / 8).expect("pid in the first 32 KiB")
     }
 
     /// The path of the file mapped executable at `addr` in this process.
@@ -291,13 +323,15 @@ mod tests {
     }
 
     /// A task work map, a callback and the kfunc work in our objects: the
-    /// callback scheduled at `task_rename` runs in the renaming thread on
-    /// its return from the system call, with that call's user registers
-    /// (`ip` in libc, the word at `sp` the return address into this test).
+    /// callback scheduled at the switch-in of a thread sleeping in
+    /// `nanosleep` (with the `next` task of `tp_btf:sched_switch`) runs in
+    /// that thread on its return from the call, with the call's user
+    /// registers (`ip` in libc, the word at `sp` the return address into
+    /// this test).
     #[test]
     fn task_work_runs_in_the_task_with_its_user_stack() {
         let btf = KernelBtf::load().expect("kernel BTF");
-        let kfunc = helpers::TASK_WORK_SCHEDULE_RESUME
+        let kfunc = TASK_WORK_SCHEDULE_RESUME
             .iter()
             .find_map(|name| btf.function_id(name));
         let Some(kfunc) = kfunc else {
@@ -306,10 +340,10 @@ mod tests {
         };
         let tid = tid();
         let maps = vec![map("work", MapKind::TaskWork, 4, TASK_WORK_BYTES, 64)];
-        let compiled = with_ring(maps, vec![schedule_at_rename(tid, kfunc)]);
-        let mut loaded = load(&compiled).unwrap_or_else(|e| panic!("{e}: {e:?}"));
+        let program = schedule_at_switch_in(tid, pid_offset(&btf), kfunc);
+        let mut loaded = load(&with_ring(maps, vec![program])).unwrap_or_else(|e| panic!("{e}"));
         loaded.attach_all(Default::default()).expect("attach");
-        rename_by_syscall();
+        sleep_by_syscall();
         let mut got = Vec::new();
         let deadline = Instant::now() + Duration::from_secs(2);
         while got.is_empty() && Instant::now() < deadline {
@@ -318,8 +352,8 @@ mod tests {
                 ControlFlow::Continue(())
             });
         }
-        let record = got.first().expect("the callback's record");
-        let word = |i: usize| u64::from_ne_bytes(record[8 * i..8 * i + 8].try_into().unwrap());
+        assert_eq!(got.len(), 1, "one record for the one sleep");
+        let word = |i: usize| u64::from_ne_bytes(got[0][8 * i..8 * i + 8].try_into().unwrap());
         let expected = u64::from(std::process::id()) << 32 | tid as u64;
         assert_eq!(word(0), expected, "pid_tgid");
         let ip_file = executable_file(word(1)).unwrap_or_default();
