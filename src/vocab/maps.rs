@@ -32,6 +32,10 @@ pub enum MapKind {
     TaskWork,
 }
 
+/// The size of `struct bpf_task_work` (one opaque `u64`), the value of a
+/// [`MapKind::TaskWork`].
+pub const TASK_WORK_BYTES: u32 = 8;
+
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MapSpec {
     /// The script name (`@x`, `@` for the anonymous map) or an internal name.

@@ -9,8 +9,7 @@ use std::os::fd::OwnedFd;
 pub const KEY_TYPE_ID: u32 = 1;
 pub const VALUE_TYPE_ID: u32 = 2;
 pub const TASK_WORK_VALUE_TYPE_ID: u32 = 4;
-/// The size of `struct bpf_task_work` (one opaque `u64`).
-pub const TASK_WORK_BYTES: u32 = 8;
+pub use crate::vocab::TASK_WORK_BYTES;
 
 const BTF_MAGIC: u16 = 0xeb9f;
 const BTF_KIND_INT: u32 = 1;

@@ -77,17 +77,20 @@ fn create_task_storage(spec: &MapSpec) -> Result<MapHandle, LoadError> {
         MapType::TaskStorage,
         (&btf, types),
         (spec.value_size, 0),
+        libbpf_rs::libbpf_sys::BPF_F_NO_PREALLOC,
     )
 }
 
 /// A task work map: the kernel finds the `struct bpf_task_work` in its
-/// value through its BTF. Not preallocated, as the other hashes.
+/// value through its BTF. Preallocated, unlike the other hashes: the
+/// `sched_switch` program inserts with interrupts off, where taking a free
+/// element cannot fail for want of memory.
 fn create_task_work(spec: &MapSpec) -> Result<MapHandle, LoadError> {
     let btf = load_task_work_btf();
     let btf = btf.map_err(|e| create_failed(spec, format!("cannot load its BTF: {e}")))?;
     let types = (KEY_TYPE_ID, TASK_WORK_VALUE_TYPE_ID);
     let sizes = (TASK_WORK_BYTES, spec.max_entries);
-    create_with_btf(spec, MapType::Hash, (&btf, types), sizes)
+    create_with_btf(spec, MapType::Hash, (&btf, types), sizes, 0)
 }
 
 fn create_failed(spec: &MapSpec, reason: String) -> LoadError {
@@ -97,7 +100,7 @@ fn create_failed(spec: &MapSpec, reason: String) -> LoadError {
     }
 }
 
-/// Creates a non-preallocated map with `u32` keys, whose key and value
+/// Creates a map with `u32` keys and `map_flags`, whose key and value
 /// types are `types.0` and `types.1` of `btf`; `sizes` are the value size
 /// and the entry count.
 fn create_with_btf(
@@ -105,10 +108,11 @@ fn create_with_btf(
     ty: MapType,
     (btf, types): (&OwnedFd, (u32, u32)),
     (value_size, max_entries): (u32, u32),
+    map_flags: u32,
 ) -> Result<MapHandle, LoadError> {
     let opts = libbpf_rs::libbpf_sys::bpf_map_create_opts {
         sz: std::mem::size_of::<libbpf_rs::libbpf_sys::bpf_map_create_opts>() as _,
-        map_flags: libbpf_rs::libbpf_sys::BPF_F_NO_PREALLOC,
+        map_flags,
         btf_fd: btf.as_raw_fd() as u32,
         btf_key_type_id: types.0,
         btf_value_type_id: types.1,
@@ -197,10 +201,6 @@ mod tests {
     /// user space; `tw` is the `struct bpf_task_work` in `map`'s value, `aux`
     /// NULL (the verifier fills it). Later Linux 6.18 releases add `_impl` to
     /// the name; these are the names to look up, newest first.
-    const TASK_WORK_SCHEDULE_RESUME: [&str; 2] = [
-        "bpf_task_work_schedule_resume_impl",
-        "bpf_task_work_schedule_resume",
-    ];
     const RING: MapId = MapId(0);
     const WORK: MapId = MapId(1);
     /// `struct pt_regs` offsets of `orig_ax`, `ip` and `sp`.
@@ -332,7 +332,7 @@ mod tests {
     #[test]
     fn task_work_runs_in_the_task_with_its_user_stack() {
         let btf = KernelBtf::load().expect("kernel BTF");
-        let kfunc = TASK_WORK_SCHEDULE_RESUME
+        let kfunc = helpers::TASK_WORK_SCHEDULE_RESUME
             .iter()
             .find_map(|name| btf.function_id(name));
         let Some(kfunc) = kfunc else {
