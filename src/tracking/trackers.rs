@@ -70,7 +70,9 @@ fn timer_sampler(rate: TimerRate) -> String {
 
 /// `-S offcpu=DUR`: the user stacks of long blocks in a system call, taken
 /// at its return (`docs/unwinding.md`, "Off-CPU stacks"); the program
-/// returns at once unless the task has such blocks.
+/// returns at once unless the task has such blocks. Where the kernel has
+/// the task-work kfunc this block is no `sys_exit` program but a callback
+/// the `sched_switch` program schedules (`codegen::lower_task_work`).
 const PENDING_STACKS: &str =
     "tp_btf:sys_exit { record offcpu_pending < stack(offcpu, pending) > }\n";
 
