@@ -209,7 +209,9 @@ pub enum DropReason {
     /// The ring buffer was full.
     RingBufferFull,
     /// A record with a stack found no free scratch buffer on its CPU (the
-    /// probe fired inside more nested probes than there are buffers).
+    /// probe fired inside more nested probes than there are buffers), or
+    /// under `-S offcpu=DUR` the task work that takes a long block's user
+    /// stack could not be scheduled.
     StackLost,
     /// A span ended without a matching start (started before the capture, or evicted).
     UnmatchedSpanEnd,

@@ -9,25 +9,34 @@ use crate::codegen::regalloc::{Allocation, Location};
 use crate::unwind::bpf::{LoopKind, UserUnwinder};
 
 pub fn emit(function: &Function, allocation: &Allocation) -> Result<Assembled, AsmError> {
+    emit_program(function, allocation, None)
+}
+
+/// A program and, with `callback`, its task-work callback (its own IR and
+/// registers) after it: the program's [`Inst::TaskWorkCallback`] is its
+/// address. One unwinder serves both.
+pub fn emit_program(
+    function: &Function,
+    allocation: &Allocation,
+    callback: Option<(&Function, &Allocation)>,
+) -> Result<Assembled, AsmError> {
     let mut asm = Assembler::new();
-    let labels: Vec<Label> = (0..function.labels).map(|_| asm.new_label()).collect();
-    let unwinder = function
+    let callback_label = asm.new_label();
+    let spec = function
         .unwinder
-        .map(|spec| UserUnwinder::new(&mut asm, spec.maps, LoopKind::BpfLoop, spec.mm));
-    let mut emitter = Emitter {
-        asm,
-        allocation,
-        labels,
-        unwinder,
-    };
-    for annotated in &function.insts {
-        emitter.asm.set_span(annotated.span);
-        if let Some(comment) = &annotated.comment {
-            emitter.asm.comment(comment.clone());
-        }
-        emitter.inst(&annotated.inst)?;
+        .or_else(|| callback.and_then(|(f, _)| f.unwinder));
+    let unwinder =
+        spec.map(|spec| UserUnwinder::new(&mut asm, spec.maps, LoopKind::BpfLoop, spec.mm));
+    let mut emitter = Emitter::new(asm, allocation, function, unwinder, callback_label);
+    emitter.function(function)?;
+    if let Some((callback, allocation)) = callback {
+        emitter.asm.bind(callback_label)?;
+        emitter.labels = (0..callback.labels)
+            .map(|_| emitter.asm.new_label())
+            .collect();
+        emitter.allocation = allocation;
+        emitter.function(callback)?;
     }
-    emitter.asm.set_span(None);
     if let Some(unwinder) = &emitter.unwinder {
         unwinder.emit_functions(&mut emitter.asm)?;
     }
@@ -39,6 +48,7 @@ struct Emitter<'a> {
     allocation: &'a Allocation,
     labels: Vec<Label>,
     unwinder: Option<UserUnwinder>,
+    callback: Label,
 }
 
 const ARG_REGS: [Reg; 5] = [Reg::R1, Reg::R2, Reg::R3, Reg::R4, Reg::R5];
@@ -53,7 +63,37 @@ fn phys(n: u8) -> Reg {
     }
 }
 
-impl Emitter<'_> {
+impl<'a> Emitter<'a> {
+    fn new(
+        mut asm: Assembler,
+        allocation: &'a Allocation,
+        function: &Function,
+        unwinder: Option<UserUnwinder>,
+        callback: Label,
+    ) -> Self {
+        let labels = (0..function.labels).map(|_| asm.new_label()).collect();
+        Emitter {
+            asm,
+            allocation,
+            labels,
+            unwinder,
+            callback,
+        }
+    }
+
+    /// Emits one function's instructions.
+    fn function(&mut self, function: &Function) -> Result<(), AsmError> {
+        for annotated in &function.insts {
+            self.asm.set_span(annotated.span);
+            if let Some(comment) = &annotated.comment {
+                self.asm.comment(comment.clone());
+            }
+            self.inst(&annotated.inst)?;
+        }
+        self.asm.set_span(None);
+        Ok(())
+    }
+
     fn location(&self, vreg: VReg) -> Location {
         *self
             .allocation
@@ -208,6 +248,11 @@ impl Emitter<'_> {
                     .as_ref()
                     .expect("a function that unwinds has an unwinder");
                 unwinder.call(&mut self.asm, state, copy);
+            }
+            Inst::TaskWorkCallback { dst } => {
+                let reg = self.target(*dst, Reg::R0);
+                self.asm.ld_func(reg, self.callback);
+                self.write_back(*dst, reg);
             }
             Inst::Jump(label) => self.asm.jmp(self.labels[label.0 as usize]),
             Inst::Branch {

@@ -78,3 +78,11 @@ pub fn name(helper: u32) -> std::borrow::Cow<'static, str> {
     };
     name.into()
 }
+
+/// The kfunc that runs a callback in a task on its way back to user space
+/// (`struct bpf_task_work`): `(task, tw, map, callback, aux)`, named with
+/// `_impl` (its last argument filled by the verifier) since 6.18.
+pub const TASK_WORK_SCHEDULE_RESUME: [&str; 2] = [
+    "bpf_task_work_schedule_resume_impl",
+    "bpf_task_work_schedule_resume",
+];

@@ -106,6 +106,11 @@ pub enum Inst {
         state: VReg,
         copy: Option<VReg>,
     },
+    /// `dst` = the address of the program's task-work callback (the
+    /// function `emit::emit_program` places after the program's own).
+    TaskWorkCallback {
+        dst: VReg,
+    },
     Jump(Label),
     Branch {
         cond: Cond,
@@ -130,7 +135,10 @@ impl Inst {
             Base::Frame => None,
         };
         match self {
-            Inst::Ctx { .. } | Inst::Imm64 { .. } | Inst::MapValueAddr { .. } => vec![],
+            Inst::Ctx { .. }
+            | Inst::Imm64 { .. }
+            | Inst::MapValueAddr { .. }
+            | Inst::TaskWorkCallback { .. } => vec![],
             Inst::Mov { src: s, .. } => src(s).into_iter().collect(),
             Inst::Alu { dst, src: s, .. } => std::iter::once(*dst).chain(src(s)).collect(),
             Inst::Neg { dst } => vec![*dst],
@@ -161,6 +169,7 @@ impl Inst {
             | Inst::Alu { dst, .. }
             | Inst::Neg { dst }
             | Inst::MapValueAddr { dst, .. }
+            | Inst::TaskWorkCallback { dst }
             | Inst::Load { dst, .. } => Some(*dst),
             Inst::Call { ret, .. } | Inst::Kfunc { ret, .. } => *ret,
             _ => None,

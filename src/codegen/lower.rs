@@ -52,6 +52,9 @@ pub(crate) struct Lowerer<'a> {
     exit_label: Label,
     /// Where the current block ends: its predicate, `return` and `exit()` jump here.
     block_end: Label,
+    /// Lowering the task-work callback of `-S offcpu=DUR`
+    /// (`lower_task_work`): no context, r1 is the work's map.
+    pub(super) in_task_work: bool,
 }
 
 impl<'a> Lowerer<'a> {
@@ -60,20 +63,25 @@ impl<'a> Lowerer<'a> {
     /// own predicate, variables and frame (blocks reuse the same stack bytes),
     /// and `return` or `exit()` end only that block, as when bpftrace gives
     /// each block a program of its own, but the order no longer depends on
-    /// how the kernel orders programs on one attach point.
+    /// how the kernel orders programs on one attach point. With
+    /// `in_task_work` the blocks are a task-work callback's instead.
     pub(super) fn lower(
         blocks: &[(usize, &'a CheckedProbe)],
         program: &'a CheckedProgram,
         maps: &'a MapLayouts,
         task_fields: Option<TaskFields>,
         messages: &'a mut Vec<Message>,
+        in_task_work: bool,
     ) -> (Function, (u32, Option<Span>)) {
         let &(first_index, first) = blocks.first().expect("a program has at least one block");
         let mut lowerer = Lowerer::new(first, first_index, program, maps, messages);
         lowerer.task_fields = task_fields;
-        let ctx = lowerer.ctx;
-        lowerer.emit(Inst::Ctx { dst: ctx });
-        lowerer.provider_prologue();
+        lowerer.in_task_work = in_task_work;
+        if !in_task_work {
+            let ctx = lowerer.ctx;
+            lowerer.emit(Inst::Ctx { dst: ctx });
+            lowerer.provider_prologue();
+        }
         if !providers::of(&first.attach).runs_once() {
             lowerer.gate();
         }
@@ -111,6 +119,7 @@ impl<'a> Lowerer<'a> {
             loops: Vec::new(),
             exit_label: Label(0),
             block_end: Label(0),
+            in_task_work: false,
         };
         lowerer.ctx = lowerer.vreg();
         lowerer.exit_label = lowerer.label();

@@ -131,7 +131,7 @@ impl Lowerer<'_> {
             }
         });
         if let Some(pending) = pending {
-            self.pending_sent(&pending);
+            self.pending_sent(pending.storage);
         }
         self.emit(Inst::Bind(skip));
     }
@@ -572,7 +572,7 @@ impl Lowerer<'_> {
     }
 
     /// `drops[record][reason] += 1` in the per-CPU drops map.
-    fn count_drop(&mut self, record: RecordRef, reason: DropReason) {
+    pub(super) fn count_drop(&mut self, record: RecordRef, reason: DropReason) {
         let drops = self.maps.drops.expect("records have a drops map");
         let key = self.alloc(8);
         let index = drop_counter(RecordId(record.0 as u32), reason);

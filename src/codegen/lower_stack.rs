@@ -56,7 +56,7 @@ const BPF_STACK_BUILD_ID_IP: i32 = 2;
 const SKIP_MASK: i32 = 0xff;
 
 impl Lowerer<'_> {
-    fn stack_maps(&self) -> StackMaps {
+    pub(super) fn stack_maps(&self) -> StackMaps {
         self.maps
             .stacks
             .expect("records with stacks have the stack maps")
@@ -366,19 +366,13 @@ impl Lowerer<'_> {
             Src::Imm(imm) => Arg::Imm(i64::from(imm)),
             Src::Reg(reg) => Arg::Reg(reg),
         };
-        let got = self.vreg();
-        let args = vec![
-            Arg::Reg(self.ctx),
-            Arg::Reg(to),
-            Arg::Imm(i64::from(max)),
-            flags,
-        ];
-        self.emit(Inst::Call {
-            helper: GET_STACK,
-            args,
-            ret: Some(got),
-        });
-        got
+        // A task-work callback has no context: the current task's stack.
+        let (helper, of) = match self.in_task_work {
+            true => (GET_TASK_STACK, self.curtask()),
+            false => (GET_STACK, self.ctx),
+        };
+        let args = vec![Arg::Reg(of), Arg::Reg(to), Arg::Imm(i64::from(max)), flags];
+        self.call_result(helper, args)
     }
 
     /// The skip count of this probe's kernel stacks (the tracer's frames,
@@ -530,6 +524,9 @@ impl Lowerer<'_> {
         self.count_waiting(1);
         let to = self.offset_pointer(storage, offcpu::PENDING_MM as u32);
         self.read_task_mm(next, Arg::Reg(to));
+        if self.task_work().is_some() {
+            self.schedule_task_work(next, storage);
+        }
         self.emit(Inst::Jump(done));
         self.emit(Inst::Bind(walked));
         let state = self.offset_pointer(storage, offcpu::STATE as u32);
@@ -545,7 +542,7 @@ impl Lowerer<'_> {
 
     /// Reads `task->mm` (the identity of its address space; a BTF task
     /// pointer) into the 8 bytes at `to`.
-    fn read_task_mm(&mut self, task: VReg, to: Arg) {
+    pub(super) fn read_task_mm(&mut self, task: VReg, to: Arg) {
         let Some(mm) = self.program.mm_layout else {
             unreachable!("records with user stacks have the mm layout")
         };
@@ -605,6 +602,9 @@ impl Lowerer<'_> {
             .stack_maps()
             .offcpu
             .expect("`stack(offcpu, pending)` has its task storage");
+        if self.in_task_work {
+            self.delete_task_work();
+        }
         let waiting = self.waiting_count();
         let tasks = self.load_sized(Base::Reg(waiting), 0, Size::U64);
         self.branch(Cond::Eq, tasks, Src::Imm(0), skip);
@@ -613,17 +613,15 @@ impl Lowerer<'_> {
         self.branch(Cond::Eq, storage, Src::Imm(0), skip);
         let from = self.load_sized(Base::Reg(storage), offcpu::PENDING_FROM, Size::U64);
         self.branch(Cond::Eq, from, Src::Imm(0), skip);
+        if self.in_task_work {
+            self.skip_exiting_task(storage, skip);
+        }
         PendingBlocks { storage, from }
     }
 
     /// The pending blocks are answered (or their record lost): none waits.
-    pub(super) fn pending_sent(&mut self, pending: &PendingBlocks) {
-        self.store_imm(
-            Base::Reg(pending.storage),
-            offcpu::PENDING_FROM,
-            0,
-            Size::U64,
-        );
+    pub(super) fn pending_sent(&mut self, storage: VReg) {
+        self.store_imm(Base::Reg(storage), offcpu::PENDING_FROM, 0, Size::U64);
         self.count_waiting(-1);
     }
 
@@ -794,7 +792,7 @@ enum KernelSource {
 /// The current task's long blocks waiting for their user stack: its
 /// storage, and the switch-in time of the first.
 pub(super) struct PendingBlocks {
-    storage: VReg,
+    pub(super) storage: VReg,
     pub(super) from: VReg,
 }
 

@@ -22,6 +22,7 @@ mod lower_selected;
 mod lower_snapshot;
 mod lower_stack;
 mod lower_task_storage;
+mod lower_task_work;
 mod lower_values;
 mod maps;
 pub mod program;
@@ -35,7 +36,7 @@ use crate::frontend::checked::{CheckedProbe, CheckedProgram, RecordDecl};
 use crate::frontend::diag::ScriptError;
 use crate::frontend::options::COMMAND_TREE_MAP;
 use crate::frontend::types::Type;
-use crate::vocab::{AttachPoint, WatchTarget};
+use crate::vocab::{AttachPoint, Message, WatchTarget};
 use program::{BpfProgram, CommandTreeMap, Compiled, CounterMap};
 pub use task_fields::TaskFields;
 
@@ -96,32 +97,42 @@ pub fn compile(
     };
     let mut errors = Vec::new();
     let groups = programs_by_attach_point(program);
+    let task_work = lower_task_work::callback_groups(program, &groups);
     for (index, blocks) in groups.iter().enumerate() {
         let probe = blocks[0].1;
-        let (mut function, (_, peak_span)) = lower::Lowerer::lower(
+        let callback = match task_work {
+            Some(pair) if pair.callback == index => continue,
+            Some(pair) if pair.switch == index => {
+                let callback = &groups[pair.callback];
+                Some(lower_group(
+                    callback,
+                    program,
+                    &layouts,
+                    task_fields,
+                    &mut compiled.messages,
+                    true,
+                ))
+            }
+            _ => None,
+        };
+        let lowered = lower_group(
             blocks,
             program,
             &layouts,
             task_fields,
             &mut compiled.messages,
+            false,
         );
-        prune::remove_unreachable(&mut function);
-        let allocation = regalloc::allocate(&function);
-        // The unwinder's functions take their frames from the same 512 bytes.
-        let limit = match function.unwinder {
-            Some(_) => STACK_LIMIT - crate::unwind::bpf::FRAME_BYTES,
-            None => STACK_LIMIT,
+        let ((function, allocation), callback) = match (lowered, callback.transpose()) {
+            (Ok(lowered), Ok(callback)) => (lowered, callback),
+            (lowered, callback) => {
+                errors.extend(lowered.err());
+                errors.extend(callback.err());
+                continue;
+            }
         };
-        if allocation.frame_bytes > limit {
-            let message = format!(
-                "`{}` needs {} bytes of BPF stack; the kernel allows {limit}",
-                probe.name, allocation.frame_bytes
-            );
-            let help = "this statement needs the most: split it, or use shorter strings (`str(p, N)`) and fewer string arguments";
-            errors.push(ScriptError::new(peak_span.unwrap_or(probe.span), message).with_help(help));
-            continue;
-        }
-        match emit::emit(&function, &allocation) {
+        let callback = callback.as_ref().map(|(f, a)| (f, a));
+        match emit::emit_program(&function, &allocation, callback) {
             Ok(assembled) => {
                 let name = program_name(index, &probe.name);
                 let mut bpf =
@@ -154,6 +165,43 @@ pub fn compile(
     } else {
         Err(errors)
     }
+}
+
+/// One program's (or task-work callback's) blocks lowered and given
+/// registers, or the error of a frame too large for the kernel.
+fn lower_group(
+    blocks: &[(usize, &CheckedProbe)],
+    program: &CheckedProgram,
+    layouts: &maps::MapLayouts,
+    task_fields: Option<TaskFields>,
+    messages: &mut Vec<Message>,
+    in_task_work: bool,
+) -> Result<(ir::Function, regalloc::Allocation), ScriptError> {
+    let probe = blocks[0].1;
+    let (mut function, (_, peak_span)) = lower::Lowerer::lower(
+        blocks,
+        program,
+        layouts,
+        task_fields,
+        messages,
+        in_task_work,
+    );
+    prune::remove_unreachable(&mut function);
+    let allocation = regalloc::allocate(&function);
+    // The unwinder's functions take their frames from the same 512 bytes.
+    let limit = match function.unwinder {
+        Some(_) => STACK_LIMIT - crate::unwind::bpf::FRAME_BYTES,
+        None => STACK_LIMIT,
+    };
+    if allocation.frame_bytes > limit {
+        let message = format!(
+            "`{}` needs {} bytes of BPF stack; the kernel allows {limit}",
+            probe.name, allocation.frame_bytes
+        );
+        let help = "this statement needs the most: split it, or use shorter strings (`str(p, N)`) and fewer string arguments";
+        return Err(ScriptError::new(peak_span.unwrap_or(probe.span), message).with_help(help));
+    }
+    Ok((function, allocation))
 }
 
 /// The checked probes grouped into programs: one per attach point (and

@@ -106,11 +106,19 @@ pub struct StackMaps {
     /// blocks pending (`exit_group`) stays counted, which costs lookups,
     /// never a join.
     pub waiting: Option<MapId>,
+    /// Under `-S offcpu=DUR` with the task-work kfunc: a hash by thread id
+    /// of `struct bpf_task_work`, the handle of the callback scheduled in a
+    /// task with long blocks waiting; the callback deletes its element.
+    pub task_work: Option<MapId>,
     /// One value, [`GLUE_BYTES`] per probe: the `[start, end)` addresses of
     /// the raw tracepoint's iterator (`__traceiter_NAME`), when a raw tracepoint
     /// probe takes a kernel stack ([`tracepoint_glue`]).
     pub glue: Option<MapId>,
 }
+
+/// Tasks that may wait at once for their deferred user stack (elements of
+/// [`StackMaps::task_work`]); past it a long block's user stack is lost.
+const TASK_WORK_MAX: u32 = 4096;
 
 /// Bytes of a [`StackMaps::glue`] value: start and end address.
 pub const GLUE_BYTES: u32 = 16;
@@ -156,6 +164,16 @@ pub fn add_maps(program: &CheckedProgram, specs: &mut Vec<MapSpec>) -> Option<St
         .then(|| add("wprof_offcpu", MapKind::TaskStorage, 4, offcpu::BYTES, 0));
     let waiting = (offcpu.is_some() && program.offcpu_min_block_ns.is_some())
         .then(|| add("wprof_offcpu_waiting", MapKind::Array, 4, 8, 1));
+    let task_work = (waiting.is_some() && program.task_work.is_some()).then(|| {
+        let bytes = crate::vocab::TASK_WORK_BYTES;
+        add(
+            "wprof_offcpu_work",
+            MapKind::TaskWork,
+            4,
+            bytes,
+            TASK_WORK_MAX,
+        )
+    });
     let glue = (!tracepoint_glue(program).is_empty()).then(|| {
         let probes = program.probes.len() as u32;
         add("wprof_tp_glue", MapKind::Array, 4, GLUE_BYTES * probes, 1)
@@ -168,6 +186,7 @@ pub fn add_maps(program: &CheckedProgram, specs: &mut Vec<MapSpec>) -> Option<St
         unwind,
         offcpu,
         waiting,
+        task_work,
         glue,
     })
 }

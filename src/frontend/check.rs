@@ -128,12 +128,25 @@ pub fn check(
             },
             mm_layout,
             offcpu_min_block_ns: options.offcpu_min_block_ns,
+            task_work: task_work(env, options),
             frame_pointers_only: options.frame_pointers_only,
             untrusted_views: checker.untrusted_views,
         })
     } else {
         Err(checker.errors)
     }
+}
+
+/// The task-work kfunc `-S offcpu=DUR` schedules its deferred stacks with,
+/// unless the kernel has none or the options force `sys_exit`.
+fn task_work(env: &dyn Environment, options: &CompileOptions) -> Option<TaskWork> {
+    if options.offcpu_min_block_ns.is_none() || options.offcpu_sys_exit {
+        return None;
+    }
+    let names = crate::codegen::helpers::TASK_WORK_SCHEDULE_RESUME;
+    let kfunc = names.iter().find_map(|name| env.kfunc_id(name))?;
+    let task_pid = crate::unwind::layout::member_offset(env, "struct task_struct", "pid").ok()?;
+    Some(TaskWork { kfunc, task_pid })
 }
 
 /// An error when a probe that must run alone (an iterator) shares the

@@ -41,6 +41,10 @@ pub struct CheckedProgram {
     pub mm_layout: Option<MmLayout>,
     /// `-S offcpu=DUR` in ns (see `CompileOptions::offcpu_min_block_ns`).
     pub offcpu_min_block_ns: Option<u64>,
+    /// With `offcpu_min_block_ns`, where the kernel can run a task-work
+    /// callback: the `stack(offcpu, pending)` block then runs as one, in
+    /// the tasks with long blocks only, instead of at every `sys_exit`.
+    pub task_work: Option<TaskWork>,
     /// `-S unwind=fp` (see `CompileOptions::frame_pointers_only`).
     pub frame_pointers_only: bool,
     /// What the values scripts print need besides maps.
@@ -442,4 +446,13 @@ impl Access {
             Access::Any => Space::Unknown,
         }
     }
+}
+
+/// What scheduling a task-work callback needs from the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskWork {
+    /// The kernel BTF id of the kfunc (`helpers::TASK_WORK_SCHEDULE_RESUME`).
+    pub kfunc: u32,
+    /// `struct task_struct`'s `pid` (the thread id the work map is keyed by).
+    pub task_pid: u32,
 }

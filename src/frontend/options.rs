@@ -19,6 +19,10 @@ pub struct CompileOptions {
     /// `-S offcpu=DUR`: `stack(offcpu, NEXT)` keeps the off-CPU stack of a
     /// block only when it lasted at least this long (ns); `None`: every block.
     pub offcpu_min_block_ns: Option<u64>,
+    /// With `offcpu_min_block_ns`: take the deferred user stacks at
+    /// `sys_exit` even where the kernel has the task-work kfunc
+    /// (`WPROF_OFFCPU_SYS_EXIT`, a diagnostic switch).
+    pub offcpu_sys_exit: bool,
     /// `-S unwind=fp`: no unwind tables are built, so a user stack without
     /// one is not copied for the recorder to walk (`stack_layout::snapshot`).
     pub frame_pointers_only: bool,

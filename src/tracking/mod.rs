@@ -33,6 +33,11 @@ pub struct Tracking {
 /// At most this many `--pmu` counters.
 pub const MAX_PMU_COUNTERS: usize = 16;
 
+/// The environment variable that makes `-S offcpu=DUR` take its deferred
+/// user stacks in a `sys_exit` program even where the kernel can run a
+/// task-work callback instead (`docs/unwinding.md`): a diagnostic switch.
+pub const FORCE_SYS_EXIT: &str = "WPROF_OFFCPU_SYS_EXIT";
+
 impl Tracking {
     /// The options every script (trackers and the user's) compiles with.
     pub fn compile_options(&self) -> Result<CompileOptions, String> {
@@ -48,6 +53,7 @@ impl Tracking {
                 StackKind::Offcpu { min_block_ns } => *min_block_ns,
                 _ => None,
             }),
+            offcpu_sys_exit: std::env::var_os(FORCE_SYS_EXIT).is_some(),
             includes: Default::default(),
             map_keys_max: None,
             output_pages_per_cpu: None,

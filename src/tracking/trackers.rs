@@ -70,7 +70,9 @@ fn timer_sampler(rate: TimerRate) -> String {
 
 /// `-S offcpu=DUR`: the user stacks of long blocks in a system call, taken
 /// at its return (`docs/unwinding.md`, "Off-CPU stacks"); the program
-/// returns at once unless the task has such blocks.
+/// returns at once unless the task has such blocks. Where the kernel has
+/// the task-work kfunc this block is no `sys_exit` program but a callback
+/// the `sched_switch` program schedules (`codegen::lower_task_work`).
 const PENDING_STACKS: &str =
     "tp_btf:sys_exit { record offcpu_pending < stack(offcpu, pending) > }\n";
 
@@ -169,6 +171,47 @@ mod tests {
         );
         assert_eq!(names(&[Feature::Sched], &["offcpu"]), ["probes/sched.wp"]);
         assert_eq!(names(&[Feature::Wq], &["offcpu=1ms"]), ["probes/wq.wp"]);
+    }
+
+    /// Where the kernel has the task-work kfunc, `-S offcpu=1ms` attaches no
+    /// `sys_exit` program: the `sched_switch` program schedules the
+    /// deferred stacks' callback (a kfunc call and a callback address);
+    /// forced to `sys_exit`, it attaches one and calls no kfunc.
+    #[test]
+    fn offcpu_threshold_schedules_a_task_work_callback() {
+        use crate::vocab::Environment;
+        let env = crate::runtime::targets::environment::SystemEnvironment::default();
+        let tracking = tracking(&[Feature::Sched], &["offcpu=1ms"]);
+        let compile = |sys_exit: bool| {
+            let mut options = tracking.compile_options().unwrap();
+            options.offcpu_sys_exit = sys_exit;
+            let sources = sources(&tracking).unwrap();
+            let (_, compiled) = crate::driver::compile(&sources, &[], &env, &options)
+                .unwrap_or_else(|e| panic!("{}", e.render()));
+            compiled.programs
+        };
+        let attached = |programs: &[crate::codegen::program::BpfProgram]| -> Vec<String> {
+            programs.iter().map(|p| p.probe.clone()).collect()
+        };
+        let names = crate::codegen::helpers::TASK_WORK_SCHEDULE_RESUME;
+        let Some(kfunc) = names.iter().find_map(|name| env.kfunc_id(name)) else {
+            println!("SKIPPED: this kernel has no bpf_task_work_schedule_resume kfunc");
+            return;
+        };
+        // `call` with src_reg BPF_PSEUDO_KFUNC_CALL (2) and imm the kfunc's id.
+        let calls = |programs: &[crate::codegen::program::BpfProgram]| {
+            let call =
+                |i: &u64| i & 0xff == 0x85 && (i >> 12) & 0xf == 2 && i >> 32 == u64::from(kfunc);
+            (programs.iter().flat_map(|p| &p.insns))
+                .filter(|i| call(i))
+                .count()
+        };
+        let forced = compile(true);
+        assert!(attached(&forced).contains(&"tp_btf:sys_exit".to_string()));
+        assert_eq!(calls(&forced), 0, "no task work");
+        let scheduled = compile(false);
+        assert!(!attached(&scheduled).contains(&"tp_btf:sys_exit".to_string()));
+        assert_eq!(calls(&scheduled), 1, "one place schedules the callback");
     }
 
     /// A raw code samples as a raw perf event, at the rate given.

@@ -63,7 +63,11 @@ impl XolLayout {
 
 /// The byte offset of `member` in struct `type_name`, looking into
 /// anonymous members.
-fn member_offset(env: &dyn Environment, type_name: &str, member: &str) -> Result<u32, String> {
+pub(crate) fn member_offset(
+    env: &dyn Environment,
+    type_name: &str,
+    member: &str,
+) -> Result<u32, String> {
     let members = |id| match env.kernel_type(id).ok()?.kind {
         KernelKind::Struct { members, .. } => Some(members),
         _ => None,

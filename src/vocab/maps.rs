@@ -25,7 +25,16 @@ pub enum MapKind {
     TaskStorage,
     /// Perf event fds by CPU, for `bpf_perf_event_read_value`.
     PerfEventArray,
+    /// A hash by thread id (`u32`) whose value is one `struct bpf_task_work`
+    /// (8 bytes): the handle `bpf_task_work_schedule_resume` needs to run a
+    /// callback in a task on its way back to user space. The kernel finds
+    /// the field through the map's BTF; the loader makes it.
+    TaskWork,
 }
+
+/// The size of `struct bpf_task_work` (one opaque `u64`), the value of a
+/// [`MapKind::TaskWork`].
+pub const TASK_WORK_BYTES: u32 = 8;
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MapSpec {

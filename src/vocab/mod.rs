@@ -28,7 +28,7 @@ pub use machine::{
     BtfFunction, Environment, FunctionParam, FunctionTarget, KernelFunction, KernelFunctionMatches,
     MissingFunction, ObjectSymbol, PassedIn, UsdtTarget,
 };
-pub use maps::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap};
+pub use maps::{AggFunc, MapId, MapKind, MapSpec, MapValue, ScriptMap, TASK_WORK_BYTES};
 pub use messages::{
     BUILD_ID_FRAME_BYTES, BuiltinId, BuiltinMessage, HelperErrorSite, Message, MessageId,
     record_header,

@@ -200,9 +200,11 @@ fn sys_exit_stats() -> (u64, u64) {
         })
 }
 
-/// Under `-S offcpu=1ms`, 5000 short sleeps (each a `sys_exit` with no
-/// long block waiting) cost the `sys_exit` program well under a stack walk
-/// per run on average (`bpf_stats`): it returns before walking.
+/// Under `-S offcpu=1ms` forced to its `sys_exit` program (the fallback of
+/// kernels without the task-work kfunc, `WPROF_OFFCPU_SYS_EXIT`), 5000
+/// short sleeps (each a `sys_exit` with no long block waiting) cost the
+/// program well under a stack walk per run on average (`bpf_stats`): it
+/// returns before walking.
 #[test]
 fn sys_exit_returns_early_without_pending_blocks() {
     require_bpf!();
@@ -214,6 +216,7 @@ fn sys_exit_returns_early_without_pending_blocks() {
         "--", &workload("offcpu_mix"), "5000", "10", "20", "5",
     ];
     let mut child = (Command::new(wprof_bin()).args(args))
+        .env("WPROF_OFFCPU_SYS_EXIT", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -103,7 +103,12 @@ impl TestProgram for Assembler {
 
 /// `r0 = bpf_map_lookup_elem(map, &(u32)0)`, the key at r10 - 4.
 fn lookup_key0(asm: &mut Assembler, map: MapId) {
-    asm.store_imm(Size::U32, Reg::R10, -4, 0);
+    lookup_key(asm, map, 0);
+}
+
+/// `r0 = bpf_map_lookup_elem(map, &(u32)key)`, the key at r10 - 4.
+pub fn lookup_key(asm: &mut Assembler, map: MapId, key: i32) {
+    asm.store_imm(Size::U32, Reg::R10, -4, key);
     asm.ld_map_fd(Reg::R1, map);
     asm.mov64_reg(Reg::R2, Reg::R10);
     asm.alu64_imm(AluOp::Add, Reg::R2, -4);
