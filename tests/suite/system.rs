@@ -228,8 +228,8 @@ pub(super) fn capture(dir: &Path, args: &[&str]) -> (Ndjson, std::path::PathBuf)
 }
 
 /// A thread that sleeps 10 × 50 ms with nanosleep: 10 `S` switch-outs,
-/// each followed by its switch-in (or counted among the thread's missing
-/// events by the wall-clock report), off-CPU intervals of at
+/// each followed by its switch-in (or one of the thread's missing events
+/// in the wall-clock report), off-CPU intervals of at
 /// least 49 ms (a sleep never ends early) with a median under 100 ms (late
 /// wake-ups on a loaded machine), each switch-out
 /// stack in the nanosleep syscall (`do_nanosleep` ← `hrtimer_nanosleep` ←
@@ -266,9 +266,8 @@ fn sleeper_off_cpu_intervals_and_stacks() {
     eprintln!("off-CPU intervals (ms): {ms:?}");
     assert_eq!(sleeps.len(), 10, "switch-outs to sleep");
     let missing = missing_events(&path_str(&dir.join("c.data")), tid);
-    assert_eq!(
-        naps.len() as f64 + missing,
-        10.0,
+    assert!(
+        naps.len() <= 10 && (10 - naps.len()) as f64 <= missing,
         "off-CPU intervals (ms): {ms:?}, {missing} events missing"
     );
     // A sleep never ends early; on a loaded 2-CPU machine (load average
