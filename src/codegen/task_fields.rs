@@ -11,8 +11,8 @@ use crate::codegen::ir::{AluOp, Base, Size, Src};
 use crate::codegen::lower::Lowerer;
 use crate::frontend::types::COMM_LEN;
 use crate::providers;
+use crate::unwind::layout::member_offset;
 use crate::vocab::Environment;
-use crate::vocab::kernel_types::{KernelKind, find_member};
 
 /// Byte offsets in `struct task_struct` of the members a header copies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,12 +26,7 @@ impl TaskFields {
     /// The offsets on the machine `env` describes; `None` when its BTF
     /// lacks one of them (the headers then use the helpers).
     pub fn resolve(env: &dyn Environment) -> Option<TaskFields> {
-        let members = |id| match env.kernel_type(id).ok()?.kind {
-            KernelKind::Struct { members, .. } => Some(members),
-            _ => None,
-        };
-        let task = members(env.kernel_type_named("struct task_struct").ok()?)?;
-        let offset = |name| Some(find_member(&task, name, &members)?.offset_bits / 8);
+        let offset = |name| member_offset(env, "struct task_struct", name).ok();
         Some(TaskFields {
             pid: offset("pid")?,
             tgid: offset("tgid")?,
