@@ -25,6 +25,10 @@ pub(super) struct Block {
     pub(super) duration_ns: u64,
     /// The frames the switch-in recorded (innermost first), if any.
     pub(super) frames: Option<Vec<String>>,
+    /// The unwinder that walked them (`frame-pointer`, `table`, `snapshot`).
+    pub(super) unwinder: Option<String>,
+    /// Switched out runnable (`R`, `R+`: preempted), not blocked.
+    pub(super) preempted: bool,
 }
 
 /// An NDJSON timestamp (seconds with 9 decimals) in ns.
@@ -39,15 +43,21 @@ pub(super) fn blocks_of(nd: &Ndjson, tid: u64) -> Vec<Block> {
     let mut blocks = Vec::new();
     for event in nd.events.iter().filter(|e| e["t"] == "switch") {
         if event["task"]["tid"] == tid {
-            out_at = Some(ts_ns(event));
+            let runnable = event["prev_state"]
+                .as_str()
+                .is_some_and(|s| s.starts_with('R'));
+            out_at = Some((ts_ns(event), runnable));
         } else if event["next"]["tid"] == tid
-            && let Some(out) = out_at.take()
+            && let Some((out, preempted)) = out_at.take()
         {
             let frames = event["stack"].is_u64().then(|| nd.stack_of(event).to_vec());
             let duration_ns = ts_ns(event) - out;
+            let unwinder = event["unwind"]["unwinder"].as_str().map(str::to_string);
             blocks.push(Block {
                 duration_ns,
                 frames,
+                unwinder,
+                preempted,
             });
         }
     }
@@ -77,13 +87,18 @@ fn check_blocks(blocks: &[Block], measured: &BTreeMap<String, BTreeMap<String, f
         .count();
     // Short sleeps must show up as short blocks, but on a loaded machine the
     // wait for a CPU after most of them makes their blocks longer than the
-    // threshold (a clean-clone CI: 44 of 2000 stayed under it).
+    // threshold (a clean-clone CI: 44 of 2000 stayed under it; 8 with the
+    // other off-CPU tests running beside this one on 2 CPUs).
     let short_count = measured["short"]["count"];
     assert!(
-        short as f64 >= short_count / 100.0,
+        short >= 1,
         "{short} blocks under 1ms of {short_count} short sleeps"
     );
+    // The thread is also preempted under `long_block` (on the way out of
+    // its system call, by another test or the recorder): such a block has
+    // the preemption point's kernel frames, not the sleep's.
     let long_sleeps: Vec<&Vec<String>> = (blocks.iter())
+        .filter(|b| !b.preempted)
         .filter_map(|b| b.frames.as_ref())
         .filter(|frames| frame_index(frames, "long_block").is_some())
         .collect();
@@ -148,8 +163,15 @@ fn check_totals(
     // CPU time (in this VM a timer interrupt costs ~30 µs), so wall minus
     // CPU time also holds time on the CPU: wprof read 0.86–0.87 of the
     // measure in two runs, hence 0.8 below.
+    // A thread preempted in the measuring code (the return of its CPU-time
+    // `clock_gettime` system call, with another test busy on its CPU) is
+    // off the CPU inside the workload's measure, under `measured` but not
+    // under `short_block`: which kind of call it measured, no frame tells.
+    let in_measure = weight(lines, |s| {
+        s.contains(";measured;") && !s.contains("_block;")
+    });
     let (short_ns, blocks) = (measured_ns("short"), measured["short"]["blocked"]);
-    let short_range = short_ns * 0.8..=short_ns + blocks * 25_000.0;
+    let short_range = short_ns * 0.8 - in_measure as f64..=short_ns + blocks * 25_000.0;
     assert!(
         short_range.contains(&(short as f64)),
         "short blocks off-CPU {short} outside {short_range:?}"
