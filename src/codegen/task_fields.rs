@@ -34,7 +34,7 @@ impl TaskFields {
 
     /// The offsets on the machine `env` describes; `None` when its BTF
     /// lacks one of them (the headers then use the helpers).
-    fn resolve(env: &dyn Environment) -> Option<TaskFields> {
+    pub fn resolve(env: &dyn Environment) -> Option<TaskFields> {
         let offset = |name| member_offset(env, "struct task_struct", name).ok();
         Some(TaskFields {
             pid: offset("pid")?,
