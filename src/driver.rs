@@ -67,7 +67,7 @@ pub fn compile(
     }
     let errors = |errors| map.errors(explain_macros(errors, &expansions));
     let checked = check::check(&script, env, options).map_err(errors)?;
-    let task_fields = crate::codegen::TaskFields::resolve(env);
+    let task_fields = crate::codegen::TaskFields::for_program(&checked, env);
     let compiled = crate::codegen::compile(&checked, task_fields).map_err(errors)?;
     Ok((checked, compiled))
 }

@@ -9,6 +9,7 @@
 use crate::codegen::helpers::GET_CURRENT_TASK_BTF;
 use crate::codegen::ir::{AluOp, Base, Size, Src};
 use crate::codegen::lower::Lowerer;
+use crate::frontend::checked::CheckedProgram;
 use crate::frontend::types::COMM_LEN;
 use crate::providers;
 use crate::unwind::layout::member_offset;
@@ -23,6 +24,14 @@ pub struct TaskFields {
 }
 
 impl TaskFields {
+    /// The offsets `program`'s headers load with, when one of its probes
+    /// has BTF-typed pointers: a script of plain tracepoints never reads
+    /// the kernel's BTF for them (reading it is most of a start).
+    pub fn for_program(program: &CheckedProgram, env: &dyn Environment) -> Option<TaskFields> {
+        let btf_probe = (program.probes.iter()).any(|p| providers::of(&p.attach).btf_pointers());
+        btf_probe.then(|| Self::resolve(env)).flatten()
+    }
+
     /// The offsets on the machine `env` describes; `None` when its BTF
     /// lacks one of them (the headers then use the helpers).
     pub fn resolve(env: &dyn Environment) -> Option<TaskFields> {

@@ -21,6 +21,24 @@ fn count(maps: &BTreeMap<String, String>, key: &str) -> u64 {
     maps.get(key).map_or(0, |v| v.parse().expect("a count"))
 }
 
+/// Kernel BTF is read only for a script that needs it: a plain tracepoint
+/// script starts without it, a `tp_btf` one reads it once.
+#[test]
+fn kernel_btf_is_read_only_when_a_probe_needs_it() {
+    require_bpf!();
+    let steps = |probe: &str| {
+        let script = format!("{probe} {{ @ = count(); exit(); }}");
+        let mut wprof = Command::new(crate::common::wprof_bin());
+        wprof.env("WPROF_TIMINGS", "1").args(["-e", &script]);
+        let out = crate::common::run_with_timeout(&mut wprof, super::RUN_TIMEOUT)
+            .unwrap_or_else(|e| panic!("cannot run wprof: {e}"));
+        assert!(out.success(), "{probe}: {}", out.stderr);
+        out.stderr.matches("timing: kernel BTF mapped").count()
+    };
+    assert_eq!(steps("tracepoint:sched:sched_switch"), 0);
+    assert_eq!(steps("tp_btf:sched_switch"), 1);
+}
+
 /// sched_switch sees the sleeping child leave the CPU in a sleep state
 /// (prev_state != 0) under its own comm, and come back as `next`.
 #[test]

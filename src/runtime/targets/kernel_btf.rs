@@ -3,9 +3,10 @@
 //! functions `fentry:`/`fexit:` probe.
 
 use libbpf_rs::btf::types::{
-    Array, Composite, Enum, Enum64, FuncProto, Int, IntEncoding, MemberAttr,
+    Array, Composite, Enum, Enum64, Func, FuncProto, Int, IntEncoding, MemberAttr,
 };
 use libbpf_rs::btf::{Btf, BtfKind, BtfType, HasSize, ReferencesType, TypeId};
+use libbpf_rs::{AsRawLibbpf, libbpf_sys};
 
 use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
@@ -114,8 +115,7 @@ impl KernelBtf {
     /// parameters and return type, sorted by name.
     pub fn functions(&self, pattern: &glob::Pattern) -> Vec<BtfFunction> {
         let mut found: Vec<BtfFunction> = self
-            .btf
-            .type_by_kind::<libbpf_rs::btf::types::Func<'_>>()
+            .functions_raw()
             .filter_map(|func| {
                 let name = func.name()?.to_str()?;
                 if !pattern.matches(name) {
@@ -147,8 +147,7 @@ impl KernelBtf {
 
     /// The names of every kernel function in BTF.
     pub fn function_names(&self) -> Vec<String> {
-        self.btf
-            .type_by_kind::<libbpf_rs::btf::types::Func<'_>>()
+        self.functions_raw()
             .filter_map(|func| Some(func.name()?.to_str()?.to_string()))
             .collect()
     }
@@ -165,28 +164,69 @@ impl KernelBtf {
     }
 
     /// Every BTF tracepoint by name, found in one pass over BTF (a search
-    /// by name walks all of it, and a capture resolves a dozen).
+    /// by name walks all of it, and a capture resolves a dozen). The pass
+    /// reads kinds and names from libbpf's table: only the functions and
+    /// typedefs that carry a tracepoint prefix are converted.
     fn tracepoints(&self) -> &HashMap<String, TracepointTypes> {
         self.tracepoints.get_or_init(|| {
             let mut index: HashMap<String, TracepointTypes> = HashMap::new();
-            let types = (1..self.btf.len() as u32).map(TypeId::from);
-            for ty in types.filter_map(|id| self.btf.type_by_id::<BtfType<'_>>(id)) {
-                let (prefix, is_stub) = match ty.kind() {
-                    BtfKind::Func => (STUB_PREFIX, true),
-                    BtfKind::Typedef => (TRACE_PREFIX, false),
+            for (id, kind, name_off) in self.raw_types() {
+                let (prefix, is_stub) = match kind {
+                    libbpf_sys::BTF_KIND_FUNC => (STUB_PREFIX, true),
+                    libbpf_sys::BTF_KIND_TYPEDEF => (TRACE_PREFIX, false),
                     _ => continue,
                 };
-                let Some(name) = stripped(ty.name(), prefix) else {
+                let name = self.raw_name(name_off).strip_prefix(prefix.as_bytes());
+                let Some(name) = name.and_then(|n| std::str::from_utf8(n).ok()) else {
                     continue;
                 };
                 let entry = index.entry(name.to_string()).or_default();
+                let id = TypeId::from(id);
                 match is_stub {
-                    true => entry.stub.get_or_insert(ty.type_id()),
-                    false => entry.typedef.get_or_insert(ty.type_id()),
+                    true => entry.stub.get_or_insert(id),
+                    false => entry.typedef.get_or_insert(id),
                 };
             }
             index
         })
+    }
+
+    /// Each type's id, kind (`BTF_KIND_*`) and name offset, straight from
+    /// libbpf's table: libbpf-rs's typed view measures every type's name,
+    /// which is most of a pass over the kernel's ~100k types.
+    fn raw_types(&self) -> impl Iterator<Item = (u32, u32, u32)> + '_ {
+        let btf = self.btf.as_libbpf_object().as_ptr();
+        (1..self.btf.len() as u32).filter_map(move |id| {
+            // SAFETY: `btf` is alive as long as `self`; libbpf checks `id`
+            // against its type count and returns null past it.
+            let ty = unsafe { libbpf_sys::btf__type_by_id(btf, id).as_ref() }?;
+            Some((id, (ty.info >> 24) & 0x1f, ty.name_off))
+        })
+    }
+
+    /// The types of `kind` (`BTF_KIND_*`), found without wrapping the others.
+    fn of_kind(&self, kind: u32) -> impl Iterator<Item = BtfType<'_>> + '_ {
+        let ids = self.raw_types().filter(move |&(_, k, _)| k == kind);
+        ids.filter_map(|(id, ..)| self.btf.type_by_id(TypeId::from(id)))
+    }
+
+    /// Every `BTF_KIND_FUNC`.
+    fn functions_raw(&self) -> impl Iterator<Item = Func<'_>> + '_ {
+        let funcs = self.of_kind(libbpf_sys::BTF_KIND_FUNC);
+        funcs.filter_map(|t| Func::try_from(t).ok())
+    }
+
+    /// The name at `offset` in the string section (empty when out of range).
+    fn raw_name(&self, offset: u32) -> &[u8] {
+        let btf = self.btf.as_libbpf_object().as_ptr();
+        // SAFETY: libbpf returns null or a NUL-terminated string inside the
+        // BTF data, which lives as long as `self`.
+        let name = unsafe { libbpf_sys::btf__name_by_offset(btf, offset) };
+        match name.is_null() {
+            true => &[],
+            // SAFETY: non-null, NUL-terminated (above).
+            false => unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes(),
+        }
     }
 
     pub fn kernel_type(&self, id: KTypeId) -> Result<KernelType, String> {
@@ -220,13 +260,17 @@ impl KernelBtf {
                 entry.push(constant);
             }
         };
-        for e in self.btf.type_by_kind::<Enum<'_>>() {
+        for e in self
+            .of_kind(libbpf_sys::BTF_KIND_ENUM)
+            .filter_map(|t| Enum::try_from(t).ok())
+        {
             let enum_name = type_name(*e);
             for member in e.iter() {
                 add(&enum_name, member.name, member.value);
             }
         }
-        for e in self.btf.type_by_kind::<Enum64<'_>>() {
+        let enums64 = self.of_kind(libbpf_sys::BTF_KIND_ENUM64);
+        for e in enums64.filter_map(|t| Enum64::try_from(t).ok()) {
             let enum_name = type_name(*e);
             for member in e.iter() {
                 add(&enum_name, member.name, member.value as i64);
@@ -244,7 +288,7 @@ impl KernelBtf {
 
     /// The id of function `name` (`BTF_KIND_FUNC`), if the kernel has it.
     pub fn function_id(&self, name: &str) -> Option<u32> {
-        let found = (self.btf).type_by_name::<libbpf_rs::btf::types::Func<'_>>(name);
+        let found = (self.btf).type_by_name::<Func<'_>>(name);
         found.map(|func| func.type_id().into())
     }
 
@@ -268,11 +312,6 @@ impl KernelBtf {
             _ => Err(format!("no type `{name}` in kernel BTF")),
         }
     }
-}
-
-/// `name` without `prefix`, if it has it.
-fn stripped<'n>(name: Option<&'n std::ffi::OsStr>, prefix: &str) -> Option<&'n str> {
-    name?.to_str()?.strip_prefix(prefix)
 }
 
 /// `cache[key]`, made by `make` the first time.
