@@ -19,7 +19,8 @@ const COMPILED: &str = "timing: trackers and script compiled";
 const FROM_CACHE: &str = "timing: trackers read from the compile cache";
 const BTF_PARSED: &str = "timing: kernel BTF mapped";
 
-/// One capture of `sys_tasklife 2` with the cache in `cache`, timed.
+/// One capture of `sys_tasklife 2` with the cache in `cache`, timed: only
+/// the command's own processes (other tests run the same workload).
 struct Run {
     stderr: String,
     json: Ndjson,
@@ -43,6 +44,7 @@ fn capture(dir: &Path, cache: &Path, name: &str, extra: &[&str]) -> Run {
             &path_str(&data),
             "-J",
             &path_str(&json),
+            "--only-command",
             "-c",
             &command,
         ])
