@@ -430,8 +430,9 @@ impl Recorder {
         }
     }
 
-    /// Starts building the unwind tables of the traced command's program
-    /// and of the files it maps as it starts, before it runs.
+    /// Starts building the unwind tables of a program the traced command
+    /// runs (its own, or one it launches) and of the files it maps as it
+    /// starts, before the command runs.
     pub fn prepare_command(&mut self, program: &Path) {
         if let Some(tables) = &mut self.tables {
             tables.prepare(program);

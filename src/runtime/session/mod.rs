@@ -371,10 +371,8 @@ fn create_recorder(
     if let Some(pid) = options.pid {
         recorder.add_process(pid as u32);
     }
-    let command = options.command.as_ref().and_then(|argv| argv.first());
-    if let Some(path) =
-        command.and_then(|c| crate::runtime::targets::library_search::resolve_binary(c, None).ok())
-    {
+    let argv = options.command.as_deref().unwrap_or_default();
+    for path in crate::runtime::targets::library_search::command_programs(argv) {
         recorder.add_binary(&path);
         recorder.prepare_command(&path);
     }

@@ -1,5 +1,6 @@
 //! Runtime, user-space attach targets: finds the file a `uprobe:` or `usdt:`
-//! probe's binary or library name refers to, as the dynamic loader would.
+//! probe's binary or library name refers to, as the dynamic loader would,
+//! and the programs a traced command line runs.
 //! Input: a name and an optional pid; output: a path (or why none was found).
 
 use std::fs;
@@ -123,14 +124,48 @@ impl Search {
     fn program(&mut self, name: &str) -> Option<PathBuf> {
         let path_var = std::env::var("PATH").unwrap_or_default();
         self.searched.push(format!("$PATH ({path_var})"));
-        path_var
-            .split(':')
-            .filter(|d| !d.is_empty())
-            .map(|dir| Path::new(dir).join(name))
-            .find(|p| {
-                fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            })
+        program_in_path(name)
     }
+}
+
+/// The programs a command line runs, its own first: the first word as
+/// [`resolve_binary`] finds it, then each later word that names an
+/// executable file, by path or in `$PATH` — a launcher (`taskset -c 0 perf
+/// …`, `nice`, `chrt`, `env`, `timeout`) runs its program after its own
+/// arguments. A word that only looks like one (`make test`) adds a file.
+pub fn command_programs(argv: &[String]) -> Vec<PathBuf> {
+    let first = argv
+        .first()
+        .and_then(|name| resolve_binary(name, None).ok());
+    let mut programs: Vec<PathBuf> = first.into_iter().collect();
+    for path in argv.iter().skip(1).filter_map(|word| executable(word)) {
+        if !programs.contains(&path) {
+            programs.push(path);
+        }
+    }
+    programs
+}
+
+/// The executable file `word` names: a path, or a name in `$PATH`.
+fn executable(word: &str) -> Option<PathBuf> {
+    if word.contains('/') {
+        let path = PathBuf::from(word);
+        return is_executable(&path).then_some(path);
+    }
+    program_in_path(word)
+}
+
+/// An executable file named `name` in a directory of `$PATH`.
+fn program_in_path(name: &str) -> Option<PathBuf> {
+    let path_var = std::env::var("PATH").unwrap_or_default();
+    (path_var.split(':'))
+        .filter(|d| !d.is_empty() && !name.is_empty())
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(path: &Path) -> bool {
+    fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 fn file_name(path: &str) -> Option<&str> {
@@ -384,5 +419,32 @@ mod tests {
         assert!(
             library_matches("libc.so.6", "libc.so") && !library_matches("libc.so.6", "libc.so.6.1")
         );
+    }
+
+    /// A launcher's program is found after its arguments, by path or in
+    /// `$PATH`, once; words naming no executable file are not programs.
+    #[test]
+    fn command_programs_include_launched_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let launched = dir.path().join("launched");
+        let data = dir.path().join("data");
+        fs::write(&launched, "#!/bin/sh\n").unwrap();
+        fs::set_permissions(&launched, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::write(&data, "not a program").unwrap();
+        let sh = resolve_binary("sh", None).expect("sh is in $PATH");
+        let words = ["taskset", "-c", "0", "", "no-such-program-here", "sh"];
+        let argv: Vec<String> = [path_str(&sh), "-c".into(), path_str(&data)]
+            .into_iter()
+            .chain([path_str(&launched), path_str(&launched)])
+            .chain(words.map(String::from))
+            .collect();
+        let taskset = resolve_binary("taskset", None).ok();
+        let expected: Vec<PathBuf> = [sh, launched].into_iter().chain(taskset).collect();
+        assert_eq!(command_programs(&argv), expected);
+        assert!(command_programs(&[]).is_empty());
+    }
+
+    fn path_str(path: &Path) -> String {
+        path.to_string_lossy().into_owned()
     }
 }
