@@ -1,0 +1,92 @@
+//! Stacks through pending uretprobes: while a uretprobe'd function runs,
+//! its return address on the stack is the `[uprobes]` trampoline, and the
+//! kernel keeps the real one in the task's list of return instances.
+//! `uretprobe_nest.c` recurses `main → nest → nest → nest` (three
+//! instances pending at once) and spins and sleeps in the innermost; under
+//! `-S` with a uretprobe on `nest`, its timer and off-CPU stacks go
+//! through every `nest` frame to `main`, no frame in `[uprobes]`: with the
+//! table unwinder (program without frame pointers), and with the kernel's
+//! frame-pointer walk (`-S unwind=fp`, built with frame pointers), which
+//! puts the return addresses back itself for the current task.
+
+use super::super::path_str;
+use super::captures::{Sample, assert_reach_main, capture, samples};
+use super::workloads::c_uretprobe_nest;
+use crate::require_bpf;
+
+/// Rounds, milliseconds spun and slept per round, recursion depth: about
+/// 0.6 s, 300 timer samples at 1 kHz and 30 sleeps.
+const WORKLOAD_ARGS: &str = "30 10 2";
+/// `nest` frames of a stack in the innermost call (depth 2).
+const NEST_FRAMES: usize = 3;
+
+/// Checks the stacks of one capture of the workload (`unwind`: extra `-S`
+/// words) and returns how many showed the trampoline.
+#[track_caller]
+fn check(test: &str, frame_pointers: bool, unwind: &[&str]) -> usize {
+    let program = path_str(&c_uretprobe_nest(frame_pointers));
+    let comm = program.rsplit('/').next().unwrap_or_default().to_owned();
+    let script = format!("uretprobe:{program}:nest /pid == cpid/ {{ @returns = count(); }}");
+    let command = format!("{program} {WORKLOAD_ARGS}");
+    let args = [
+        &["-S", "timer=1000hz", "-e", &script][..],
+        unwind,
+        &["-c", &command],
+    ];
+    let json = capture(test, &comm, &args.concat());
+    let all = samples(&json, &comm);
+    let in_trampoline = (all.iter())
+        .filter(|s| s.frames.iter().any(|f| f.contains("[uprobes]")))
+        .count();
+    println!(
+        "{unwind:?}: {in_trampoline} of {} stacks show [uprobes]",
+        all.len()
+    );
+    assert_reach_main(&all, &["timer"], "main", 50);
+    assert_reach_main(&all, &["switch"], "main", 20);
+    assert_every_nest_frame(&all);
+    in_trampoline
+}
+
+/// ≥ 95% of the stacks in the innermost call (through `spin_here` or
+/// `sleep_here`) have one `nest` frame per pending uretprobe: each took
+/// its own instance's return address.
+#[track_caller]
+fn assert_every_nest_frame(all: &[Sample]) {
+    let innermost: Vec<Vec<&str>> = (all.iter())
+        .map(Sample::user_functions)
+        .filter(|f| f.contains(&"spin_here") || f.contains(&"sleep_here"))
+        .collect();
+    let whole = (innermost.iter())
+        .filter(|f| f.iter().filter(|n| **n == "nest").count() == NEST_FRAMES)
+        .count();
+    let wrong: Vec<&Vec<&str>> = (innermost.iter())
+        .filter(|f| f.iter().filter(|n| **n == "nest").count() != NEST_FRAMES)
+        .take(3)
+        .collect();
+    assert!(
+        innermost.len() >= 50 && whole * 100 >= innermost.len() * 95,
+        "{whole} of {} innermost stacks have {NEST_FRAMES} nest frames; e.g. {wrong:#?}",
+        innermost.len()
+    );
+}
+
+/// The table unwinder takes each trampoline's return address from the
+/// kernel's list: no stack shows `[uprobes]`.
+#[test]
+fn table_walks_go_through_pending_uretprobes() {
+    require_bpf!();
+    let in_trampoline = check("uretprobe-tables", false, &[]);
+    assert_eq!(in_trampoline, 0, "stacks show the trampoline");
+}
+
+/// The kernel's frame-pointer walk (`bpf_get_stack`) replaces the
+/// trampolines on the stack itself (`perf` callchains do, since Linux
+/// 6.11); only a task stopped in the trampoline keeps it as its first
+/// frame, and its callers are then one instance off (not asserted: a few
+/// samples per run).
+#[test]
+fn kernel_walks_go_through_pending_uretprobes() {
+    require_bpf!();
+    check("uretprobe-kernel", true, &["-S", "unwind=fp"]);
+}
