@@ -10,7 +10,8 @@
 //! puts the return addresses back itself for the current task.
 
 use super::super::path_str;
-use super::captures::{Sample, assert_reach_main, capture, samples};
+use super::captures::{Sample, assert_reach_main, capture, capture_keeping, samples};
+use super::kernel::{spawn, wait_until_mapped};
 use super::workloads::c_uretprobe_nest;
 use crate::require_bpf;
 
@@ -34,17 +35,26 @@ fn check(test: &str, frame_pointers: bool, unwind: &[&str]) -> usize {
         &["-c", &command],
     ];
     let json = capture(test, &comm, &args.concat());
-    let all = samples(&json, &comm);
+    assert_through_nest(&samples(&json, &comm), &format!("{unwind:?}"))
+}
+
+/// Asserts that the timer and off-CPU stacks reach `main` through every
+/// `nest` frame; returns how many showed the trampoline.
+#[track_caller]
+fn assert_through_nest(all: &[Sample], what: &str) -> usize {
     let in_trampoline = (all.iter())
         .filter(|s| s.frames.iter().any(|f| f.contains("[uprobes]")))
         .count();
+    let copies = (all.iter())
+        .filter(|s| s.unwinder == Some("snapshot"))
+        .count();
     println!(
-        "{unwind:?}: {in_trampoline} of {} stacks show [uprobes]",
+        "{what}: {in_trampoline} of {} stacks show [uprobes], {copies} walked from copies",
         all.len()
     );
-    assert_reach_main(&all, &["timer"], "main", 50);
-    assert_reach_main(&all, &["switch"], "main", 20);
-    assert_every_nest_frame(&all);
+    assert_reach_main(all, &["timer"], "main", 50);
+    assert_reach_main(all, &["switch"], "main", 20);
+    assert_every_nest_frame(all);
     in_trampoline
 }
 
@@ -89,4 +99,28 @@ fn table_walks_go_through_pending_uretprobes() {
 fn kernel_walks_go_through_pending_uretprobes() {
     require_bpf!();
     check("uretprobe-kernel", true, &["-S", "unwind=fp"]);
+}
+
+/// `-p` of a running workload: its stacks are walked from copies until its
+/// tables load, and the copies get the trampolines' return addresses back
+/// (`codegen::lower_snapshot`); every walk goes through them.
+#[test]
+fn followed_process_copies_go_through_pending_uretprobes() {
+    require_bpf!();
+    let program = c_uretprobe_nest(false);
+    let workload = spawn(&program, &["1000", "10", "2"]);
+    let pid = workload.0.id();
+    wait_until_mapped(pid, "libc");
+    let script = format!(
+        "uretprobe:{}:nest /pid == {pid}/ {{ @returns = count(); }}",
+        path_str(&program)
+    );
+    let pid = pid.to_string();
+    let args = ["-S", "timer=1000hz", "-e", &script, "-p", &pid, "-d", "1s"];
+    let (json, data) = capture_keeping("uretprobe-pid", "uretprobe_nest", &args);
+    drop(workload);
+    let all = samples(&json, "uretprobe_nest");
+    let in_trampoline = assert_through_nest(&all, "-p");
+    assert_eq!(in_trampoline, 0, "stacks show the trampoline");
+    let _ = std::fs::remove_file(data);
 }
