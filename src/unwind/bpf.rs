@@ -556,14 +556,20 @@ fn emit_return_address(asm: &mut Assembler, returns: &ReturnLayout) -> Result<()
     asm.jmp(done);
     asm.bind(found)?;
     walk_cache_bpf::forget(asm);
-    read_kernel(asm, R8, returns.instance_orig_ret, done);
-    asm.load(Size::U64, R1, R6, slot::READ);
-    asm.store_reg(Size::U64, R6, slot::RA, R1);
-    read_kernel(asm, R8, returns.instance_next, done);
-    asm.load(Size::U64, R1, R6, slot::READ);
-    asm.store_reg(Size::U64, R6, slot::RETURN_INSTANCE, R1);
+    take_instance(asm, returns, done);
     asm.bind(done)?;
     Ok(())
+}
+
+/// Instance r8's `orig_ret_vaddr` into `slot::RA`, and the cursor past it;
+/// jumps to `failed` when a read faults. r0-r3 clobbered.
+fn take_instance(asm: &mut Assembler, returns: &ReturnLayout, failed: Label) {
+    read_kernel(asm, R8, returns.instance_orig_ret, failed);
+    asm.load(Size::U64, R1, R6, slot::READ);
+    asm.store_reg(Size::U64, R6, slot::RA, R1);
+    read_kernel(asm, R8, returns.instance_next, failed);
+    asm.load(Size::U64, R1, R6, slot::READ);
+    asm.store_reg(Size::U64, R6, slot::RETURN_INSTANCE, R1);
 }
 
 /// Moves to the caller: the CFA must be above the current sp (stacks grow
@@ -732,12 +738,7 @@ fn emit_leave_trampoline(
     asm.load(Size::U64, R1, R6, slot::READ);
     asm.alu64_imm(AluOp::Add, R1, 8);
     asm.store_reg(Size::U64, R6, slot::CFA, R1);
-    read_kernel(asm, R8, returns.instance_orig_ret, done);
-    asm.load(Size::U64, R1, R6, slot::READ);
-    asm.store_reg(Size::U64, R6, slot::RA, R1);
-    read_kernel(asm, R8, returns.instance_next, done);
-    asm.load(Size::U64, R1, R6, slot::READ);
-    asm.store_reg(Size::U64, R6, slot::RETURN_INSTANCE, R1);
+    take_instance(asm, returns, done);
     asm.load(Size::U64, R1, R6, slot::RA);
     asm.store_reg(Size::U64, R6, state::IP, R1);
     asm.store_reg(Size::U64, R6, state::START_IP, R1);

@@ -13,28 +13,25 @@
 
 #define NOINLINE __attribute__((noinline, noipa))
 
-NOINLINE long spin_here(long ms)
+/* Its own frame above nanosleep's (the result is used: no tail call), so
+ * that a frame-pointer walk from libc's frameless wrapper loses this one,
+ * not a nest frame. */
+NOINLINE long nap(long ms)
 {
-	return spin_until(now_ms() + ms);
+	struct timespec length = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+	return ms - nanosleep(&length, NULL);
 }
 
-NOINLINE long sleep_here(long ms)
-{
-	struct timespec nap = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-	long failed = nanosleep(&nap, NULL);
-	sink += (unsigned long)failed;
-	return failed;
-}
-
-/* Uses each callee's result after the call: no tail calls, every frame stays. */
+/* Uses each callee's result after the call: no tail calls, every frame
+ * stays. The innermost spins (spin_until, inlined) and naps. */
 NOINLINE long nest(int depth, long ms)
 {
 	long result;
 	if (depth > 0) {
 		result = nest(depth - 1, ms);
 	} else {
-		result = spin_here(ms);
-		result -= sleep_here(ms);
+		result = spin_until(now_ms() + ms);
+		result -= nap(ms);
 	}
 	sink += (unsigned long)result;
 	return result + depth;
