@@ -4,10 +4,12 @@
 //! identity and the top of its stack go after the message's frames
 //! ([`snapshot`] layout), for the recorder to walk once the tables exist.
 //! Stacks walked with tables pay one flag test; copies are skipped while
-//! the ring buffer is more than an eighth full.
+//! the ring buffer is more than an eighth full. The return addresses
+//! pending uretprobes replaced with their trampoline are put back in the
+//! copy, so the walk in user space goes through them as the BPF walk does.
 
 use crate::codegen::helpers::*;
-use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Size, Src, VReg};
+use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, VReg};
 use crate::codegen::lower::Lowerer;
 use crate::codegen::lower_stack::{StackTarget, UserFrames};
 use crate::codegen::stack_layout::{KERNEL_FRAMES_BYTES, USER_FRAMES_BYTES, snapshot};
@@ -19,6 +21,10 @@ use crate::vocab::x86_64;
 /// process unread, and copies of 16 KiB each would crowd out the events
 /// (seen: `-S waker` on a busy machine lost 13 k of 17 k events).
 const SNAPSHOT_RING_SHARE: u32 = 8;
+
+/// Pending uretprobes whose return addresses a copy gets back: recursion
+/// deeper than this under a uretprobe keeps the outer trampolines.
+const COPY_RETURN_INSTANCES: u32 = 8;
 
 impl Lowerer<'_> {
     /// Appends the snapshot after the `bytes` of frames at
@@ -58,13 +64,11 @@ impl Lowerer<'_> {
         self.store_reg(Base::Reg(at), snapshot::IP, ip, Size::U64);
         let task = self.call_result(GET_CURRENT_TASK_BTF, vec![]);
         let regs = self.call_result(TASK_PT_REGS, vec![Arg::Reg(task)]);
-        let mut copy = |from: u16, to| {
-            let value = self.load_sized(Base::Reg(regs), from as i16, Size::U64);
-            self.store_reg(Base::Reg(at), to, value, Size::U64);
-            value
-        };
-        let sp = copy(x86_64::RSP, snapshot::SP);
-        copy(x86_64::RBP, snapshot::BP);
+        let bp = self.load_sized(Base::Reg(regs), x86_64::RBP as i16, Size::U64);
+        self.store_reg(Base::Reg(at), snapshot::BP, bp, Size::U64);
+        // The sp the BPF walk started from (out of a uretprobe's trampoline).
+        let sp = self.load_sized(Base::Reg(state), state::START_SP, Size::U64);
+        self.store_reg(Base::Reg(at), snapshot::SP, sp, Size::U64);
         self.store_reg(Base::Reg(at), snapshot::START_STACK, start_stack, Size::U64);
         self.store_reg(Base::Reg(at), snapshot::END_CODE, end_code, Size::U64);
         let len = self.snapshot_length(sp, start_stack);
@@ -74,11 +78,70 @@ impl Lowerer<'_> {
             vec![Arg::Reg(to), Arg::Reg(len), Arg::Reg(sp)],
         );
         self.branch(Cond::Ne, read, Src::Imm(0), done);
+        self.restore_return_addresses(state, to, sp, len);
         self.store_reg(Base::Reg(at), snapshot::LEN, len, Size::U32);
         self.alu(AluOp::Add, bytes, Src::Imm(snapshot::HEADER as i32));
         self.alu(AluOp::Add, bytes, Src::Reg(len));
         self.alu(AluOp::Or, user.flags, Src::Imm(flags::SNAPSHOT as i32));
         self.emit(Inst::Bind(done));
+    }
+
+    /// Writes into the copy (`len` bytes at `copy`, read from `sp`) the
+    /// return addresses the task's pending uretprobes (up to
+    /// [`COPY_RETURN_INSTANCES`], innermost first, listed in the unwind
+    /// state) replaced with their trampoline: each instance's `stack` is
+    /// the slot, `orig_ret_vaddr` the address. An instance below `sp` was
+    /// left by a `longjmp`; a slot that no longer holds the trampoline is
+    /// not its.
+    fn restore_return_addresses(&mut self, state: VReg, copy: VReg, sp: VReg, len: VReg) {
+        let Some(returns) = (self.program.mm_layout)
+            .and_then(|mm| mm.xol)
+            .map(|xol| xol.returns)
+        else {
+            return;
+        };
+        let done = self.label();
+        let trampoline = self.load_sized(Base::Reg(state), state::TRAMPOLINE, Size::U64);
+        self.branch(Cond::Eq, trampoline, Src::Imm(0), done);
+        let instance = self.load_sized(Base::Reg(state), state::RETURN_INSTANCES, Size::U64);
+        let read = self.alloc(8);
+        for _ in 0..COPY_RETURN_INSTANCES {
+            let next = self.label();
+            self.branch(Cond::Eq, instance, Src::Imm(0), done);
+            self.read_kernel_word(instance, returns.instance_stack, read, done);
+            let offset = self.load_sized(Base::Frame, read, Size::U64);
+            self.branch(Cond::Lt, offset, Src::Reg(sp), next);
+            self.alu(AluOp::Sub, offset, Src::Reg(sp));
+            let end = self.offset_pointer(offset, 8);
+            self.branch(Cond::Gt, end, Src::Reg(len), done);
+            self.clamp_max(offset, snapshot::STACK_BYTES - 8);
+            let slot = self.vreg();
+            self.mov(slot, copy);
+            self.alu(AluOp::Add, slot, Src::Reg(offset));
+            let word = self.load_sized(Base::Reg(slot), 0, Size::U64);
+            self.branch(Cond::Ne, word, Src::Reg(trampoline), next);
+            let from = self.offset_pointer(instance, returns.instance_orig_ret);
+            self.call_result(
+                PROBE_READ_KERNEL,
+                vec![Arg::Reg(slot), Arg::Imm(8), Arg::Reg(from)],
+            );
+            self.emit(Inst::Bind(next));
+            self.read_kernel_word(instance, returns.instance_next, read, done);
+            let following = self.load_sized(Base::Frame, read, Size::U64);
+            self.mov(instance, following);
+        }
+        self.emit(Inst::Bind(done));
+    }
+
+    /// Reads the kernel word at `pointer + offset` into the frame slot
+    /// `to`; jumps to `failed` when the read faults.
+    fn read_kernel_word(&mut self, pointer: VReg, offset: u32, to: i16, failed: Label) {
+        let from = self.offset_pointer(pointer, offset);
+        let result = self.call_result(
+            PROBE_READ_KERNEL,
+            vec![Arg::Frame(to), Arg::Imm(8), Arg::Reg(from)],
+        );
+        self.branch(Cond::Ne, result, Src::Imm(0), failed);
     }
 
     /// Bytes to copy from `sp`: [`snapshot::STACK_BYTES`], but not past

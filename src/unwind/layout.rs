@@ -5,7 +5,8 @@
 //! from `/proc/PID/stat`, into a process's mappings entry; an `exec`
 //! changes both, so an entry read before it no longer matches. Also
 //! where a task's uprobe state says which instruction it is stepping out
-//! of line ([`XolLayout`]).
+//! of line ([`XolLayout`]) and which return addresses its pending
+//! uretprobes replaced ([`ReturnLayout`]).
 
 use crate::vocab::Environment;
 use crate::vocab::kernel_types::{KernelKind, find_member};
@@ -30,6 +31,22 @@ pub struct XolLayout {
     pub task_utask: u32,
     pub utask_xol_vaddr: u32,
     pub utask_vaddr: u32,
+    pub returns: ReturnLayout,
+}
+
+/// Byte offsets of a task's pending uretprobes: `uprobe_task.return_instances`
+/// (a list of `struct return_instance`, innermost first: `stack`, the `sp`
+/// at the probed function's entry, where its return address was replaced by
+/// the trampoline; `orig_ret_vaddr`, the address replaced; `next`), and the
+/// trampoline's address, `mm_struct.uprobes_state.xol_area->vaddr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReturnLayout {
+    pub utask_return_instances: u32,
+    pub instance_stack: u32,
+    pub instance_orig_ret: u32,
+    pub instance_next: u32,
+    pub mm_xol_area: u32,
+    pub xol_area_vaddr: u32,
 }
 
 impl MmLayout {
@@ -57,7 +74,23 @@ impl XolLayout {
             task_utask,
             utask_xol_vaddr: member_offset(env, "struct uprobe_task", "xol_vaddr")?,
             utask_vaddr: member_offset(env, "struct uprobe_task", "vaddr")?,
+            returns: ReturnLayout::resolve(env)?,
         }))
+    }
+}
+
+impl ReturnLayout {
+    fn resolve(env: &dyn Environment) -> Result<ReturnLayout, String> {
+        let instance = |member| member_offset(env, "struct return_instance", member);
+        let uprobes_state = member_offset(env, "struct mm_struct", "uprobes_state")?;
+        Ok(ReturnLayout {
+            utask_return_instances: member_offset(env, "struct uprobe_task", "return_instances")?,
+            instance_stack: instance("stack")?,
+            instance_orig_ret: instance("orig_ret_vaddr")?,
+            instance_next: instance("next")?,
+            mm_xol_area: uprobes_state + member_offset(env, "struct uprobes_state", "xol_area")?,
+            xol_area_vaddr: member_offset(env, "struct xol_area", "vaddr")?,
+        })
     }
 }
 
@@ -107,5 +140,8 @@ mod tests {
         assert!(layout.task_mm > 0 && layout.mm_start_stack > layout.mm_end_code);
         let xol = layout.xol.expect("this kernel has uprobes");
         assert_ne!(xol.utask_xol_vaddr, xol.utask_vaddr);
+        let returns = xol.returns;
+        assert_ne!(returns.instance_stack, returns.instance_orig_ret);
+        assert!(returns.instance_next > returns.instance_orig_ret);
     }
 }

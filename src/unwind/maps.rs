@@ -159,9 +159,18 @@ pub mod state {
     /// started from `START_IP` instead; 0 when it was not there. A kernel
     /// walk's first frame is that `ip`: the caller replaces it.
     pub const XOL_IP: i16 = 112;
-    /// 80 bytes of the unwinder's temporaries.
+    /// 88 bytes of the unwinder's temporaries.
     pub const WORK: i16 = 120;
-    pub const STACK: i16 = 200;
+    /// The `[uprobes]` trampoline's address while the task has pending
+    /// uretprobes, else 0 (`crate::unwind::layout::ReturnLayout`).
+    pub const TRAMPOLINE: i16 = 208;
+    /// The task's pending uretprobes (`utask->return_instances`, a kernel
+    /// `struct return_instance *`, innermost first), or 0.
+    pub const RETURN_INSTANCES: i16 = 216;
+    /// The user `sp` the walk started from: the task's, or its caller's
+    /// when the task was returning through a uretprobe's trampoline.
+    pub const START_SP: i16 = 224;
+    pub const STACK: i16 = 232;
     pub const CACHE: i16 = STACK + 8 * MAX_FRAMES as i16;
     pub const BYTES: u32 = CACHE as u32 + walk_cache::BYTES;
 }

@@ -157,11 +157,16 @@ pub(super) fn emit_log_read(asm: &mut Assembler, words: i32) -> Result<(), AsmEr
     }
     asm.jmp(done);
     asm.bind(give_up)?;
+    forget(asm);
+    asm.bind(done)?;
+    Ok(())
+}
+
+/// The walk in progress will not be kept (r1 clobbered).
+pub(super) fn forget(asm: &mut Assembler) {
     asm.load(Size::U32, R1, R6, state::INPUT);
     asm.alu64_imm(AluOp::And, R1, !(input::WALK_CACHE as i32));
     asm.store_reg(Size::U32, R6, state::INPUT, R1);
-    asm.bind(done)?;
-    Ok(())
 }
 
 /// At the walk's end: keeps it when every word it read was logged and no

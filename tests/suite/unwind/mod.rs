@@ -13,6 +13,7 @@ mod readelf;
 mod snapshots;
 mod tables;
 mod uprobe_xol;
+mod uretprobes;
 mod walk_cache;
 mod workloads;
 

@@ -123,6 +123,29 @@ pub fn c_spin_sleep(frame_pointers: bool) -> PathBuf {
     }
 }
 
+/// `uretprobe_nest.c` (main → nest → … → nest, the innermost spinning
+/// and sleeping) built without frame pointers, or with them
+/// (`frame_pointers`).
+#[track_caller]
+pub fn c_uretprobe_nest(frame_pointers: bool) -> PathBuf {
+    match frame_pointers {
+        true => build(
+            "uretprobe_nest.c",
+            "uretprobe_fp",
+            "cc",
+            &["-O2", "-g", "-fno-omit-frame-pointer"],
+            &[],
+        ),
+        false => build(
+            "uretprobe_nest.c",
+            "uretprobe_nest",
+            "cc",
+            NO_FP_CFLAGS,
+            &[],
+        ),
+    }
+}
+
 /// `naps.c` (main → nap → nanosleep, sleeping first) built without frame
 /// pointers.
 #[track_caller]
