@@ -50,9 +50,14 @@ pub const LOCAL_STORAGE_GET_F_CREATE: i64 = 1;
 pub const GET_STACK: u32 = 67;
 /// `bpf_get_task_stack(task, buf, size, flags)`
 pub const GET_TASK_STACK: u32 = 141;
+/// `bpf_snprintf(str, size, fmt, data, data_len)`: `fmt` in a frozen
+/// read-only map.
+pub const SNPRINTF: u32 = 165;
 /// `bpf_task_pt_regs(task)`: the user registers saved at the task's last
 /// entry into the kernel.
 pub const TASK_PT_REGS: u32 = 175;
+/// `bpf_kallsyms_lookup_name(name, size, flags, res)`: syscall programs only.
+pub const KALLSYMS_LOOKUP_NAME: u32 = 179;
 /// `bpf_loop(n, callback, ctx, flags)`
 pub const LOOP: u32 = 181;
 

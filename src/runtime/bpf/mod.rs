@@ -8,6 +8,7 @@ pub mod counters;
 mod direct;
 mod elf_functions;
 mod elf_object;
+pub mod ksym_range;
 mod libbpf_log;
 pub mod loader;
 mod map_btf;

@@ -176,6 +176,29 @@ fn skip_count(raw: &[u64], classic: &[u64]) -> Result<u64, SkipError> {
 }
 
 /// The `[start, end)` address range of each tracepoint's iterator
+/// (`__traceiter_NAME`): asked of the kernel by name
+/// ([`super::ksym_range`]), or, on kernels that cannot run its programs,
+/// read from `/proc/kallsyms` (empty where it cannot be read). Tracepoints
+/// whose iterator is not found are left out.
+pub fn tracepoint_iterators(tracepoints: &[&str]) -> Vec<(String, u64, u64)> {
+    let symbols: Vec<String> = (tracepoints.iter())
+        .map(|tracepoint| format!("__traceiter_{tracepoint}"))
+        .collect();
+    let symbols: Vec<&str> = symbols.iter().map(String::as_str).collect();
+    match super::ksym_range::ranges(&symbols) {
+        Ok(ranges) => (tracepoints.iter().zip(ranges))
+            .filter_map(|(tracepoint, range)| {
+                range.map(|(start, end)| (tracepoint.to_string(), start, end))
+            })
+            .collect(),
+        Err(_) => {
+            let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+            iterator_ranges(&kallsyms, tracepoints)
+        }
+    }
+}
+
+/// The `[start, end)` address range of each tracepoint's iterator
 /// (`__traceiter_NAME`) in `kallsyms` (the text of `/proc/kallsyms`): the
 /// symbol's address to the next higher text symbol's. Tracepoints whose
 /// iterator is not found are left out.

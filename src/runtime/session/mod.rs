@@ -166,10 +166,12 @@ pub fn run(
     }
     let mut loaded = loader::load_with(compiled, options.verbose, &options.tracepoint_ids)?;
     counters::install(&loaded, &compiled.counters)?;
+    timings::step("counters set up");
     // Kept until the teardown hands off its descriptors.
     let _skip_programs = measure_stack_skip(compiled, &loaded)?;
+    timings::step("stack skip measured");
     write_tracepoint_glue(compiled, &loaded)?;
-    timings::step("counters, stack skip and kallsyms set up");
+    timings::step("tracepoint iterators found");
     interrupt.forward_to(loaded.stopper());
     let stopper = loaded.stopper();
     if let Some(pid) = options.pid {
@@ -317,16 +319,14 @@ fn measure_stack_skip(compiled: &Compiled, loaded: &Loaded) -> Result<Option<Loa
 }
 
 /// Writes the address ranges of the tracepoint iterators whose frames raw
-/// tracepoint programs drop from their kernel stacks; without
-/// `/proc/kallsyms` addresses (a non-root reader sees zeros) their stacks
-/// keep that frame.
+/// tracepoint programs drop from their kernel stacks; where the kernel
+/// hides their addresses their stacks keep that frame.
 fn write_tracepoint_glue(compiled: &Compiled, loaded: &Loaded) -> Result<(), RunError> {
     let Some((map, probes)) = &compiled.tracepoint_glue else {
         return Ok(());
     };
-    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
     let names: Vec<&str> = probes.iter().map(|(_, name)| name.as_str()).collect();
-    let ranges = stack_skip::iterator_ranges(&kallsyms, &names);
+    let ranges = stack_skip::tracepoint_iterators(&names);
     let mut value = vec![0u8; compiled.maps[map.0 as usize].value_size as usize];
     for (probe, name) in probes {
         let at = GLUE_BYTES as usize * *probe as usize;
