@@ -191,6 +191,25 @@ if ((bless)); then
   echo "runtime-tests.sh: expected-pass.txt rewritten ($(sorted "$lists/expected-pass.txt" | grep -c .) tests)"
   exit 0
 fi
+# A few of bpftrace's tests count on exact timing (`i:s:1` printing 1 s): a
+# timer tick the kernel skips under load fails them. Each failed expected
+# pass runs once more, alone; passing then, it is reported, not failed.
+if [ -s "$results/regressed.txt" ]; then
+  retry_log=$work/retry.log
+  : >"$retry_log"
+  : >"$results/still.txt"
+  while IFS= read -r name; do
+    (cd "$tests" && BPFTRACE_RUNTIME_TEST_EXECUTABLE=$shim PATH=$shim:$PATH \
+      timeout 300 python3 -W ignore runtime/engine/main.py --filter "${name% #*}") \
+      >>"$retry_log" 2>&1 || true
+    if grep -qxF "[       OK ] ${name% #*}" "$retry_log"; then
+      echo "runtime-tests.sh: $name failed, then passed when run again alone (see $retry_log)"
+    else
+      echo "$name" >>"$results/still.txt"
+    fi
+  done <"$results/regressed.txt"
+  mv "$results/still.txt" "$results/regressed.txt"
+fi
 if [ -s "$results/regressed.txt" ]; then
   echo "runtime-tests.sh: FAILED: expected to pass but did not (details in $log):" >&2
   sed 's/^/  - /' "$results/regressed.txt" >&2
