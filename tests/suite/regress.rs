@@ -181,15 +181,17 @@ fn check_runs_against_the_benchmark(
 /// says; the values agree with the benchmark's own measurements.
 /// Like any performance gate it needs a machine doing nothing else:
 /// `tools/test.sh` runs the `ci_recipe` tests alone, after the suite.
-/// The recipe's default 8 runs a side, compared pair by pair: a machine
-/// slows stretches of time, both runs of a pair alike (5 + 5 unpaired runs
-/// once left the p99's +14.6% at p = 0.071 on a CI machine).
+/// 12 runs a side, compared pair by pair: a machine slows stretches of
+/// time, both runs of a pair alike (5 + 5 unpaired runs once left the p99's
+/// +14.6% at p = 0.071 on a CI machine); and now and then one run alone,
+/// which leaves 8 pairs at p ≥ 0.055 however clear the other seven are (a
+/// clean-clone CI: p99 +11.5%, p = 0.055). 12 pairs outvote one.
 #[test]
 fn ci_recipe_fails_a_slower_build() {
     require_bpf!();
     let _machine = machine_lock();
     let out = fresh_dir("regress-slower");
-    let runs = 8;
+    let runs = 12;
     let mut args = vec!["--new-args", "--slow"];
     for gate in SLOWER_GATED {
         args.extend(["--fail-if", gate]);
@@ -255,7 +257,9 @@ fn ci_recipe_fails_a_slower_build() {
         svg.starts_with("<?xml") && svg.contains("compact"),
         "a flame graph"
     );
-    assert!(svg.contains("8 candidate against 8 baseline captures"));
+    assert!(svg.contains(&format!(
+        "{runs} candidate against {runs} baseline captures"
+    )));
     let p99 = &json["metrics"]["span:request.p99"]["verdict"];
     assert_eq!(p99["test"], "paired-permutation", "{p99}");
 }
