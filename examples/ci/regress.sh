@@ -6,7 +6,7 @@
 #
 #   examples/ci/regress.sh [options]
 #
-#   -n RUNS           captures per side (default 8), each of 10000 requests
+#   -n RUNS           captures per side (default 12), each of 10000 requests
 #                     (bench's default: -n N in both --base-args and
 #                     --new-args changes it). From 6 up the runs are
 #                     compared pair by pair (wprof --paired: a stretch of
@@ -196,7 +196,7 @@ compare_sides() {
 }
 
 main() {
-  local runs=8 out=regress-out base_dir="" new_dir="" base_args="" new_args=""
+  local runs=12 out=regress-out base_dir="" new_dir="" base_args="" new_args=""
   local gates=()
   while [[ $# -gt 0 ]]; do
     case $1 in
