@@ -27,8 +27,8 @@ const WORKLOAD_ARGS: [&str; 2] = ["10000", "20000"];
 
 /// How far `hot`'s share of the samples may be from its share of the CPU
 /// time: about 4 standard deviations of a share of 0.65 from 3,000
-/// samples; measured −0.013 to +0.022 in 23 of 24 runs (load average 7–8;
-/// the 24th, +0.075, had a CPU share 0.05 below all others). Charging
+/// samples; measured −0.013 to +0.022 in 29 of 30 runs (load average 7–10;
+/// the other, +0.075, had a CPU share 0.05 below all others). Charging
 /// the out-of-line samples to `hot`'s caller's caller put it 0.07–0.10
 /// below (load average 5); calls of one fixed length put it up to 0.08
 /// above — they fell in step with the timer's ticks, which then sampled
