@@ -340,38 +340,40 @@ mod tests {
         );
     }
 
-    /// Timers start spread over one period; slow timers and periods do not wait.
+    /// Timers start spread over one period (a rate's, or a clock event's
+    /// period in ns); slow timers and counts of other events do not wait.
     #[test]
     fn staggers_fast_timers() {
-        let clock = PerfEvent {
+        let event = |config| PerfEvent {
             type_: PERF_TYPE_SOFTWARE,
-            config: PERF_COUNT_SW_CPU_CLOCK,
+            config,
         };
-        let faults = PerfEvent {
-            type_: PERF_TYPE_SOFTWARE,
-            config: 2,
-        };
-        assert_eq!(
-            stagger(clock, PerfSample::FrequencyHz(100), 2),
-            Duration::from_millis(5)
-        );
-        assert_eq!(
-            stagger(clock, PerfSample::FrequencyHz(10), 2),
-            Duration::ZERO
-        );
-        assert_eq!(
-            stagger(clock, PerfSample::FrequencyHz(100), 1),
-            Duration::ZERO
-        );
-        assert_eq!(
-            stagger(clock, PerfSample::Period(10_000_000), 2),
-            Duration::from_millis(5)
-        );
-        assert_eq!(
-            stagger(clock, PerfSample::Period(100_000_000), 2),
-            Duration::ZERO
-        );
-        assert_eq!(stagger(faults, PerfSample::Period(1000), 4), Duration::ZERO);
+        let (clock, faults) = (event(PERF_COUNT_SW_CPU_CLOCK), event(2));
+        let cases = [
+            (
+                clock,
+                PerfSample::FrequencyHz(100),
+                2,
+                Duration::from_millis(5),
+            ),
+            (clock, PerfSample::FrequencyHz(10), 2, Duration::ZERO),
+            (clock, PerfSample::FrequencyHz(100), 1, Duration::ZERO),
+            (
+                clock,
+                PerfSample::Period(10_000_000),
+                2,
+                Duration::from_millis(5),
+            ),
+            (clock, PerfSample::Period(100_000_000), 2, Duration::ZERO),
+            (faults, PerfSample::Period(1000), 4, Duration::ZERO),
+        ];
+        for (event, sample, cpus, pause) in cases {
+            assert_eq!(
+                stagger(event, sample, cpus),
+                pause,
+                "{sample:?} on {cpus} CPUs"
+            );
+        }
     }
 
     const COUNTS: MapId = MapId(1);
