@@ -55,6 +55,11 @@ pub struct ProfileCommand {
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
 
+    /// Keep the samples taken on these CPUs (bcc -C; `0`, `0,2-3`), and
+    /// the off-CPU time of threads that left them.
+    #[arg(short = 'C', long = "cpu", value_name = "LIST")]
+    pub cpu: Option<String>,
+
     /// Profile this thread (repeatable; bcc -L).
     #[arg(short = 'L', long = "tid", value_name = "TID")]
     pub tids: Vec<u32>,
@@ -189,6 +194,9 @@ impl ProfileCommand {
         for (flag, value) in self.outputs.asked() {
             args.extend([flag.to_owned(), path(value)]);
         }
+        if let Some(cpus) = &self.cpu {
+            args.extend(["--cpu".into(), cpus.clone()]);
+        }
         for (on, flag) in [
             (self.user_only, "--user-only"),
             (self.kernel_only, "--kernel-only"),
@@ -308,6 +316,10 @@ mod tests {
              --profile cpu --flamegraph profile.svg --folded -"
         );
         assert!(main_args(&["-c", "1000000"]).starts_with("wprof -S timer=1ms -S offcpu=1ms"));
+        assert!(
+            main_args(&["-C", "0-1", "--profile", "cpu"])
+                .ends_with("--profile cpu --flamegraph profile.svg --cpu 0-1")
+        );
         assert!(main_args(&["-c", "1234567"]).starts_with("wprof -S timer=1234567ns "));
         let both = ProfileCommand::try_parse_from(["profile", "-F", "99", "-c", "1000000"]);
         assert!(both.is_err(), "-F and -c exclude each other");

@@ -573,3 +573,40 @@ fn front_door_samples_by_period() {
     );
     assert_near(spin as f64, cpu_ns, 0.4, "spin_here's weight");
 }
+
+/// `--cpu` (bcc `profile -C`): a worker pinned to CPU 1 has its samples in
+/// the profile of CPU 1 and none in that of CPU 0, live and in replay.
+#[test]
+fn cpu_list_selects_where_samples_were_taken() {
+    require_bpf!();
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("SKIPPED cpu_list_selects_where_samples_were_taken: needs two CPUs");
+        return;
+    }
+    let _machine = machine_lock();
+    let dir = fresh_dir("profile-cpu-list");
+    let at = |name: &str| path_str(&dir.join(name));
+    #[rustfmt::skip]
+    wprof_ok(&[
+        "profile", "-F", "499", "--profile", "cpu", "-C", "1", "-o", &at("p.svg"),
+        "--folded", &at("cpu1.folded"), "-D", &at("p.data"),
+        "--", "taskset", "-c", "1", &workload("prof_wall"), "200", "1", "10",
+    ]);
+    let spin = |lines: &[(String, u64)]| weight(lines, |stack| stack.contains("spin_here"));
+    let live = folded(&dir.join("cpu1.folded"));
+    assert!(
+        spin(&live) >= 20,
+        "samples of the worker on CPU 1: {live:?}"
+    );
+    #[rustfmt::skip]
+    let again = wprof_ok(&["-R", "-D", &at("p.data"), "--profile", "cpu", "--cpu", "1", "--folded", "-"]);
+    assert_eq!(
+        again.stdout,
+        fs::read_to_string(dir.join("cpu1.folded")).expect("folded")
+    );
+    #[rustfmt::skip]
+    let cpu0 = wprof(&["-R", "-D", &at("p.data"), "--profile", "cpu", "--cpu", "0", "--folded", &at("cpu0.folded")]);
+    let on_cpu0 = fs::read(dir.join("cpu0.folded")).map(|_| folded(&dir.join("cpu0.folded")));
+    let spun_on_cpu0 = on_cpu0.as_deref().map_or(0, spin);
+    assert_eq!(spun_on_cpu0, 0, "{}", cpu0.stderr);
+}
