@@ -113,7 +113,7 @@ pub struct Cli {
     #[arg(short = 'f', value_name = "FORMAT|[no-]NAME", value_parser = parse_format_or_feature)]
     pub features: Vec<FormatOrFeature>,
 
-    /// Capture stacks (repeatable): timer[=Nhz[,dither=K]], offcpu[=MIN_BLOCK, e.g. offcpu=1ms],
+    /// Capture stacks (repeatable): timer[=Nhz|PERIOD[,dither=K]], offcpu[=MIN_BLOCK, e.g. offcpu=1ms],
     /// waker, probe, pmu=EVENT[@RATE]; bare -S is timer + offcpu. unwind=fp: user
     /// stacks by frame pointers only (no .eh_frame tables).
     #[arg(short = 'S', value_name = "KIND", num_args = 0..=1, default_missing_value = "",

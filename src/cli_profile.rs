@@ -81,6 +81,11 @@ pub struct ProfileArgs {
     #[arg(long = "min-block", value_name = "DURATION", value_parser = parse_duration)]
     pub min_block: Option<std::time::Duration>,
 
+    /// Profiles keep the samples taken on these CPUs (`0`, `0,2-3`; bcc -C)
+    /// and the off-CPU time of threads that left them.
+    #[arg(long = "cpu", value_name = "LIST", value_parser = parse_cpus)]
+    pub cpu: Option<CpuList>,
+
     /// Profiles keep user frames only (bcc -U).
     #[arg(long = "user-only", conflicts_with = "kernel_only")]
     pub user_only: bool,
@@ -120,6 +125,17 @@ pub struct ProfileArgs {
     pub only_command: bool,
 }
 
+/// `--cpu`'s CPUs, sorted (one value to clap, not one per CPU).
+#[derive(Clone, Debug)]
+pub struct CpuList(Vec<u32>);
+
+fn parse_cpus(text: &str) -> Result<CpuList, String> {
+    crate::runtime::targets::features::parse_cpu_list(text)
+        .filter(|cpus| !cpus.is_empty())
+        .map(CpuList)
+        .ok_or_else(|| format!("`{text}` is not a CPU list (examples: 0, 0,2-3)"))
+}
+
 fn parse_metric_glob(text: &str) -> Result<glob::Pattern, String> {
     glob::Pattern::new(text).map_err(|e| format!("`{text}` is not a glob: {e}"))
 }
@@ -142,6 +158,7 @@ impl ProfileArgs {
             },
             min_block_ns: self.min_block.map_or(0, |d| d.as_nanos() as u64),
             per_thread: self.per_thread,
+            cpus: self.cpu.as_ref().map(|list| list.0.clone()),
         }
     }
 
@@ -187,6 +204,8 @@ mod tests {
             "--min-block",
             "2ms",
             "--per-thread",
+            "--cpu",
+            "1,3-4",
             "--sort",
             "wakeup",
             "--top",
@@ -204,6 +223,7 @@ mod tests {
             (options.min_block_ns, options.per_thread),
             (2_000_000, true)
         );
+        assert_eq!(options.cpus, Some(vec![1, 3, 4]));
         let report = cli.profile.report_options();
         assert_eq!((report.sort, report.top), (SortKey::Wakeup, 5));
         assert!(cli.profile.metrics_options().select[0].matches("span:request.p99"));
@@ -221,6 +241,8 @@ mod tests {
             .expect_err("bad glob")
             .to_string();
         assert!(error.contains("`[x` is not a glob"), "{error}");
+        let error = parse(&["--cpu", "2-1"]).expect_err("bad list").to_string();
+        assert!(error.contains("`2-1` is not a CPU list"), "{error}");
         let error = parse(&["--min-block", "1x"])
             .expect_err("bad duration")
             .to_string();

@@ -45,9 +45,20 @@ pub struct ProfileCommand {
     )]
     pub frequency: u64,
 
+    /// Sample every COUNT nanoseconds of a CPU's time instead (bcc -c: the
+    /// count of its cpu-clock event).
+    #[arg(short = 'c', long = "count", value_name = "COUNT", conflicts_with = "frequency",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
+
     /// Profile this process (repeatable); with one, the profile ends when it exits.
     #[arg(short = 'p', long = "pid", value_name = "PID")]
     pub pids: Vec<u32>,
+
+    /// Keep the samples taken on these CPUs (bcc -C; `0`, `0,2-3`), and
+    /// the off-CPU time of threads that left them.
+    #[arg(short = 'C', long = "cpu", value_name = "LIST")]
+    pub cpu: Option<String>,
 
     /// Profile this thread (repeatable; bcc -L).
     #[arg(short = 'L', long = "tid", value_name = "TID")]
@@ -129,7 +140,11 @@ impl ProfileCommand {
     pub fn main_args(&self) -> Vec<String> {
         let mut args: Vec<String> = vec!["wprof".into()];
         let mut push = |items: &[&str]| args.extend(items.iter().map(|s| s.to_string()));
-        push(&["-S", &format!("timer={}hz", self.frequency)]);
+        let timer = match self.count {
+            Some(ns) => format!("timer={}", whole_duration(ns)),
+            None => format!("timer={}hz", self.frequency),
+        };
+        push(&["-S", &timer]);
         if self.profile != "cpu" {
             // Decided in the kernel: short blocks cost no stack walk.
             let min_block_ns = self.min_block.as_nanos() as u64;
@@ -178,6 +193,9 @@ impl ProfileCommand {
         args.extend(["--flamegraph".into(), path(&self.output)]);
         for (flag, value) in self.outputs.asked() {
             args.extend([flag.to_owned(), path(value)]);
+        }
+        if let Some(cpus) = &self.cpu {
+            args.extend(["--cpu".into(), cpus.clone()]);
         }
         for (on, flag) in [
             (self.user_only, "--user-only"),
@@ -297,6 +315,14 @@ mod tests {
             "wprof -S timer=49hz -f no-hardirq -f no-softirq --no-idle -d 1s -D wprof.data \
              --profile cpu --flamegraph profile.svg --folded -"
         );
+        assert!(main_args(&["-c", "1000000"]).starts_with("wprof -S timer=1ms -S offcpu=1ms"));
+        assert!(
+            main_args(&["-C", "0-1", "--profile", "cpu"])
+                .ends_with("--profile cpu --flamegraph profile.svg --cpu 0-1")
+        );
+        assert!(main_args(&["-c", "1234567"]).starts_with("wprof -S timer=1234567ns "));
+        let both = ProfileCommand::try_parse_from(["profile", "-F", "99", "-c", "1000000"]);
+        assert!(both.is_err(), "-F and -c exclude each other");
         let command = main_args(&["-o", "x.svg", "--", "./prog", "--flag"]);
         assert!(
             command.ends_with("--flamegraph x.svg --only-command -- ./prog --flag"),

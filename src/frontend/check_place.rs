@@ -159,8 +159,11 @@ impl Checker<'_> {
 
     /// How memory `ptr` points to is read: directly where the verifier
     /// knows its BTF type, else with the probe-read helper of its space.
+    /// The verifier tracks pointers to structs and unions only: a BTF
+    /// pointer to anything else (`u64 *now` of `hrtimer_expire_entry`) is a
+    /// plain number to it.
     fn access(&self, ptr: &Pointer, target: KTypeId) -> Access {
-        if ptr.btf && self.tracing_program() && !target.is_script() {
+        if ptr.btf && self.tracing_program() && !target.is_script() && self.is_record(target) {
             Access::Direct
         } else {
             Access::of(ptr.space)

@@ -138,6 +138,7 @@ fn timer(spec: &Spec, ty: &str, all_cpus: bool) -> Result<ResolvedProbe, String>
 /// Samples per raw event when no count is given (as for `cycles`).
 const RAW_DEFAULT_PERIOD: u64 = 1_000_000;
 const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
 
 /// `software:EVENT[:RATE]` or `hardware:EVENT[:RATE]`.
 fn counter(parts: &[&str], type_: u32) -> Result<ResolvedProbe, String> {
@@ -227,7 +228,7 @@ fn attach_perf_event(
         };
         format!("perf_event_open on CPU {cpu}: {e}; {hint}")
     })?;
-    let stagger = stagger(sample, fds.len());
+    let stagger = stagger(event, sample, fds.len());
     let mut links = Vec::with_capacity(fds.len());
     for (index, fd) in fds.into_iter().enumerate() {
         if index > 0 {
@@ -252,13 +253,27 @@ const STAGGER_MIN_HZ: u64 = 50;
 /// The pause between enabling consecutive CPUs' timers, so that `cpus`
 /// timers at one rate fire spread over the period instead of all at once
 /// (libbpf enables each event when it attaches the program).
-fn stagger(sample: PerfSample, cpus: usize) -> Duration {
-    match sample {
-        PerfSample::FrequencyHz(hz) if hz >= STAGGER_MIN_HZ && cpus > 1 => {
-            Duration::from_nanos(1_000_000_000 / hz / cpus as u64)
-        }
-        _ => Duration::ZERO,
+fn stagger(event: PerfEvent, sample: PerfSample, cpus: usize) -> Duration {
+    let slowest_period_ns = 1_000_000_000 / STAGGER_MIN_HZ;
+    let period_ns = match sample {
+        PerfSample::FrequencyHz(hz) if hz >= STAGGER_MIN_HZ => 1_000_000_000 / hz,
+        PerfSample::Period(ns) if counts_nanoseconds(event) && ns <= slowest_period_ns => ns,
+        _ => return Duration::ZERO,
+    };
+    match cpus {
+        0 | 1 => Duration::ZERO,
+        cpus => Duration::from_nanos(period_ns / cpus as u64),
     }
+}
+
+/// Whether the event's count is time: `cpu-clock` and `task-clock`, whose
+/// periods are nanoseconds.
+fn counts_nanoseconds(event: PerfEvent) -> bool {
+    event.type_ == PERF_TYPE_SOFTWARE
+        && matches!(
+            event.config,
+            PERF_COUNT_SW_CPU_CLOCK | PERF_COUNT_SW_TASK_CLOCK
+        )
 }
 
 #[cfg(test)]
@@ -325,16 +340,40 @@ mod tests {
         );
     }
 
-    /// Timers start spread over one period; slow timers and periods do not wait.
+    /// Timers start spread over one period (a rate's, or a clock event's
+    /// period in ns); slow timers and counts of other events do not wait.
     #[test]
     fn staggers_fast_timers() {
-        assert_eq!(
-            stagger(PerfSample::FrequencyHz(100), 2),
-            Duration::from_millis(5)
-        );
-        assert_eq!(stagger(PerfSample::FrequencyHz(10), 2), Duration::ZERO);
-        assert_eq!(stagger(PerfSample::FrequencyHz(100), 1), Duration::ZERO);
-        assert_eq!(stagger(PerfSample::Period(1000), 4), Duration::ZERO);
+        let event = |config| PerfEvent {
+            type_: PERF_TYPE_SOFTWARE,
+            config,
+        };
+        let (clock, faults) = (event(PERF_COUNT_SW_CPU_CLOCK), event(2));
+        let cases = [
+            (
+                clock,
+                PerfSample::FrequencyHz(100),
+                2,
+                Duration::from_millis(5),
+            ),
+            (clock, PerfSample::FrequencyHz(10), 2, Duration::ZERO),
+            (clock, PerfSample::FrequencyHz(100), 1, Duration::ZERO),
+            (
+                clock,
+                PerfSample::Period(10_000_000),
+                2,
+                Duration::from_millis(5),
+            ),
+            (clock, PerfSample::Period(100_000_000), 2, Duration::ZERO),
+            (faults, PerfSample::Period(1000), 4, Duration::ZERO),
+        ];
+        for (event, sample, cpus, pause) in cases {
+            assert_eq!(
+                stagger(event, sample, cpus),
+                pause,
+                "{sample:?} on {cpus} CPUs"
+            );
+        }
     }
 
     const COUNTS: MapId = MapId(1);

@@ -1,5 +1,5 @@
 //! What a capture's settings say it recorded, for the outputs that need
-//! stacks: the timer sampling rate (`-S timer=Nhz`) and whether the context
+//! stacks: the timer sampling rate (`-S timer=Nhz` or `=PERIOD`) and whether the context
 //! switches carry off-CPU stacks (`-S offcpu`, and its threshold once
 //! `-S offcpu=DUR` keeps stacks only for blocks of at least DUR).
 //!
@@ -8,14 +8,14 @@
 
 use crate::capture::model::CaptureSettings;
 use crate::render::format::whole_duration;
-use crate::tracking::options::DEFAULT_TIMER_HZ;
+use crate::tracking::options::{DEFAULT_TIMER_HZ, TimerMean, TimerRate, parse_timer_rate};
 use crate::tracking::when::parse_duration;
 
 /// The stacks a capture asked for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RecordedStacks {
-    /// `-S timer=Nhz`: on-CPU samples at this rate.
-    pub timer_hz: Option<u64>,
+    /// `-S timer=…`: on-CPU samples at this mean rate or period.
+    pub timer: Option<TimerRate>,
     /// `-S offcpu[=DUR]`: switches carry the stack of the task switched out.
     pub offcpu: Option<OffCpuStacks>,
 }
@@ -37,7 +37,10 @@ impl RecordedStacks {
                 None => (spec.as_str(), None),
             };
             match kind {
-                "timer" => recorded.timer_hz = Some(value.and_then(hz).unwrap_or(DEFAULT_TIMER_HZ)),
+                "timer" => {
+                    let rate = value.and_then(|v| parse_timer_rate(v).ok());
+                    recorded.timer = Some(rate.unwrap_or(TimerRate::new(DEFAULT_TIMER_HZ)));
+                }
                 "offcpu" => {
                     let min_block_ns = value.and_then(duration_ns);
                     recorded.offcpu = Some(OffCpuStacks { min_block_ns });
@@ -50,9 +53,15 @@ impl RecordedStacks {
 
     /// The time one timer sample stands for.
     pub fn timer_period_ns(&self) -> Option<u64> {
-        self.timer_hz
-            .filter(|&hz| hz > 0)
-            .map(|hz| 1_000_000_000 / hz)
+        self.timer.map(|rate| rate.period_ns())
+    }
+
+    /// The timer's rate in Hz as given, or its period's (rounded).
+    pub fn timer_hz(&self) -> Option<u64> {
+        self.timer.map(|rate| match rate.mean {
+            TimerMean::Hz(hz) => hz,
+            TimerMean::PeriodNs(ns) => (1_000_000_000 + ns / 2) / ns,
+        })
     }
 
     /// How `-I` and the report say which off-CPU blocks have stacks.
@@ -65,12 +74,6 @@ impl RecordedStacks {
             }) => format!("blocks of at least {}", whole_duration(ns)),
         }
     }
-}
-
-/// `100hz`, or `100hz,dither=4` (the mean rate either way).
-fn hz(text: &str) -> Option<u64> {
-    let rate = text.split(',').next()?;
-    rate.strip_suffix("hz")?.parse().ok()
 }
 
 /// `1ms`, `500us`, `250000ns`.
@@ -97,7 +100,7 @@ mod tests {
     fn reads_the_stack_specs() {
         assert_eq!(recorded(&[]), RecordedStacks::default());
         let both = recorded(&["timer=99hz", "offcpu", "waker"]);
-        assert_eq!(both.timer_hz, Some(99));
+        assert_eq!(both.timer_hz(), Some(99));
         let dithered = recorded(&["timer=4999hz,dither=4"]);
         assert_eq!(dithered.timer_period_ns(), Some(200_040));
         assert_eq!(both.timer_period_ns(), Some(10_101_010));
@@ -113,6 +116,9 @@ mod tests {
             recorded(&["offcpu=250us"]).describe_offcpu(),
             "blocks of at least 250us"
         );
-        assert_eq!(recorded(&["timer"]).timer_hz, Some(DEFAULT_TIMER_HZ));
+        assert_eq!(recorded(&["timer"]).timer_hz(), Some(DEFAULT_TIMER_HZ));
+        let period = recorded(&["timer=3ms,dither=2"]);
+        assert_eq!(period.timer_period_ns(), Some(3_000_000));
+        assert_eq!(period.timer_hz(), Some(333));
     }
 }

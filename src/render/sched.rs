@@ -35,6 +35,8 @@ pub struct OffCpuTag {
     pub thread: ThreadId,
     /// Its stack then, if the capture recorded one for this switch.
     pub stack: Option<StackId>,
+    /// The CPU it left.
+    pub cpu: u32,
 }
 
 /// Translates a capture's tracker events.
@@ -104,6 +106,7 @@ impl<'s> SchedFeed<'s> {
                     tag: OffCpuTag {
                         thread: event.thread,
                         stack: event.stack.filter(|_| !self.stack_at_switch_in),
+                        cpu: event.cpu,
                     },
                 }
             }
@@ -197,6 +200,7 @@ mod tests {
         let tag = OffCpuTag {
             thread: t.sleeper,
             stack: c.events.iter().find_map(|e| e.stack),
+            cpu: 0,
         };
         let switch = SchedEvent::Switch {
             ts_ns: MS,

@@ -117,7 +117,7 @@ pub fn features(switches: &[FeatureSwitch]) -> BTreeSet<Feature> {
 /// What `-S` asks stacks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StackKind {
-    /// On-CPU samples at `hz` on average; with `dither` > 1, drawn at
+    /// On-CPU samples at a mean rate or period; with `dither` > 1, drawn at
     /// random, one in `dither`, from a timer `dither` times as fast
     /// ([`TimerRate`]).
     Timer(TimerRate),
@@ -146,7 +146,7 @@ pub const MAX_TIMER_DITHER: u64 = 16;
 /// (`hz` × `dither`) may not tick faster.
 const MAX_TIMER_TICKS_HZ: u64 = 100_000;
 
-/// `-S timer=Nhz[,dither=K]`.
+/// `-S timer=Nhz[,dither=K]` or `-S timer=PERIOD[,dither=K]`.
 ///
 /// A timer at a fixed period is not a fair sampler of a task that sleeps
 /// and wakes: the sampler's own interrupt delays a wake-up due while it
@@ -158,21 +158,65 @@ const MAX_TIMER_TICKS_HZ: u64 = 100_000;
 /// when the last one was, at the cost of `dither` times the interrupts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TimerRate {
-    pub hz: u64,
+    pub mean: TimerMean,
     /// 1: every tick is a sample.
     pub dither: u64,
 }
 
+/// How often a timer samples on average: `Nhz`, or one sample every so
+/// many nanoseconds of a CPU's time (`10ms`; bcc `profile -c COUNT`, whose
+/// count of the `cpu-clock` event is nanoseconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimerMean {
+    Hz(u64),
+    PeriodNs(u64),
+}
+
+/// How the timer's perf event ticks (`dither` times as often as it samples).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TimerTicks {
+    Hz(u64),
+    PeriodNs(u64),
+}
+
 impl TimerRate {
     pub const fn new(hz: u64) -> Self {
-        TimerRate { hz, dither: 1 }
+        TimerRate {
+            mean: TimerMean::Hz(hz),
+            dither: 1,
+        }
     }
 
     /// How often the timer ticks.
-    pub fn ticks_hz(&self) -> u64 {
-        self.hz * self.dither
+    pub fn ticks(&self) -> TimerTicks {
+        match self.mean {
+            TimerMean::Hz(hz) => TimerTicks::Hz(hz * self.dither),
+            TimerMean::PeriodNs(ns) => TimerTicks::PeriodNs(ns / self.dither),
+        }
+    }
+
+    /// The CPU time one sample stands for.
+    pub fn period_ns(&self) -> u64 {
+        match self.mean {
+            TimerMean::Hz(hz) => 1_000_000_000 / hz.max(1),
+            TimerMean::PeriodNs(ns) => ns,
+        }
     }
 }
+
+impl fmt::Display for TimerRate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.mean {
+            TimerMean::Hz(hz) => write!(f, "{hz}hz")?,
+            TimerMean::PeriodNs(ns) => f.write_str(&whole_duration(ns))?,
+        }
+        match self.dither {
+            1 => Ok(()),
+            dither => write!(f, ",dither={dither}"),
+        }
+    }
+}
+
 /// The sampling rate of `-S pmu=EVENT` without `@RATE`.
 pub const DEFAULT_PMU_HZ: u64 = 1000;
 
@@ -193,8 +237,7 @@ impl StackKind {
 impl fmt::Display for StackKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StackKind::Timer(TimerRate { hz, dither: 1 }) => write!(f, "timer={hz}hz"),
-            StackKind::Timer(TimerRate { hz, dither }) => write!(f, "timer={hz}hz,dither={dither}"),
+            StackKind::Timer(rate) => write!(f, "timer={rate}"),
             StackKind::Pmu { event, rate } => write!(f, "pmu={event}@{}", Rate(*rate)),
             StackKind::Offcpu {
                 min_block_ns: Some(ns),
@@ -256,7 +299,7 @@ pub fn parse_stack_arg(text: &str) -> Result<Vec<StackKind>, String> {
         ("unwind", _) => return Err(bad("user stacks unwind with `tables` or `fp`".into())),
         _ => {
             return Err(bad(
-                "kinds are timer[=Nhz[,dither=K]], offcpu[=DUR], waker, probe, pmu=EVENT[@RATE]; \
+                "kinds are timer[=Nhz|PERIOD[,dither=K]], offcpu[=DUR], waker, probe, pmu=EVENT[@RATE]; \
                  unwind=fp|tables chooses the user-stack unwinder"
                     .into(),
             ));
@@ -265,8 +308,9 @@ pub fn parse_stack_arg(text: &str) -> Result<Vec<StackKind>, String> {
     Ok(kinds)
 }
 
-/// `Nhz[,dither=K]`.
-fn parse_timer_rate(text: &str) -> Result<TimerRate, String> {
+/// `Nhz[,dither=K]` or `PERIOD[,dither=K]` (a duration with its unit:
+/// `10ms`, `250us`, `1000000ns`).
+pub fn parse_timer_rate(text: &str) -> Result<TimerRate, String> {
     let (rate, dither) = match text.split_once(',') {
         Some((rate, option)) => {
             let value = option
@@ -283,18 +327,47 @@ fn parse_timer_rate(text: &str) -> Result<TimerRate, String> {
         }
         None => (text, 1),
     };
-    let PerfSample::FrequencyHz(hz) = parse_rate(rate)? else {
-        return Err("the timer rate is `Nhz`".into());
+    let positive = |digits: &str| digits.parse().ok().filter(|&n: &u64| n > 0);
+    let mean = match rate.strip_suffix("hz") {
+        Some(digits) => TimerMean::Hz(positive(digits).ok_or_else(|| not_a_timer_rate(rate))?),
+        None => TimerMean::PeriodNs(parse_period_ns(rate).ok_or_else(|| not_a_timer_rate(rate))?),
     };
-    let timer = TimerRate { hz, dither };
-    if timer.ticks_hz() > MAX_TIMER_TICKS_HZ {
+    let timer = TimerRate { mean, dither };
+    let too_fast = match timer.ticks() {
+        TimerTicks::Hz(hz) => hz > MAX_TIMER_TICKS_HZ,
+        TimerTicks::PeriodNs(ns) => ns < 1_000_000_000 / MAX_TIMER_TICKS_HZ,
+    };
+    if too_fast {
+        let ticks = match timer.ticks() {
+            TimerTicks::Hz(hz) => format!("{hz} Hz"),
+            TimerTicks::PeriodNs(ns) => format!("every {}", whole_duration(ns)),
+        };
         return Err(format!(
-            "{hz} Hz dithered {dither} times ticks at {} Hz, over the kernel's \
-             perf_event_max_sample_rate ({MAX_TIMER_TICKS_HZ} Hz)",
-            timer.ticks_hz()
+            "`{rate}` dithered {dither} times ticks at {ticks}, over the kernel's \
+             perf_event_max_sample_rate ({MAX_TIMER_TICKS_HZ} Hz)"
         ));
     }
     Ok(timer)
+}
+
+/// A timer period: a positive duration with its unit (`ns` included); a
+/// bare number is neither a rate nor a period here.
+fn parse_period_ns(text: &str) -> Option<u64> {
+    let ns = match text.strip_suffix("ns") {
+        Some(digits) => digits.parse().ok(),
+        None if text.bytes().all(|b| b.is_ascii_digit()) => None,
+        None => parse_duration(text)
+            .ok()
+            .and_then(|d| u64::try_from(d.as_nanos()).ok()),
+    };
+    ns.filter(|&ns| ns > 0)
+}
+
+fn not_a_timer_rate(text: &str) -> String {
+    format!(
+        "`{text}` is not a timer rate or period (a rate such as `99hz`, or a period \
+         such as `10ms`, `250us`, `1000000ns`)"
+    )
 }
 
 /// `offcpu=DUR` in ns: a positive duration with its unit (`1ms`, `500us`);
@@ -410,6 +483,10 @@ mod tests {
         assert_eq!(canonical("timer=999hz"), ["timer=999hz"]);
         assert_eq!(canonical("timer=999hz,dither=1"), ["timer=999hz"]);
         assert_eq!(canonical("timer=999hz,dither=4"), ["timer=999hz,dither=4"]);
+        assert_eq!(canonical("timer=10ms"), ["timer=10ms"]);
+        assert_eq!(canonical("timer=1000000ns"), ["timer=1ms"]);
+        assert_eq!(canonical("timer=250us,dither=2"), ["timer=250us,dither=2"]);
+        assert_eq!(canonical("timer=1000003ns"), ["timer=1000003ns"]);
         assert_eq!(canonical("waker"), ["waker"]);
         assert_eq!(canonical("probe"), ["probe"]);
         assert_eq!(
@@ -444,6 +521,11 @@ mod tests {
             "timer=99hz,jitter=4",
             "timer=50000hz,dither=4",
             "timer=,dither=4",
+            "timer=0ms",
+            "timer=0ns",
+            "timer=9us",
+            "timer=40us,dither=8",
+            "timer=10xs",
             "pmu",
             "pmu=",
             "pmu=x@",

@@ -6,7 +6,7 @@
 use crate::capture::model::RecordOrigin;
 use crate::driver::Source;
 use crate::tracking::Tracking;
-use crate::tracking::options::{Feature, StackKind, TimerRate};
+use crate::tracking::options::{Feature, StackKind, TimerRate, TimerTicks};
 use crate::vocab::PerfSample;
 
 /// The script of a feature's tracker.
@@ -57,15 +57,20 @@ pub fn sources(tracking: &Tracking) -> Result<Vec<Source>, String> {
     Ok(sources)
 }
 
-/// `-S timer=Nhz[,dither=K]`: a dithered timer ticks K times as fast and
-/// keeps a tick at random with probability 1/K, before anything else.
+/// `-S timer=Nhz|PERIOD[,dither=K]`: a dithered timer ticks K times as
+/// fast and keeps a tick at random with probability 1/K, before anything
+/// else. A period is the `cpu-clock` event's count of nanoseconds (the
+/// event `profile:` probes open).
 fn timer_sampler(rate: TimerRate) -> String {
-    let ticks = rate.ticks_hz();
+    let probe = match rate.ticks() {
+        TimerTicks::Hz(hz) => format!("profile:hz:{hz}"),
+        TimerTicks::PeriodNs(ns) => format!("software:cpu-clock:{ns}"),
+    };
     let keep = match rate.dither {
         1 => String::new(),
         dither => format!("rand % {dither} == 0 && "),
     };
-    format!("profile:hz:{ticks} /{keep}selected(curtask)/ {{ record timer < stack > }}\n")
+    format!("{probe} /{keep}selected(curtask)/ {{ record timer < stack > }}\n")
 }
 
 /// `-S offcpu=DUR`: the user stacks of long blocks in a system call, taken
@@ -154,6 +159,22 @@ mod tests {
         assert_eq!(
             sources[4].text,
             "hardware:cycles:4000hz /selected(curtask)/ { record pmu_sample < stack > }\n"
+        );
+    }
+
+    /// A timer period is the `cpu-clock` event's period in nanoseconds,
+    /// divided among the dithered ticks.
+    #[test]
+    fn timer_periods_tick_the_cpu_clock() {
+        let text = |stack: &str| sources(&tracking(&[], &[stack])).unwrap()[0].text.clone();
+        assert_eq!(
+            text("timer=10ms"),
+            "software:cpu-clock:10000000 /selected(curtask)/ { record timer < stack > }\n"
+        );
+        assert_eq!(
+            text("timer=1000003ns,dither=4"),
+            "software:cpu-clock:250000 /rand % 4 == 0 && selected(curtask)/ \
+             { record timer < stack > }\n"
         );
     }
 

@@ -60,6 +60,21 @@ fn tp_btf_sched_switch_sees_sleeper() {
     );
 }
 
+/// A BTF pointer to an integer (`ktime_t *now` of `hrtimer_expire_entry`)
+/// is a plain number to the verifier: `*args.now` is probe-read (a direct
+/// load was refused), and reads the timer base's monotonic clock.
+#[test]
+fn tp_btf_pointer_to_an_integer_is_read() {
+    require_bpf!();
+    let script = "tp_btf:hrtimer_expire_entry {
+                      @recent[*args.now <= nsecs && nsecs - *args.now < 1000000000] = count();
+                      if (@n++ == 20) { exit(); } }";
+    let out = wprof_ok(&["-e", script, "-d", "5s"]);
+    let maps = map_lines(&out.stdout);
+    assert!(count(&maps, "@recent[1]") >= 20, "{}", out.stdout);
+    assert_eq!(count(&maps, "@recent[0]"), 0, "{}", out.stdout);
+}
+
 /// A value stored in task-local storage by one probe is read by another,
 /// and `curtask` keys the same storage.
 #[test]

@@ -529,3 +529,84 @@ fn front_door_profiles_a_command() {
         "{threads:?}"
     );
 }
+
+/// bcc `profile -c COUNT` (a sample every COUNT ns of a CPU's time) maps onto
+/// `-S timer=PERIOD`: a worker spinning 300 ms sampled every 3 ms gets about
+/// 100 samples, each standing for 3 ms in the report and in the wall-clock
+/// profile's on-CPU weights.
+#[test]
+fn front_door_samples_by_period() {
+    let out = wprof_ok(&["profile", "--explain", "-c", "3000000", "-d", "1s"]);
+    assert!(
+        out.stdout.starts_with("wprof -S timer=3ms -S offcpu=1ms "),
+        "{}",
+        out.stdout
+    );
+    require_bpf!();
+    let _machine = machine_lock();
+    let dir = fresh_dir("profile-period");
+    let (folded_path, report) = (dir.join("p.folded"), dir.join("r.json"));
+    #[rustfmt::skip]
+    let out = wprof_ok(&[
+        "profile", "-c", "3000000", "-o", &path_str(&dir.join("p.svg")),
+        "--folded", &path_str(&folded_path), "--report-json", &path_str(&report),
+        "-D", &path_str(&dir.join("p.data")), "--", &workload("prof_wall"), "300", "1", "10",
+    ]);
+    let json: Value = serde_json::from_slice(&fs::read(&report).expect("report")).expect("JSON");
+    assert_eq!(json["timer_period_ns"], 3_000_000, "{json}");
+    assert_eq!(json["timer_hz"], 333, "{json}");
+    let worker = worker_row(&report);
+    let cpu_ns = numbers(&out.stderr, "worker ")["cpu_ns"];
+    // ~100 samples: 4 standard deviations of a Poisson count is 40%.
+    assert_near(
+        field(&worker, "samples") * 3e6,
+        cpu_ns,
+        0.4,
+        "samples × 3 ms",
+    );
+    let lines = folded(&folded_path);
+    let spin = weight(&lines, |stack| stack.contains("spin_here_[c]"));
+    assert_eq!(
+        spin % 3_000_000,
+        0,
+        "folded weights are whole periods: {spin}"
+    );
+    assert_near(spin as f64, cpu_ns, 0.4, "spin_here's weight");
+}
+
+/// `--cpu` (bcc `profile -C`): a worker pinned to CPU 1 has its samples in
+/// the profile of CPU 1 and none in that of CPU 0, live and in replay.
+#[test]
+fn cpu_list_selects_where_samples_were_taken() {
+    require_bpf!();
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("SKIPPED cpu_list_selects_where_samples_were_taken: needs two CPUs");
+        return;
+    }
+    let _machine = machine_lock();
+    let dir = fresh_dir("profile-cpu-list");
+    let at = |name: &str| path_str(&dir.join(name));
+    #[rustfmt::skip]
+    wprof_ok(&[
+        "profile", "-F", "499", "--profile", "cpu", "-C", "1", "-o", &at("p.svg"),
+        "--folded", &at("cpu1.folded"), "-D", &at("p.data"),
+        "--", "taskset", "-c", "1", &workload("prof_wall"), "200", "1", "10",
+    ]);
+    let spin = |lines: &[(String, u64)]| weight(lines, |stack| stack.contains("spin_here"));
+    let live = folded(&dir.join("cpu1.folded"));
+    assert!(
+        spin(&live) >= 20,
+        "samples of the worker on CPU 1: {live:?}"
+    );
+    #[rustfmt::skip]
+    let again = wprof_ok(&["-R", "-D", &at("p.data"), "--profile", "cpu", "--cpu", "1", "--folded", "-"]);
+    assert_eq!(
+        again.stdout,
+        fs::read_to_string(dir.join("cpu1.folded")).expect("folded")
+    );
+    #[rustfmt::skip]
+    let cpu0 = wprof(&["-R", "-D", &at("p.data"), "--profile", "cpu", "--cpu", "0", "--folded", &at("cpu0.folded")]);
+    let on_cpu0 = fs::read(dir.join("cpu0.folded")).map(|_| folded(&dir.join("cpu0.folded")));
+    let spun_on_cpu0 = on_cpu0.as_deref().map_or(0, spin);
+    assert_eq!(spun_on_cpu0, 0, "{}", cpu0.stderr);
+}

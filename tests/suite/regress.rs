@@ -261,7 +261,7 @@ fn ci_recipe_fails_a_slower_build() {
         "{runs} candidate against {runs} baseline captures"
     )));
     let p99 = &json["metrics"]["span:request.p99"]["verdict"];
-    assert_eq!(p99["test"], "paired-permutation", "{p99}");
+    assert_eq!(p99["test"], "paired-signed-rank", "{p99}");
 }
 
 /// A/A and an improvement: the same build passes with no gated metric

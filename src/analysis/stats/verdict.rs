@@ -8,7 +8,7 @@ use std::fmt;
 use super::bootstrap::{BootstrapCi, Statistic, bootstrap_difference};
 use super::histogram::LogHistogram;
 use super::mann_whitney::{MannWhitney, Method, mann_whitney_binned};
-use super::paired::{can_reach_paired, paired_permutation_test};
+use super::paired::{can_reach_paired, paired_signed_rank_test};
 use super::permutation::{PermutationTest, permutation_test};
 
 /// Resamples of a bootstrap verdict: enough for stable 95% bounds.
@@ -55,12 +55,12 @@ impl Verdict {
         ))
     }
 
-    /// Decides by the two-sided paired permutation test of `(baseline,
+    /// Decides by the two-sided paired signed-rank test of `(baseline,
     /// candidate)` run pairs at level `alpha`; `None` without pairs or with
     /// a value that is not finite.
-    pub fn paired_permutation(pairs: &[(f64, f64)], alpha: f64) -> Option<Verdict> {
+    pub fn paired_signed_rank(pairs: &[(f64, f64)], alpha: f64) -> Option<Verdict> {
         Some(Self::from_permutation(
-            paired_permutation_test(pairs)?,
+            paired_signed_rank_test(pairs)?,
             alpha,
         ))
     }

@@ -108,7 +108,7 @@ fn verdict(verdict: &Verdict) -> Value {
     let (test, method, p, n) = match verdict.evidence {
         Evidence::Permutation(test) => (
             if test.paired {
-                "paired-permutation"
+                "paired-signed-rank"
             } else {
                 "permutation"
             },

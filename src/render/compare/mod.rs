@@ -15,7 +15,7 @@
 //!   (`absent_is_zero`) missing from a run is 0 in it, another stat (a
 //!   percentile) leaves that run out;
 //! - the verdict is the two-sided permutation test of the runs' mean values
-//!   at `alpha` (with `paired`, the sign-flip test of the differences of the
+//!   at `alpha` (with `paired`, the signed-rank test of the differences of the
 //!   i-th candidate and i-th baseline runs); with one run a side, the Mann-Whitney U test of the
 //!   per-event values of span durations and wake-up latencies; none for
 //!   other metrics then;

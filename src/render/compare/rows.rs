@@ -141,7 +141,7 @@ fn row(
                 let pairs: Vec<(f64, f64)> = pairs
                     .filter_map(|(base, new)| Some((value(base)?, value(new)?)))
                     .collect();
-                Verdict::paired_permutation(&pairs, options.alpha)
+                Verdict::paired_signed_rank(&pairs, options.alpha)
             }
             false => verdict(metric, base, &new, baseline, candidate, options.alpha),
         });

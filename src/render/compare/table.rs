@@ -68,7 +68,7 @@ fn method(comparison: &Comparison) -> String {
              is over-confident: record several runs), other metrics are not tested"
         ),
         _ if comparison.paired => format!(
-            "two-sided paired permutation test of the mean difference of run pairs (the \
+            "two-sided paired signed-rank test of the differences of run pairs (the \
              i-th candidate and baseline runs), p < {alpha}; ~ no significant change; ± the \
              largest deviation of a run from the median"
         ),

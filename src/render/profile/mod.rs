@@ -58,6 +58,9 @@ pub struct ProfileOptions {
     pub min_block_ns: u64,
     /// `--per-thread`: one output file per thread.
     pub per_thread: bool,
+    /// `--cpu`: only samples taken on these CPUs, and off-CPU intervals of
+    /// threads leaving them (sorted); `None`: every CPU.
+    pub cpus: Option<Vec<u32>>,
 }
 
 /// What a sample is attributed to.
@@ -117,6 +120,7 @@ impl Profile {
         let min_block_ns = options.min_block_ns.max(captured_min);
         let thresholds = (options.min_block_ns, min_block_ns);
         let mut collector = Collector::new(capture, &spec, window, thresholds);
+        collector.cpus = options.cpus.as_deref();
         // Events come in time order: nothing after the window changes it.
         source.for_each_event(&mut |event| {
             if event.ts_ns >= window.end_ns {
@@ -299,6 +303,8 @@ struct Collector<'c> {
     short_block_ns: u64,
     /// Each tid's latest identity (`sched::latest_identities`).
     latest: BTreeMap<u32, ThreadId>,
+    /// [`ProfileOptions::cpus`].
+    cpus: Option<&'c [u32]>,
     samples: AHashMap<SampleKey, Values>,
 }
 
@@ -321,6 +327,7 @@ impl<'c> Collector<'c> {
             min_block_ns,
             short_block_ns,
             latest: latest_identities(capture.source),
+            cpus: None,
             samples: AHashMap::new(),
         }
     }
@@ -352,7 +359,18 @@ impl<'c> Collector<'c> {
     }
 
     fn keeps(&self, event: &Event) -> bool {
-        self.capture.filter.keeps(event, self.capture.source)
+        self.on_selected_cpu(Some(event.cpu))
+            && self.capture.filter.keeps(event, self.capture.source)
+    }
+
+    /// Whether `--cpu` selects `cpu` (an interval no switch began left no
+    /// known CPU: only without `--cpu`).
+    fn on_selected_cpu(&self, cpu: Option<u32>) -> bool {
+        match (self.cpus, cpu) {
+            (None, _) => true,
+            (Some(cpus), Some(cpu)) => cpus.binary_search(&cpu).is_ok(),
+            (Some(_), None) => false,
+        }
     }
 
     fn on_cpu(&mut self, event: &Event) {
@@ -376,7 +394,9 @@ impl<'c> Collector<'c> {
         else {
             return;
         };
-        if !(self.capture.filter).selects_thread(source.thread(thread), source) {
+        if !(self.capture.filter).selects_thread(source.thread(thread), source)
+            || !self.on_selected_cpu(interval.tag.map(|tag| tag.cpu))
+        {
             return;
         }
         let duration = interval.duration_ns();

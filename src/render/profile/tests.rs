@@ -57,6 +57,42 @@ fn wall_clock_splits_on_and_off_cpu() {
     assert_eq!(profile.total(3), profile.total(1) + profile.total(2));
 }
 
+/// `--cpu` keeps what happened on those CPUs: CPU 0's sleeper and spinner,
+/// samples and off-CPU time alike, and nothing of CPU 1's ping and pong.
+#[test]
+fn cpu_list_keeps_the_samples_of_those_cpus() {
+    let (capture, t) = system();
+    let on = |cpus: &[u32]| {
+        let options = ProfileOptions {
+            cpus: Some(cpus.to_vec()),
+            ..options("wall")
+        };
+        build(&capture, Filter::default(), &options)
+    };
+    let all = build(&capture, Filter::default(), &options("wall"));
+    let cpu0 = on(&[0]);
+    for tid in [300, 400] {
+        assert_eq!(
+            folded_of(&capture, &cpu0, tid),
+            folded_of(&capture, &all, tid)
+        );
+    }
+    let threads: Vec<ThreadId> = on(&[1])
+        .threads(&capture)
+        .iter()
+        .map(|&(_, id)| id)
+        .collect();
+    assert!(
+        threads.contains(&t.ping) && threads.contains(&t.pong),
+        "{threads:?}"
+    );
+    assert!(
+        !threads.contains(&t.sleeper) && !threads.contains(&t.spinner),
+        "{threads:?}"
+    );
+    assert_eq!(on(&[1]).total(0), 0, "no timer sample on CPU 1");
+}
+
 /// `--min-block` takes the stack from shorter intervals, not their time.
 #[test]
 fn min_block_keeps_the_time_of_short_blocks() {

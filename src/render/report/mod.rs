@@ -150,7 +150,10 @@ pub struct ReportData {
     pub window_ns: WindowNs,
     /// The replay's task filters, if any.
     pub filters: Option<String>,
+    /// The timer's rate (`-S timer=Nhz`, or its period's rounded).
     pub timer_hz: Option<u64>,
+    /// The CPU time one timer sample stands for.
+    pub timer_period_ns: Option<u64>,
     /// Which off-CPU blocks have stacks.
     pub offcpu_stacks: String,
     pub counters: Vec<String>,
@@ -273,7 +276,8 @@ impl ReportData {
                 end: m.window.end_ns,
             },
             filters: describe_tasks(&capture.filter),
-            timer_hz: m.recorded.timer_hz,
+            timer_hz: m.recorded.timer_hz(),
+            timer_period_ns: m.recorded.timer_period_ns(),
             offcpu_stacks: m.recorded.describe_offcpu(),
             counters: m.counters.clone(),
             sort: options.sort.name(),

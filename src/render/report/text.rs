@@ -49,12 +49,17 @@ fn header(data: &ReportData, out: &mut String) {
     if let Some(filters) = &data.filters {
         field(out, "filters", filters);
     }
-    let timer = match data.timer_hz {
-        Some(hz) => format!(
+    let timer = match (data.timer_hz, data.timer_period_ns) {
+        (Some(hz), Some(period)) if hz > 0 && period == 1_000_000_000 / hz => format!(
             "{hz} Hz, {} samples of the selected threads",
             data.timer_samples
         ),
-        None => "none (record with -S timer)".to_owned(),
+        (Some(hz), Some(period)) => format!(
+            "every {} ({hz} Hz), {} samples of the selected threads",
+            short_duration(period),
+            data.timer_samples
+        ),
+        _ => "none (record with -S timer)".to_owned(),
     };
     field(out, "timer", &timer);
     field(out, "off-CPU", &format!("stacks of {}", data.offcpu_stacks));
