@@ -8,8 +8,9 @@
 # bpf_get_stackid, no frame skipped, so the stack shows every frame the
 # kernel unwound, the tracer's included), or only counts switches (the
 # baseline of each attach type), around `taskset -c 0 perf bench sched pipe
-# -l LOOPS`. Prints per variant the program's bpf_stats ns/run, and the
-# frames of its most common stack. The variants see the same switches, so
+# -l LOOPS`. Prints per variant the program's bpf_stats ns/run, the stacks
+# taken, the cost of a stack (over the counting program of the same attach
+# type, per stack taken) and the frames of its most common stack. The variants see the same switches, so
 # their differences hold under load (compare within a round).
 #
 # Environment: WPROF (default target/release/wprof). Needs root and perf.
@@ -70,15 +71,25 @@ for round in $(seq "$ROUNDS"); do
   sleep 1
   taskset -c 0 perf bench sched pipe -l "$LOOPS" >/dev/null
   echo "round $round:"
+  declare -A BASE=()
   for name in "${NAMES[@]}"; do
     stats=$(prog_stats "${PIDS[$name]}")
     kill -INT "${PIDS[$name]}"
     wait "${PIDS[$name]}" || true
+    # Stacks taken: the counts printed (`@n: N`, or `]: N` after each stack).
+    taken=$(awk '/^@n: / || /^\]: / {n += $2} END {print n + 0}' "$OUT/$name.out")
     # The most common stack: the block before the largest count.
     frames=$(awk '/^@s\[/ {n = 0; next} /^\]: / {if ($2 > best) {best = $2; f = n}; next}
                   NF {n++} END {print (f == "" ? "-" : f)}' "$OUT/$name.out")
-    awk -v name="$name" -v frames="$frames" '{r += $2; t += $3}
-      END {printf "  %-18s %8d runs %7.0f ns/run  most common stack %s frames\n",
-           name, r, (r ? t / r : 0), frames}' <<<"$stats"
+    type=${name#*-}
+    read -r runs ns <<<"$(awk '{r += $2; t += $3} END {print r + 0, t + 0}' <<<"$stats")"
+    [[ $name == count-* ]] && BASE[$type]=$(awk -v r="$runs" -v t="$ns" 'BEGIN {print (r ? t / r : 0)}')
+    # Per stack: the program's time over its attach type's counting
+    # program's, per run, times the runs, over the stacks taken.
+    awk -v name="$name" -v frames="$frames" -v r="$runs" -v t="$ns" -v k="$taken" \
+        -v base="${BASE[$type]:-0}" -v counting="$([[ $name == count-* ]] && echo 1 || echo 0)" 'BEGIN {
+      printf "  %-18s %7d runs %6.0f ns/run %6d taken", name, r, (r ? t / r : 0), k
+      if (!counting && k) printf "  %5.0f ns per stack over counting, most common stack %s frames", (t - base * r) / k, frames
+      print ""}'
   done
 done
