@@ -439,7 +439,7 @@ impl Lowerer<'_> {
                 );
                 self.branch(Cond::Ne, in_syscall, Src::Imm(0), walked);
             }
-            let prev_state = self.offset_pointer(storage, offcpu::STATE as u32);
+            let prev_state = self.walk_state_to_use(prev, storage);
             self.walk_user_stack(prev_state, target);
             if threshold.is_none() {
                 self.copy_stored_frames(prev_state, target, user);
@@ -529,7 +529,7 @@ impl Lowerer<'_> {
         }
         self.emit(Inst::Jump(done));
         self.emit(Inst::Bind(walked));
-        let state = self.offset_pointer(storage, offcpu::STATE as u32);
+        let state = self.latest_walk_state(storage);
         self.copy_stored_frames(state, target, user);
         if target.is_message() {
             // The frames are addresses of NEXT's process, not the current one's.

@@ -24,6 +24,7 @@ mod lower_stack;
 mod lower_task_storage;
 mod lower_task_work;
 mod lower_values;
+mod lower_walk_slots;
 mod maps;
 pub mod program;
 mod prune;

@@ -76,7 +76,10 @@ pub mod snapshot {
 /// walked: it is taken at the call's return), the switch-in time of its
 /// first long block waiting for that return (0: none) and its address
 /// space then (`task->mm`: an `execve` returns into another), and the user
-/// stack walked when it left the CPU outside a system call.
+/// stack walked when it left the CPU outside a system call: [`offcpu::WALKS`]
+/// unwind states, each keeping the walk it last made (a task blocks at a few
+/// places in turn, e.g. in `read` and preempted on `write`'s way out), and
+/// which of them holds the latest walk (`LAST`, 0 or 1).
 pub mod offcpu {
     use crate::unwind::maps::state;
 
@@ -84,8 +87,10 @@ pub mod offcpu {
     pub const IN_SYSCALL: i16 = 8;
     pub const PENDING_FROM: i16 = 16;
     pub const PENDING_MM: i16 = 24;
-    pub const STATE: i16 = 32;
-    pub const BYTES: u32 = STATE as u32 + state::BYTES;
+    pub const LAST: i16 = 32;
+    pub const STATE: i16 = 40;
+    pub const WALKS: u32 = 2;
+    pub const BYTES: u32 = STATE as u32 + WALKS * state::BYTES;
 }
 
 /// The maps records with stacks use.
@@ -236,6 +241,9 @@ mod tests {
             assert!(SCRATCH_BYTES >= STATE_AT + state::BYTES);
             assert!(SCRATCH_BYTES >= STATE_AT + snapshot::BYTES);
             assert!(SCRATCH_BYTES >= STATE_AT + walk_cache::RANGE_MAX + 8);
+            // The task's states are 8-byte aligned, and one bit picks one.
+            assert!(offcpu::STATE % 8 == 0 && state::BYTES.is_multiple_of(8));
+            assert!(offcpu::WALKS == 2);
         }
     }
 }

@@ -4,10 +4,13 @@
  * depth from the same frame of main, so each block starts from the same
  * pc, sp and bp and only the return address into its caller differs. Then
  * it blocks ROUNDS times in repeat_here() from one call site: the same
- * walk each time. Every block is a 1 ms nanosleep. At the end it writes to
- * stderr:
+ * walk each time. Then it blocks ROUNDS times in turn in site_one() and in
+ * site_two(), which calls nap() from a deeper frame (another sp): two
+ * walks, each repeated every other block. Every block is a 1 ms nanosleep.
+ * At the end it writes to stderr:
  *   alternated rounds=N
  *   repeated rounds=N
+ *   two sites rounds=N
  *
  * Usage: walk_cache [ROUNDS] (default 100)
  */
@@ -45,6 +48,22 @@ __attribute__((noinline)) void repeat_here(void)
 	__asm__ volatile("" ::: "memory");
 }
 
+__attribute__((noinline)) void site_one(void)
+{
+	nap();
+	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) void site_two(void)
+{
+	volatile char deeper[256];
+
+	deeper[0] = 1;
+	nap();
+	__asm__ volatile("" ::: "memory");
+	(void)deeper[0];
+}
+
 int main(int argc, char **argv)
 {
 	long rounds = argc > 1 ? atol(argv[1]) : 100;
@@ -57,5 +76,10 @@ int main(int argc, char **argv)
 	for (long i = 0; i < rounds; i++)
 		repeat_here();
 	fprintf(stderr, "repeated rounds=%ld\n", rounds);
+	for (long i = 0; i < rounds; i++) {
+		site_one();
+		site_two();
+	}
+	fprintf(stderr, "two sites rounds=%ld\n", rounds);
 	return 0;
 }

@@ -2,7 +2,8 @@
 //! every switch-out walks the user stack): a block that starts from the
 //! same registers as the task's last one but under another caller gets a
 //! fresh walk naming that caller; a block repeating the last walk reuses
-//! it, frame for frame, and the capture counts it as cached.
+//! it, frame for frame, and the capture counts it as cached; blocks at two
+//! places in turn reuse each its own walk.
 
 use serde_json::Value;
 
@@ -34,8 +35,8 @@ fn naps(nd: &Ndjson) -> Vec<Nap> {
         .filter(|(_, frames)| frames.iter().any(|f| f.contains(" hrtimer_nanosleep+")))
         .map(|(e, frames)| {
             let names = |f: &str| frames.iter().any(|x| x.contains(&format!(" {f}+")));
-            let callers: Vec<&'static str> = ["caller_a", "caller_b", "repeat_here"]
-                .into_iter()
+            let callers: Vec<&'static str> = (["caller_a", "caller_b", "repeat_here"].into_iter())
+                .chain(["site_one", "site_two"])
                 .filter(|f| names(f))
                 .collect();
             assert!(callers.len() <= 1, "{frames:#?}");
@@ -66,10 +67,11 @@ fn cache_serves_repeats_and_never_a_changed_caller() {
         "-S", "-D", &at("w.data"), "-J", &at("w.ndjson"), "--only-command",
         "--", &workload("walk_cache"), &rounds,
     ]);
-    assert!(out.stderr.contains(&format!("repeated rounds={ROUNDS}")));
+    assert!(out.stderr.contains(&format!("two sites rounds={ROUNDS}")));
     let nd = Ndjson::parse(&std::fs::read_to_string(dir.join("w.ndjson")).expect("NDJSON"));
     let naps = naps(&nd);
-    let (alternated, repeated) = naps.split_at(naps.len().min(2 * ROUNDS));
+    let (alternated, rest) = naps.split_at(naps.len().min(2 * ROUNDS));
+    let (repeated, two_sites) = rest.split_at(rest.len().min(ROUNDS));
     let expected = ["caller_a", "caller_b"].repeat(ROUNDS);
     let callers: Vec<&str> = alternated.iter().map(|n| n.caller).collect();
     assert_eq!(callers, expected);
@@ -77,38 +79,48 @@ fn cache_serves_repeats_and_never_a_changed_caller() {
     assert_eq!(repeated.len(), ROUNDS);
     assert!(repeated.iter().all(|n| n.caller == "repeat_here"));
 
-    // From the first table walk on, the walk holds: a block reuses the one
-    // before, unless the process's mappings entry changed (its last tables
-    // coming in) or a preemption walked another stack in between.
-    let first = repeated.iter().position(|n| n.unwinder == "table");
-    let first = first.unwrap_or_else(|| panic!("no table walk of repeat_here"));
-    let walked = &repeated[first];
-    let main = walked.frames.iter().position(|f| f.contains(" main+"));
-    let here = walked
-        .frames
-        .iter()
-        .position(|f| f.contains(" repeat_here+"));
-    assert!(here < main && here.is_some(), "{:#?}", walked.frames);
-    let after = &repeated[first + 1..];
-    let cached: Vec<&Nap> = after.iter().filter(|n| n.unwinder == "cached").collect();
-    assert!(
-        2 * cached.len() >= after.len() && cached.len() >= ROUNDS / 4,
-        "{} of {} repeats after the first table walk were cached",
-        cached.len(),
-        after.len()
-    );
-    for nap in cached {
-        let user = |frames: &[String]| -> Vec<String> {
-            frames
-                .iter()
-                .filter(|f| !f.starts_with("[K]"))
-                .cloned()
-                .collect()
-        };
-        assert_eq!(user(&nap.frames), user(&walked.frames));
+    served_from_cache("repeat_here", repeated);
+
+    // Two places in turn: the task keeps a walk for each.
+    let sites: Vec<&str> = two_sites.iter().map(|n| n.caller).collect();
+    assert_eq!(sites, ["site_one", "site_two"].repeat(ROUNDS));
+    for site in ["site_one", "site_two"] {
+        let naps: Vec<&Nap> = two_sites.iter().filter(|n| n.caller == site).collect();
+        served_from_cache(site, &naps);
     }
     let info = wprof_ok(&["-R", "-D", &at("w.data"), "-I"]).stdout;
     let line = info.lines().find(|l| l.contains("cached off-CPU stacks"));
     let count: Option<usize> = line.and_then(|l| l.split_whitespace().last()?.parse().ok());
     assert!(count >= Some(ROUNDS / 4), "{info}");
+}
+
+/// From the first table walk of `site` on, the walk holds: a block reuses
+/// it (most of the later ones: a block after the process's mappings entry
+/// changed, its last tables coming in, walks again), and every reuse has
+/// the walked frames through `main`.
+fn served_from_cache<N: std::borrow::Borrow<Nap>>(site: &str, naps: &[N]) {
+    let naps: Vec<&Nap> = naps.iter().map(|n| n.borrow()).collect();
+    let first = naps.iter().position(|n| n.unwinder == "table");
+    let first = first.unwrap_or_else(|| panic!("no table walk of {site}"));
+    let walked = naps[first];
+    let main = walked.frames.iter().position(|f| f.contains(" main+"));
+    let here = (walked.frames.iter()).position(|f| f.contains(&format!(" {site}+")));
+    assert!(here < main && here.is_some(), "{:#?}", walked.frames);
+    let after = &naps[first + 1..];
+    let cached: Vec<&&Nap> = after.iter().filter(|n| n.unwinder == "cached").collect();
+    assert!(
+        2 * cached.len() >= after.len() && cached.len() >= ROUNDS / 4,
+        "{} of {} blocks in {site} after its first table walk were cached",
+        cached.len(),
+        after.len()
+    );
+    let user = |frames: &[String]| -> Vec<String> {
+        (frames.iter())
+            .filter(|f| !f.starts_with("[K]"))
+            .cloned()
+            .collect()
+    };
+    for nap in cached {
+        assert_eq!(user(&nap.frames), user(&walked.frames), "{site}");
+    }
 }
