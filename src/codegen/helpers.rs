@@ -58,6 +58,9 @@ pub const SNPRINTF: u32 = 165;
 pub const TASK_PT_REGS: u32 = 175;
 /// `bpf_kallsyms_lookup_name(name, size, flags, res)`: syscall programs only.
 pub const KALLSYMS_LOOKUP_NAME: u32 = 179;
+/// `bpf_find_vma(task, addr, callback, ctx, flags)`: calls `callback(task,
+/// vma, ctx)` with the task's memory area holding `addr`, if one does.
+pub const FIND_VMA: u32 = 180;
 /// `bpf_loop(n, callback, ctx, flags)`
 pub const LOOP: u32 = 181;
 

@@ -45,7 +45,7 @@ pub mod vdso;
 
 pub use demangle::{cpp_demangling, demangle, demangle_cpp};
 pub use kernel::{KernelSymbol, KernelSymbols};
-pub use modules::{ModuleIndex, PaddedBuildId};
+pub use modules::{FoundCode, ModuleIndex, PaddedBuildId};
 pub use normalize::StackNormalizer;
 pub use plt::PltStubs;
 pub use symbolize::{SymbolizeOptions, SymbolizeStats, Symbolized, symbolize};

@@ -1,6 +1,9 @@
 //! Which file a build id names: the kernel reports user frames as (build id,
 //! file offset), and symbolizing needs a path. Paths come from the probes'
-//! own binaries, the traced command, and every process seen while it lives.
+//! own binaries, the traced command, and every process seen while it lives,
+//! and from the code the unwinder found mapped through the kernel (a file
+//! mapped after the process's mappings were last read, the process maybe
+//! gone since).
 //! Executable code without a file is named after its mapping: the vDSO
 //! (`[vdso]`, at its offset in the image), anonymous memory (`[anon]`, or
 //! the mapping's own name such as `[anon:NAME]`, at its address): JIT code,
@@ -34,6 +37,19 @@ pub struct ModuleIndex {
     read_at: HashMap<u32, Instant>,
     /// Pages of each process found in no mapping after a read.
     missing: HashMap<u32, HashSet<u64>>,
+    /// Code the unwinder found mapped in each process through the kernel,
+    /// for addresses no mapping as read holds.
+    found: HashMap<u32, Vec<Mapping>>,
+}
+
+/// `start..end` of a process maps `path` (a file) from `file_offset`, as
+/// the unwinder found it through the kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoundCode {
+    pub start: u64,
+    pub end: u64,
+    pub file_offset: u64,
+    pub path: String,
 }
 
 /// `start..end` of a process maps `path` from `file_offset`.
@@ -68,6 +84,21 @@ impl ModuleIndex {
         if !self.processes.contains_key(&pid) {
             self.refresh_process(pid);
         }
+    }
+
+    /// Learns code found mapped in process `pid` (replacing what overlaps
+    /// it), and its file's build id.
+    pub fn add_found(&mut self, pid: u32, code: FoundCode) {
+        self.add_path(&code.path);
+        let found = self.found.entry(pid).or_default();
+        found.retain(|m| m.end <= code.start || code.end <= m.start);
+        found.push(Mapping {
+            start: code.start,
+            end: code.end,
+            file_offset: code.file_offset,
+            path: code.path,
+            executable: true,
+        });
     }
 
     /// Reads the mappings of process `pid` again for `addr`, which none
@@ -150,15 +181,17 @@ impl ModuleIndex {
     }
 
     /// The file and offset code at `addr` of process `pid` was in, from the
-    /// mappings as last read. An address in a mapping that is not executable
-    /// has none: the mappings changed since (the range was unmapped and
-    /// reused, as JIT code reuses where `ld.so.cache` was read at startup).
+    /// mappings as last read, else from the code the unwinder found there.
+    /// An address in a mapping that is not executable has none: the
+    /// mappings changed since (the range was unmapped and reused, as JIT
+    /// code reuses where `ld.so.cache` was read at startup).
     pub fn translate(&self, pid: u32, addr: u64) -> Option<(&str, u64)> {
-        let mapping = self
+        let holds = |m: &&Mapping| (m.start..m.end).contains(&addr) && m.executable;
+        let read = self
             .processes
-            .get(&pid)?
-            .iter()
-            .find(|m| (m.start..m.end).contains(&addr) && m.executable)?;
+            .get(&pid)
+            .and_then(|ms| ms.iter().find(holds));
+        let mapping = read.or_else(|| self.found.get(&pid)?.iter().find(holds))?;
         Some((&mapping.path, addr - mapping.start + mapping.file_offset))
     }
 
@@ -297,6 +330,42 @@ mod tests {
         // `[anon]`, or this process's perf map if a test here wrote one.
         let (path, offset) = index.translate(me, addr).expect("found afresh");
         assert_eq!((path.starts_with("/etc"), offset), (false, addr), "{path}");
+    }
+
+    /// Code found through the kernel names addresses no mapping as read
+    /// holds (the process gone: none read at all here), with its file's
+    /// build id; what overlaps a newer find is replaced; the mappings as
+    /// read come first.
+    #[test]
+    fn names_code_found_since() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let exe = exe.to_str().unwrap().to_string();
+        let gone = u32::MAX;
+        let mut index = ModuleIndex::new();
+        let code = |start, end, path: &str| FoundCode {
+            start,
+            end,
+            file_offset: 0x1000,
+            path: path.to_string(),
+        };
+        index.add_found(gone, code(0x7f00_0000_0000, 0x7f00_0001_0000, "/old"));
+        index.add_found(gone, code(0x7f00_0000_8000, 0x7f00_0002_0000, &exe));
+        assert_eq!(index.translate(gone, 0x7f00_0000_1000), None);
+        assert_eq!(
+            index.translate(gone, 0x7f00_0000_9000),
+            Some((exe.as_str(), 0x2000))
+        );
+        let own_id = blazesym::helper::read_elf_build_id(&exe).ok().flatten();
+        assert_eq!(index.build_id_of(&exe), own_id.as_deref());
+        let me = std::process::id();
+        index.add_process(me);
+        let main = names_code_found_since as *const () as usize as u64;
+        let read = index.translate(me, main).map(|(p, o)| (p.to_string(), o));
+        index.add_found(me, code(main & !0xfff, (main | 0xfff) + 1, "/other"));
+        assert_eq!(
+            index.translate(me, main).map(|(p, o)| (p.to_string(), o)),
+            read
+        );
     }
 
     /// This process's mappings, read; then an executable page mapped, and an

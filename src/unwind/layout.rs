@@ -6,7 +6,9 @@
 //! changes both, so an entry read before it no longer matches. Also
 //! where a task's uprobe state says which instruction it is stepping out
 //! of line ([`XolLayout`]) and which return addresses its pending
-//! uretprobes replaced ([`ReturnLayout`]).
+//! uretprobes replaced ([`ReturnLayout`]), and what the unwinder reads of
+//! a memory area the kernel found for a pc in no known mapping
+//! ([`VmaLayout`]).
 
 use crate::vocab::Environment;
 use crate::vocab::kernel_types::{KernelKind, find_member};
@@ -20,6 +22,28 @@ pub struct MmLayout {
     pub mm_end_code: u32,
     /// None when the kernel has no uprobes (`task_struct` has no `utask`).
     pub xol: Option<XolLayout>,
+    /// None when the kernel's types do not describe memory areas (the
+    /// unwinder then does not ask the kernel for one).
+    pub vma: Option<VmaLayout>,
+}
+
+/// Byte offsets of what the unwinder reads of a `struct vm_area_struct`
+/// (`bpf_find_vma`'s callback gets one) to find its file's table: the
+/// area's `vm_start`, `vm_end`, `vm_pgoff` (its file offset in pages) and
+/// `vm_flags`, its `vm_file`, the file's `f_inode`, and the inode's
+/// `i_ino` and `i_sb->s_dev` (the device and inode `/proc/PID/maps`
+/// shows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmaLayout {
+    pub vm_start: u32,
+    pub vm_end: u32,
+    pub vm_pgoff: u32,
+    pub vm_flags: u32,
+    pub vm_file: u32,
+    pub file_inode: u32,
+    pub inode_ino: u32,
+    pub inode_sb: u32,
+    pub sb_dev: u32,
 }
 
 /// Byte offsets of a task's uprobe state: `task_struct.utask` (a `struct
@@ -60,7 +84,29 @@ impl MmLayout {
             mm_start_stack,
             mm_end_code,
             xol: XolLayout::resolve(env)?,
+            vma: VmaLayout::resolve(env)?,
         })
+    }
+}
+
+impl VmaLayout {
+    /// The offsets, or None when the kernel's types have no memory areas.
+    fn resolve(env: &dyn Environment) -> Result<Option<VmaLayout>, String> {
+        const VMA: &str = "struct vm_area_struct";
+        let Ok(vm_start) = member_offset(env, VMA, "vm_start") else {
+            return Ok(None);
+        };
+        Ok(Some(VmaLayout {
+            vm_start,
+            vm_end: member_offset(env, VMA, "vm_end")?,
+            vm_pgoff: member_offset(env, VMA, "vm_pgoff")?,
+            vm_flags: member_offset(env, VMA, "vm_flags")?,
+            vm_file: member_offset(env, VMA, "vm_file")?,
+            file_inode: member_offset(env, "struct file", "f_inode")?,
+            inode_ino: member_offset(env, "struct inode", "i_ino")?,
+            inode_sb: member_offset(env, "struct inode", "i_sb")?,
+            sb_dev: member_offset(env, "struct super_block", "s_dev")?,
+        }))
     }
 }
 
@@ -128,6 +174,7 @@ mod tests {
                 mm_start_stack: 312,
                 mm_end_code: 272,
                 xol: None,
+                vma: None,
             }
         );
     }
@@ -143,5 +190,8 @@ mod tests {
         let returns = xol.returns;
         assert_ne!(returns.instance_stack, returns.instance_orig_ret);
         assert!(returns.instance_next > returns.instance_orig_ret);
+        let vma = layout.vma.expect("this kernel describes memory areas");
+        assert!(vma.vm_end == vma.vm_start + 8, "{vma:?}");
+        assert_ne!(vma.inode_ino, vma.inode_sb);
     }
 }

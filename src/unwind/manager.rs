@@ -4,6 +4,8 @@
 //! counted and its mappings fall back to frame pointers), and keeps one
 //! mappings entry per process, written when the process is added, written
 //! again when a table it waits for is placed, and removed when it exits.
+//! Every loaded table is also indexed by the device and inode of its files,
+//! for a pc the unwinder finds in no known mapping (`super::vma_bpf`).
 //! Once the capture stops, tables are held for walking stack copies only,
 //! and the builds left are abandoned.
 //! Input: pids. Output: writes through a [`TableStore`] (the BPF maps).
@@ -19,7 +21,9 @@ use super::builder::{Builder, Built, Image};
 use super::maps::{
     MAX_MAPPINGS, MAX_TABLE_ROWS, NO_TABLE, TABLE_PENDING, UnwindLimits, process_mappings as pm,
 };
-use super::proc_maps::{AddressSpace, ExecMapping, address_space, exec_mappings};
+use super::proc_maps::{
+    AddressSpace, ExecMapping, address_space, exec_mappings, file_identity, kernel_device,
+};
 use super::snapshot::{CodeLookup, CodeMap};
 use super::table::UnwindTable;
 use crate::symbols::vdso;
@@ -33,6 +37,10 @@ pub trait TableStore {
     /// The mappings value of process `tgid`.
     fn write_process(&mut self, tgid: u32, value: &[u8]) -> Result<(), String>;
     fn delete_process(&mut self, tgid: u32) -> Result<(), String>;
+    /// The file with this `dev_t` and inode has table `table`, its ELF
+    /// addresses at file offset + `delta`.
+    fn write_file(&mut self, dev: u32, ino: u64, table: u32, delta: u64) -> Result<(), String>;
+    fn delete_file(&mut self, dev: u32, ino: u64) -> Result<(), String>;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +113,16 @@ enum TableState {
     Failed(String),
 }
 
+/// A file seen (mapped by a process, or prepared), by device and inode.
+#[derive(Clone, Debug)]
+struct KnownFile {
+    key: TableKey,
+    /// Its path, as a process mapping it names it.
+    path: String,
+    /// Whether its table is in the files map.
+    indexed: bool,
+}
+
 /// A file's table and how many mappings of live processes use it.
 struct FileTable {
     state: TableState,
@@ -126,7 +144,11 @@ pub struct TableManager {
     limits: UnwindLimits,
     free_ids: Vec<u32>,
     tables: HashMap<TableKey, FileTable>,
-    files: HashMap<(String, u64), TableKey>,
+    /// By device (as `/proc/PID/maps` names it) and inode.
+    files: HashMap<(String, u64), KnownFile>,
+    /// Whether a file may be missing from the files map (a file seen, or
+    /// a table placed, since the last indexing).
+    index_stale: bool,
     processes: HashMap<u32, Process>,
     builder: Builder<TableKey>,
     /// Whether the capture stopped (see [`TableManager::stop`]).
@@ -156,6 +178,7 @@ impl TableManager {
             free_ids: (0..limits.tables).rev().collect(),
             tables: HashMap::new(),
             files: HashMap::new(),
+            index_stale: false,
             processes: HashMap::new(),
             builder,
             stopped: false,
@@ -218,6 +241,7 @@ impl TableManager {
         let old = self.processes.insert(pid, process);
         self.place_built(store, Duration::ZERO)?;
         self.write_process(store, pid)?;
+        self.index_files(store);
         for key in old
             .into_iter()
             .flat_map(|p| p.mappings)
@@ -241,7 +265,20 @@ impl TableManager {
         let fallback = TableKey::BuildId(build_id);
         let key = self.key_of_image(Image::Mapped(map), fallback);
         self.use_table(&key);
+        // Found by device and inode when a process maps it before its
+        // mappings are read with it (the loader maps the libraries after
+        // the command's first read).
+        if let Ok(file) = file_identity(path) {
+            let path = path.to_string_lossy().into_owned();
+            self.know_file(file, key, path);
+        }
         Ok(())
+    }
+
+    /// The path of the file with this device (as `/proc/PID/maps` names
+    /// it) and inode, when a process mapped it or it was prepared.
+    pub fn file_path(&self, device: &str, inode: u64) -> Option<&str> {
+        (self.files.get(&(device.to_string(), inode))).map(|file| file.path.as_str())
     }
 
     /// Forgets process `pid`: its entry goes, and tables no other process
@@ -295,6 +332,7 @@ impl TableManager {
                 }
             };
             if let TableState::Loaded(..) = state {
+                self.index_stale = true;
                 self.stats.text_bytes += text_bytes;
                 if self.stats.rows == self.stats.peak_rows {
                     self.stats.peak_text_bytes = self.stats.text_bytes;
@@ -312,7 +350,46 @@ impl TableManager {
                 self.write_process(store, pid)?;
             }
         }
+        self.index_files(store);
         Ok(count)
+    }
+
+    /// Writes the files map entries of the files seen whose tables are
+    /// loaded and not indexed yet. A file whose executable segments do not
+    /// share one address-to-offset difference is left out (the unwinder
+    /// maps a pc to its ELF address with one), as are writes that fail
+    /// (a full map): such a file's code mapped since a read is walked as
+    /// before, with frame pointers.
+    fn index_files(&mut self, store: &mut impl TableStore) {
+        if !std::mem::take(&mut self.index_stale) {
+            return;
+        }
+        for ((device, inode), file) in self.files.iter_mut().filter(|(_, f)| !f.indexed) {
+            let Some(table) = self.tables.get(&file.key) else {
+                continue;
+            };
+            let TableState::Loaded(id, ..) = table.state else {
+                continue;
+            };
+            file.indexed = true;
+            let (Some(dev), Some(delta)) = (kernel_device(device), segment_delta(&table.segments))
+            else {
+                continue;
+            };
+            let _ = store.write_file(dev, *inode, id, delta);
+        }
+    }
+
+    /// Remembers a file seen by device and inode; the first path seen names it.
+    fn know_file(&mut self, file: (String, u64), key: TableKey, path: String) {
+        self.files.entry(file).or_insert_with(|| {
+            self.index_stale = true;
+            KnownFile {
+                key,
+                path,
+                indexed: false,
+            }
+        });
     }
 
     /// The code of process `pid` as last read, for walking its stack
@@ -395,8 +472,8 @@ impl TableManager {
             return None;
         }
         let file = (mapping.device.clone(), mapping.inode);
-        if let Some(key) = self.files.get(&file) {
-            return Some(key.clone());
+        if let Some(known) = self.files.get(&file) {
+            return Some(known.key.clone());
         }
         let fallback = TableKey::File(mapping.device.clone(), mapping.inode);
         let key = match map_file(&mapping.file_in(pid)) {
@@ -405,7 +482,7 @@ impl TableManager {
             // mappings and its file; the next process mapping it tries again.
             Err(e) => return Some(self.failed(fallback, format!("cannot read it: {e}"))),
         };
-        self.files.insert(file, key.clone());
+        self.know_file(file, key.clone(), mapping.path.clone());
         Some(key)
     }
 
@@ -501,7 +578,15 @@ impl TableManager {
             return Ok(());
         }
         let table = self.tables.remove(key).expect("present above");
-        self.files.retain(|_, k| k != key);
+        for ((device, inode), _) in (self.files.iter()).filter(|(_, f)| &f.key == key && f.indexed)
+        {
+            if let Some(dev) = kernel_device(device) {
+                store
+                    .delete_file(dev, *inode)
+                    .map_err(store_error("file index"))?;
+            }
+        }
+        self.files.retain(|_, f| &f.key != key);
         if let TableState::Loaded(id, first, rows, _) = table.state {
             store
                 .write_table(id, 0, 0)
@@ -585,6 +670,16 @@ fn is_executable(flags: object::SegmentFlags) -> bool {
     matches!(flags, object::SegmentFlags::Elf { p_flags, .. } if p_flags.contains(object::elf::PF_X))
 }
 
+/// The ELF address minus the file offset of a file's executable segments,
+/// when they all share it (nearly every file has one such segment).
+fn segment_delta(segments: &[(u64, u64, u64)]) -> Option<u64> {
+    let mut deltas = segments
+        .iter()
+        .map(|&(offset, vaddr, _)| vaddr.wrapping_sub(offset));
+    let first = deltas.next()?;
+    deltas.all(|d| d == first).then_some(first)
+}
+
 /// What to subtract from a pc to get the ELF address. The kernel maps an
 /// executable segment from its offset rounded down to a page, so the mapping
 /// may start before the segment.
@@ -623,6 +718,7 @@ mod tests {
         rows: HashMap<u32, [u8; 8]>,
         tables: HashMap<u32, (u32, u32)>,
         processes: HashMap<u32, Vec<u8>>,
+        files: HashMap<(u32, u64), (u32, u64)>,
     }
 
     impl TableStore for FakeStore {
@@ -643,6 +739,14 @@ mod tests {
         }
         fn delete_process(&mut self, tgid: u32) -> Result<(), String> {
             self.processes.remove(&tgid);
+            Ok(())
+        }
+        fn write_file(&mut self, dev: u32, ino: u64, table: u32, delta: u64) -> Result<(), String> {
+            self.files.insert((dev, ino), (table, delta));
+            Ok(())
+        }
+        fn delete_file(&mut self, dev: u32, ino: u64) -> Result<(), String> {
+            self.files.remove(&(dev, ino));
             Ok(())
         }
     }
@@ -712,6 +816,61 @@ mod tests {
         assert_eq!(manager.stats().tables, 1, "the prepared table was freed");
         let not_elf = manager.prepare_file(std::path::Path::new("/proc/self/status"));
         assert!(not_elf.is_err());
+    }
+
+    /// Every loaded table is indexed by its file's device and inode, with
+    /// the offset-to-address difference that gives a pc's ELF address from
+    /// a memory area's start and offset as the process entry's bias does;
+    /// a prepared file is indexed as its path's file and named by it; the
+    /// index goes with the table.
+    #[test]
+    fn indexes_tables_by_file() {
+        let mut store = FakeStore::default();
+        let mut manager = TableManager::building_in_place(UnwindLimits::default());
+        let pid = std::process::id();
+        manager.add_process(&mut store, pid).expect("add");
+        let mappings = exec_mappings(pid).expect("own maps");
+        let libc = (mappings.iter())
+            .find(|m| m.path.contains("/libc.so"))
+            .expect("this test binary maps libc");
+        let dev = kernel_device(&libc.device).expect("device");
+        let &(table, delta) = store.files.get(&(dev, libc.inode)).expect("libc indexed");
+        let key = manager.files[&(libc.device.clone(), libc.inode)]
+            .key
+            .clone();
+        let file = &manager.tables[&key];
+        assert!(matches!(file.state, TableState::Loaded(id, ..) if id == table));
+        let bias = load_bias(&file.segments, libc).expect("bias");
+        assert_eq!(libc.start - libc.offset - delta, bias);
+        assert_eq!(
+            manager.file_path(&libc.device, libc.inode),
+            Some(&*libc.path)
+        );
+        manager.remove_process(&mut store, pid).expect("remove");
+        assert!(store.files.is_empty(), "{:?}", store.files);
+
+        let path = std::path::Path::new(&libc.path);
+        manager.prepare_file(path).expect("prepare libc");
+        manager
+            .place_built(&mut store, Duration::ZERO)
+            .expect("place");
+        let (device, inode) = file_identity(path).expect("stat");
+        assert_eq!((&device, inode), (&libc.device, libc.inode));
+        assert!(store.files.contains_key(&(dev, inode)));
+        assert_eq!(manager.file_path(&device, inode), Some(&*libc.path));
+    }
+
+    /// A file's executable segments give one difference, or none to use.
+    #[test]
+    fn segment_delta_is_shared_or_none() {
+        assert_eq!(segment_delta(&[(0x1000, 0x2000, 10)]), Some(0x1000));
+        let two = [(0x1000, 0x2000, 10), (0x5000, 0x6000, 10)];
+        assert_eq!(segment_delta(&two), Some(0x1000));
+        assert_eq!(
+            segment_delta(&[(0x1000, 0x2000, 10), (0x5000, 0x5000, 10)]),
+            None
+        );
+        assert_eq!(segment_delta(&[]), None);
     }
 
     /// After the stop, tables are held for walking copies, not written to

@@ -6,6 +6,11 @@
 //! - tables: an array of [`TableSlot`]s by table id: `{ first_row, rows }`;
 //! - processes: a hash from tgid to [`ProcessMappings`]: the executable
 //!   mappings of the process, sorted by start, each with its table id;
+//! - files: a hash from a file's device and inode to its loaded table
+//!   ([`file_table`]), for a pc in no known mapping whose memory area the
+//!   kernel names ([`vma`]);
+//! - vmas: an LRU hash of the areas found so ([`found_vma`]), for the
+//!   recorder to name their frames when the process is gone;
 //! - the [`state`] of an unwind in progress (registers, flags, the frames
 //!   found) lives in a map value of the caller's: a per-CPU scratch buffer,
 //!   or a task's own storage when its stack is cached.
@@ -58,10 +63,12 @@ pub struct UnwindMaps {
     pub rows: MapId,
     pub tables: MapId,
     pub processes: MapId,
+    pub files: MapId,
+    pub vmas: MapId,
 }
 
 impl UnwindMaps {
-    /// Appends the three map specs to `maps` and returns their ids.
+    /// Appends the map specs to `maps` and returns their ids.
     pub fn add_specs(maps: &mut Vec<MapSpec>, limits: UnwindLimits) -> UnwindMaps {
         let mut add = |name: &str, kind, key_size, value_size, max_entries| {
             MapSpec::add_internal(maps, name, kind, key_size, value_size, max_entries)
@@ -88,6 +95,20 @@ impl UnwindMaps {
                 process_mappings::BYTES,
                 limits.processes,
             ),
+            files: add(
+                "unwind_files",
+                MapKind::Hash,
+                file_table::KEY_BYTES,
+                file_table::BYTES,
+                limits.tables,
+            ),
+            vmas: add(
+                "unwind_vmas",
+                MapKind::LruHash,
+                found_vma::KEY_BYTES,
+                found_vma::BYTES,
+                found_vma::ENTRIES,
+            ),
         }
     }
 }
@@ -97,6 +118,85 @@ pub mod table_slot {
     pub const FIRST_ROW: i16 = 0;
     pub const ROWS: i16 = 4;
     pub const BYTES: u32 = 8;
+}
+
+/// A loaded table by the file it was built from, keyed `{ino: u64, dev:
+/// u32, 0: u32}` (the kernel's `dev_t`: major << 20 | minor): `table: u32`,
+/// `pad: u32`, `delta: u64` (the file's executable segment's virtual
+/// address minus its file offset: ELF address = file offset + delta).
+pub mod file_table {
+    pub const KEY_BYTES: u32 = 16;
+    pub const TABLE: i16 = 0;
+    pub const DELTA: i16 = 8;
+    pub const BYTES: u32 = 16;
+
+    /// The key of the file with this `dev_t` and inode.
+    pub fn key(dev: u32, ino: u64) -> [u8; KEY_BYTES as usize] {
+        let mut key = [0; KEY_BYTES as usize];
+        key[..8].copy_from_slice(&ino.to_ne_bytes());
+        key[8..12].copy_from_slice(&dev.to_ne_bytes());
+        key
+    }
+
+    pub fn value(table: u32, delta: u64) -> [u8; BYTES as usize] {
+        let mut value = [0; BYTES as usize];
+        value[..4].copy_from_slice(&table.to_ne_bytes());
+        value[8..].copy_from_slice(&delta.to_ne_bytes());
+        value
+    }
+}
+
+/// A memory area the unwinder found through the kernel, by
+/// `{tgid: u32, slot: u32}` (`slot` = the area's start page modulo
+/// `SLOTS`, so a process keeps a few): `start, end, offset: u64` (the file
+/// offset of `start`), then the file's `{ino: u64, dev: u32, 0: u32}` (as
+/// [`file_table`]'s key). Written by the walk, read by the recorder to
+/// name the frames of a process whose mappings it never read with the
+/// area in them.
+pub mod found_vma {
+    pub const KEY_BYTES: u32 = 8;
+    pub const SLOTS: u32 = 8;
+    pub const START: usize = 0;
+    pub const END: usize = 8;
+    pub const OFFSET: usize = 16;
+    pub const INO: usize = 24;
+    pub const DEV: usize = 32;
+    pub const BYTES: u32 = 40;
+    /// Areas kept, least recently found evicted first.
+    pub const ENTRIES: u32 = 1024;
+
+    /// An area as the unwinder noted it.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct FoundVma {
+        pub start: u64,
+        pub end: u64,
+        /// The file offset of `start`.
+        pub offset: u64,
+        /// The file's `dev_t` and inode.
+        pub dev: u32,
+        pub ino: u64,
+    }
+
+    pub fn key(tgid: u32, slot: u32) -> [u8; KEY_BYTES as usize] {
+        let mut key = [0; KEY_BYTES as usize];
+        key[..4].copy_from_slice(&tgid.to_ne_bytes());
+        key[4..].copy_from_slice(&slot.to_ne_bytes());
+        key
+    }
+
+    /// The area of a map value; `None` when it is not one.
+    pub fn decode(value: &[u8]) -> Option<FoundVma> {
+        let u64_at = |at: usize| Some(u64::from_ne_bytes(value.get(at..at + 8)?.try_into().ok()?));
+        let dev = u32::from_ne_bytes(value.get(DEV..DEV + 4)?.try_into().ok()?);
+        Some(FoundVma {
+            start: u64_at(START)?,
+            end: u64_at(END)?,
+            offset: u64_at(OFFSET)?,
+            dev,
+            ino: u64_at(INO)?,
+        })
+        .filter(|vma| vma.start < vma.end)
+    }
 }
 
 /// A process's executable mappings: `count: u32`, `stamp: u32` (new at
@@ -170,9 +270,36 @@ pub mod state {
     /// The user `sp` the walk started from: the task's, or its caller's
     /// when the task was returning through a uretprobe's trampoline.
     pub const START_SP: i16 = 224;
-    pub const STACK: i16 = 232;
+    /// The memory area the kernel found for a pc in no known mapping
+    /// during this walk ([`super::vma`]).
+    pub const VMA: i16 = 232;
+    pub const STACK: i16 = VMA + super::vma::BYTES as i16;
     pub const CACHE: i16 = STACK + 8 * MAX_FRAMES as i16;
     pub const BYTES: u32 = CACHE as u32 + walk_cache::BYTES;
+}
+
+/// The memory area of a walk's pc in no known mapping, as `bpf_find_vma`
+/// found it (offsets from `state::VMA`): the [`found_vma`] entry (`KEY`,
+/// then its value: `START`, `END`, `OFFSET`, and the [`file_table`] key
+/// `INO`, `DEV`, `ZERO`), then `BIAS` (pc - bias = ELF address), `TABLE`
+/// (its file's table) and `LOOKED` (non-zero once the walk asked: one
+/// lookup per walk, as the kernel defers the area lock's release to an
+/// IRQ work where interrupts are off, and refuses a second lookup on the
+/// CPU until that has run). `END` is 0 until an area with a table is
+/// found.
+pub mod vma {
+    pub const KEY: i16 = 0;
+    pub const KEY_SLOT: i16 = 4;
+    pub const START: i16 = 8;
+    pub const END: i16 = 16;
+    pub const OFFSET: i16 = 24;
+    pub const INO: i16 = 32;
+    pub const DEV: i16 = 40;
+    pub const ZERO: i16 = 44;
+    pub const BIAS: i16 = 48;
+    pub const TABLE: i16 = 56;
+    pub const LOOKED: i16 = 60;
+    pub const BYTES: u32 = 64;
 }
 
 /// A task's last walk, kept in its state (offsets from the state's start)
@@ -274,4 +401,9 @@ pub mod flags {
     /// the same registers with the same stack words and mappings
     /// ([`super::walk_cache`]).
     pub const WALK_CACHED: u32 = 32768;
+    /// A pc in no known mapping was walked with its file's table, found
+    /// through the memory area the kernel holds there ([`super::vma`]): the
+    /// process's mappings should be read again, and the area was noted in
+    /// the vmas map for the recorder.
+    pub const KERNEL_VMA: u32 = 65536;
 }

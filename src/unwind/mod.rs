@@ -5,7 +5,8 @@
 //! [`table`] (sorted, merged [`rules::Row`]s) → [`manager`] (one table per
 //! build id, placed in the BPF maps of [`maps`], process mappings from
 //! [`proc_maps`]) → [`bpf`], the BPF functions that walk a stack with them
-//! (a task's last walk reused by [`walk_cache_bpf`] while it holds);
+//! (a task's last walk reused by [`walk_cache_bpf`] while it holds, code
+//! mapped since the last read found through the kernel by [`vma_bpf`]);
 //! [`snapshot`] walks a stack copied where no table was loaded yet.
 
 mod alloc;
@@ -21,4 +22,5 @@ pub mod rules;
 pub mod sampler;
 pub mod snapshot;
 pub mod table;
+mod vma_bpf;
 mod walk_cache_bpf;

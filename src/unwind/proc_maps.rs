@@ -3,7 +3,7 @@
 //! namespaces resolve too), and the identity of its address space, from
 //! `/proc/PID/stat`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// One executable mapping.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +65,34 @@ fn parse_line(line: &str) -> Option<ExecMapping> {
         inode: inode.parse().ok()?,
         path: fields.next().unwrap_or("").trim_start().to_string(),
     })
+}
+
+/// A device as `/proc/PID/maps` names it (`major:minor` in hex), from the
+/// kernel's `dev_t` (`major << 20 | minor`, as `super_block.s_dev` holds it).
+pub fn device_name(kernel_dev: u32) -> String {
+    format!("{:02x}:{:02x}", kernel_dev >> 20, kernel_dev & 0xf_ffff)
+}
+
+/// The kernel's `dev_t` of a device named as `/proc/PID/maps` does.
+pub fn kernel_device(name: &str) -> Option<u32> {
+    let (major, minor) = name.split_once(':')?;
+    let major = u32::from_str_radix(major, 16)
+        .ok()
+        .filter(|&m| m < 1 << 12)?;
+    let minor = u32::from_str_radix(minor, 16)
+        .ok()
+        .filter(|&m| m < 1 << 20)?;
+    Some(major << 20 | minor)
+}
+
+/// The device (named as `/proc/PID/maps` does) and inode of the file at
+/// `path`, as a mapping of it shows them.
+pub fn file_identity(path: &Path) -> std::io::Result<(String, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path)?;
+    let dev = meta.dev();
+    let name = format!("{:02x}:{:02x}", libc::major(dev), libc::minor(dev));
+    Ok((name, meta.ino()))
 }
 
 /// The identity of a process's address space as the kernel's `mm_struct`
@@ -148,10 +176,19 @@ garbage
         );
     }
 
-    /// This process's own maps include its executable.
+    /// This process's own maps include its executable, with the device
+    /// and inode its file has; device names go to the kernel's `dev_t` and
+    /// back.
     #[test]
     fn reads_own_mappings() {
         let maps = exec_mappings(std::process::id()).expect("own maps");
-        assert!(maps.iter().any(|m| m.is_file()));
+        let file = maps.iter().find(|m| m.is_file()).expect("a file mapping");
+        let (device, inode) = file_identity(Path::new(&file.path)).expect("stat");
+        assert_eq!((&device, inode), (&file.device, file.inode));
+        let dev = kernel_device(&device).expect("a device name");
+        assert_eq!(device_name(dev), device);
+        assert_eq!(kernel_device("fe:00"), Some(0xfe << 20));
+        assert_eq!(device_name(8 << 20 | 0x11), "08:11");
+        assert_eq!(kernel_device("x"), None);
     }
 }

@@ -16,7 +16,7 @@ use crate::vocab::{AttachPoint, MapId, MapKind, MapSpec, PerfEvent, PerfSample};
 use super::bpf::{LoopKind, UserUnwinder};
 use super::layout::MmLayout;
 use super::manager::TableStore;
-use super::maps::{MAX_FRAMES, UnwindLimits, UnwindMaps, flags, state};
+use super::maps::{MAX_FRAMES, UnwindLimits, UnwindMaps, file_table, flags, state};
 
 /// Where a sampled stack comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,10 +260,25 @@ impl TableStore for MapStore<'_> {
     }
 
     fn delete_process(&mut self, tgid: u32) -> Result<(), String> {
-        match self
-            .handle(self.maps.processes)?
-            .delete(&tgid.to_ne_bytes())
-        {
+        self.delete(self.maps.processes, &tgid.to_ne_bytes())
+    }
+
+    fn write_file(&mut self, dev: u32, ino: u64, table: u32, delta: u64) -> Result<(), String> {
+        let value = file_table::value(table, delta);
+        self.loaded
+            .update(self.maps.files, &file_table::key(dev, ino), &value)
+            .map_err(|e| e.to_string())
+    }
+
+    fn delete_file(&mut self, dev: u32, ino: u64) -> Result<(), String> {
+        self.delete(self.maps.files, &file_table::key(dev, ino))
+    }
+}
+
+impl MapStore<'_> {
+    /// Deletes `key` from `map`; a key not there is no error.
+    fn delete(&self, map: MapId, key: &[u8]) -> Result<(), String> {
+        match self.handle(map)?.delete(key) {
             Err(e) if e.kind() != libbpf_rs::ErrorKind::NotFound => Err(format!("{e:#}")),
             _ => Ok(()),
         }

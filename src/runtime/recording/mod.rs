@@ -32,7 +32,7 @@ use crate::capture::model::{
 use crate::capture::writer::CaptureWriter;
 use crate::codegen::program::Compiled;
 use crate::runtime::bpf::loader::Loaded;
-use crate::symbols::{AddrKind, KernelSymbols, ModuleIndex};
+use crate::symbols::{AddrKind, FoundCode, KernelSymbols, ModuleIndex};
 use crate::tracking::options::StackKind;
 use crate::unwind::maps::flags;
 use crate::unwind::proc_maps::AddressSpace;
@@ -257,7 +257,8 @@ impl Recorder {
             self.stack_counts.count(desc.flags, user);
         }
         event.walk = tables::stack_walk(desc.flags, user);
-        if desc.flags & (flags::NO_PROCESS | flags::UNKNOWN_MAPPING) != 0
+        let stale = flags::NO_PROCESS | flags::UNKNOWN_MAPPING | flags::KERNEL_VMA;
+        if desc.flags & stale != 0
             && let Some(tables) = &mut self.tables
         {
             tables.want(pid);
@@ -275,6 +276,9 @@ impl Recorder {
         if user_pid != 0 {
             // While the process lives: its files name the build ids of its frames.
             self.modules.add_process(pid);
+            if desc.flags & flags::KERNEL_VMA != 0 {
+                self.add_found_code(pid);
+            }
         }
         Ok(Some((key, raw_stack(bytes, frames_at, desc, pid)?)))
     }
@@ -482,6 +486,31 @@ impl Recorder {
         if let Some(tables) = &mut self.tables {
             let read = tables.add_new_image(loaded, pid, before);
             self.read_modules_of(&read);
+        }
+    }
+
+    /// Reads the unwinder's notes (`bpf_find_vma`) from the loaded maps.
+    pub fn connect(&mut self, loaded: &Loaded) {
+        if let Some(tables) = &mut self.tables {
+            tables.connect(loaded);
+        }
+    }
+
+    /// The code the unwinder found mapped in `pid` through the kernel
+    /// serves symbolization too: the process may be gone before its
+    /// mappings are read with it.
+    fn add_found_code(&mut self, pid: u32) {
+        let Some(tables) = &self.tables else {
+            return;
+        };
+        for (vma, path) in tables.found_code(pid) {
+            let code = FoundCode {
+                start: vma.start,
+                end: vma.end,
+                file_offset: vma.offset,
+                path: path.to_string(),
+            };
+            self.modules.add_found(pid, code);
         }
     }
 

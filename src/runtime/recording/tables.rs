@@ -5,7 +5,8 @@
 //! when the capture starts with it named (`-p`), and whenever a stack says its tables are
 //! missing or stale (`NO_PROCESS`: never added, or exec'd since) or that
 //! it ran code mapped since its mappings were read (`UNKNOWN_MAPPING`:
-//! `dlopen`, JIT). Signals are rate-limited per process; processes that
+//! `dlopen`, JIT; `KERNEL_VMA`: walked with its file's table all the same,
+//! the area noted for naming its frames). Signals are rate-limited per process; processes that
 //! are gone are forgotten every second, freeing tables no one maps.
 //!
 //! Input: signals from the stacks the recorder decodes. Output: writes to
@@ -16,12 +17,15 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
 use crate::capture::model::StackCount;
 use crate::capture::walk::{StackEnding, StackWalk, Unwinder};
 use crate::runtime::bpf::loader::Loaded;
 use crate::unwind::manager::{ManagerStats, ProcessCode, TableManager};
+use crate::unwind::maps::found_vma::{self, FoundVma};
 use crate::unwind::maps::{UnwindLimits, UnwindMaps, flags};
-use crate::unwind::proc_maps::{AddressSpace, address_space};
+use crate::unwind::proc_maps::{AddressSpace, address_space, device_name};
 use crate::unwind::program_files::startup_files;
 use crate::unwind::sampler::MapStore;
 
@@ -41,6 +45,9 @@ const GC_INTERVAL: Duration = Duration::from_secs(1);
 pub(super) struct Tables {
     manager: TableManager,
     maps: UnwindMaps,
+    /// The unwinder's notes of memory areas it found through the kernel
+    /// (`unwind::maps::found_vma`), once connected to the loaded maps.
+    found: Option<MapHandle>,
     /// Processes to read at the next update.
     wanted: BTreeSet<u32>,
     /// Per process, when it was last read and how many times.
@@ -59,6 +66,7 @@ impl Tables {
         Tables {
             manager: TableManager::new(UnwindLimits::default()),
             maps,
+            found: None,
             wanted: BTreeSet::new(),
             last_read: HashMap::new(),
             last_gc: Instant::now(),
@@ -76,6 +84,30 @@ impl Tables {
         if pid != 0 {
             self.wanted.insert(pid);
         }
+    }
+
+    /// Reads the unwinder's notes of memory areas from `loaded`'s maps.
+    pub(super) fn connect(&mut self, loaded: &Loaded) {
+        let map = loaded.map(self.maps.vmas).ok();
+        self.found = map.and_then(|map| MapHandle::try_from(map).ok());
+    }
+
+    /// The memory areas of code the unwinder found in process `pid`
+    /// through the kernel (mapped since its mappings were read), each with
+    /// the path of its file.
+    pub(super) fn found_code(&self, pid: u32) -> Vec<(FoundVma, &str)> {
+        let Some(map) = &self.found else {
+            return Vec::new();
+        };
+        (0..found_vma::SLOTS)
+            .filter_map(|slot| {
+                let key = found_vma::key(pid, slot);
+                let value = map.lookup(&key, MapFlags::ANY);
+                let vma = found_vma::decode(&value.ok()??)?;
+                let path = self.manager.file_path(&device_name(vma.dev), vma.ino)?;
+                Some((vma, path))
+            })
+            .collect()
     }
 
     /// Whether `pid` was read less than [`READ_INTERVAL`] ago.

@@ -232,7 +232,10 @@ pub fn run(
     let start_ns = monotonic_ns();
     loaded.set_global(globals, GlobalSlot::StartNs, start_ns)?;
     let command_pid = child.as_ref().map(|c| c.pid());
-    let recorder = create_recorder(compiled, options, start_ns, command_pid)?;
+    let mut recorder = create_recorder(compiled, options, start_ns, command_pid)?;
+    if let Some(recorder) = &mut recorder {
+        recorder.connect(&loaded);
+    }
     timings::step("capture file and recorder created");
     let mut receiver = Receiver::new(compiled, &values, printer, recorder, pid);
     // As in bpftrace, BEGIN runs before any other probe, and timers count

@@ -163,7 +163,7 @@ pub(super) fn in_order(names: &[&str], path: &[&[&str]]) -> bool {
 /// program's, or the command is held at the end of its `exec`), in the
 /// loader's start-up (its outermost user frame is the loader's), or in the
 /// exit handlers after `main` returned.
-fn outside_main(sample: &Sample) -> bool {
+pub(super) fn outside_main(sample: &Sample) -> bool {
     let in_exec = sample.kernel_functions().contains(&"bprm_execve");
     let outermost = (sample.frames.iter().rev()).find(|f| f.starts_with("[U] "));
     let in_loader = outermost.is_some_and(|f| f.ends_with(" ld-linux-x86-64.so.2"));

@@ -95,6 +95,14 @@ pub fn c_uprobe_hot() -> PathBuf {
     build("uprobe_hot.c", "uprobe_hot", "cc", &flags, &[])
 }
 
+/// `libc_burst.c`: its own `_start`, a wait on stdin, then a burst in
+/// `qsort` and an immediate exit; built without frame pointers.
+#[track_caller]
+pub fn c_libc_burst() -> PathBuf {
+    let flags = [NO_FP_CFLAGS, &["-nostartfiles"]].concat();
+    build("libc_burst.c", "libc_burst", "cc", &flags, &[])
+}
+
 /// `jit.c`: runs a loop it copied into anonymous executable memory.
 #[track_caller]
 pub fn c_jit() -> PathBuf {
