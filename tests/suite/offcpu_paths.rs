@@ -90,10 +90,15 @@ fn a_block_in_execve_keeps_its_kernel_stack_only() {
                 .any(|b| in_execve(b) && b.duration_ns >= HOG_BLOCK_NS)
         })
         .unwrap_or_else(|| panic!("no long block in execve: {threads:#?}"));
-    // wprof holds the `-c` command at the end of its exec (`ptrace_stop`
-    // under `bprm_execve`) to read its mappings: the new program is in
-    // place by then, and its first frame is where the task resumes.
-    let held_by_wprof = |f: &[String]| frame_index(f, "ptrace_stop").is_some();
+    // wprof holds the `-c` command at the end of its exec (the exec event's
+    // `ptrace_notify` under `bprm_execve`, `ptrace_stop` below it unless the
+    // block ended in a task work run there) to read its mappings: the new
+    // program is in place by then, and its first frame (the loader's
+    // `_start`, found through the kernel's memory area when the mappings
+    // were not read yet) is where the task resumes.
+    let held_by_wprof = |f: &[String]| {
+        frame_index(f, "ptrace_stop").is_some() || frame_index(f, "ptrace_notify").is_some()
+    };
     for frames in blocks
         .iter()
         .filter(|b| in_execve(b))
