@@ -59,7 +59,8 @@ pub struct ManagerStats {
     /// may be 0).
     pub peak_rows: u32,
     pub peak_text_bytes: u64,
-    /// Tables built (each file once).
+    /// Table builds started, and tables built (each file once).
+    pub started: usize,
     pub built: usize,
     /// Tables that did not fit the rows map or the table limit (their
     /// mappings use frame pointers).
@@ -430,6 +431,7 @@ impl TableManager {
             },
         );
         self.builder.start(key.clone(), image);
+        self.stats.started += 1;
         key
     }
 

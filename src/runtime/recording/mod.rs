@@ -447,6 +447,28 @@ impl Recorder {
         }
     }
 
+    /// The traced command runs from now on: table work after this is
+    /// inside its run (`tables built after the command was released`).
+    pub fn command_released(&mut self) {
+        if let Some(tables) = &mut self.tables {
+            tables.command_released();
+        }
+    }
+
+    /// With `WPROF_TIMINGS`: the table builds started after the command was
+    /// released (files its start-up did not prepare) and the time spent
+    /// building after it, on standard error.
+    fn report_tables_after_release(&self) {
+        let after = (self.tables.as_ref()).and_then(Tables::after_release);
+        if let Some((started, build_time)) = after.filter(|_| crate::timings::enabled()) {
+            crate::timings::note(&format!(
+                "unwind tables built after the command was released: {started} \
+                 ({:.3} ms building after it)",
+                build_time.as_secs_f64() * 1e3
+            ));
+        }
+    }
+
     /// At the end of the capture (its programs detached): processes what
     /// is left, waiting up to `wait` while stack copies wait for tables
     /// being built (held in memory: the maps are read no more), then
@@ -464,6 +486,7 @@ impl Recorder {
             };
             if self.snapshots.is_empty() || !tables.building() || left.is_zero() {
                 tables.abandon_builds();
+                self.report_tables_after_release();
                 return Ok(());
             }
             tables.place_built(loaded, left.min(LAST_TABLES_POLL));

@@ -52,6 +52,9 @@ pub(super) struct Tables {
     pub(super) failed_reads: u64,
     /// Process reads (first adds and re-reads).
     pub(super) reads: u64,
+    /// The builds started and the build time when the `-c` command was
+    /// released: the table work after it is the work inside its run.
+    at_release: Option<(usize, Duration)>,
 }
 
 impl Tables {
@@ -65,6 +68,7 @@ impl Tables {
             held: HashSet::new(),
             failed_reads: 0,
             reads: 0,
+            at_release: None,
         }
     }
 
@@ -207,6 +211,24 @@ impl Tables {
 
     pub(super) fn stats(&self) -> &ManagerStats {
         self.manager.stats()
+    }
+
+    /// The `-c` command runs from now on.
+    pub(super) fn command_released(&mut self) {
+        let stats = self.manager.stats();
+        self.at_release = Some((stats.started, stats.build_time));
+    }
+
+    /// Table builds started since the command was released, and the time
+    /// spent building since (builds started before and finished after
+    /// included); `None` when no command was released.
+    pub(super) fn after_release(&self) -> Option<(usize, Duration)> {
+        let (started, build_time) = self.at_release?;
+        let stats = self.manager.stats();
+        Some((
+            stats.started.saturating_sub(started),
+            stats.build_time.saturating_sub(build_time),
+        ))
     }
 }
 
