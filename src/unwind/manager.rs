@@ -19,7 +19,7 @@ use super::builder::{Builder, Built, Image};
 use super::maps::{
     MAX_MAPPINGS, MAX_TABLE_ROWS, NO_TABLE, TABLE_PENDING, UnwindLimits, process_mappings as pm,
 };
-use super::proc_maps::{AddressSpace, ExecMapping, address_space, exec_mappings};
+use super::proc_maps::{AddressSpace, ExecMapping, address_space, parse_maps, read_maps};
 use super::snapshot::{CodeLookup, CodeMap};
 use super::table::UnwindTable;
 use crate::symbols::vdso;
@@ -200,9 +200,21 @@ impl TableManager {
         store: &mut impl TableStore,
         pid: u32,
     ) -> Result<ProcessReport, ManagerError> {
-        let read = |source| ManagerError::Mappings { pid, source };
-        let mappings = exec_mappings(pid).map_err(read)?;
-        let identity = address_space(pid).map_err(read)?;
+        let maps = read_maps(pid).map_err(|source| ManagerError::Mappings { pid, source })?;
+        self.add_process_read(store, pid, &maps)
+    }
+
+    /// [`TableManager::add_process`] with `maps`, the text of its
+    /// `/proc/PID/maps` just read.
+    pub fn add_process_read(
+        &mut self,
+        store: &mut impl TableStore,
+        pid: u32,
+        maps: &str,
+    ) -> Result<ProcessReport, ManagerError> {
+        let mappings = parse_maps(maps);
+        let identity =
+            address_space(pid).map_err(|source| ManagerError::Mappings { pid, source })?;
         let kept = mappings.len().min(MAX_MAPPINGS as usize);
         self.stats.dropped_mappings += mappings.len() - kept;
         let mut process = Process {

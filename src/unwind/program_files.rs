@@ -120,10 +120,10 @@ impl Closure {
             return;
         };
         let machine = program.machine;
-        if let Some(interpreter) = LoadedObject::read(&path, Some(0)) {
-            if interpreter.machine == machine {
-                self.add(interpreter);
-            }
+        if let Some(interpreter) = LoadedObject::read(&path, Some(0))
+            && interpreter.machine == machine
+        {
+            self.add(interpreter);
         }
     }
 

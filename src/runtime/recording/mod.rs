@@ -512,9 +512,9 @@ impl Recorder {
     /// stack its tables walk wakes no one at once (only a kernel walk or
     /// unknown code does), and its process may be gone, with its mappings,
     /// before the recorder sees it.
-    fn read_modules_of(&mut self, pids: &[u32]) {
-        for &pid in pids {
-            self.modules.refresh_process(pid);
+    fn read_modules_of(&mut self, read: &[(u32, String)]) {
+        for (pid, maps) in read {
+            self.modules.refresh_from(*pid, maps);
         }
     }
 

@@ -21,7 +21,7 @@ use crate::capture::walk::{StackEnding, StackWalk, Unwinder};
 use crate::runtime::bpf::loader::Loaded;
 use crate::unwind::manager::{ManagerStats, ProcessCode, TableManager};
 use crate::unwind::maps::{UnwindLimits, UnwindMaps, flags};
-use crate::unwind::proc_maps::{AddressSpace, address_space};
+use crate::unwind::proc_maps::{AddressSpace, address_space, read_maps};
 use crate::unwind::program_files::startup_files;
 use crate::unwind::sampler::MapStore;
 
@@ -89,8 +89,9 @@ impl Tables {
     }
 
     /// Reads the wanted processes and forgets those that are gone; returns
-    /// the processes whose mappings were read.
-    pub(super) fn update(&mut self, loaded: &Loaded) -> Vec<u32> {
+    /// the processes whose mappings were read, with the text read (the
+    /// module index takes the same).
+    pub(super) fn update(&mut self, loaded: &Loaded) -> Vec<(u32, String)> {
         self.place_built(loaded, Duration::ZERO);
         let mut store = MapStore {
             loaded,
@@ -105,9 +106,13 @@ impl Tables {
             self.last_read
                 .insert(pid, (Instant::now(), reads.saturating_add(1)));
             self.reads += 1;
-            match self.manager.add_process(&mut store, pid) {
-                Ok(_) => read.push(pid),
-                Err(_) => self.failed_reads += 1,
+            let added = read_maps(pid).map(|maps| {
+                let added = self.manager.add_process_read(&mut store, pid, &maps);
+                (added, maps)
+            });
+            match added {
+                Ok((Ok(_), maps)) => read.push((pid, maps)),
+                _ => self.failed_reads += 1,
             }
         }
         if self.last_gc.elapsed() >= GC_INTERVAL {
@@ -151,13 +156,13 @@ impl Tables {
     /// set its end of code, which it does after mapping the program and its
     /// interpreter), so that its first stacks find their tables: the `-c`
     /// command, just released. Waits at most [`NEW_IMAGE_WAIT`].
-    /// Returns the processes whose mappings were read.
+    /// Returns the processes whose mappings were read, with their text.
     pub(super) fn add_new_image(
         &mut self,
         loaded: &Loaded,
         pid: u32,
         before: AddressSpace,
-    ) -> Vec<u32> {
+    ) -> Vec<(u32, String)> {
         let deadline = Instant::now() + NEW_IMAGE_WAIT;
         loop {
             match address_space(pid) {
