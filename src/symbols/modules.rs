@@ -34,6 +34,8 @@ pub struct ModuleIndex {
     read_at: HashMap<u32, Instant>,
     /// Pages of each process found in no mapping after a read.
     missing: HashMap<u32, HashSet<u64>>,
+    /// Mappings read by the index itself (not handed over).
+    reads: u64,
 }
 
 /// `start..end` of a process maps `path` from `file_offset`.
@@ -94,6 +96,7 @@ impl ModuleIndex {
     /// Reads the mappings of process `pid`; keeps the old ones when it is
     /// gone.
     pub fn refresh_process(&mut self, pid: u32) {
+        self.reads += 1;
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
         self.refresh_from(pid, &maps);
     }
@@ -130,6 +133,11 @@ impl ModuleIndex {
                 self.add_path_as(&path, &file);
             }
         }
+    }
+
+    /// How many times the index read a process's mappings itself.
+    pub fn reads(&self) -> u64 {
+        self.reads
     }
 
     /// Read the build id from `readable`, remember it under the name `shown`.

@@ -455,18 +455,27 @@ impl Recorder {
         }
     }
 
-    /// With `WPROF_TIMINGS`: the table builds started after the command was
-    /// released (files its start-up did not prepare) and the time spent
-    /// building after it, on standard error.
-    fn report_tables_after_release(&self) {
-        let after = (self.tables.as_ref()).and_then(Tables::after_release);
-        if let Some((started, build_time)) = after.filter(|_| crate::timings::enabled()) {
+    /// With `WPROF_TIMINGS`, on standard error: the table builds started
+    /// after the command was released (files its start-up did not
+    /// prepare) and the time spent building after it; how often processes'
+    /// mappings were read, by the tables' reader and by the module index.
+    fn report_tables(&self) {
+        let Some(tables) = self.tables.as_ref().filter(|_| crate::timings::enabled()) else {
+            return;
+        };
+        if let Some((started, build_time)) = tables.after_release() {
             crate::timings::note(&format!(
                 "unwind tables built after the command was released: {started} \
                  ({:.3} ms building after it)",
                 build_time.as_secs_f64() * 1e3
             ));
         }
+        crate::timings::note(&format!(
+            "process mappings read: {} for unwind tables ({} failed), {} more for symbols",
+            tables.reads,
+            tables.failed_reads,
+            self.modules.reads()
+        ));
     }
 
     /// At the end of the capture (its programs detached): processes what
@@ -486,7 +495,7 @@ impl Recorder {
             };
             if self.snapshots.is_empty() || !tables.building() || left.is_zero() {
                 tables.abandon_builds();
-                self.report_tables_after_release();
+                self.report_tables();
                 return Ok(());
             }
             tables.place_built(loaded, left.min(LAST_TABLES_POLL));
