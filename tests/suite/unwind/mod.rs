@@ -8,6 +8,7 @@ mod jit;
 mod kernel;
 mod offcpu_leaves;
 mod plt;
+mod prepared;
 mod proof;
 mod readelf;
 mod snapshots;
