@@ -8,7 +8,7 @@
 //! and the builds left are abandoned.
 //! Input: pids. Output: writes through a [`TableStore`] (the BPF maps).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -130,6 +130,12 @@ pub struct TableManager {
     files: HashMap<(String, u64), TableKey>,
     processes: HashMap<u32, Process>,
     builder: Builder<TableKey>,
+    /// Placed tables no process maps any more, oldest first: they stay
+    /// placed until their rows or ids are needed, so that the next process
+    /// of the same file (the next compiler of a build, the next run of a
+    /// command) finds its table ready instead of building and writing it
+    /// again.
+    idle: VecDeque<TableKey>,
     /// Whether the capture stopped (see [`TableManager::stop`]).
     stopped: bool,
     stats: ManagerStats,
@@ -159,6 +165,7 @@ impl TableManager {
             files: HashMap::new(),
             processes: HashMap::new(),
             builder,
+            idle: VecDeque::new(),
             stopped: false,
             stats: ManagerStats::default(),
             last_stamp: 0,
@@ -477,16 +484,23 @@ impl TableManager {
             let reason = format!("{rows} rows, more than a table may have ({MAX_TABLE_ROWS})");
             return no_room(&mut self.stats, reason);
         }
-        let Some(&id) = self.free_ids.last() else {
-            let reason = format!("{} tables are loaded already", self.limits.tables);
-            return no_room(&mut self.stats, reason);
+        while self.free_ids.is_empty() {
+            if !self.evict_idle(store)? {
+                let reason = format!("{} tables are loaded already", self.limits.tables);
+                return no_room(&mut self.stats, reason);
+            }
+        }
+        let first = loop {
+            if let Some(first) = self.rows.allocate(rows) {
+                break first;
+            }
+            if !self.evict_idle(store)? {
+                let (used, limit) = (self.rows.used(), self.limits.rows);
+                let reason = format!("{rows} rows do not fit ({used} of {limit} in use)");
+                return no_room(&mut self.stats, reason);
+            }
         };
-        let Some(first) = self.rows.allocate(rows) else {
-            let (used, limit) = (self.rows.used(), self.limits.rows);
-            let reason = format!("{rows} rows do not fit ({used} of {limit} in use)");
-            return no_room(&mut self.stats, reason);
-        };
-        self.free_ids.pop();
+        let id = self.free_ids.pop().expect("an id is free (above)");
         store
             .write_rows(first, &table.encoded())
             .map_err(store_error("table rows"))?;
@@ -501,11 +515,15 @@ impl TableManager {
 
     fn use_table(&mut self, key: &TableKey) {
         if let Some(table) = self.tables.get_mut(key) {
+            if table.users == 0 {
+                self.idle.retain(|idle| idle != key);
+            }
             table.users += 1;
         }
     }
 
-    /// Drops one user of a table; the last frees its rows and id.
+    /// Drops one user of a table; after the last, a placed table stays
+    /// placed, idle (until its room is needed), and any other is freed.
     fn release(&mut self, store: &mut impl TableStore, key: &TableKey) -> Result<(), ManagerError> {
         let Some(table) = self.tables.get_mut(key) else {
             return Ok(());
@@ -514,7 +532,27 @@ impl TableManager {
         if table.users > 0 {
             return Ok(());
         }
-        let table = self.tables.remove(key).expect("present above");
+        if matches!(table.state, TableState::Loaded(..)) {
+            self.idle.push_back(key.clone());
+            return Ok(());
+        }
+        self.free(store, key)
+    }
+
+    /// Frees the oldest idle table; false when none is idle.
+    fn evict_idle(&mut self, store: &mut impl TableStore) -> Result<bool, ManagerError> {
+        let Some(key) = self.idle.pop_front() else {
+            return Ok(false);
+        };
+        self.free(store, &key)?;
+        Ok(true)
+    }
+
+    /// Forgets a table no process maps, freeing its rows and id.
+    fn free(&mut self, store: &mut impl TableStore, key: &TableKey) -> Result<(), ManagerError> {
+        let Some(table) = self.tables.remove(key) else {
+            return Ok(());
+        };
         self.files.retain(|_, k| k != key);
         if let TableState::Loaded(id, first, rows, _) = table.state {
             store
@@ -663,7 +701,8 @@ mod tests {
 
     /// Adding this process loads a table for its executable and libc and
     /// writes sorted mappings; adding it again shares the tables; removing
-    /// it frees everything but the peak of rows and the code they covered.
+    /// it leaves them placed but idle (a later process of the same files
+    /// finds them without a build), freed when their room is needed.
     #[test]
     fn adds_shares_and_removes() {
         let pid = std::process::id();
@@ -688,14 +727,62 @@ mod tests {
             tables,
             "a re-read loaded tables twice"
         );
-        let (rows, text) = (manager.stats().rows, manager.stats().text_bytes);
+        let (rows, built) = (manager.stats().rows, manager.stats().built);
         manager.remove_process(&mut store, pid).expect("remove");
-        assert_eq!((manager.stats().tables, manager.stats().rows), (0, 0));
-        let stats = manager.stats();
-        assert_eq!((stats.peak_rows, stats.peak_text_bytes), (rows, text));
-        assert!(text > 0 && stats.text_bytes == 0, "{stats:?}");
         assert!(store.processes.is_empty());
+        assert_eq!(
+            (manager.stats().tables, manager.stats().rows),
+            (tables, rows)
+        );
+        assert_eq!(manager.idle.len(), tables, "every table idle");
+        manager
+            .add_process(&mut store, pid)
+            .expect("add after the remove");
+        assert_eq!(
+            manager.stats().built,
+            built,
+            "an idle table was built again"
+        );
+        assert!(manager.idle.is_empty());
+        manager
+            .remove_process(&mut store, pid)
+            .expect("remove again");
+        while manager.evict_idle(&mut store).expect("evict") {}
+        let stats = manager.stats();
+        assert_eq!((stats.tables, stats.rows, stats.text_bytes), (0, 0, 0));
+        assert_eq!(stats.peak_rows, rows);
         assert!(store.tables.values().all(|&(_, rows)| rows == 0));
+    }
+
+    /// An idle table gives its room to a table that needs it: with room
+    /// for one table, `/bin/sh` is placed after this process's tables went
+    /// idle, none dropped.
+    #[test]
+    fn idle_tables_give_way() {
+        let limits = UnwindLimits {
+            tables: 1,
+            ..UnwindLimits::default()
+        };
+        let mut store = FakeStore::default();
+        let mut manager = TableManager::building_in_place(limits);
+        let pid = std::process::id();
+        manager.add_process(&mut store, pid).expect("add");
+        assert_eq!(manager.stats().tables, 1);
+        manager.remove_process(&mut store, pid).expect("remove");
+        let dropped = manager.stats().dropped_tables;
+        manager
+            .prepare_file(std::path::Path::new("/bin/sh"))
+            .expect("prepare sh");
+        manager
+            .place_built(&mut store, Duration::ZERO)
+            .expect("place");
+        assert_eq!(
+            manager.stats().dropped_tables,
+            dropped,
+            "{:?}",
+            manager.stats()
+        );
+        assert_eq!((manager.stats().tables, manager.idle.len()), (1, 0));
     }
 
     /// A file prepared before any process maps it is placed at once, found
@@ -723,6 +810,7 @@ mod tests {
             .collect();
         assert!(missing.is_empty(), "{missing:?}");
         manager.remove_process(&mut store, pid).expect("remove");
+        while manager.evict_idle(&mut store).expect("evict") {}
         assert_eq!(manager.stats().tables, 1, "the prepared table was freed");
         let not_elf = manager.prepare_file(std::path::Path::new("/proc/self/status"));
         assert!(not_elf.is_err());
