@@ -1,7 +1,8 @@
 //! The table manager (user space): builds one table per file (by build id)
 //! on a worker thread, shares it between every process mapping the file,
 //! places it in the rows map within its bound (a table that does not fit is
-//! counted and its mappings fall back to frame pointers), and keeps one
+//! counted and its mappings fall back to frame pointers; one no process
+//! maps any more stays placed until its room is needed), and keeps one
 //! mappings entry per process, written when the process is added, written
 //! again when a table it waits for is placed, and removed when it exits.
 //! Once the capture stops, tables are held for walking stack copies only,

@@ -6,7 +6,8 @@
 //! missing or stale (`NO_PROCESS`: never added, or exec'd since) or that
 //! it ran code mapped since its mappings were read (`UNKNOWN_MAPPING`:
 //! `dlopen`, JIT). Signals are rate-limited per process; processes that
-//! are gone are forgotten every second, freeing tables no one maps.
+//! are gone are forgotten every second (tables no one maps then stay
+//! placed, idle, until their room is needed).
 //!
 //! Input: signals from the stacks the recorder decodes. Output: writes to
 //! the unwinder's maps through the table manager, and the counts of how
