@@ -51,6 +51,14 @@ pub fn step(name: &str) {
     eprintln!("{}", line(name, delta, at));
 }
 
+/// Prints `wprof: timing: TEXT` when timings are on: a figure that is not
+/// a start-up step (the table work inside a traced command's run).
+pub fn note(text: &str) {
+    if enabled() {
+        eprintln!("wprof: timing: {text}");
+    }
+}
+
 /// Whether steps are being timed (to skip work done only to report them).
 pub fn enabled() -> bool {
     MAIN_AT.get().is_some()

@@ -40,6 +40,8 @@ pub struct ModuleIndex {
     /// Code the unwinder found mapped in each process through the kernel,
     /// for addresses no mapping as read holds.
     found: HashMap<u32, Vec<Mapping>>,
+    /// Mappings read by the index itself (not handed over).
+    reads: u64,
 }
 
 /// `start..end` of a process maps `path` (a file) from `file_offset`, as
@@ -125,9 +127,17 @@ impl ModuleIndex {
     /// Reads the mappings of process `pid`; keeps the old ones when it is
     /// gone.
     pub fn refresh_process(&mut self, pid: u32) {
-        let now = Instant::now();
-        self.read_at.insert(pid, now);
+        self.reads += 1;
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        self.refresh_from(pid, &maps);
+    }
+
+    /// Takes `maps`, the text of process `pid`'s `/proc/PID/maps` just
+    /// read (by the unwind tables' reader), as its mappings; keeps the old
+    /// ones when it is empty (the process is gone). Files not seen before
+    /// have their build ids read.
+    pub fn refresh_from(&mut self, pid: u32, maps: &str) {
+        self.read_at.insert(pid, Instant::now());
         let mut mappings: Vec<Mapping> = maps.lines().filter_map(parse_mapping).collect();
         if mappings.is_empty() {
             return;
@@ -138,18 +148,27 @@ impl ModuleIndex {
                 mapping.path.clone_from(&perf_map);
             }
         }
+        // Only paths not seen before: a system-wide capture reads busy
+        // processes' mappings again and again, and each path through
+        // `/proc/PID/root` costs a lookup.
         let files: HashSet<String> = (mappings.iter())
             .filter(|m| m.path.starts_with('/') && !super::perf_map::is_perf_map(&m.path))
+            .filter(|m| !self.paths.contains_key(&m.path))
             .map(|m| m.path.clone())
             .collect();
         self.processes.insert(pid, mappings);
         for file in files {
             // Through the process's root, so files in other mount namespaces resolve.
             let path = format!("/proc/{pid}/root{file}");
-            if std::path::Path::new(&path).exists() && !self.paths.contains_key(&file) {
+            if std::path::Path::new(&path).exists() {
                 self.add_path_as(&path, &file);
             }
         }
+    }
+
+    /// How many times the index read a process's mappings itself.
+    pub fn reads(&self) -> u64 {
+        self.reads
     }
 
     /// Read the build id from `readable`, remember it under the name `shown`.

@@ -1,7 +1,8 @@
 //! The table manager (user space): builds one table per file (by build id)
 //! on a worker thread, shares it between every process mapping the file,
 //! places it in the rows map within its bound (a table that does not fit is
-//! counted and its mappings fall back to frame pointers), and keeps one
+//! counted and its mappings fall back to frame pointers; one no process
+//! maps any more stays placed until its room is needed), and keeps one
 //! mappings entry per process, written when the process is added, written
 //! again when a table it waits for is placed, and removed when it exits.
 //! Every loaded table is also indexed by the device and inode of its files,
@@ -10,7 +11,7 @@
 //! and the builds left are abandoned.
 //! Input: pids. Output: writes through a [`TableStore`] (the BPF maps).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +23,7 @@ use super::maps::{
     MAX_MAPPINGS, MAX_TABLE_ROWS, NO_TABLE, TABLE_PENDING, UnwindLimits, process_mappings as pm,
 };
 use super::proc_maps::{
-    AddressSpace, ExecMapping, address_space, exec_mappings, file_identity, kernel_device,
+    AddressSpace, ExecMapping, address_space, file_identity, kernel_device, parse_maps, read_maps,
 };
 use super::snapshot::{CodeLookup, CodeMap};
 use super::table::UnwindTable;
@@ -67,7 +68,8 @@ pub struct ManagerStats {
     /// may be 0).
     pub peak_rows: u32,
     pub peak_text_bytes: u64,
-    /// Tables built (each file once).
+    /// Table builds started, and tables built (each file once).
+    pub started: usize,
     pub built: usize,
     /// Tables that did not fit the rows map or the table limit (their
     /// mappings use frame pointers).
@@ -151,6 +153,12 @@ pub struct TableManager {
     index_stale: bool,
     processes: HashMap<u32, Process>,
     builder: Builder<TableKey>,
+    /// Placed tables no process maps any more, oldest first: they stay
+    /// placed until their rows or ids are needed, so that the next process
+    /// of the same file (the next compiler of a build, the next run of a
+    /// command) finds its table ready instead of building and writing it
+    /// again.
+    idle: VecDeque<TableKey>,
     /// Whether the capture stopped (see [`TableManager::stop`]).
     stopped: bool,
     stats: ManagerStats,
@@ -181,6 +189,7 @@ impl TableManager {
             index_stale: false,
             processes: HashMap::new(),
             builder,
+            idle: VecDeque::new(),
             stopped: false,
             stats: ManagerStats::default(),
             last_stamp: 0,
@@ -222,9 +231,21 @@ impl TableManager {
         store: &mut impl TableStore,
         pid: u32,
     ) -> Result<ProcessReport, ManagerError> {
-        let read = |source| ManagerError::Mappings { pid, source };
-        let mappings = exec_mappings(pid).map_err(read)?;
-        let identity = address_space(pid).map_err(read)?;
+        let maps = read_maps(pid).map_err(|source| ManagerError::Mappings { pid, source })?;
+        self.add_process_read(store, pid, &maps)
+    }
+
+    /// [`TableManager::add_process`] with `maps`, the text of its
+    /// `/proc/PID/maps` just read.
+    pub fn add_process_read(
+        &mut self,
+        store: &mut impl TableStore,
+        pid: u32,
+        maps: &str,
+    ) -> Result<ProcessReport, ManagerError> {
+        let mappings = parse_maps(maps);
+        let identity =
+            address_space(pid).map_err(|source| ManagerError::Mappings { pid, source })?;
         let kept = mappings.len().min(MAX_MAPPINGS as usize);
         self.stats.dropped_mappings += mappings.len() - kept;
         let mut process = Process {
@@ -507,6 +528,7 @@ impl TableManager {
             },
         );
         self.builder.start(key.clone(), image);
+        self.stats.started += 1;
         key
     }
 
@@ -540,16 +562,23 @@ impl TableManager {
             let reason = format!("{rows} rows, more than a table may have ({MAX_TABLE_ROWS})");
             return no_room(&mut self.stats, reason);
         }
-        let Some(&id) = self.free_ids.last() else {
-            let reason = format!("{} tables are loaded already", self.limits.tables);
-            return no_room(&mut self.stats, reason);
+        while self.free_ids.is_empty() {
+            if !self.evict_idle(store)? {
+                let reason = format!("{} tables are loaded already", self.limits.tables);
+                return no_room(&mut self.stats, reason);
+            }
+        }
+        let first = loop {
+            if let Some(first) = self.rows.allocate(rows) {
+                break first;
+            }
+            if !self.evict_idle(store)? {
+                let (used, limit) = (self.rows.used(), self.limits.rows);
+                let reason = format!("{rows} rows do not fit ({used} of {limit} in use)");
+                return no_room(&mut self.stats, reason);
+            }
         };
-        let Some(first) = self.rows.allocate(rows) else {
-            let (used, limit) = (self.rows.used(), self.limits.rows);
-            let reason = format!("{rows} rows do not fit ({used} of {limit} in use)");
-            return no_room(&mut self.stats, reason);
-        };
-        self.free_ids.pop();
+        let id = self.free_ids.pop().expect("an id is free (above)");
         store
             .write_rows(first, &table.encoded())
             .map_err(store_error("table rows"))?;
@@ -564,11 +593,15 @@ impl TableManager {
 
     fn use_table(&mut self, key: &TableKey) {
         if let Some(table) = self.tables.get_mut(key) {
+            if table.users == 0 {
+                self.idle.retain(|idle| idle != key);
+            }
             table.users += 1;
         }
     }
 
-    /// Drops one user of a table; the last frees its rows and id.
+    /// Drops one user of a table; after the last, a placed table stays
+    /// placed, idle (until its room is needed), and any other is freed.
     fn release(&mut self, store: &mut impl TableStore, key: &TableKey) -> Result<(), ManagerError> {
         let Some(table) = self.tables.get_mut(key) else {
             return Ok(());
@@ -577,7 +610,28 @@ impl TableManager {
         if table.users > 0 {
             return Ok(());
         }
-        let table = self.tables.remove(key).expect("present above");
+        if matches!(table.state, TableState::Loaded(..)) {
+            self.idle.push_back(key.clone());
+            return Ok(());
+        }
+        self.free(store, key)
+    }
+
+    /// Frees the oldest idle table; false when none is idle.
+    fn evict_idle(&mut self, store: &mut impl TableStore) -> Result<bool, ManagerError> {
+        let Some(key) = self.idle.pop_front() else {
+            return Ok(false);
+        };
+        self.free(store, &key)?;
+        Ok(true)
+    }
+
+    /// Forgets a table no process maps, freeing its rows and id, and its
+    /// files' entries in the unwinder's file index.
+    fn free(&mut self, store: &mut impl TableStore, key: &TableKey) -> Result<(), ManagerError> {
+        let Some(table) = self.tables.remove(key) else {
+            return Ok(());
+        };
         for ((device, inode), _) in (self.files.iter()).filter(|(_, f)| &f.key == key && f.indexed)
         {
             if let Some(dev) = kernel_device(device) {
@@ -711,6 +765,7 @@ fn write_entry(value: &mut [u8], index: usize, mapping: &ExecMapping, bias: u64,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::unwind::proc_maps::exec_mappings;
 
     /// Keeps what the manager writes, as the maps would.
     #[derive(Default)]
@@ -753,7 +808,8 @@ mod tests {
 
     /// Adding this process loads a table for its executable and libc and
     /// writes sorted mappings; adding it again shares the tables; removing
-    /// it frees everything but the peak of rows and the code they covered.
+    /// it leaves them placed but idle (a later process of the same files
+    /// finds them without a build), freed when their room is needed.
     #[test]
     fn adds_shares_and_removes() {
         let pid = std::process::id();
@@ -778,14 +834,62 @@ mod tests {
             tables,
             "a re-read loaded tables twice"
         );
-        let (rows, text) = (manager.stats().rows, manager.stats().text_bytes);
+        let (rows, built) = (manager.stats().rows, manager.stats().built);
         manager.remove_process(&mut store, pid).expect("remove");
-        assert_eq!((manager.stats().tables, manager.stats().rows), (0, 0));
-        let stats = manager.stats();
-        assert_eq!((stats.peak_rows, stats.peak_text_bytes), (rows, text));
-        assert!(text > 0 && stats.text_bytes == 0, "{stats:?}");
         assert!(store.processes.is_empty());
+        assert_eq!(
+            (manager.stats().tables, manager.stats().rows),
+            (tables, rows)
+        );
+        assert_eq!(manager.idle.len(), tables, "every table idle");
+        manager
+            .add_process(&mut store, pid)
+            .expect("add after the remove");
+        assert_eq!(
+            manager.stats().built,
+            built,
+            "an idle table was built again"
+        );
+        assert!(manager.idle.is_empty());
+        manager
+            .remove_process(&mut store, pid)
+            .expect("remove again");
+        while manager.evict_idle(&mut store).expect("evict") {}
+        let stats = manager.stats();
+        assert_eq!((stats.tables, stats.rows, stats.text_bytes), (0, 0, 0));
+        assert_eq!(stats.peak_rows, rows);
         assert!(store.tables.values().all(|&(_, rows)| rows == 0));
+    }
+
+    /// An idle table gives its room to a table that needs it: with room
+    /// for one table, `/bin/sh` is placed after this process's tables went
+    /// idle, none dropped.
+    #[test]
+    fn idle_tables_give_way() {
+        let limits = UnwindLimits {
+            tables: 1,
+            ..UnwindLimits::default()
+        };
+        let mut store = FakeStore::default();
+        let mut manager = TableManager::building_in_place(limits);
+        let pid = std::process::id();
+        manager.add_process(&mut store, pid).expect("add");
+        assert_eq!(manager.stats().tables, 1);
+        manager.remove_process(&mut store, pid).expect("remove");
+        let dropped = manager.stats().dropped_tables;
+        manager
+            .prepare_file(std::path::Path::new("/bin/sh"))
+            .expect("prepare sh");
+        manager
+            .place_built(&mut store, Duration::ZERO)
+            .expect("place");
+        assert_eq!(
+            manager.stats().dropped_tables,
+            dropped,
+            "{:?}",
+            manager.stats()
+        );
+        assert_eq!((manager.stats().tables, manager.idle.len()), (1, 0));
     }
 
     /// A file prepared before any process maps it is placed at once, found
@@ -813,6 +917,7 @@ mod tests {
             .collect();
         assert!(missing.is_empty(), "{missing:?}");
         manager.remove_process(&mut store, pid).expect("remove");
+        while manager.evict_idle(&mut store).expect("evict") {}
         assert_eq!(manager.stats().tables, 1, "the prepared table was freed");
         let not_elf = manager.prepare_file(std::path::Path::new("/proc/self/status"));
         assert!(not_elf.is_err());
@@ -822,7 +927,7 @@ mod tests {
     /// the offset-to-address difference that gives a pc's ELF address from
     /// a memory area's start and offset as the process entry's bias does;
     /// a prepared file is indexed as its path's file and named by it; the
-    /// index goes with the table.
+    /// index goes with the table (idle ones keep it until freed).
     #[test]
     fn indexes_tables_by_file() {
         let mut store = FakeStore::default();
@@ -847,6 +952,10 @@ mod tests {
             Some(&*libc.path)
         );
         manager.remove_process(&mut store, pid).expect("remove");
+        // An idle table stays placed, and so does its file's entry, until
+        // its room is needed.
+        assert!(store.files.contains_key(&(dev, libc.inode)));
+        while manager.evict_idle(&mut store).expect("evict") {}
         assert!(store.files.is_empty(), "{:?}", store.files);
 
         let path = std::path::Path::new(&libc.path);

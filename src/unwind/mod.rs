@@ -14,6 +14,7 @@ pub mod bpf;
 pub mod builder;
 pub mod cfi;
 pub mod layout;
+pub mod loader_search;
 pub mod manager;
 pub mod maps;
 pub mod proc_maps;

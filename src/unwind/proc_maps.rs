@@ -33,8 +33,13 @@ impl ExecMapping {
 
 /// Reads the executable mappings of `pid`, ascending by address.
 pub fn exec_mappings(pid: u32) -> std::io::Result<Vec<ExecMapping>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-    Ok(parse_maps(&text))
+    Ok(parse_maps(&read_maps(pid)?))
+}
+
+/// The text of `/proc/PID/maps` (the kernel formats every mapping's path
+/// on each read: read it once for every user of one moment's mappings).
+pub fn read_maps(pid: u32) -> std::io::Result<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
 }
 
 /// Parses `/proc/PID/maps` text, keeping executable mappings; malformed

@@ -451,6 +451,37 @@ impl Recorder {
         }
     }
 
+    /// The traced command runs from now on: table work after this is
+    /// inside its run (`tables built after the command was released`).
+    pub fn command_released(&mut self) {
+        if let Some(tables) = &mut self.tables {
+            tables.command_released();
+        }
+    }
+
+    /// With `WPROF_TIMINGS`, on standard error: the table builds started
+    /// after the command was released (files its start-up did not
+    /// prepare) and the time spent building after it; how often processes'
+    /// mappings were read, by the tables' reader and by the module index.
+    fn report_tables(&self) {
+        let Some(tables) = self.tables.as_ref().filter(|_| crate::timings::enabled()) else {
+            return;
+        };
+        if let Some((started, build_time)) = tables.after_release() {
+            crate::timings::note(&format!(
+                "unwind tables built after the command was released: {started} \
+                 ({:.3} ms building after it)",
+                build_time.as_secs_f64() * 1e3
+            ));
+        }
+        crate::timings::note(&format!(
+            "process mappings read: {} for unwind tables ({} failed), {} more for symbols",
+            tables.reads,
+            tables.failed_reads,
+            self.modules.reads()
+        ));
+    }
+
     /// At the end of the capture (its programs detached): processes what
     /// is left, waiting up to `wait` while stack copies wait for tables
     /// being built (held in memory: the maps are read no more), then
@@ -468,6 +499,7 @@ impl Recorder {
             };
             if self.snapshots.is_empty() || !tables.building() || left.is_zero() {
                 tables.abandon_builds();
+                self.report_tables();
                 return Ok(());
             }
             tables.place_built(loaded, left.min(LAST_TABLES_POLL));
@@ -518,9 +550,9 @@ impl Recorder {
     /// stack its tables walk wakes no one at once (only a kernel walk or
     /// unknown code does), and its process may be gone, with its mappings,
     /// before the recorder sees it.
-    fn read_modules_of(&mut self, pids: &[u32]) {
-        for &pid in pids {
-            self.modules.refresh_process(pid);
+    fn read_modules_of(&mut self, read: &[(u32, String)]) {
+        for (pid, maps) in read {
+            self.modules.refresh_from(*pid, maps);
         }
     }
 

@@ -6,8 +6,9 @@
 //! missing or stale (`NO_PROCESS`: never added, or exec'd since) or that
 //! it ran code mapped since its mappings were read (`UNKNOWN_MAPPING`:
 //! `dlopen`, JIT; `KERNEL_VMA`: walked with its file's table all the same,
-//! the area noted for naming its frames). Signals are rate-limited per process; processes that
-//! are gone are forgotten every second, freeing tables no one maps.
+//! the area noted for naming its frames). Signals are rate-limited per
+//! process; processes that are gone are forgotten every second (tables no
+//! one maps then stay placed, idle, until their room is needed).
 //!
 //! Input: signals from the stacks the recorder decodes. Output: writes to
 //! the unwinder's maps through the table manager, and the counts of how
@@ -25,7 +26,7 @@ use crate::runtime::bpf::loader::Loaded;
 use crate::unwind::manager::{ManagerStats, ProcessCode, TableManager};
 use crate::unwind::maps::found_vma::{self, FoundVma};
 use crate::unwind::maps::{UnwindLimits, UnwindMaps, flags};
-use crate::unwind::proc_maps::{AddressSpace, address_space, device_name};
+use crate::unwind::proc_maps::{AddressSpace, address_space, device_name, read_maps};
 use crate::unwind::program_files::startup_files;
 use crate::unwind::sampler::MapStore;
 
@@ -59,6 +60,9 @@ pub(super) struct Tables {
     pub(super) failed_reads: u64,
     /// Process reads (first adds and re-reads).
     pub(super) reads: u64,
+    /// The builds started and the build time when the `-c` command was
+    /// released: the table work after it is the work inside its run.
+    at_release: Option<(usize, Duration)>,
 }
 
 impl Tables {
@@ -73,6 +77,7 @@ impl Tables {
             held: HashSet::new(),
             failed_reads: 0,
             reads: 0,
+            at_release: None,
         }
     }
 
@@ -117,8 +122,9 @@ impl Tables {
     }
 
     /// Reads the wanted processes and forgets those that are gone; returns
-    /// the processes whose mappings were read.
-    pub(super) fn update(&mut self, loaded: &Loaded) -> Vec<u32> {
+    /// the processes whose mappings were read, with the text read (the
+    /// module index takes the same).
+    pub(super) fn update(&mut self, loaded: &Loaded) -> Vec<(u32, String)> {
         self.place_built(loaded, Duration::ZERO);
         let mut store = MapStore {
             loaded,
@@ -133,9 +139,13 @@ impl Tables {
             self.last_read
                 .insert(pid, (Instant::now(), reads.saturating_add(1)));
             self.reads += 1;
-            match self.manager.add_process(&mut store, pid) {
-                Ok(_) => read.push(pid),
-                Err(_) => self.failed_reads += 1,
+            let added = read_maps(pid).map(|maps| {
+                let added = self.manager.add_process_read(&mut store, pid, &maps);
+                (added, maps)
+            });
+            match added {
+                Ok((Ok(_), maps)) => read.push((pid, maps)),
+                _ => self.failed_reads += 1,
             }
         }
         if self.last_gc.elapsed() >= GC_INTERVAL {
@@ -179,13 +189,13 @@ impl Tables {
     /// set its end of code, which it does after mapping the program and its
     /// interpreter), so that its first stacks find their tables: the `-c`
     /// command, just released. Waits at most [`NEW_IMAGE_WAIT`].
-    /// Returns the processes whose mappings were read.
+    /// Returns the processes whose mappings were read, with their text.
     pub(super) fn add_new_image(
         &mut self,
         loaded: &Loaded,
         pid: u32,
         before: AddressSpace,
-    ) -> Vec<u32> {
+    ) -> Vec<(u32, String)> {
         let deadline = Instant::now() + NEW_IMAGE_WAIT;
         loop {
             match address_space(pid) {
@@ -239,6 +249,24 @@ impl Tables {
 
     pub(super) fn stats(&self) -> &ManagerStats {
         self.manager.stats()
+    }
+
+    /// The `-c` command runs from now on.
+    pub(super) fn command_released(&mut self) {
+        let stats = self.manager.stats();
+        self.at_release = Some((stats.started, stats.build_time));
+    }
+
+    /// Table builds started since the command was released, and the time
+    /// spent building since (builds started before and finished after
+    /// included); `None` when no command was released.
+    pub(super) fn after_release(&self) -> Option<(usize, Duration)> {
+        let (started, build_time) = self.at_release?;
+        let stats = self.manager.stats();
+        Some((
+            stats.started.saturating_sub(started),
+            stats.build_time.saturating_sub(build_time),
+        ))
     }
 }
 

@@ -266,6 +266,9 @@ pub fn run(
             command: options.command.as_deref().unwrap_or_default().join(" "),
             source,
         })?;
+    if let Some(recorder) = receiver.recorder.as_mut().filter(|_| running.is_some()) {
+        recorder.command_released();
+    }
     if options.notify_attached {
         eprintln!("{NOTIFY_ATTACHED}");
     }

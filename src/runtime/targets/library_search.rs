@@ -224,7 +224,7 @@ fn library_in_dir(dir: &Path, name: &str) -> Option<PathBuf> {
         .find(|p| is_elf(p))
 }
 
-const LD_CACHE: &str = "/etc/ld.so.cache";
+pub(crate) const LD_CACHE: &str = "/etc/ld.so.cache";
 
 /// The first cache entry for this machine's architecture that matches `name`.
 fn library_in_cache(name: &str) -> Option<PathBuf> {
@@ -249,7 +249,7 @@ pub(crate) struct LdCacheEntry {
 
 impl LdCacheEntry {
     /// An ELF library for the architecture this program was built for.
-    fn is_native(&self) -> bool {
+    pub(crate) fn is_native(&self) -> bool {
         const FLAG_ELF: u32 = 0x01;
         const FLAG_ELF_LIBC6: u32 = 0x03;
         let kind = self.flags & 0xff;

@@ -9,6 +9,7 @@ mod kernel;
 mod late_libc;
 mod offcpu_leaves;
 mod plt;
+mod prepared;
 mod proof;
 mod readelf;
 mod snapshots;
