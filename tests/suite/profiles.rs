@@ -172,9 +172,19 @@ fn check_folded(lines: &[(String, u64)], worker: &Value) {
         .collect();
     // A stack whose kernel or user half the stack maps lost still has the other.
     let nanosleep = |s: &str| s.contains("clock_nanosleep_[o]") || s.contains("do_nanosleep_[o]");
-    let spinning = weight(&mine, |s| s.contains("spin_here_[c]"));
+    let spinning = weight(&mine, |s| s.contains("spin_here_[c]")) as f64;
     let on_cpu = field(worker, "oncpu_ns");
-    assert_near(spinning as f64, on_cpu, 0.10, "spin_here on-CPU weight");
+    // Samples do not need the switches: time the report could not place
+    // (a switch the kernel never delivered, `check_report`) may be on-CPU
+    // time they saw (seen in CI: 300 samples of 1 ms against 266 ms on-CPU).
+    let unknown = field(worker, "unknown_ns");
+    let credited = on_cpu + unknown.min((spinning - on_cpu).max(0.0));
+    assert_near(
+        spinning,
+        credited,
+        0.10,
+        &format!("spin_here on-CPU weight (report row {worker})"),
+    );
     // A sleep's off-CPU interval runs to the switch-in: its sleep, then its
     // wait for a CPU after the wake-up (part of the thread's runnable time).
     let sleeping = weight(&mine, nanosleep) as f64;
