@@ -30,6 +30,11 @@ fi
 if [ ! -d /sys/kernel/tracing/events ]; then
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 fi
+# Nor debugfs, whose tracing directory bpftrace's runtime tests read
+# (/sys/kernel/debug/tracing/trace: the debugf tests).
+if [ ! -d /sys/kernel/debug/tracing ]; then
+  mount -t debugfs nodev /sys/kernel/debug 2>/dev/null || true
+fi
 # The official Perfetto trace schema, the oracle of the trace tests.
 python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null ||
   python3 -m pip install -q perfetto
