@@ -165,7 +165,7 @@ pub fn window_as_read(capture: &Capture<'_>) -> (Window, Result<(), CaptureError
                 last = Some(event.ts_ns);
                 ControlFlow::Continue(())
             });
-            (last.map_or(0, |ts| ts + 1), read)
+            (last.map_or(0, |ts| ts.saturating_add(1)), read)
         }
     };
     let start_ns = capture.filter.start_ns.unwrap_or(0).min(captured_ns);
@@ -182,6 +182,19 @@ mod tests {
     use crate::render::filter::Filter;
     use crate::render::source::FakeCapture;
     use crate::render::system_fixture::{MS, US, system};
+
+    /// An unfinished capture's window ends after its last event, even one
+    /// stamped at the end of time (a damaged file the fuzzer made).
+    #[test]
+    fn unfinished_window_ends_after_the_last_event() {
+        let (mut c, t) = system();
+        c.stats = None;
+        let record = c.events[0].record;
+        c.add_event(u64::MAX, t.sleeper, record, vec![]);
+        let (window, read) = window_as_read(&Capture::test(&c, Filter::default()));
+        assert!(read.is_ok());
+        assert_eq!((window.start_ns, window.end_ns), (0, u64::MAX));
+    }
 
     /// Switches, wake-ups, exits and samples translate with their tasks,
     /// reasons and off-CPU stacks; other records do not.
