@@ -8,7 +8,7 @@
 
 use crate::capture::model::CaptureSettings;
 use crate::render::format::whole_duration;
-use crate::tracking::options::{DEFAULT_TIMER_HZ, TimerMean, TimerRate, parse_timer_rate};
+use crate::tracking::options::{DEFAULT_TIMER_HZ, TimerEvery, TimerRate, parse_timer_rate};
 use crate::tracking::when::parse_duration;
 
 /// The stacks a capture asked for.
@@ -59,8 +59,8 @@ impl RecordedStacks {
     /// The timer's rate in Hz as given, or its period's (rounded).
     pub fn timer_hz(&self) -> Option<u64> {
         self.timer.map(|rate| match rate.mean {
-            TimerMean::Hz(hz) => hz,
-            TimerMean::PeriodNs(ns) => (1_000_000_000 + ns / 2) / ns,
+            TimerEvery::Hz(hz) => hz,
+            TimerEvery::PeriodNs(ns) => (1_000_000_000 + ns / 2) / ns,
         })
     }
 

@@ -158,23 +158,17 @@ const MAX_TIMER_TICKS_HZ: u64 = 100_000;
 /// when the last one was, at the cost of `dither` times the interrupts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TimerRate {
-    pub mean: TimerMean,
+    /// How often it samples on average.
+    pub mean: TimerEvery,
     /// 1: every tick is a sample.
     pub dither: u64,
 }
 
-/// How often a timer samples on average: `Nhz`, or one sample every so
-/// many nanoseconds of a CPU's time (`10ms`; bcc `profile -c COUNT`, whose
-/// count of the `cpu-clock` event is nanoseconds).
+/// How often a timer fires: `Nhz`, or once every so many nanoseconds of a
+/// CPU's time (`10ms`; bcc `profile -c COUNT`, whose count of the
+/// `cpu-clock` event is nanoseconds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TimerMean {
-    Hz(u64),
-    PeriodNs(u64),
-}
-
-/// How the timer's perf event ticks (`dither` times as often as it samples).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TimerTicks {
+pub enum TimerEvery {
     Hz(u64),
     PeriodNs(u64),
 }
@@ -182,24 +176,25 @@ pub enum TimerTicks {
 impl TimerRate {
     pub const fn new(hz: u64) -> Self {
         TimerRate {
-            mean: TimerMean::Hz(hz),
+            mean: TimerEvery::Hz(hz),
             dither: 1,
         }
     }
 
-    /// How often the timer ticks.
-    pub fn ticks(&self) -> TimerTicks {
+    /// How often the timer's perf event ticks (`dither` times as often as
+    /// it samples).
+    pub fn ticks(&self) -> TimerEvery {
         match self.mean {
-            TimerMean::Hz(hz) => TimerTicks::Hz(hz * self.dither),
-            TimerMean::PeriodNs(ns) => TimerTicks::PeriodNs(ns / self.dither),
+            TimerEvery::Hz(hz) => TimerEvery::Hz(hz * self.dither),
+            TimerEvery::PeriodNs(ns) => TimerEvery::PeriodNs(ns / self.dither),
         }
     }
 
     /// The CPU time one sample stands for.
     pub fn period_ns(&self) -> u64 {
         match self.mean {
-            TimerMean::Hz(hz) => 1_000_000_000 / hz.max(1),
-            TimerMean::PeriodNs(ns) => ns,
+            TimerEvery::Hz(hz) => 1_000_000_000 / hz.max(1),
+            TimerEvery::PeriodNs(ns) => ns,
         }
     }
 }
@@ -207,8 +202,8 @@ impl TimerRate {
 impl fmt::Display for TimerRate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.mean {
-            TimerMean::Hz(hz) => write!(f, "{hz}hz")?,
-            TimerMean::PeriodNs(ns) => f.write_str(&whole_duration(ns))?,
+            TimerEvery::Hz(hz) => write!(f, "{hz}hz")?,
+            TimerEvery::PeriodNs(ns) => f.write_str(&whole_duration(ns))?,
         }
         match self.dither {
             1 => Ok(()),
@@ -329,18 +324,18 @@ pub fn parse_timer_rate(text: &str) -> Result<TimerRate, String> {
     };
     let positive = |digits: &str| digits.parse().ok().filter(|&n: &u64| n > 0);
     let mean = match rate.strip_suffix("hz") {
-        Some(digits) => TimerMean::Hz(positive(digits).ok_or_else(|| not_a_timer_rate(rate))?),
-        None => TimerMean::PeriodNs(parse_period_ns(rate).ok_or_else(|| not_a_timer_rate(rate))?),
+        Some(digits) => TimerEvery::Hz(positive(digits).ok_or_else(|| not_a_timer_rate(rate))?),
+        None => TimerEvery::PeriodNs(parse_period_ns(rate).ok_or_else(|| not_a_timer_rate(rate))?),
     };
     let timer = TimerRate { mean, dither };
     let too_fast = match timer.ticks() {
-        TimerTicks::Hz(hz) => hz > MAX_TIMER_TICKS_HZ,
-        TimerTicks::PeriodNs(ns) => ns < 1_000_000_000 / MAX_TIMER_TICKS_HZ,
+        TimerEvery::Hz(hz) => hz > MAX_TIMER_TICKS_HZ,
+        TimerEvery::PeriodNs(ns) => ns < 1_000_000_000 / MAX_TIMER_TICKS_HZ,
     };
     if too_fast {
         let ticks = match timer.ticks() {
-            TimerTicks::Hz(hz) => format!("{hz} Hz"),
-            TimerTicks::PeriodNs(ns) => format!("every {}", whole_duration(ns)),
+            TimerEvery::Hz(hz) => format!("{hz} Hz"),
+            TimerEvery::PeriodNs(ns) => format!("every {}", whole_duration(ns)),
         };
         return Err(format!(
             "`{rate}` dithered {dither} times ticks at {ticks}, over the kernel's \

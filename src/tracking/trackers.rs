@@ -6,7 +6,7 @@
 use crate::capture::model::RecordOrigin;
 use crate::driver::Source;
 use crate::tracking::Tracking;
-use crate::tracking::options::{Feature, StackKind, TimerRate, TimerTicks};
+use crate::tracking::options::{Feature, StackKind, TimerEvery, TimerRate};
 use crate::vocab::PerfSample;
 
 /// The script of a feature's tracker.
@@ -63,8 +63,8 @@ pub fn sources(tracking: &Tracking) -> Result<Vec<Source>, String> {
 /// event `profile:` probes open).
 fn timer_sampler(rate: TimerRate) -> String {
     let probe = match rate.ticks() {
-        TimerTicks::Hz(hz) => format!("profile:hz:{hz}"),
-        TimerTicks::PeriodNs(ns) => format!("software:cpu-clock:{ns}"),
+        TimerEvery::Hz(hz) => format!("profile:hz:{hz}"),
+        TimerEvery::PeriodNs(ns) => format!("software:cpu-clock:{ns}"),
     };
     let keep = match rate.dither {
         1 => String::new(),
