@@ -176,7 +176,8 @@ fn check_runs_against_the_benchmark(
 }
 
 /// A/B: a build whose request is 15% longer and whose compact() takes 10%
-/// more CPU fails its p50, p99 and function gates (`SLOWER_GATED`) with exit status 1, each
+/// more CPU fails its gates (`SLOWER_GATED`: the p50's always, the p99's
+/// and the function's as their power allows) with exit status 1, each
 /// gate named `FAIL` or `pass` on stderr and in every report as the JSON
 /// says; the values agree with the benchmark's own measurements.
 /// Like any performance gate it needs a machine doing nothing else:
@@ -216,13 +217,23 @@ fn ci_recipe_fails_a_slower_build() {
         let row = format!("| {md} | `--fail-if {expression}` |");
         assert!(markdown.contains(&row), "{row} in:\n{markdown}");
     }
-    // Every gate fails: the spans are timed in runs without the timer,
-    // whose ticks would make a request's duration follow how many hit it.
-    for (gate, expression) in gates.iter().zip(SLOWER_GATED) {
-        assert_eq!(gate["failed"], true, "{expression}:\n{}", run.stderr);
-    }
-    for metric in ["span:request.p50", "span:request.p99", "func:compact.total"] {
-        assert_eq!(verdict(&json, metric), "+", "{metric}:\n{}", run.stderr);
+    // The p50 gate fails every time: its pairs' differences spread little
+    // (+16 to +24 µs on 150 µs in a clean-clone CI). Whether the p99 and
+    // the function total are significant too is the statistics' power,
+    // which `bench/regress-checks.sh` measures over 20 repetitions: a
+    // run's p99 is its 50th-longest request, and in one CI three of 12
+    // pairs went the other way (−51 to +60 µs on 252 µs: +10.2% at
+    // p = 0.12), so here they must only have moved the right way.
+    assert_eq!(gates[0]["failed"], true, "{}", run.stderr);
+    assert_eq!(verdict(&json, "span:request.p50"), "+", "{}", run.stderr);
+    for metric in ["span:request.p99", "func:compact.total"] {
+        let verdict = verdict(&json, metric);
+        assert!(
+            verdict == "+"
+                || (verdict == "~" && json["metrics"][metric]["change"].as_f64() > Some(0.0)),
+            "{metric}: {verdict}:\n{}",
+            run.stderr
+        );
     }
     assert_eq!(verdict(&json, "span:request.count"), "~");
     // The changes are the benchmark's own: --slow asks 15% more work of
