@@ -33,6 +33,8 @@
  *   request_cpu_ns N               (CPU time in request(), CLOCK_THREAD_CPUTIME_ID)
  *   compact_cpu_ns N               (CPU time in compact())
  *   cpu_ns N                       (utime + stime from /proc/self/stat)
+ *   sched_ns EXEC WAIT             (/proc/self/schedstat: time on the CPU
+ *                                   and waiting for it, by the scheduler)
  *
  * Build: cc -O2 -g -fno-omit-frame-pointer -o bench bench.c
  */
@@ -127,6 +129,19 @@ static long long cpu_ns_from_proc(void)
 	return (long long)(utime + stime) * (1000000000LL / sysconf(_SC_CLK_TCK));
 }
 
+/* /proc/self/schedstat: the scheduler's time on the CPU (sum_exec_runtime)
+ * and waiting on a run queue (run_delay), in ns. */
+static void print_schedstat(void)
+{
+	unsigned long long exec = 0, wait = 0;
+	FILE *f = fopen("/proc/self/schedstat", "r");
+
+	if (f && fscanf(f, "%llu %llu", &exec, &wait) == 2)
+		fprintf(stderr, "sched_ns %llu %llu\n", exec, wait);
+	if (f)
+		fclose(f);
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: bench [--slow | --fast] [-n REQUESTS]\n");
@@ -177,6 +192,7 @@ int main(int argc, char **argv)
 	fprintf(stderr, "request_cpu_ns %lld\n", request_cpu_ns);
 	fprintf(stderr, "compact_cpu_ns %lld\n", compact_cpu_ns);
 	fprintf(stderr, "cpu_ns %lld\n", cpu_ns_from_proc());
+	print_schedstat();
 	free(durations);
 	return 0;
 }
