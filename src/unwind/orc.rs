@@ -169,7 +169,7 @@ impl OrcTable {
             return Err(OrcError::Text { base, end });
         }
         let count = raw.ip_table.len() / 4;
-        if raw.ip_table.len() % 4 != 0 || raw.entries.len() != count * ENTRY_BYTES {
+        if !raw.ip_table.len().is_multiple_of(4) || raw.entries.len() != count * ENTRY_BYTES {
             return Err(OrcError::Sizes {
                 ips: count,
                 entries: raw.entries.len(),
