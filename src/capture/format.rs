@@ -56,7 +56,7 @@ pub enum CaptureError {
 pub const MAGIC: [u8; 8] = *b"\x89WPROF\r\n";
 
 /// The format version this build writes and the newest it reads.
-pub const VERSION: Version = Version { major: 2, minor: 6 };
+pub const VERSION: Version = Version { major: 2, minor: 7 };
 
 /// The first version whose chunks are numbered by sequence marks.
 pub const SEQUENCED: Version = Version { major: 2, minor: 1 };

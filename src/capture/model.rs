@@ -357,10 +357,14 @@ pub enum StackCount {
     /// Unwind table builds given up when the capture ended (the end waits
     /// for none; their processes' stacks were walked without them).
     TablesAbandoned,
+    /// Kernel stacks at context switches walked by wprof with the kernel's
+    /// ORC tables, and those its walk gave up to the kernel's.
+    KernelOrc,
+    KernelOrcGivenUp,
 }
 
 impl StackCount {
-    pub const ALL: [StackCount; 20] = [
+    pub const ALL: [StackCount; 22] = [
         StackCount::Table,
         StackCount::FramePointer,
         StackCount::KernelWalk,
@@ -381,6 +385,8 @@ impl StackCount {
         StackCount::SnapshotUnwound,
         StackCount::SnapshotGivenUp,
         StackCount::TablesAbandoned,
+        StackCount::KernelOrc,
+        StackCount::KernelOrcGivenUp,
     ];
 
     /// Its code in the capture's end chunk, and its label in summaries.
@@ -410,6 +416,8 @@ impl StackCount {
             StackCount::SnapshotUnwound => "walked from a stack copy",
             StackCount::SnapshotGivenUp => "stack copies given up",
             StackCount::TablesAbandoned => "unwind table builds abandoned",
+            StackCount::KernelOrc => "kernel stacks walked with ORC",
+            StackCount::KernelOrcGivenUp => "kernel stacks the ORC walk left to the kernel",
         }
     }
 }

@@ -7,6 +7,7 @@ use crate::codegen::asm::{AsmError, Assembled, Assembler, AtomicOp, AtomicSize, 
 use crate::codegen::ir::{Arg, Base, Function, Inst, Src, VReg};
 use crate::codegen::regalloc::{Allocation, Location};
 use crate::unwind::bpf::{LoopKind, UserUnwinder};
+use crate::unwind::orc_bpf::KernelWalker;
 
 pub fn emit(function: &Function, allocation: &Allocation) -> Result<Assembled, AsmError> {
     emit_program(function, allocation, None)
@@ -27,7 +28,10 @@ pub fn emit_program(
         .or_else(|| callback.and_then(|(f, _)| f.unwinder));
     let unwinder =
         spec.map(|spec| UserUnwinder::new(&mut asm, spec.maps, LoopKind::BpfLoop, spec.mm));
+    let kernel_walker = (function.kernel_walker)
+        .map(|spec| KernelWalker::new(&mut asm, spec.maps, spec.task_stack));
     let mut emitter = Emitter::new(asm, allocation, function, unwinder, callback_label);
+    emitter.kernel_walker = kernel_walker;
     emitter.function(function)?;
     if let Some((callback, allocation)) = callback {
         emitter.asm.bind(callback_label)?;
@@ -40,6 +44,9 @@ pub fn emit_program(
     if let Some(unwinder) = &emitter.unwinder {
         unwinder.emit_functions(&mut emitter.asm)?;
     }
+    if let Some(walker) = &emitter.kernel_walker {
+        walker.emit_functions(&mut emitter.asm)?;
+    }
     emitter.asm.finish()
 }
 
@@ -48,6 +55,7 @@ struct Emitter<'a> {
     allocation: &'a Allocation,
     labels: Vec<Label>,
     unwinder: Option<UserUnwinder>,
+    kernel_walker: Option<KernelWalker>,
     callback: Label,
 }
 
@@ -77,6 +85,7 @@ impl<'a> Emitter<'a> {
             allocation,
             labels,
             unwinder,
+            kernel_walker: None,
             callback,
         }
     }
@@ -248,6 +257,13 @@ impl<'a> Emitter<'a> {
                     .as_ref()
                     .expect("a function that unwinds has an unwinder");
                 unwinder.call(&mut self.asm, state, copy);
+            }
+            Inst::KernelWalk { to, dst } => {
+                let to = self.read(*to, Reg::R1);
+                let walker = (self.kernel_walker.as_ref())
+                    .expect("a function that walks kernel stacks has the walker");
+                walker.call(&mut self.asm, to);
+                self.take_result(Some(*dst));
             }
             Inst::TaskWorkCallback { dst } => {
                 let reg = self.target(*dst, Reg::R0);

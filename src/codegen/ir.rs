@@ -106,6 +106,14 @@ pub enum Inst {
         state: VReg,
         copy: Option<VReg>,
     },
+    /// `dst` = the kernel-stack walker (`unwind::orc_bpf`, a BPF function
+    /// of the program) run from the program's main function: the current
+    /// task's kernel frames after the tracer's into `to`, `dst` their bytes
+    /// or negative when it gave up. Needs `Function::kernel_walker`.
+    KernelWalk {
+        to: VReg,
+        dst: VReg,
+    },
     /// `dst` = the address of the program's task-work callback (the
     /// function `emit::emit_program` places after the program's own).
     TaskWorkCallback {
@@ -148,6 +156,7 @@ impl Inst {
             } => base(b).into_iter().chain(src(s)).collect(),
             Inst::AtomicAdd { base, src, .. } => vec![*base, *src],
             Inst::Unwind { state, copy } => std::iter::once(*state).chain(*copy).collect(),
+            Inst::KernelWalk { to, .. } => vec![*to],
             Inst::Call { args, .. } | Inst::Kfunc { args, .. } => args
                 .iter()
                 .filter_map(|a| match a {
@@ -170,6 +179,7 @@ impl Inst {
             | Inst::Neg { dst }
             | Inst::MapValueAddr { dst, .. }
             | Inst::TaskWorkCallback { dst }
+            | Inst::KernelWalk { dst, .. }
             | Inst::Load { dst, .. } => Some(*dst),
             Inst::Call { ret, .. } | Inst::Kfunc { ret, .. } => *ret,
             _ => None,
@@ -195,6 +205,8 @@ pub struct Function {
     pub frame_bytes: u32,
     /// The unwinder [`Inst::Unwind`] calls, emitted after the program.
     pub unwinder: Option<UnwinderSpec>,
+    /// The walker [`Inst::KernelWalk`] calls, emitted after the program.
+    pub kernel_walker: Option<KernelWalkerSpec>,
 }
 
 /// What the unwinder's BPF functions are built with.
@@ -202,6 +214,14 @@ pub struct Function {
 pub struct UnwinderSpec {
     pub maps: crate::unwind::maps::UnwindMaps,
     pub mm: crate::unwind::layout::MmLayout,
+}
+
+/// What the kernel-stack walker's BPF functions are built with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelWalkerSpec {
+    pub maps: crate::unwind::orc_maps::OrcMaps,
+    /// `task_struct.stack`'s offset.
+    pub task_stack: u32,
 }
 
 #[cfg(test)]
@@ -222,6 +242,7 @@ impl Function {
             labels,
             frame_bytes,
             unwinder: None,
+            kernel_walker: None,
         }
     }
 }

@@ -6,7 +6,9 @@
 //! stack description of the header (frame counts, flags, kernel error).
 
 use crate::codegen::helpers::*;
-use crate::codegen::ir::{AluOp, Arg, Base, Cond, Inst, Label, Size, Src, UnwinderSpec, VReg};
+use crate::codegen::ir::{
+    AluOp, Arg, Base, Cond, Inst, KernelWalkerSpec, Label, Size, Src, UnwinderSpec, VReg,
+};
 use crate::codegen::lower::Lowerer;
 use crate::codegen::stack_layout::{
     BUILD_ID_STACK_MAX, GLUE_BYTES, KERNEL_FRAMES_BYTES, KERNEL_STACK_MAX, NEST_LEVELS, STATE_AT,
@@ -127,7 +129,10 @@ impl Lowerer<'_> {
                     self.current_user_stack(target, &user);
                 }
                 if parts.kernel() {
-                    let source = KernelSource::Current { caller_frames: 0 };
+                    let source = KernelSource::Current {
+                        caller_frames: 0,
+                        walk: false,
+                    };
                     self.kernel_stack(target, &user, source);
                 }
             }
@@ -253,9 +258,22 @@ impl Lowerer<'_> {
         );
         self.alu(AluOp::Add, to, Src::Reg(user_bytes));
         let got = match source {
-            KernelSource::Current { caller_frames } => {
+            KernelSource::Current {
+                caller_frames,
+                walk,
+            } => {
                 let skip = self.kernel_skip();
-                let got = self.get_stack(to, KERNEL_STACK_MAX, Src::Reg(skip));
+                // The walker starts above the program, from a raw
+                // tracepoint's glue: the frames the measured skip counts.
+                let raw_tracepoint = matches!(
+                    self.probe.attach,
+                    AttachPoint::TpBtf { .. } | AttachPoint::RawTracepoint { .. }
+                );
+                let walker = (self.program.kernel_walk).filter(|_| walk && raw_tracepoint);
+                let got = match walker {
+                    Some(task_stack) => self.walk_kernel_stack(to, skip, task_stack, user),
+                    None => self.get_stack(to, KERNEL_STACK_MAX, Src::Reg(skip)),
+                };
                 self.flag_kernel_truncated(got, Src::Reg(skip), user);
                 self.drop_glue_frames(to, got, caller_frames);
                 got
@@ -285,6 +303,33 @@ impl Lowerer<'_> {
         self.clamp_bytes(got, KERNEL_FRAMES_BYTES);
         self.alu(AluOp::Rsh, got, Src::Imm(3));
         self.store_reg(buf, target.desc(header::KERNEL_FRAMES), got, Size::U32);
+    }
+
+    /// The current task's kernel frames after the tracer's into `to`: the
+    /// ORC walker's, else (it gave up) the kernel's; flagged either way.
+    fn walk_kernel_stack(
+        &mut self,
+        to: VReg,
+        skip: VReg,
+        task_stack: u32,
+        user: &UserFrames,
+    ) -> VReg {
+        let maps = (self.stack_maps().orc).expect("a kernel walk has the walker's maps");
+        self.function.kernel_walker = Some(KernelWalkerSpec { maps, task_stack });
+        let (given_up, done) = (self.label(), self.label());
+        let got = self.vreg();
+        self.emit(Inst::KernelWalk { to, dst: got });
+        self.branch(Cond::Slt, got, Src::Imm(0), given_up);
+        self.alu(AluOp::Or, user.flags, Src::Imm(flags::KERNEL_ORC as i32));
+        self.emit(Inst::Jump(done));
+        self.emit(Inst::Bind(given_up));
+        self.comment("the walk gave up: the kernel's walk");
+        let kernel = self.get_stack(to, KERNEL_STACK_MAX, Src::Reg(skip));
+        self.mov(got, kernel);
+        let flag = Src::Imm(flags::KERNEL_ORC_GIVEN_UP as i32);
+        self.alu(AluOp::Or, user.flags, flag);
+        self.emit(Inst::Bind(done));
+        got
     }
 
     /// Sets `KERNEL_TRUNCATED` in the user flags when the kernel's walk
@@ -453,7 +498,10 @@ impl Lowerer<'_> {
         let Some(min_block_ns) = threshold else {
             if parts.kernel() {
                 // The tracepoint is in `__schedule`: drop it too.
-                let source = KernelSource::Current { caller_frames: 1 };
+                let source = KernelSource::Current {
+                    caller_frames: 1,
+                    walk: true,
+                };
                 self.kernel_stack(target, user, source);
             }
             return;
@@ -782,10 +830,11 @@ enum FirstFrame {
 }
 
 /// Whose kernel stack: the current task's, without the tracer's frames
-/// and `caller_frames` frames of the traced event's callers, or a task's
-/// that is off the CPU.
+/// and `caller_frames` frames of the traced event's callers (with `walk`,
+/// by the ORC walker where the program has it), or a task's that is off
+/// the CPU.
 enum KernelSource {
-    Current { caller_frames: i32 },
+    Current { caller_frames: i32, walk: bool },
     Task(VReg),
 }
 

@@ -72,6 +72,7 @@ pub fn compile(
         records: program.records.iter().map(record_schema).collect(),
         probe_names: program.probes.iter().map(|p| p.name.clone()).collect(),
         unwind: layouts.stacks.and_then(|s| s.unwind),
+        kernel_walk: layouts.stacks.and_then(|s| s.orc),
         kernel_stack_skips: kernel_stack_skips(program),
         tracepoint_glue: (layouts.stacks.and_then(|s| s.glue))
             .map(|map| (map, stack_layout::tracepoint_glue(program))),

@@ -6,6 +6,7 @@
 use crate::capture::model::{DropReason, RecordId, RecordSchema};
 use crate::frontend::ast::Span;
 use crate::unwind::maps::UnwindMaps;
+use crate::unwind::orc_maps::OrcMaps;
 use crate::vocab::{AttachPoint, GlobalSlot, MapId, MapSpec, Message, PerfEvent};
 
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
@@ -25,6 +26,9 @@ pub struct Compiled {
     /// The unwinder's maps, which the table manager fills, when records
     /// have user stacks.
     pub unwind: Option<UnwindMaps>,
+    /// The kernel-stack walker's maps, which the session fills with the
+    /// kernel's ORC table, when a switch record takes kernel stacks with it.
+    pub kernel_walk: Option<OrcMaps>,
     /// The skip counts kernel stacks of records read (program types whose
     /// tracer frames are measured at start-up).
     pub kernel_stack_skips: Vec<GlobalSlot>,

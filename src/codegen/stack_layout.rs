@@ -14,6 +14,7 @@ use crate::frontend::checked::{
     CheckedProbe, CheckedProgram, CheckedRecord, StackKind, TStmt, TStmtKind,
 };
 use crate::unwind::maps::{MAX_FRAMES, UnwindLimits, UnwindMaps, state};
+use crate::unwind::orc_maps::OrcMaps;
 use crate::vocab::{
     AttachPoint, BUILD_ID_FRAME_BYTES, MapId, MapKind, MapSpec, record_header as header,
 };
@@ -119,6 +120,9 @@ pub struct StackMaps {
     /// the raw tracepoint's iterator (`__traceiter_NAME`), when a raw tracepoint
     /// probe takes a kernel stack ([`tracepoint_glue`]).
     pub glue: Option<MapId>,
+    /// The kernel-stack walker's maps, when a switch record takes the
+    /// switching task's kernel stack with it (`CheckedProgram::kernel_walk`).
+    pub orc: Option<OrcMaps>,
 }
 
 /// Tasks that may wait at once for their deferred user stack (elements of
@@ -185,6 +189,9 @@ pub fn add_maps(program: &CheckedProgram, specs: &mut Vec<MapSpec>) -> Option<St
     });
     let unwind =
         wants(StackKind::user).then(|| UnwindMaps::add_specs(specs, UnwindLimits::default()));
+    let orc = (program.kernel_walk)
+        .filter(|_| has_offcpu_stack(program))
+        .map(|_| OrcMaps::add_specs(specs));
     Some(StackMaps {
         nest,
         scratch,
@@ -193,6 +200,7 @@ pub fn add_maps(program: &CheckedProgram, specs: &mut Vec<MapSpec>) -> Option<St
         waiting,
         task_work,
         glue,
+        orc,
     })
 }
 

@@ -108,6 +108,7 @@ pub fn check(
             None
         }
     };
+    let kernel_walk = kernel_walk(&checker.records, env, options);
     if checker.errors.is_empty() {
         warnings.append(&mut checker.warnings);
         warnings.dedup();
@@ -128,6 +129,7 @@ pub fn check(
             },
             mm_layout,
             offcpu_min_block_ns: options.offcpu_min_block_ns,
+            kernel_walk,
             task_work: task_work(env, options),
             frame_pointers_only: options.frame_pointers_only,
             untrusted_views: checker.untrusted_views,
@@ -191,6 +193,22 @@ fn user_stack_layout(
             format!("user stacks need the kernel's task and memory layout: {why}"),
         )
     })
+}
+
+/// Where the kernel-stack walker finds a task's stack, when a record may
+/// take a switching task's kernel stack (only `stack(offcpu, NEXT)` takes
+/// it without a threshold); `None` on a kernel whose types do not say.
+fn kernel_walk(
+    records: &[RecordDecl],
+    env: &dyn Environment,
+    options: &CompileOptions,
+) -> Option<u32> {
+    let kernel_stacks = records
+        .iter()
+        .any(|r| r.stack.is_some_and(StackKind::kernel));
+    (kernel_stacks && options.offcpu_min_block_ns.is_none())
+        .then(|| crate::unwind::layout::task_stack_offset(env).ok())
+        .flatten()
 }
 
 /// Expands one spec into its attach points through its provider; an error

@@ -41,6 +41,10 @@ pub struct CheckedProgram {
     pub mm_layout: Option<MmLayout>,
     /// `-S offcpu=DUR` in ns (see `CompileOptions::offcpu_min_block_ns`).
     pub offcpu_min_block_ns: Option<u64>,
+    /// `task_struct.stack`'s offset when a context switch's record takes
+    /// the switching task's kernel stack (`stack(offcpu, NEXT)` without
+    /// `offcpu_min_block_ns`): the ORC walker (`unwind::orc_bpf`) takes it.
+    pub kernel_walk: Option<u32>,
     /// With `offcpu_min_block_ns`, where the kernel can run a task-work
     /// callback: the `stack(offcpu, pending)` block then runs as one, in
     /// the tasks with long blocks only, instead of at every `sys_exit`.

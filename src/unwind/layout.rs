@@ -140,6 +140,12 @@ impl ReturnLayout {
     }
 }
 
+/// `task_struct.stack`'s offset: the lowest address of a task's kernel
+/// stack, which the kernel-stack walker copies up to its top.
+pub fn task_stack_offset(env: &dyn Environment) -> Result<u32, String> {
+    member_offset(env, "struct task_struct", "stack")
+}
+
 /// The byte offset of `member` in struct `type_name`, looking into
 /// anonymous members.
 pub(crate) fn member_offset(

@@ -406,4 +406,11 @@ pub mod flags {
     /// process's mappings should be read again, and the area was noted in
     /// the vmas map for the recorder.
     pub const KERNEL_VMA: u32 = 65536;
+    /// The kernel frames come from wprof's ORC walk of the kernel stack
+    /// (`super::super::orc_bpf`; set by the caller).
+    pub const KERNEL_ORC: u32 = 131072;
+    /// The ORC walk gave the kernel stack up (a module, BPF or trampoline
+    /// frame, an unusable rule, a stack the kernel cuts): the kernel's
+    /// walk took it (set by the caller).
+    pub const KERNEL_ORC_GIVEN_UP: u32 = 262144;
 }

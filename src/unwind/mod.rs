@@ -8,6 +8,10 @@
 //! (a task's last walk reused by [`walk_cache_bpf`] while it holds, code
 //! mapped since the last read found through the kernel by [`vma_bpf`]);
 //! [`snapshot`] walks a stack copied where no table was loaded yet.
+//!
+//! Kernel stacks: the kernel's own ORC tables, copied out by [`orc_read`]
+//! and built by [`orc`], placed in the maps of [`orc_maps`], walked by
+//! [`orc_bpf`] (proved against `bpf_get_stack` with [`orc_oracle`]).
 
 mod alloc;
 pub mod bpf;
@@ -17,6 +21,11 @@ pub mod layout;
 pub mod loader_search;
 pub mod manager;
 pub mod maps;
+pub mod orc;
+pub mod orc_bpf;
+pub mod orc_maps;
+pub mod orc_oracle;
+pub mod orc_read;
 pub mod proc_maps;
 pub mod program_files;
 pub mod rules;

@@ -9,11 +9,12 @@
 //! kernel does not know it (or hides its address from this user); an error
 //! when this kernel cannot run such programs (before Linux 5.16).
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 
 use libbpf_rs::libbpf_sys;
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 
+use super::syscall_program;
 use crate::codegen::asm::{AluOp, Assembler, Cond, Reg, Size};
 use crate::codegen::helpers;
 use crate::vocab::MapId;
@@ -46,10 +47,29 @@ pub enum LookupError {
 
 /// The `[start, end)` range of each of `names`, in order.
 pub fn ranges(names: &[&str]) -> Result<Vec<Option<(u64, u64)>>, LookupError> {
+    Ok((lookups(names)?.iter())
+        .map(|context| context.as_ref().and_then(range))
+        .collect())
+}
+
+/// The address of each of `names`, in order: also of symbols outside the
+/// text (section bounds), which have no size here.
+pub fn addresses(names: &[&str]) -> Result<Vec<Option<u64>>, LookupError> {
+    Ok((lookups(names)?.iter())
+        .map(|context| {
+            let context = context.as_ref()?;
+            let start = u64::from_ne_bytes(context[..8].try_into().expect("8 bytes"));
+            (start != 0).then_some(start)
+        })
+        .collect())
+}
+
+/// Each name's program run: its context, `None` for an unknown name.
+fn lookups(names: &[&str]) -> Result<Vec<Option<[u8; CONTEXT_BYTES]>>, LookupError> {
     let format = format_map()?;
     (names.iter())
         .map(|name| match lookup_program(name, &format)? {
-            Some(program) => Ok(run(&program)?.and_then(|context| range(&context))),
+            Some(program) => run(&program),
             None => Ok(None),
         })
         .collect()
@@ -84,34 +104,10 @@ fn lookup_program(name: &str, format: &MapHandle) -> Result<Option<OwnedFd>, Loo
     if name.len() >= NAME_BYTES || name.contains('\0') {
         return Ok(None);
     }
-    let mut insns = lookup_insns(name)?;
-    // The one map reference: its `ld_imm64`'s first `imm` takes the fd.
-    let fd = format.as_fd().as_raw_fd() as u32;
-    let at = (insns.iter()).position(|&slot| slot & 0xff == 0x18 && (slot >> 12) & 0xf == 2);
-    let at = at.ok_or_else(|| LookupError::Assemble("no map value load".into()))?;
-    insns[at] = (insns[at] & 0xffff_ffff) | (u64::from(fd) << 32);
-    let mut opts = libbpf_sys::bpf_prog_load_opts {
-        sz: std::mem::size_of::<libbpf_sys::bpf_prog_load_opts>() as _,
-        prog_flags: libbpf_sys::BPF_F_SLEEPABLE,
-        ..Default::default()
-    };
-    // SAFETY: a `bpf_insn` is the 8-byte slot `insns` holds; the name and
-    // license are NUL-terminated; everything outlives the call.
-    let fd = unsafe {
-        libbpf_sys::bpf_prog_load(
-            libbpf_sys::BPF_PROG_TYPE_SYSCALL,
-            c"wprof_ksym".as_ptr(),
-            c"GPL".as_ptr(),
-            insns.as_ptr().cast::<libbpf_sys::bpf_insn>(),
-            insns.len() as _,
-            &mut opts,
-        )
-    };
-    if fd < 0 {
-        return Err(LookupError::Load(std::io::Error::from_raw_os_error(-fd)));
-    }
-    // SAFETY: a non-negative return is a new fd that nothing else owns.
-    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+    let insns = lookup_insns(name)?;
+    syscall_program::load(&insns, format.as_fd(), c"wprof_ksym")
+        .map(Some)
+        .map_err(LookupError::Load)
 }
 
 /// `ctx[0] = kallsyms_lookup_name(name)`, `ctx[8..] = "%pS" of it`; returns
@@ -163,19 +159,8 @@ fn lookup_insns(name: &str) -> Result<Vec<u64>, LookupError> {
 /// failed (the name is not a kernel symbol).
 fn run(program: &OwnedFd) -> Result<Option<[u8; CONTEXT_BYTES]>, LookupError> {
     let mut context = [0u8; CONTEXT_BYTES];
-    let mut opts = libbpf_sys::bpf_test_run_opts {
-        sz: std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _,
-        ctx_in: context.as_mut_ptr().cast(),
-        ctx_size_in: CONTEXT_BYTES as u32,
-        ..Default::default()
-    };
-    // SAFETY: `ctx_in` points at `ctx_size_in` bytes, which the kernel
-    // copies in and, for a syscall program, back out after the run.
-    let ret = unsafe { libbpf_sys::bpf_prog_test_run_opts(program.as_raw_fd(), &mut opts) };
-    if ret < 0 {
-        return Err(LookupError::Run(std::io::Error::from_raw_os_error(-ret)));
-    }
-    Ok((opts.retval == 0).then_some(context))
+    let retval = syscall_program::run(program, &mut context).map_err(LookupError::Run)?;
+    Ok((retval == 0).then_some(context))
 }
 
 /// The range a run's context gives: its address and the size in the text.

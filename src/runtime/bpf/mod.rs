@@ -16,5 +16,6 @@ mod maps_create;
 pub mod maps_read;
 pub(crate) mod perf_event;
 pub mod stack_skip;
+pub mod syscall_program;
 #[cfg(test)]
 pub(crate) mod test_support;

@@ -43,9 +43,12 @@ pub enum SkipError {
     Unmatched(String),
 }
 
-/// The measurement: the skip count and the programs that took it.
+/// The measurement: the skip count, how many of the skipped frames are
+/// the program's own address (the helper's caller, and again as the
+/// kernel's walk found the program's frame), and the programs that took it.
 pub struct Measured {
     pub skip: u64,
+    pub program_frames: u64,
     pub programs: Loaded,
 }
 
@@ -81,8 +84,14 @@ pub fn measure() -> Result<Measured, SkipError> {
         .map_err(|e| SkipError::Attach(e.to_string()))?;
     rename_to_own_name();
     let [raw, classic] = [0, 1].map(|map| read_stack(&programs, MapId(map)));
-    let skip = skip_count(&raw?, &classic?)?;
-    Ok(Measured { skip, programs })
+    let raw = raw?;
+    let skip = skip_count(&raw, &classic?)?;
+    let program_frames = raw.iter().take_while(|&&frame| frame == raw[0]).count() as u64;
+    Ok(Measured {
+        skip,
+        program_frames: program_frames.min(skip),
+        programs,
+    })
 }
 
 /// `bpf_get_stack(ctx, value, ...)` into map `map`, for thread group `tgid` only.
@@ -270,5 +279,6 @@ mod tests {
     fn measures_this_kernel() {
         let measured = measure().unwrap_or_else(|e| panic!("{e}"));
         assert!((2..=4).contains(&measured.skip), "skip {}", measured.skip);
+        assert!((1..=2).contains(&measured.program_frames));
     }
 }

@@ -318,8 +318,14 @@ pub(super) struct StackCounts {
 impl StackCounts {
     /// Counts one stack with these flags, with or without `user` frames.
     pub(super) fn count(&mut self, stack_flags: u32, user: bool) {
-        if stack_flags & flags::KERNEL_TRUNCATED != 0 {
-            *self.counts.entry(StackCount::KernelTruncated).or_default() += 1;
+        for (bit, count) in [
+            (flags::KERNEL_TRUNCATED, StackCount::KernelTruncated),
+            (flags::KERNEL_ORC, StackCount::KernelOrc),
+            (flags::KERNEL_ORC_GIVEN_UP, StackCount::KernelOrcGivenUp),
+        ] {
+            if stack_flags & bit != 0 {
+                *self.counts.entry(count).or_default() += 1;
+            }
         }
         if !user {
             return;
@@ -408,7 +414,8 @@ mod tests {
 
     /// A user stack counts once by how it was walked (a kernel walk
     /// before the flags of the walk) and once per way it ended; a cut
-    /// kernel stack counts with or without user frames.
+    /// kernel stack, and how a kernel stack was walked, count with or
+    /// without user frames.
     #[test]
     fn counts_walks_and_endings() {
         let mut counts = StackCounts::default();
@@ -420,6 +427,9 @@ mod tests {
             true,
         );
         counts.count(flags::KERNEL_TRUNCATED, false);
+        counts.count(flags::KERNEL_ORC, false);
+        counts.count(flags::KERNEL_ORC | flags::TABLE | flags::OUTERMOST, true);
+        counts.count(flags::KERNEL_ORC_GIVEN_UP, false);
         let stats = ManagerStats {
             built: 3,
             peak_rows: 100,
@@ -428,10 +438,10 @@ mod tests {
         assert_eq!(
             counts.finish(Some(&stats)),
             [
-                (StackCount::Table, 2),
+                (StackCount::Table, 3),
                 (StackCount::FramePointer, 1),
                 (StackCount::KernelWalk, 1),
-                (StackCount::Outermost, 2),
+                (StackCount::Outermost, 3),
                 (StackCount::Truncated, 1),
                 (StackCount::TablesBuilt, 3),
                 (StackCount::TablesDropped, 0),
@@ -439,6 +449,8 @@ mod tests {
                 (StackCount::TableTextBytes, 0),
                 (StackCount::KernelTruncated, 2),
                 (StackCount::TablesAbandoned, 0),
+                (StackCount::KernelOrc, 2),
+                (StackCount::KernelOrcGivenUp, 1),
             ]
         );
     }

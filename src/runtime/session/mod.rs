@@ -8,6 +8,7 @@ pub mod activation;
 pub mod child;
 mod drops;
 mod iterate;
+mod kernel_walk;
 mod receiver;
 mod teardown;
 mod usr1;
@@ -168,8 +169,9 @@ pub fn run(
     counters::install(&loaded, &compiled.counters)?;
     timings::step("counters set up");
     // Kept until the teardown hands off its descriptors.
-    let _skip_programs = measure_stack_skip(compiled, &loaded)?;
+    let skip_measured = measure_stack_skip(compiled, &loaded)?;
     timings::step("stack skip measured");
+    kernel_walk::prepare(compiled, &loaded, skip_measured.as_ref());
     write_tracepoint_glue(compiled, &loaded)?;
     timings::step("tracepoint iterators found");
     interrupt.forward_to(loaded.stopper());
@@ -302,7 +304,10 @@ pub fn run(
 
 /// Measures the tracer's kernel frames when raw tracepoint programs take
 /// kernel stacks; without a measurement their stacks start with them.
-fn measure_stack_skip(compiled: &Compiled, loaded: &Loaded) -> Result<Option<Loaded>, RunError> {
+fn measure_stack_skip(
+    compiled: &Compiled,
+    loaded: &Loaded,
+) -> Result<Option<stack_skip::Measured>, RunError> {
     if compiled.kernel_stack_skips.is_empty() {
         return Ok(None);
     }
@@ -312,7 +317,7 @@ fn measure_stack_skip(compiled: &Compiled, loaded: &Loaded) -> Result<Option<Loa
     match stack_skip::measure() {
         Ok(measured) => {
             loaded.set_global(globals, GlobalSlot::RawTracepointStackSkip, measured.skip)?;
-            Ok(Some(measured.programs))
+            Ok(Some(measured))
         }
         Err(error) => {
             eprintln!(

@@ -6,6 +6,7 @@ mod cost;
 mod ending;
 mod jit;
 mod kernel;
+mod kernel_stacks;
 mod late_libc;
 mod offcpu_leaves;
 mod plt;
