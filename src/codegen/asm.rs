@@ -498,6 +498,16 @@ impl Assembler {
         self.emit(Instruction::call(id));
     }
 
+    /// `r0 = bpf_map_lookup_elem(map, &key)`, the u32 `key` stored at
+    /// `r10 - 4`: how the hand-assembled programs reach their map.
+    pub fn lookup_u32_key(&mut self, map: MapId, key: i32) {
+        self.store_imm(Size::U32, Reg::R10, -4, key);
+        self.ld_map_fd(Reg::R1, map);
+        self.mov64_reg(Reg::R2, Reg::R10);
+        self.alu64_imm(AluOp::Add, Reg::R2, -4);
+        self.call_helper(crate::codegen::helpers::MAP_LOOKUP_ELEM);
+    }
+
     /// Calls kernel function (kfunc) `btf_id` of vmlinux BTF: arguments in
     /// r1-r5, result in r0, r1-r5 clobbered.
     pub fn call_kfunc(&mut self, btf_id: u32) {

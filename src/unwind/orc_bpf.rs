@@ -426,21 +426,13 @@ fn emit_caller(asm: &mut Assembler, exits: &Exits) -> Result<(), AsmError> {
     asm.store_imm(Size::U64, R6, walk::PREV_REGS, 0);
     asm.jmp(done);
     asm.bind(regs)?;
-    copy_pointer(asm, R4, REGS_BYTES, exits.give_up);
-    asm.load(Size::U64, R5, R1, walk::COPY + REGS_IP);
-    asm.store_reg(Size::U64, R6, walk::NEW_IP, R5);
-    asm.load(Size::U64, R5, R1, walk::COPY + REGS_SP);
-    asm.store_reg(Size::U64, R6, walk::NEW_SP, R5);
+    emit_saved_ip_sp(asm, REGS_BYTES, (REGS_IP, REGS_SP), exits.give_up);
     asm.store_imm(Size::U64, R6, walk::PREV_REGS, 0);
     asm.store_reg(Size::U64, R6, walk::REGS, R4);
     asm.store_imm(Size::U32, R6, walk::REGS_FULL, 1);
     asm.jmp(done);
     asm.bind(partial)?;
-    copy_pointer(asm, R4, IRET_BYTES, exits.give_up);
-    asm.load(Size::U64, R5, R1, walk::COPY + IRET_IP);
-    asm.store_reg(Size::U64, R6, walk::NEW_IP, R5);
-    asm.load(Size::U64, R5, R1, walk::COPY + IRET_SP);
-    asm.store_reg(Size::U64, R6, walk::NEW_SP, R5);
+    emit_saved_ip_sp(asm, IRET_BYTES, (IRET_IP, IRET_SP), exits.give_up);
     asm.load(Size::U32, R1, R6, walk::REGS_FULL);
     asm.jmp_imm(Cond::Eq, R1, 0, kept);
     asm.load(Size::U64, R1, R6, walk::REGS);
@@ -452,6 +444,17 @@ fn emit_caller(asm: &mut Assembler, exits: &Exits) -> Result<(), AsmError> {
     asm.store_imm(Size::U32, R6, walk::REGS_FULL, 0);
     asm.bind(done)?;
     Ok(())
+}
+
+/// `walk::NEW_IP` and `walk::NEW_SP` from the `bytes` of saved registers
+/// at `r4` (a `pt_regs` or an interrupt frame), `ip` and `sp` at `at`; r1
+/// is left pointing at them in the copy.
+fn emit_saved_ip_sp(asm: &mut Assembler, bytes: i32, at: (i16, i16), give_up: Label) {
+    copy_pointer(asm, R4, bytes, give_up);
+    asm.load(Size::U64, R5, R1, walk::COPY + at.0);
+    asm.store_reg(Size::U64, R6, walk::NEW_IP, R5);
+    asm.load(Size::U64, R5, R1, walk::COPY + at.1);
+    asm.store_reg(Size::U64, R6, walk::NEW_SP, R5);
 }
 
 /// The caller's `bp`: saved at the CFA or at `bp` plus the row's offset,

@@ -63,11 +63,7 @@ pub fn oracle(tgid: u32, task_stack: u32) -> Result<(Compiled, OrcMaps), AsmErro
     asm.mov64_reg(R7, R0);
     asm.alu64_imm(AluOp::Rsh, R0, 32);
     asm.jmp32_imm(Cond::Ne, R0, tgid as i32, out);
-    asm.store_imm(Size::U32, R10, -4, 0);
-    asm.ld_map_fd(R1, RECORD);
-    asm.mov64_reg(R2, R10);
-    asm.alu64_imm(AluOp::Add, R2, -4);
-    asm.call_helper(helpers::MAP_LOOKUP_ELEM);
+    asm.lookup_u32_key(RECORD, 0);
     asm.jmp_imm(Cond::Eq, R0, 0, out);
     asm.mov64_reg(R6, R0);
     asm.store_reg(Size::U32, R6, record::TID, R7);

@@ -117,11 +117,7 @@ fn sample_program(
     asm.call_helper(helpers::GET_CURRENT_PID_TGID);
     asm.alu64_imm(AluOp::Rsh, R0, 32);
     asm.jmp32_imm(Cond::Ne, R0, tgid as i32, out);
-    asm.store_imm(Size::U32, R10, -4, 0);
-    asm.ld_map_fd(R1, STATE_MAP);
-    asm.mov64_reg(R2, R10);
-    asm.alu64_imm(AluOp::Add, R2, -4);
-    asm.call_helper(helpers::MAP_LOOKUP_ELEM);
+    asm.lookup_u32_key(STATE_MAP, 0);
     asm.jmp_imm(Cond::Eq, R0, 0, out);
     asm.mov64_reg(R6, R0);
     asm.store_imm(Size::U32, R6, SOURCE_OFFSET, index as i32);

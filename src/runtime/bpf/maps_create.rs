@@ -228,7 +228,7 @@ mod tests {
         asm.alu64_imm(AluOp::Add, R3, -16);
         asm.mov64_imm(R4, 1); // BPF_NOEXIST: keep a scheduled work
         asm.call_helper(helpers::MAP_UPDATE_ELEM);
-        lookup_key(&mut asm, WORK, tid);
+        asm.lookup_u32_key(WORK, tid);
         asm.jmp_imm(Cond::Eq, R0, 0, out);
         asm.mov64_reg(R1, R6);
         asm.mov64_reg(R2, R0);

@@ -108,11 +108,7 @@ fn stack_program(
     asm.call_helper(helpers::GET_CURRENT_PID_TGID);
     asm.alu64_imm(AluOp::Rsh, R0, 32);
     asm.jmp32_imm(Cond::Ne, R0, tgid as i32, out);
-    asm.store_imm(Size::U32, R10, -4, 0);
-    asm.ld_map_fd(R1, map);
-    asm.mov64_reg(R2, R10);
-    asm.alu64_imm(AluOp::Add, R2, -4);
-    asm.call_helper(helpers::MAP_LOOKUP_ELEM);
+    asm.lookup_u32_key(map, 0);
     asm.jmp_imm(Cond::Eq, R0, 0, out);
     asm.mov64_reg(R7, R0);
     asm.mov64_reg(R1, R6);

@@ -3,9 +3,7 @@
 //! for one thread. Plus map specs and a `Compiled` with a ring buffer.
 
 use crate::codegen::asm::{AluOp, AtomicOp, AtomicSize, Cond, Reg, Size};
-use crate::codegen::helpers::{
-    GET_CURRENT_PID_TGID, MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, RINGBUF_OUTPUT,
-};
+use crate::codegen::helpers::{GET_CURRENT_PID_TGID, MAP_UPDATE_ELEM, RINGBUF_OUTPUT};
 use crate::codegen::program::{BpfProgram, Compiled};
 use crate::vocab::{AttachPoint, MapId, MapKind, MapSpec};
 
@@ -55,7 +53,7 @@ impl TestProgram for Assembler {
 
     fn count(&mut self, map: MapId) -> &mut Self {
         let missing = self.new_label();
-        lookup_key0(self, map);
+        self.lookup_u32_key(map, 0);
         self.jmp_imm(Cond::Eq, Reg::R0, 0, missing);
         self.mov64_imm(Reg::R1, 1);
         self.atomic(AtomicSize::U64, AtomicOp::Add, Reg::R0, 0, Reg::R1);
@@ -65,7 +63,7 @@ impl TestProgram for Assembler {
 
     fn count_hash(&mut self, map: MapId) -> &mut Self {
         let (insert, done) = (self.new_label(), self.new_label());
-        lookup_key0(self, map);
+        self.lookup_u32_key(map, 0);
         self.jmp_imm(Cond::Eq, Reg::R0, 0, insert);
         self.mov64_imm(Reg::R1, 1);
         self.atomic(AtomicSize::U64, AtomicOp::Add, Reg::R0, 0, Reg::R1);
@@ -99,20 +97,6 @@ impl TestProgram for Assembler {
             .expect("test programs bind their labels")
             .into_program(name.into(), probe.into(), attach)
     }
-}
-
-/// `r0 = bpf_map_lookup_elem(map, &(u32)0)`, the key at r10 - 4.
-fn lookup_key0(asm: &mut Assembler, map: MapId) {
-    lookup_key(asm, map, 0);
-}
-
-/// `r0 = bpf_map_lookup_elem(map, &(u32)key)`, the key at r10 - 4.
-pub fn lookup_key(asm: &mut Assembler, map: MapId, key: i32) {
-    asm.store_imm(Size::U32, Reg::R10, -4, key);
-    asm.ld_map_fd(Reg::R1, map);
-    asm.mov64_reg(Reg::R2, Reg::R10);
-    asm.alu64_imm(AluOp::Add, Reg::R2, -4);
-    asm.call_helper(MAP_LOOKUP_ELEM);
 }
 
 /// A `return 0` program.
