@@ -105,6 +105,9 @@ pub struct MapLayouts {
     /// The maps records with stacks use.
     pub stacks: Option<StackMaps>,
     pub drops: Option<MapId>,
+    /// Per-CPU, one u64: the records this CPU sent, which spaces out its
+    /// looks at the ring's fill (`Lowerer::wakeup_flags`).
+    pub sent: Option<MapId>,
     /// One map of open spans per span, in `SpanRef` order.
     pub spans: Vec<MapId>,
     /// The NFAs of the task-name filters, and the one-element array holding
@@ -206,6 +209,8 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
             drop_counters(program.records.len()),
         )
     });
+    let sent = (!program.records.is_empty())
+        .then(|| internal("wprof_sent".into(), MapKind::PerCpuArray, 4, 8, 1));
     let spans = program
         .spans
         .iter()
@@ -300,6 +305,7 @@ pub fn layout(program: &CheckedProgram) -> (Vec<MapSpec>, MapLayouts) {
         globals,
         stacks,
         drops,
+        sent,
         spans,
         glob_set,
         globs,
