@@ -111,9 +111,15 @@ impl Lowerer<'_> {
         self.with_scratch(id, |cx, scratch| {
             // The deferred user stack of long blocks goes out at the time of
             // the first's switch-in, which identifies them.
-            let now = match &pending {
-                Some(pending) => pending.from,
-                None => cx.call_result(KTIME_GET_NS, vec![]),
+            let now = match (&pending, offcpu) {
+                (Some(pending), _) => pending.from,
+                // Stamped by the switch's stack once its walk is done.
+                (None, Some(OffcpuStack::Switch(_))) => {
+                    let unset = cx.vreg();
+                    cx.mov_imm(unset, 0);
+                    unset
+                }
+                (None, _) => cx.call_result(KTIME_GET_NS, vec![]),
             };
             let at = Place::reg(scratch.buf);
             cx.record_header(at, message, now, fields_at);

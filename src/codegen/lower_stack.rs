@@ -466,12 +466,12 @@ impl Lowerer<'_> {
             .offcpu
             .expect("`stack(offcpu, NEXT)` has its task storage");
         let threshold = self.program.offcpu_min_block_ns;
-        let stored = self.label();
+        let (untracked, stamped) = (self.label(), self.label());
         let prev_selected = self.int_expr(&switch.prev_selected);
-        self.branch(Cond::Eq, prev_selected, Src::Imm(0), stored);
+        self.branch(Cond::Eq, prev_selected, Src::Imm(0), untracked);
         let prev = self.curtask();
         let storage = self.task_storage(map, prev, true);
-        self.branch(Cond::Eq, storage, Src::Imm(0), stored);
+        self.branch(Cond::Eq, storage, Src::Imm(0), untracked);
         if parts.user() {
             let walked = self.label();
             if threshold.is_some() {
@@ -490,11 +490,14 @@ impl Lowerer<'_> {
                 self.copy_stored_frames(prev_state, target, user);
                 self.mov(user.snapshot_state, prev_state);
             }
-            self.restamp_after_walk(target, now);
             self.emit(Inst::Bind(walked));
         }
+        self.stamp_switch(target, now);
         self.store_reg(Base::Reg(storage), offcpu::OUT_NS, now, Size::U64);
-        self.emit(Inst::Bind(stored));
+        self.emit(Inst::Jump(stamped));
+        self.emit(Inst::Bind(untracked));
+        self.stamp_switch(target, now);
+        self.emit(Inst::Bind(stamped));
         let Some(min_block_ns) = threshold else {
             if parts.kernel() {
                 // The tracepoint is in `__schedule`: drop it too.
@@ -632,10 +635,11 @@ impl Lowerer<'_> {
         self.mov(user.flags, stored);
     }
 
-    /// After a switch-out's walk: the task leaves the CPU only now, so the
-    /// record's time (and the block's start) is read again; the walk is
-    /// not off-CPU time.
-    fn restamp_after_walk(&mut self, target: StackTarget, now: VReg) {
+    /// The switch's time (the record's, and the block's start), read once
+    /// the switch-out's user walk is done: the task leaves the CPU only
+    /// then, so the walk is not off-CPU time (the record is built with no
+    /// time before it).
+    fn stamp_switch(&mut self, target: StackTarget, now: VReg) {
         let after = self.call_result(KTIME_GET_NS, vec![]);
         self.mov(now, after);
         if target.is_message() {

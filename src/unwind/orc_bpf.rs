@@ -284,9 +284,41 @@ fn emit_record(asm: &mut Assembler, exits: &Exits) -> Result<(), AsmError> {
     Ok(())
 }
 
+/// The pc's row, pointed to by r0: the row cache's (`walk::ROW_CACHE`),
+/// else the search's, then kept there.
+fn emit_find_row(asm: &mut Assembler, maps: OrcMaps, exits: &Exits) -> Result<(), AsmError> {
+    let (search, found) = (asm.new_label(), asm.new_label());
+    row_cache_entry(asm);
+    asm.load(Size::U64, R3, R2, walk::ROW_CACHE);
+    asm.jmp_reg(Cond::Ne, R3, R1, search);
+    asm.mov64_reg(R0, R2);
+    asm.alu64_imm(AluOp::Add, R0, i32::from(walk::ROW_CACHE) + 8);
+    asm.jmp(found);
+    asm.bind(search)?;
+    emit_search_row(asm, maps, exits)?;
+    row_cache_entry(asm);
+    asm.store_reg(Size::U64, R2, walk::ROW_CACHE, R1);
+    asm.load(Size::U64, R3, R0, 0);
+    asm.store_reg(Size::U64, R2, walk::ROW_CACHE + 8, R3);
+    asm.bind(found)
+}
+
+/// r2 = the walk (r6) plus the offset of the pc's row cache entry, r1 =
+/// the entry's tag for the pc (`pc + 1`).
+fn row_cache_entry(asm: &mut Assembler) {
+    asm.load(Size::U64, R1, R6, walk::PC);
+    asm.mov64_reg(R2, R1);
+    asm.alu64_imm(AluOp::Rsh, R2, 8);
+    asm.alu64_reg(AluOp::Xor, R2, R1);
+    asm.alu64_imm(AluOp::And, R2, walk::ROW_CACHE_ENTRIES as i32 - 1);
+    asm.alu64_imm(AluOp::Lsh, R2, 4);
+    asm.alu64_reg(AluOp::Add, R2, R6);
+    asm.alu64_imm(AluOp::Add, R1, 1);
+}
+
 /// The pc's block, then a binary search among the block's rows for the
 /// last at or below the pc; leaves a pointer to it in r0.
-fn emit_find_row(asm: &mut Assembler, maps: OrcMaps, exits: &Exits) -> Result<(), AsmError> {
+fn emit_search_row(asm: &mut Assembler, maps: OrcMaps, exits: &Exits) -> Result<(), AsmError> {
     let (top, found, upper) = (asm.new_label(), asm.new_label(), asm.new_label());
     asm.load(Size::U64, R1, R6, walk::PC);
     asm.alu64_imm(AluOp::Rsh, R1, BLOCK_BYTES.trailing_zeros() as i32);

@@ -108,7 +108,13 @@ pub mod walk {
     /// The task's `stack`: its kernel stack's lowest address.
     pub const STACK: i16 = 120;
     pub const FRAMES: i16 = 128;
-    pub const COPY: i16 = FRAMES + 8 * (MAX_FRAMES as i16 + 1);
+    /// The rows of recent pcs ([`ROW_CACHE_ENTRIES`] of `pc + 1: u64`, the
+    /// row: u64; 0 for none): a walk passes the same tracer, scheduler and
+    /// system-call frames again and again, and a row found here needs no
+    /// search.
+    pub const ROW_CACHE: i16 = FRAMES + 8 * (MAX_FRAMES as i16 + 1);
+    pub const ROW_CACHE_ENTRIES: u32 = 256;
+    pub const COPY: i16 = ROW_CACHE + 16 * ROW_CACHE_ENTRIES as i16;
     /// Bytes of stack copied at most (a power of two: x86-64's
     /// `THREAD_SIZE` without KASAN).
     pub const COPY_BYTES: u32 = 16384;

@@ -17,7 +17,7 @@ use wprof::runtime::bpf::loader::{AttachOptions, Loaded, load};
 use wprof::runtime::targets::environment::SystemEnvironment;
 use wprof::symbols::KernelSymbols;
 use wprof::unwind::layout::task_stack_offset;
-use wprof::unwind::orc_maps::{OrcMaps, Placement, place};
+use wprof::unwind::orc_maps::{OrcMaps, Placement, place, walk};
 use wprof::unwind::orc_oracle::{OracleStacks, oracle};
 use wprof::unwind::orc_read::{KernelOrc, read};
 
@@ -142,6 +142,27 @@ fn names(symbols: &KernelSymbols, frames: &[u64]) -> String {
     names.join(" ← ")
 }
 
+/// Entries each CPU's row cache holds (a walk keeps every row it searched
+/// for there; the later steps at those pcs take it from there).
+fn cached_rows(loaded: &Loaded, maps: OrcMaps) -> Vec<usize> {
+    use libbpf_rs::{MapCore, MapFlags};
+    let walk = loaded.map(maps.walk).expect("the walk map");
+    let values = walk
+        .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+        .expect("read the walk map")
+        .expect("a walk value");
+    let entries = 0..walk::ROW_CACHE_ENTRIES as usize;
+    let tag_at = |i: usize| walk::ROW_CACHE as usize + 16 * i;
+    values
+        .iter()
+        .map(|value| {
+            (entries.clone())
+                .filter(|&i| value[tag_at(i)..tag_at(i) + 8] != [0; 8])
+                .count()
+        })
+        .collect()
+}
+
 fn median(mut values: Vec<u64>) -> u64 {
     values.sort_unstable();
     values.get(values.len() / 2).copied().unwrap_or(0)
@@ -160,7 +181,7 @@ fn walker_equals_bpf_get_stack() {
         orc.copy_time,
         orc.build_time
     );
-    let (mut loaded, _maps) = start_oracle(&orc, &orc.trampolines);
+    let (mut loaded, maps) = start_oracle(&orc, &orc.trampolines);
     let switching = Switching::start();
     let stacks = collect(&mut loaded, Duration::from_secs(2));
     drop(switching);
@@ -197,6 +218,12 @@ fn walker_equals_bpf_get_stack() {
     println!("program frames in the kernel's stacks: {program_frames:?}");
     assert!(equal >= 1000, "only {equal} stacks compared");
     assert!(given_up * 100 <= equal, "{given_up} given up");
+    let cached = cached_rows(&loaded, maps);
+    println!("rows in the CPUs' row caches: {cached:?}");
+    assert!(
+        cached.iter().sum::<usize>() >= 10,
+        "the walks kept no rows: {cached:?}"
+    );
     let kernel_ns = median(stacks.iter().map(|s| s.kernel_ns).collect());
     let walk_ns = median(stacks.iter().map(|s| s.walk_ns).collect());
     println!("median ns per stack: bpf_get_stack {kernel_ns}, walker {walk_ns}");
