@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Where a traced context switch's cost goes, layer by layer: the slowdown of
+# `taskset -c 0 perf bench sched pipe` under wprof running only
+#   empty     an empty `tp_btf:sched_switch` program (the kernel's dispatch)
+#   record    one record of one field per switch (the ring and the clock)
+#   sched     the built-in `sched` tracker alone
+#   default   every default tracker
+# and, for reference, `perf record -e sched:sched_switch -a`, alternating
+# with untraced runs; then each layer's BPF time per switch (bpf_stats).
+#
+#   bench/switch_floor.sh [-n ROUNDS] [-l LOOPS]
+#
+# Environment: WPROF (default target/release/wprof). Needs root and perf.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+WPROF=${WPROF:-$ROOT/target/release/wprof}
+ROUNDS=7
+LOOPS=200000
+
+die() { echo "switch_floor.sh: $*" >&2; exit 1; }
+
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    -n) ROUNDS=$2; shift 2 ;;
+    -l) LOOPS=$2; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) die "unknown argument: $1 (see --help)" ;;
+  esac
+done
+
+[[ $EUID -eq 0 ]] || die "needs root (recording loads BPF programs)"
+[[ -x $WPROF ]] || die "$WPROF is missing: build it with 'cargo build --release'"
+command -v perf >/dev/null || die "perf is missing (apt-get install linux-perf)"
+
+OUT=$ROOT/bench/results/floor-$(date +%Y%m%d-%H%M%S)
+mkdir -p "$OUT"
+LOG=$OUT/stderr.log
+WORKLOAD=(taskset -c 0 perf bench sched pipe -l "$LOOPS")
+
+LAYERS=(empty record sched default)
+layer_args() {
+  case $1 in
+    empty) echo "-f none -e tp_btf:sched_switch{}" ;;
+    record) echo "-f none -e tp_btf:sched_switch<a=1>" ;;
+    sched) echo "-f none -f sched" ;;
+    default) echo "" ;;
+  esac
+}
+
+total_time() { sed -n 's/.*Total time: *\([0-9.]*\).*/\1/p' | head -n 1; }
+
+run() {
+  local name=$1
+  case $name in
+    none) "${WORKLOAD[@]}" 2>>"$LOG" | total_time ;;
+    perf) perf record -q -e sched:sched_switch -a -o "$OUT/perf.data" -- \
+            "${WORKLOAD[@]}" 2>>"$LOG" | total_time ;;
+    *) # shellcheck disable=SC2046
+       "$WPROF" $(layer_args "$name") -D "$OUT/$name.data" -c "${WORKLOAD[*]}" 2>>"$LOG" |
+         total_time ;;
+  esac
+}
+
+for round in $(seq "$ROUNDS"); do
+  for name in none "${LAYERS[@]}" perf; do
+    printf '%s\t%s\n' "$name" "$(run "$name")" >>"$OUT/raw.tsv"
+  done
+  echo "  round $round/$ROUNDS done" >&2
+done
+
+median() {
+  awk -F'\t' -v c="$1" '$1 == c {print $2}' "$OUT/raw.tsv" | sort -g |
+    awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
+
+# BPF time per switch of each layer, with kernel.bpf_stats_enabled=1.
+source "$ROOT/bench/bpf_stats.sh"
+enable_bpf_stats
+bpf_ns_per_switch() {
+  local pid
+  # shellcheck disable=SC2046
+  "$WPROF" $(layer_args "$1") -D "$OUT/cost.data" -d 120s >/dev/null 2>>"$LOG" &
+  pid=$!
+  wait_for_programs "$pid" 1 || true
+  sleep 0.2
+  local before after
+  before=$(prog_stats "$pid" | sort -n)
+  "${WORKLOAD[@]}" >/dev/null 2>>"$LOG"
+  after=$(prog_stats "$pid" | sort -n)
+  kill -INT "$pid"
+  wait "$pid" || true
+  join <(echo "$before") <(echo "$after") |
+    awk -v switches=$((2 * LOOPS)) '{ns += $5 - $3} END {printf "%.0f", ns / switches}'
+}
+
+base=$(median none)
+{
+  echo "wprof $(git -C "$ROOT" rev-parse --short HEAD), $(nproc) CPUs, $ROUNDS rounds of '${WORKLOAD[*]}', untraced ${base} s"
+  echo
+  echo "| layer | slowdown | BPF ns per switch (bpf_stats) |"
+  echo "|---|---|---|"
+  for name in "${LAYERS[@]}"; do
+    printf '| %s | %.3f× | %s |\n' "$name" "$(awk -v a="$(median "$name")" -v b="$base" 'BEGIN {print a / b}')" \
+      "$(bpf_ns_per_switch "$name")"
+  done
+  printf '| perf record -e sched:sched_switch -a | %.3f× | |\n' \
+    "$(awk -v a="$(median perf)" -v b="$base" 'BEGIN {print a / b}')"
+} | tee "$OUT/summary.txt"
+rm -f "$OUT"/*.data
