@@ -231,6 +231,9 @@ pub enum AsmError {
     /// A jump at slot `insn` is too far from its target for the 16-bit offset.
     #[error("jump at instruction {insn} needs offset {offset}, outside the 16-bit range")]
     JumpOutOfRange { insn: usize, offset: i64 },
+    /// A load at a kernel type's field `offset` beyond a 16-bit offset.
+    #[error("field offset {offset} is outside a load's 16-bit range")]
+    FieldOutOfRange { offset: u32 },
 }
 
 /// A finished instruction stream. `spans` and `comments` have one entry per
