@@ -817,13 +817,13 @@ fn emit_map_out_of_line(asm: &mut Assembler, xol: &XolLayout) -> Result<(), AsmE
     Ok(())
 }
 
-/// Reads the u64 at `base + offset` of kernel memory into `slot::READ`;
-/// jumps to `failed` when the read faults.
 /// A kernel type's field offset as a load's offset.
 fn field_offset(offset: u32) -> Result<i16, AsmError> {
     i16::try_from(offset).map_err(|_| AsmError::FieldOutOfRange { offset })
 }
 
+/// Reads the u64 at `base + offset` of kernel memory into `slot::READ`;
+/// jumps to `failed` when the read faults.
 pub(super) fn read_kernel(asm: &mut Assembler, base: Reg, offset: u32, failed: Label) {
     asm.mov64_reg(R3, base);
     asm.alu64_imm(AluOp::Add, R3, offset as i32);
