@@ -2,6 +2,7 @@
 # Where a traced context switch's cost goes, layer by layer: the slowdown of
 # `taskset -c 0 perf bench sched pipe` under wprof running only
 #   empty     an empty `tp_btf:sched_switch` program (the kernel's dispatch)
+#   clock     one clock read per switch, nothing sent (what a timestamp costs)
 #   record    one record of one field per switch (the ring and the clock)
 #   sched     the built-in `sched` tracker alone
 #   default   every default tracker
@@ -24,7 +25,7 @@ while [[ $# -gt 0 ]]; do
   case $1 in
     -n) ROUNDS=$2; shift 2 ;;
     -l) LOOPS=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
@@ -38,10 +39,11 @@ mkdir -p "$OUT"
 LOG=$OUT/stderr.log
 WORKLOAD=(taskset -c 0 perf bench sched pipe -l "$LOOPS")
 
-LAYERS=(empty record sched default)
+LAYERS=(empty clock record sched default)
 layer_args() {
   case $1 in
     empty) echo "-f none -e tp_btf:sched_switch{}" ;;
+    clock) echo "-f none -e tp_btf:sched_switch/nsecs==0/{}" ;;
     record) echo "-f none -e tp_btf:sched_switch<a=1>" ;;
     sched) echo "-f none -f sched" ;;
     default) echo "" ;;
