@@ -11,9 +11,9 @@
 #
 # Environment: WPROF (default target/release/wprof). Needs root and cc.
 set -euo pipefail
+# shellcheck source=SCRIPTDIR/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-WPROF=${WPROF:-$ROOT/target/release/wprof}
 TRIAL_S=2
 ROUNDS=5
 BIG_M=4
@@ -23,20 +23,18 @@ SEARCH_STEPS=6
 CONFIRM=3
 MALLOC_CALLS=300000
 
-die() { echo "capture.sh: $*" >&2; exit 1; }
-
 while [[ $# -gt 0 ]]; do
   case $1 in
     -t) TRIAL_S=$2; shift 2 ;;
     -n) ROUNDS=$2; shift 2 ;;
     -m) BIG_M=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
 
-[[ $EUID -eq 0 ]] || die "needs root (recording loads BPF programs)"
-[[ -x $WPROF ]] || die "$WPROF is missing: build it with 'cargo build --release'"
+need_root "recording loads BPF programs"
+need_wprof
 command -v cc >/dev/null || die "cc is missing: it builds bench/syscall_load.c and bench/malloc_load.c"
 [[ -x /usr/bin/time ]] || die "/usr/bin/time is missing (apt-get install time): it measures peak RSS"
 

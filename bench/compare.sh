@@ -6,16 +6,14 @@
 #
 # Environment: WPROF (default target/release/wprof), BPFTRACE (default: from PATH).
 set -euo pipefail
+# shellcheck source=SCRIPTDIR/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-WPROF=${WPROF:-$ROOT/target/release/wprof}
 BPFTRACE=${BPFTRACE:-$(command -v bpftrace || true)}
 ROUNDS=10
 EVENT_ROUNDS=3
 LOAD_LOOPS=50000
 TOOLS=(bpftrace wprof)
-
-die() { echo "compare.sh: $*" >&2; exit 1; }
 
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -23,17 +21,17 @@ while [[ $# -gt 0 ]]; do
     -e) EVENT_ROUNDS=$2; shift 2 ;;
     -s) LOAD_LOOPS=$2; shift 2 ;;
     --bpftrace-only) TOOLS=(bpftrace); shift ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
 
-[[ $EUID -eq 0 ]] || die "needs root (BPF programs and kernel.bpf_stats_enabled)"
+need_root "BPF programs and kernel.bpf_stats_enabled"
 [[ -n $BPFTRACE && -x $BPFTRACE ]] || die "bpftrace not found (apt-get install bpftrace, or set BPFTRACE)"
-if [[ " ${TOOLS[*]} " == *" wprof "* && ! -x $WPROF ]]; then
-  die "$WPROF is missing: build it with 'cargo build --release' (or pass --bpftrace-only)"
+if [[ " ${TOOLS[*]} " == *" wprof "* ]]; then
+  need_wprof "(or pass --bpftrace-only)"
 fi
-command -v perf >/dev/null || die "perf is missing (apt-get install linux-perf): it generates the context-switch load"
+need_perf "it generates the context-switch load"
 command -v cc >/dev/null || die "cc is missing: it builds bench/launch.c"
 
 OUT=$ROOT/bench/results/$(date +%Y%m%d-%H%M%S)

@@ -15,26 +15,24 @@
 #
 # Environment: WPROF (default target/release/wprof). Needs root and perf.
 set -euo pipefail
+# shellcheck source=SCRIPTDIR/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-WPROF=${WPROF:-$ROOT/target/release/wprof}
 ROUNDS=3
 LOOPS=50000
-
-die() { echo "kstack_cost.sh: $*" >&2; exit 1; }
 
 while [[ $# -gt 0 ]]; do
   case $1 in
     -n) ROUNDS=$2; shift 2 ;;
     -l) LOOPS=$2; shift 2 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
 
-[[ $EUID -eq 0 ]] || die "needs root (loads BPF programs)"
-[[ -x $WPROF ]] || die "$WPROF is missing: build it with 'cargo build --release'"
-command -v perf >/dev/null || die "perf is missing (apt-get install linux-perf)"
+need_root "loads BPF programs"
+need_wprof
+need_perf
 
 source "$ROOT/bench/bpf_stats.sh"
 enable_bpf_stats

@@ -11,26 +11,24 @@
 #
 # Environment: WPROF (default target/release/wprof). Recording needs root and perf.
 set -euo pipefail
+# shellcheck source=SCRIPTDIR/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-WPROF=${WPROF:-$ROOT/target/release/wprof}
 SECONDS_BUSY=10
 ROUNDS=3
 CAPTURE=
-
-die() { echo "profile.sh: $*" >&2; exit 1; }
 
 while [[ $# -gt 0 ]]; do
   case $1 in
     -t) SECONDS_BUSY=$2; shift 2 ;;
     -n) ROUNDS=$2; shift 2 ;;
     -D) CAPTURE=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
 
-[[ -x $WPROF ]] || die "$WPROF is missing: build it with 'cargo build --release'"
+need_wprof
 [[ -x /usr/bin/time ]] || die "/usr/bin/time is missing (apt-get install time): it measures peak RSS"
 
 OUT=$ROOT/bench/results/profile-$(date +%Y%m%d-%H%M%S)
@@ -46,7 +44,7 @@ calc() { awk "BEGIN {printf \"$1\", $2}"; }
 # whole capture, while wprof records every task with timer and off-CPU stacks.
 record_busy() {
   [[ $EUID -eq 0 ]] || die "recording needs root (or give a capture with -D)"
-  command -v perf >/dev/null || die "perf is missing (Debian linux-perf): it loads the machine"
+  need_perf "it loads the machine"
   # Each load in its own process group: `perf bench sched pipe` forks its
   # partner, which must stop with it.
   local groups=()

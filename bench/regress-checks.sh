@@ -35,6 +35,14 @@ source "$HERE/../examples/ci/regress.sh"
 
 GATED=(span:request.p50 span:request.p99 func:compact.total)
 
+# print_usage: common.sh's usage, sourced in a subshell so that this script
+# keeps regress.sh's die and WPROF (so not followed: only usage is used).
+# Not $HERE: regress.sh sets it to its own directory.
+print_usage() {
+  # shellcheck source=/dev/null
+  (source "$(dirname "${BASH_SOURCE[0]}")/common.sh" && usage)
+}
+
 # verdicts OUT: each gated metric's verdict symbol, change and p in
 # OUT/comparison.json (func: ones in OUT/profile-comparison.json), e.g. span:request.p50=+(+12.4%,p=0.008).
 verdicts() {
@@ -121,7 +129,7 @@ run_checks() {
       -o) out=$2; shift 2 ;;
       --requests) requests=$2; shift 2 ;;
       aa | slow | fast) checks+=("$1"); shift ;;
-      -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+      -h | --help) print_usage; exit 0 ;;
       *) die "unknown argument: $1 (see --help)" ;;
     esac
   done

@@ -17,9 +17,9 @@
 # comparison's work is per event. Environment: WPROF (default
 # target/release/wprof). Needs root, cc and /usr/bin/time.
 set -euo pipefail
+# shellcheck source=SCRIPTDIR/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-WPROF=${WPROF:-$ROOT/target/release/wprof}
 RUNS=5
 MILLIONS=1
 ROUNDS=3
@@ -27,20 +27,18 @@ ROUNDS=3
 RATE=400000
 SCRIPT='span call { tracepoint:syscalls:sys_enter_getppid /pid == cpid/ < > tracepoint:syscalls:sys_exit_getppid /pid == cpid/ }'
 
-die() { echo "regress.sh: $*" >&2; exit 1; }
-
 while [[ $# -gt 0 ]]; do
   case $1 in
     -r) RUNS=$2; shift 2 ;;
     -m) MILLIONS=$2; shift 2 ;;
     -n) ROUNDS=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
 
-[[ $EUID -eq 0 ]] || die "needs root (recording loads BPF programs)"
-[[ -x $WPROF ]] || die "$WPROF is missing: build it with 'cargo build --release'"
+need_root "recording loads BPF programs"
+need_wprof
 command -v cc >/dev/null || die "cc is missing: it builds bench/syscall_load.c"
 [[ -x /usr/bin/time ]] || die "/usr/bin/time is missing (apt-get install time)"
 

@@ -22,28 +22,26 @@
 #
 # Environment: WPROF (default target/release/wprof). Needs root and perf.
 set -euo pipefail
+# shellcheck source=SCRIPTDIR/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-WPROF=${WPROF:-$ROOT/target/release/wprof}
 ROUNDS=5
 LOOPS=200000
 BUSY_S=10
-
-die() { echo "sched.sh: $*" >&2; exit 1; }
 
 while [[ $# -gt 0 ]]; do
   case $1 in
     -n) ROUNDS=$2; shift 2 ;;
     -l) LOOPS=$2; shift 2 ;;
     -b) BUSY_S=$2; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
 
-[[ $EUID -eq 0 ]] || die "needs root (recording loads BPF programs)"
-[[ -x $WPROF ]] || die "$WPROF is missing: build it with 'cargo build --release'"
-command -v perf >/dev/null || die "perf is missing (apt-get install linux-perf)"
+need_root "recording loads BPF programs"
+need_wprof
+need_perf
 [[ -x /usr/bin/time ]] || die "/usr/bin/time is missing (apt-get install time)"
 
 OUT=$ROOT/bench/results/sched-$(date +%Y%m%d-%H%M%S)

@@ -9,25 +9,23 @@
 #
 #   bench/startup.sh [-n ROUNDS] [-b BASELINE_WPROF] [-- EXTRA WPROF ARGS]
 set -euo pipefail
-
-die() { echo "startup.sh: $*" >&2; exit 1; }
+# shellcheck source=SCRIPTDIR/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 ROUNDS=10
 BASELINE=
-while getopts "n:b:" opt; do
+while getopts "hn:b:" opt; do
   case $opt in
     n) ROUNDS=$OPTARG ;;
     b) BASELINE=$OPTARG ;;
+    h) usage; exit 0 ;;
     *) die "usage: $0 [-n ROUNDS] [-b BASELINE_WPROF] [-- EXTRA WPROF ARGS]" ;;
   esac
 done
 shift $((OPTIND - 1))
 [[ ${1:-} == -- ]] && shift
-[[ $EUID -eq 0 ]] || die "needs root (recording loads BPF programs)"
-
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-WPROF=${WPROF:-$ROOT/target/release/wprof}
-[[ -x $WPROF ]] || die "no $WPROF (cargo build --release, or set WPROF)"
+need_root "recording loads BPF programs"
+need_wprof "(or set WPROF)"
 OUT=$(mktemp -d /tmp/wprof-startup.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 

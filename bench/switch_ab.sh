@@ -13,20 +13,19 @@
 # programs' ns per run of it. The builds run concurrently, so the figures
 # hold under load when compared within a round.
 set -euo pipefail
+# shellcheck source=SCRIPTDIR/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ROUNDS=3
 WARM=6
 MEASURE=5
-
-die() { echo "switch_ab.sh: $*" >&2; exit 1; }
 
 while [[ $# -gt 0 ]]; do
   case $1 in
     -n) ROUNDS=$2; shift 2 ;;
     -w) WARM=$2; shift 2 ;;
     -m) MEASURE=$2; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) break ;;
   esac
 done
@@ -35,8 +34,8 @@ A=$1 B=$2
 shift 2
 ARGS=("$@")
 [[ ${#ARGS[@]} -gt 0 ]] || ARGS=(-S)
-[[ $EUID -eq 0 ]] || die "needs root (loads BPF programs)"
-command -v perf >/dev/null || die "perf is missing (apt-get install linux-perf)"
+need_root "loads BPF programs"
+need_perf
 
 source "$ROOT/bench/bpf_stats.sh"
 enable_bpf_stats

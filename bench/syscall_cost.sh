@@ -14,23 +14,21 @@
 #
 # Environment: WPROF (default target/release/wprof). Needs root and cc.
 set -euo pipefail
+# shellcheck source=SCRIPTDIR/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-WPROF=${WPROF:-$ROOT/target/release/wprof}
 ROUNDS=5
-
-die() { echo "syscall_cost.sh: $*" >&2; exit 1; }
 
 while [[ $# -gt 0 ]]; do
   case $1 in
     -n) ROUNDS=$2; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
 
-[[ $EUID -eq 0 ]] || die "needs root (recording loads BPF programs)"
-[[ -x $WPROF ]] || die "$WPROF is missing: build it with 'cargo build --release'"
+need_root "recording loads BPF programs"
+need_wprof
 command -v cc >/dev/null || die "cc is missing: it builds bench/syscall_cost.c"
 
 OUT=$ROOT/bench/results/syscall-cost-$(date +%Y%m%d-%H%M%S)

@@ -21,26 +21,24 @@
 #
 # Environment: WPROF (default target/release/wprof). Needs root and cc.
 set -euo pipefail
+# shellcheck source=SCRIPTDIR/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-WPROF=${WPROF:-$ROOT/target/release/wprof}
 ROUNDS=3
 SECONDS_PER_RUN=3
 PERF_EVENT_PROG=7 # BPF_PROG_TYPE_PERF_EVENT: the timer sampler
-
-die() { echo "unwind.sh: $*" >&2; exit 1; }
 
 while [[ $# -gt 0 ]]; do
   case $1 in
     -n) ROUNDS=$2; shift 2 ;;
     -s) SECONDS_PER_RUN=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) usage; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
 
-[[ $EUID -eq 0 ]] || die "needs root (recording loads BPF programs)"
-[[ -x $WPROF ]] || die "$WPROF is missing: build it with 'cargo build --release'"
+need_root "recording loads BPF programs"
+need_wprof
 command -v cc >/dev/null || die "cc is missing"
 source "$ROOT/bench/bpf_stats.sh"
 
