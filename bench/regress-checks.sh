@@ -29,18 +29,16 @@
 # DIR/kept/CHECK-I/. Needs root and cc; WPROF as for regress.sh.
 set -euo pipefail
 
-HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BENCH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=../examples/ci/regress.sh
-source "$HERE/../examples/ci/regress.sh"
+source "$BENCH/../examples/ci/regress.sh"
 
 GATED=(span:request.p50 span:request.p99 func:compact.total)
 
-# print_usage: common.sh's usage, sourced in a subshell so that this script
-# keeps regress.sh's die and WPROF (so not followed: only usage is used).
-# Not $HERE: regress.sh sets it to its own directory.
+# common.sh's usage, in a subshell: this script keeps regress.sh's die and WPROF.
 print_usage() {
   # shellcheck source=/dev/null
-  (source "$(dirname "${BASH_SOURCE[0]}")/common.sh" && usage)
+  (source "$BENCH/common.sh" && usage)
 }
 
 # verdicts OUT: each gated metric's verdict symbol, change and p in
@@ -120,7 +118,7 @@ judge() {
 }
 
 run_checks() {
-  local reps=20 runs=5 out="$HERE/results/regress-checks" requests=10000
+  local reps=20 runs=5 out="$BENCH/results/regress-checks" requests=10000
   local checks=()
   while [[ $# -gt 0 ]]; do
     case $1 in
