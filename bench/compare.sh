@@ -49,6 +49,9 @@ START_PROG="BEGIN { printf(\"ready\\n\"); } $SCHED"
 KSTACK_KEYS='tracepoint:sched:sched_switch { @[kstack] = count(); }'
 USTACK_KEYS='tracepoint:sched:sched_switch { @[ustack] = count(); }'
 ready() { echo "BEGIN { printf(\"ready\\n\"); } $1"; }
+# A line printed at every event: the cost of handing each to the reader
+# (waking it at every event costs an irq_work, a self-IPI, each).
+PRINTF_EACH='tracepoint:sched:sched_switch { printf("%d %s\n", pid, comm); }'
 # The shipped tool with the most events under this load that both tools run here:
 # syscount counts every syscall by id and by comm. (The shipped tools keyed by
 # stacks cannot run under both: biostacks needs kprobes, and bpftrace's clang
@@ -149,6 +152,7 @@ for ((r = 1; r <= EVENT_ROUNDS; r++)); do
   run_event_round "$r" "" ready -e "$START_PROG"
   run_event_round "$r" kstack_ ready -e "$(ready "$KSTACK_KEYS")"
   run_event_round "$r" ustack_ ready -e "$(ready "$USTACK_KEYS")"
+  run_event_round "$r" printf_ ready -e "$(ready "$PRINTF_EACH")"
   [[ -f $BUSIEST_TOOL ]] && run_event_round "$r" tool_ "$BUSIEST_READY" "$BUSIEST_TOOL"
   echo "  per-event round $r/$EVENT_ROUNDS done" >&2
 done
@@ -207,6 +211,7 @@ row() {
   row "sched_switch prog verified insns" verified_insns
   row "@[kstack] = count() (ns/event)" kstack_ns_per_event
   row "@[ustack] = count() (ns/event)" ustack_ns_per_event
+  row "printf at every switch (ns/event)" printf_ns_per_event
   row "$(basename "$BUSIEST_TOOL") busiest prog (ns/event)" tool_ns_per_event
   row "compile $(basename "${LARGEST_TOOL:-none}") (ms)" compile_ms
   bt_bin=$(stat -c %s "$BPFTRACE")

@@ -576,7 +576,7 @@ impl Lowerer<'_> {
     /// Sets `flags` to wake the reader unless one was woken less than a
     /// millisecond ago (else jumps to `quiet`). Two CPUs may both wake it:
     /// harmless.
-    fn wake_at_most_once_a_millisecond(&mut self, flags: VReg, quiet: Label) {
+    pub(super) fn wake_at_most_once_a_millisecond(&mut self, flags: VReg, quiet: Label) {
         let slot = self.vreg();
         self.emit(Inst::MapValueAddr {
             dst: slot,

@@ -142,13 +142,24 @@ impl Lowerer<'_> {
     }
 
     /// Sends `size` bytes at `data` (a message) through the ring buffer,
-    /// counting it as lost when there is no room.
+    /// counting it as lost when there is no room. It wakes the reader at
+    /// most once a millisecond, and the reader looks again soon after
+    /// reading messages (`session::MESSAGE_FOLLOW_UP`) for those that did
+    /// not wake it. The kernel's default wakes a reader that keeps up at
+    /// every message, an irq_work each (a self-IPI, a VM exit here):
+    /// `printf` in a `sched_switch` probe slowed `perf bench sched pipe`
+    /// 4.7× with it, 1.15× without.
     pub(crate) fn output(&mut self, data: Arg, size: u32) {
+        let flags = self.vreg();
+        let quiet = self.label();
+        self.mov_imm(flags, BPF_RB_NO_WAKEUP);
+        self.wake_at_most_once_a_millisecond(flags, quiet);
+        self.emit(Inst::Bind(quiet));
         let args = vec![
             Arg::Map(self.maps.ringbuf),
             data,
             Arg::Imm(i64::from(size)),
-            Arg::Imm(0),
+            Arg::Reg(flags),
         ];
         let sent = self.call_result(RINGBUF_OUTPUT, args);
         let done = self.label();

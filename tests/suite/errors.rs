@@ -148,7 +148,7 @@ fn stack_limit_points_at_the_statement() {
     // The span covers the call, not its `;`.
     let underline = "─".repeat(line.trim().trim_end_matches(';').len());
     let expected = one_error(&format!(
-        "  × `BEGIN` needs 1160 bytes of BPF stack; the kernel allows 512
+        "  × `BEGIN` needs 1168 bytes of BPF stack; the kernel allows 512
    ╭─[<script>:3:3]
  2 │   $x = 1;
  3 │ {line}

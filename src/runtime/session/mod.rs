@@ -78,6 +78,10 @@ const LAST_TABLES_WAIT: Duration = Duration::from_secs(1);
 /// table is placed when it is built, not when events next wake the
 /// recorder (up to [`Status::INTERVAL`] later).
 const TABLES_POLL: Duration = Duration::from_millis(5);
+/// How soon the session looks again after reading messages: probes wake it
+/// at most once a millisecond (codegen's `output`), so while messages flow
+/// some arrive without waking it.
+const MESSAGE_FOLLOW_UP: Duration = Duration::from_millis(2);
 
 /// The line `notify_attached` prints, and the environment variable that
 /// asks for it.
@@ -410,6 +414,11 @@ fn trace(
         let busy = (receiver.recorder.as_ref()).is_some_and(Recorder::busy);
         let timeout = if busy {
             timeout.min(TABLES_POLL)
+        } else {
+            timeout
+        };
+        let timeout = if std::mem::take(&mut receiver.read_messages) {
+            timeout.min(MESSAGE_FOLLOW_UP)
         } else {
             timeout
         };

@@ -43,6 +43,9 @@ pub(super) struct Receiver<'a> {
     /// An `exit()` was read: as in bpftrace, what probes sent after it is
     /// not printed (recorded events are kept); END's output is.
     pub(super) exited: bool,
+    /// A message sent by `output()` (printing, a helper error, a thread
+    /// report) was read since the session last looked.
+    pub(super) read_messages: bool,
     watches: Watches,
 }
 
@@ -65,6 +68,7 @@ impl<'a> Receiver<'a> {
             recorder,
             quiet: false,
             exited: false,
+            read_messages: false,
             watches: Watches::new(tracee),
         }
     }
@@ -107,6 +111,7 @@ impl<'a> Receiver<'a> {
             )));
         };
         let index = id.unwrap_or_default() as usize;
+        self.read_messages |= !matches!(message, Message::Record { .. } | Message::Watch { .. });
         match message {
             Message::Record { record, .. } => {
                 return match &mut self.recorder {
