@@ -8,6 +8,7 @@
 # usage: the script's header comment without its `# ` (its --help).
 # need_root REASON, need_wprof [HINT], need_perf [WHY]: die unless running
 #   as root, $WPROF is executable, perf is installed.
+# median_of_lines: the median of the numbers on stdin ("nan" for none).
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WPROF=${WPROF:-$ROOT/target/release/wprof}
@@ -25,3 +26,8 @@ need_wprof() { [[ -x $WPROF ]] || die "$WPROF is missing: build it with 'cargo b
 
 # shellcheck disable=SC2120 # the reason is optional
 need_perf() { command -v perf >/dev/null || die "perf is missing (apt-get install linux-perf)${1:+: $1}"; }
+
+median_of_lines() {
+  sort -g | awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2];
+    else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}

@@ -12,9 +12,11 @@
 # timer and off-CPU stacks, user stacks through the .eh_frame tables), under
 # `wprof -S -S unwind=fp` (the same, frame pointers only, issue 12), under
 # `wprof -S offcpu=1ms` (off-CPU stacks of blocks of at least 1 ms only,
-# issue 11), and under `perf record -e sched:sched_switch -a`. The slowdown
-# is the workload's own "Total time" against the untraced median of the same
-# run. Then: peak RSS of a busy and of an idle capture, and the BPF program
+# issue 11), and under `perf record -e sched:sched_switch -a`, every traced
+# run between two untraced ones. The slowdown is the median over rounds of
+# the workload's own "Total time" against the mean of the untraced runs on
+# either side of it (the host's drift cancels: untraced runs here move 20%
+# within minutes). Then: peak RSS of a busy and of an idle capture, and the BPF program
 # cost (kernel.bpf_stats_enabled) of the default, `-S`, `-S -S unwind=fp`
 # and `-S offcpu=1ms` captures (and the workload's kernel-mode page faults
 # per switch, see bpf_cost). Prints issues 10 and 12's table (markdown)
@@ -102,15 +104,16 @@ run() {
 }
 
 echo "sched.sh: $ROUNDS rounds of '${WORKLOAD[*]}', results in $OUT" >&2
+CONFIGS=("default" "stacks -S" "stacksfp -S -S unwind=fp" "offcpu -S offcpu=1ms" "perf")
 for round in $(seq "$ROUNDS"); do
-  run none
-  run default
-  run stacks -S
-  run stacksfp -S -S unwind=fp
-  run offcpu -S offcpu=1ms
-  run perf
+  for config in "${CONFIGS[@]}"; do
+    run none
+    # shellcheck disable=SC2086 # the name, then the tracer's arguments
+    run $config
+  done
   echo "  round $round/$ROUNDS done" >&2
 done
+run none
 
 # Peak RSS on a long busy capture (the workload loops for BUSY_S seconds) and
 # on an idle one (no workload: whatever else runs on the machine).
@@ -163,10 +166,13 @@ bpf_cost stacks -S
 bpf_cost stacksfp -S -S unwind=fp
 bpf_cost offcpu -S offcpu=1ms
 
-median() {
-  awk -F'\t' -v c="$1" -v m="$2" '$1 == c && $2 == m {print $3}' "$RAW" | sort -g |
-    awk '{v[NR] = $1} END {if (NR == 0) print "nan"; else if (NR % 2) print v[(NR + 1) / 2];
-         else print (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+median() { awk -F'\t' -v c="$1" -v m="$2" '$1 == c && $2 == m {print $3}' "$RAW" | median_of_lines; }
+# Each run of $1 against the mean of the untraced runs before and after it:
+# the median of those ratios.
+slowdown() {
+  awk -F'\t' -v c="$1" '$2 == "seconds" {n[++runs] = $1; t[runs] = $3}
+    END {for (i = 2; i < runs; i++) if (n[i] == c) print t[i] / ((t[i - 1] + t[i + 1]) / 2)}' "$RAW" |
+    median_of_lines
 }
 calc() { awk "BEGIN {printf \"$1\", $2}"; }
 mb() { calc %.1f "$(median "$1" maxrss_kb) / 1024"; }
@@ -177,14 +183,13 @@ mb() { calc %.1f "$(median "$1" maxrss_kb) / 1024"; }
   echo
   echo '| | slowdown | drops | B/switch data | B/switch Perfetto | launch → recording | peak RSS |'
   echo '|---|---|---|---|---|---|---|'
-  base=$(median none seconds)
   for c in default stacks stacksfp offcpu perf; do
     label="wprof default"
     [[ $c == stacks ]] && label="wprof \`-S\`"
     [[ $c == stacksfp ]] && label="wprof \`-S -S unwind=fp\`"
     [[ $c == offcpu ]] && label="wprof \`-S offcpu=1ms\`"
     [[ $c == perf ]] && label="\`perf record -e sched:sched_switch -a\`"
-    ratio=$(calc %.2f "$(median "$c" seconds) / $base")
+    ratio=$(calc %.2f "$(slowdown "$c")")
     if [[ $c == perf ]]; then
       echo "| $label | ${ratio}× | | | | | $(mb perf) MB |"
       continue

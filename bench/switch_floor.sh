@@ -6,8 +6,9 @@
 #   record    one record of one field per switch (the ring and the clock)
 #   sched     the built-in `sched` tracker alone
 #   default   every default tracker
-# and, for reference, `perf record -e sched:sched_switch -a`, alternating
-# with untraced runs; then each layer's BPF time per switch (bpf_stats).
+# and, for reference, `perf record -e sched:sched_switch -a`, each run
+# between two untraced runs and compared with them; then each layer's BPF
+# time per switch (bpf_stats).
 #
 #   bench/switch_floor.sh [-n ROUNDS] [-l LOOPS]
 #
@@ -62,16 +63,24 @@ run() {
   esac
 }
 
+# An untraced run before every traced one (and one at the end): each traced
+# run is compared with the untraced runs on either side of it, so the host's
+# drift (untraced runs here move 20% within minutes) cancels.
 for round in $(seq "$ROUNDS"); do
-  for name in none "${LAYERS[@]}" perf; do
+  for name in "${LAYERS[@]}" perf; do
+    printf '%s\t%s\n' none "$(run none)" >>"$OUT/raw.tsv"
     printf '%s\t%s\n' "$name" "$(run "$name")" >>"$OUT/raw.tsv"
   done
   echo "  round $round/$ROUNDS done" >&2
 done
+printf '%s\t%s\n' none "$(run none)" >>"$OUT/raw.tsv"
 
-median() {
-  awk -F'\t' -v c="$1" '$1 == c {print $2}' "$OUT/raw.tsv" | sort -g |
-    awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+# The median over rounds of each run of $1 divided by the mean of the
+# untraced runs just before and after it.
+slowdown() {
+  awk -F'\t' -v c="$1" '{name[NR] = $1; t[NR] = $2}
+    END {for (i = 2; i < NR; i++) if (name[i] == c) print t[i] / ((t[i - 1] + t[i + 1]) / 2)}' \
+    "$OUT/raw.tsv" | median_of_lines
 }
 
 # BPF time per switch of each layer, with kernel.bpf_stats_enabled=1.
@@ -94,17 +103,16 @@ bpf_ns_per_switch() {
     awk -v switches=$((2 * LOOPS)) '{ns += $5 - $3} END {printf "%.0f", ns / switches}'
 }
 
-base=$(median none)
+base=$(awk -F'\t' '$1 == "none" {print $2}' "$OUT/raw.tsv" | median_of_lines)
+spread=$(awk -F'\t' '$1 == "none" {print $2}' "$OUT/raw.tsv" | sort -g | sed -n '1p;$p' | paste -sd-)
 {
-  echo "wprof $(git -C "$ROOT" rev-parse --short HEAD), $(nproc) CPUs, $ROUNDS rounds of '${WORKLOAD[*]}', untraced ${base} s"
+  echo "wprof $(git -C "$ROOT" rev-parse --short HEAD), $(nproc) CPUs, $ROUNDS rounds of '${WORKLOAD[*]}', untraced ${base} s (${spread} s)"
   echo
   echo "| layer | slowdown | BPF ns per switch (bpf_stats) |"
   echo "|---|---|---|"
   for name in "${LAYERS[@]}"; do
-    printf '| %s | %.3f× | %s |\n' "$name" "$(awk -v a="$(median "$name")" -v b="$base" 'BEGIN {print a / b}')" \
-      "$(bpf_ns_per_switch "$name")"
+    printf '| %s | %.3f× | %s |\n' "$name" "$(slowdown "$name")" "$(bpf_ns_per_switch "$name")"
   done
-  printf '| perf record -e sched:sched_switch -a | %.3f× | |\n' \
-    "$(awk -v a="$(median perf)" -v b="$base" 'BEGIN {print a / b}')"
+  printf '| perf record -e sched:sched_switch -a | %.3f× | |\n' "$(slowdown perf)"
 } | tee "$OUT/summary.txt"
 rm -f "$OUT"/*.data
