@@ -98,16 +98,18 @@ busiest_prog() {
   awk '/^run_time_ns:/ {t=$2} /^run_cnt:/ {c=$2} /^verified_insns:/ {i=$2} END {print t, c, i}' "$best"
 }
 
-# Waits until $2 (the output of tool $3, pid $1) holds $4; dies if it never does.
+# wait_ready OUT TOOL MARKER PID...: waits until OUT (the output of TOOL,
+# the last PID) holds MARKER; else kills every PID (the tools started) and dies.
 wait_ready() {
-  local pid=$1 out=$2 tool=$3 marker=$4 i
+  local out=$1 tool=$2 marker=$3 i
+  shift 3
   for ((i = 0; i < 300; i++)); do
     grep -q "$marker" "$out" 2>/dev/null && return
-    kill -0 "$pid" 2>/dev/null || fail_with_log "$tool exited before attaching"
+    kill -0 "${@: -1}" 2>/dev/null || break
     sleep 0.1
   done
-  kill -KILL "$pid"
-  fail_with_log "$tool never printed $marker"
+  kill -KILL "$@" 2>/dev/null || true
+  fail_with_log "$tool never printed $marker (or exited first)"
 }
 
 # Seconds of the pinned context-switch load.
@@ -126,7 +128,7 @@ run_printf_round() {
     out=$OUT/printf-$tool.out
     "$bin" -e "$(ready "$PRINTF_EACH")" >"$out" 2>>"$LOG" &
     pid=$!
-    wait_ready "$pid" "$out" "$tool" ready
+    wait_ready "$out" "$tool" ready "$pid"
     record "$tool" "$round" printf_seconds "$(pinned_load_seconds)"
     kill -INT "$pid"
     wait "$pid" || true
@@ -158,7 +160,7 @@ run_event_round() {
     out=$OUT/event-$tool-$prefix$round.out
     "$bin" "$@" >"$out" 2>>"$LOG" &
     pids+=($!)
-    wait_ready "${pids[-1]}" "$out" "$tool (event round $round)" "$marker"
+    wait_ready "$out" "$tool (event round $round)" "$marker" "${pids[@]}"
   done
   perf bench sched pipe -l "$LOAD_LOOPS" >/dev/null 2>>"$LOG"
   for i in "${!order[@]}"; do
