@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Measurement, RecordStats, ThreadRow};
+use super::{Measurement, RecordStats, ThreadRow, total_ns};
 use crate::analysis::gate::{Dimension, MetricKind, MetricName};
 use crate::analysis::stats::LogHistogram;
 use crate::capture::model::{FieldType, RecordKind, RecordOrigin};
@@ -244,7 +244,7 @@ impl Measurement {
     }
 
     fn thread_group(&self, named: &mut Named<'_>, rows: &[&ThreadRow]) {
-        let sum = |f: fn(&ThreadRow) -> u64| rows.iter().map(|row| f(row)).sum::<u64>();
+        let sum = |f: fn(&ThreadRow) -> u64| total_ns(rows.iter().map(|row| f(row)));
         named.time("oncpu", sum(|r| r.times.on_cpu_ns));
         named.time("offcpu", sum(|r| r.times.off_cpu_ns()));
         named.time("sleeping", sum(|r| r.times.sleeping_ns));
@@ -252,7 +252,7 @@ impl Measurement {
         named.time("runnable", sum(|r| r.times.runnable_ns));
         let lifetime = sum(|r| r.times.lifetime_ns);
         if lifetime > 0 {
-            let known = sum(|r| r.times.on_cpu_ns + r.times.off_cpu_ns());
+            let known = sum(|r| r.times.on_cpu_ns.saturating_add(r.times.off_cpu_ns()));
             named.push("coverage", Dimension::Ratio, known as f64 / lifetime as f64);
         }
         let mut wakeups = LogHistogram::new();

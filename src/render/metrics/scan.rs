@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 
 use ahash::{AHashMap, AHashSet};
 
-use super::{Contents, FieldSum, FunctionTimes, Measurement, RecordStats, System, ThreadRow};
+use super::{
+    Contents, FieldSum, FunctionTimes, Measurement, RecordStats, System, ThreadRow, total_ns,
+};
 use crate::analysis::wallclock::{SchedEvent, ThreadTimes, WallClock, Window};
 use crate::capture::model::{Event, FieldValue, RecordOrigin, StackId};
 use crate::render::Capture;
@@ -144,7 +146,7 @@ impl<'c> Scanner<'c> {
         let system = System {
             context_switches: self.context_switches,
             idle_ns: complete.then(|| self.idle.finish(&self.window)),
-            oncpu_ns: complete.then(|| report.threads.values().map(|t| t.on_cpu_ns).sum()),
+            oncpu_ns: complete.then(|| total_ns(report.threads.values().map(|t| t.on_cpu_ns))),
         };
         let period_ns = recorded.timer_period_ns();
         let sample_ns = SampleTime::new(&report.threads, period_ns);
@@ -285,10 +287,8 @@ impl IdleCpus {
 
     fn finish(self, window: &Window) -> u64 {
         let open = self.cpus.iter().filter_map(|state| (*state)?);
-        self.idle_ns
-            + open
-                .map(|since| window.clip(since, window.end_ns))
-                .sum::<u64>()
+        let open = open.map(|since| window.clip(since, window.end_ns));
+        self.idle_ns.saturating_add(total_ns(open))
     }
 }
 

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::analysis::wallclock::ThreadTimes;
 use crate::capture::walk::{StackEnding, StackWalk, Unwinder};
 use crate::render::format::describe_tasks;
-use crate::render::metrics::{Measurement, ThreadRow, measure};
+use crate::render::metrics::{Measurement, ThreadRow, measure, total_ns};
 use crate::render::source::CaptureSource;
 use crate::render::{Capture, Captures, Destination, Render, RenderError};
 
@@ -264,7 +264,7 @@ impl ReportData {
         let missing_events = MissingEvents {
             anomalies: missed().map(|t| t.anomalies).sum(),
             threads: missed().count(),
-            unknown_ns: missed().map(|t| t.unknown_ns).sum(),
+            unknown_ns: total_ns(missed().map(|t| t.unknown_ns)),
         };
         cut(&mut processes, options);
         cut(&mut threads, options);
