@@ -35,6 +35,10 @@
  *   cpu_ns N                       (utime + stime from /proc/self/stat)
  *   sched_ns EXEC WAIT             (/proc/self/schedstat: time on the CPU
  *                                   and waiting for it, by the scheduler)
+ *   steal_ns N                     (the machine's steal time over the run,
+ *                                   all CPUs, from /proc/stat: time the
+ *                                   hypervisor ran something else, which
+ *                                   the scheduler leaves out of EXEC)
  *
  * Build: cc -O2 -g -fno-omit-frame-pointer -o bench bench.c
  */
@@ -129,6 +133,23 @@ static long long cpu_ns_from_proc(void)
 	return (long long)(utime + stime) * (1000000000LL / sysconf(_SC_CLK_TCK));
 }
 
+/* The steal time of all CPUs (the 8th value of /proc/stat's "cpu" line) in
+ * ns, or -1. */
+static long long steal_ns_from_proc(void)
+{
+	unsigned long long steal = 0;
+	FILE *f = fopen("/proc/stat", "r");
+	int found;
+
+	if (!f)
+		return -1;
+	found = fscanf(f, "cpu %*u %*u %*u %*u %*u %*u %*u %llu", &steal) == 1;
+	fclose(f);
+	if (!found)
+		return -1;
+	return (long long)steal * (1000000000LL / sysconf(_SC_CLK_TCK));
+}
+
 /* /proc/self/schedstat: the scheduler's time on the CPU (sum_exec_runtime)
  * and waiting on a run queue (run_delay), in ns. */
 static void print_schedstat(void)
@@ -173,6 +194,7 @@ int main(int argc, char **argv)
 	if (!durations)
 		return 1;
 	long long request_cpu_ns = 0, compact_cpu_ns = 0;
+	long long steal_at_start = steal_ns_from_proc();
 	for (long i = 0; i < requests; i++) {
 		long long start = now_ns(CLOCK_MONOTONIC);
 		long long cpu = now_ns(CLOCK_THREAD_CPUTIME_ID);
@@ -193,6 +215,9 @@ int main(int argc, char **argv)
 	fprintf(stderr, "compact_cpu_ns %lld\n", compact_cpu_ns);
 	fprintf(stderr, "cpu_ns %lld\n", cpu_ns_from_proc());
 	print_schedstat();
+	long long steal_at_end = steal_ns_from_proc();
+	if (steal_at_start >= 0 && steal_at_end >= 0)
+		fprintf(stderr, "steal_ns %lld\n", steal_at_end - steal_at_start);
 	free(durations);
 	return 0;
 }

@@ -99,19 +99,29 @@ fn runs(json: &Value, metric: &str, side: &str) -> Vec<f64> {
     runs.iter().map(|v| v.as_f64().expect("a number")).collect()
 }
 
+/// A number the benchmark logged on a line `KEY VALUE` of its `.log`.
+fn logged(text: &str, key: &str) -> f64 {
+    (text.lines())
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the benchmark's {key}"))
+}
+
 /// What one run of the benchmark measured itself (its `.log` next to the
-/// capture): request durations sorted, and utime + stime.
-fn measured(log: &Path) -> (Vec<f64>, f64) {
+/// capture): request durations sorted, utime + stime, and the machine's
+/// steal time over the run.
+fn measured(log: &Path) -> (Vec<f64>, f64, f64) {
     let text = fs::read_to_string(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
     let mut durations: Vec<f64> = (text.lines())
         .filter_map(|l| l.strip_prefix("request "))
         .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
         .collect();
     durations.sort_by(f64::total_cmp);
-    let cpu = (text.lines().find_map(|l| l.strip_prefix("cpu_ns ")))
-        .and_then(|n| n.parse().ok())
-        .expect("the benchmark's CPU time");
-    (durations, cpu)
+    (
+        durations,
+        logged(&text, "cpu_ns"),
+        logged(&text, "steal_ns"),
+    )
 }
 
 /// The scheduler's own count of the benchmark's time on the CPU and waiting
@@ -135,9 +145,7 @@ fn nearest_rank(values: &[f64], q: f64) -> f64 {
 /// The CPU time the benchmark spent in compact() by its own clock.
 fn compact_cpu(log: &Path) -> f64 {
     let text = fs::read_to_string(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
-    (text.lines().find_map(|l| l.strip_prefix("compact_cpu_ns ")))
-        .and_then(|n| n.parse().ok())
-        .expect("compact()'s CPU time")
+    logged(&text, "compact_cpu_ns")
 }
 
 /// The relative change of the medians of `stat` over the benchmark's logs of
@@ -168,7 +176,11 @@ fn own_change(out: &Path, kind: &str, runs: usize, stat: impl Fn(&Path) -> f64) 
 /// What both count alike is the time from wake-up to switch-out: on-CPU +
 /// runnable = the scheduler's sum_exec_runtime + run_delay (within 1.8% in
 /// 24 runs here; ±4%), and utime + stime lie between on-CPU and on-CPU +
-/// runnable.
+/// runnable. Except for steal time: the scheduler leaves out of
+/// sum_exec_runtime (and so out of utime + stime) the time the hypervisor
+/// ran something else while the task was on the CPU, which wprof's clock
+/// counts; a clean-clone CI once had 4.7% more in on-CPU + runnable. The
+/// machine's steal time over the run is allowed on top.
 ///
 /// The runs are in the order of the comparison's captures (the recipe's
 /// glob: base-1, base-10, base-11, …), each with its `.log`.
@@ -183,7 +195,7 @@ fn check_runs_against_the_benchmark(json: &Value, side: &str, captures: usize) {
     for run in 0..counts.len() {
         let log = format!("{}.log", paths[run].as_str().expect("a path"));
         let log = Path::new(&log);
-        let (durations, cpu) = measured(log);
+        let (durations, cpu, steal) = measured(log);
         assert_eq!(counts[run], durations.len() as f64, "{side} run {run}");
         let p50 = durations[durations.len().div_ceil(2) - 1];
         // The benchmark's clock reads are outside the span; probes add microseconds.
@@ -192,16 +204,18 @@ fn check_runs_against_the_benchmark(json: &Value, side: &str, captures: usize) {
         let (exec, wait) = schedstat(log);
         let (ours, kernels) = (oncpu[run] + runnable[run], exec + wait);
         assert!(
-            (ours - kernels).abs() <= kernels * 0.04,
-            "{side} run {run}: on-CPU {} + runnable {} against the scheduler's {exec} + {wait}",
+            kernels - ours <= kernels * 0.04 && ours - kernels <= kernels * 0.04 + steal,
+            "{side} run {run}: on-CPU {} + runnable {} against the scheduler's {exec} + {wait} \
+             (steal {steal})",
             oncpu[run],
             runnable[run]
         );
         // utime + stime are whole ticks (10 ms), rounded down.
         let tick = 10e6;
         assert!(
-            oncpu[run] <= (cpu + tick) * 1.01 && cpu <= ours * 1.01,
-            "{side} run {run}: utime + stime {cpu} outside on-CPU {} … + runnable {}",
+            oncpu[run] <= (cpu + tick + steal) * 1.01 && cpu <= ours * 1.01,
+            "{side} run {run}: utime + stime {cpu} outside on-CPU {} … + runnable {} \
+             (steal {steal})",
             oncpu[run],
             runnable[run]
         );
