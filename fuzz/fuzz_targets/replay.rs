@@ -1,7 +1,11 @@
-//! Fuzz target: capture file bytes → `CaptureReader` → every renderer
-//! (Perfetto, NDJSON, summary), as `wprof -R -T -J -I` runs them, with the
-//! capture's saved task filters re-applied. Damage must be reported, never
-//! a panic, a hang or an allocation the file's size does not justify.
+//! Fuzz target: capture file bytes → `CaptureReader` → every renderer, with
+//! the capture's saved task filters re-applied: Perfetto, NDJSON, the
+//! summary, metrics and the wall-clock report (whole capture and a window
+//! of its middle half), the profiles (folded stacks, flame graph, pprof;
+//! the default profile, `wakeup` and each recorded record's), and a
+//! comparison of the capture with itself (tables, JSON, differential
+//! profiles). Damage must be reported, never a panic, a hang or an
+//! allocation the file's size does not justify.
 //!
 //! Each input runs twice: as it is, and with its checksums (file header,
 //! chunk headers, payloads, sequence marks) recomputed, so that mutations
@@ -22,11 +26,20 @@ use wprof::capture::format::{
 };
 use wprof::capture::reader::CaptureReader;
 use wprof::cli::task_filter_from_args;
+use wprof::render::compare::{
+    CompareJson, CompareOptions, CompareTable, DifferentialProfile, ProfileShape, TableFormat,
+};
 use wprof::render::filter::{Filter, TaskSelector};
+use wprof::render::flamegraph::FlameGraph;
+use wprof::render::folded::FoldedStacks;
+use wprof::render::metrics::Metrics;
 use wprof::render::ndjson::Ndjson;
 use wprof::render::perfetto::Perfetto;
+use wprof::render::pprof::Pprof;
+use wprof::render::profile::ProfileOptions;
+use wprof::render::report::{Report, ReportJson};
 use wprof::render::summary::Summary;
-use wprof::render::{Capture, Captures, Destination, Render};
+use wprof::render::{Capture, CaptureSource, Captures, Destination, Render};
 
 /// One in-memory file, rewritten for each input: the reader wants a path.
 static CAPTURE: Mutex<Option<(File, PathBuf)>> = Mutex::new(None);
@@ -59,23 +72,85 @@ fn render(path: &std::path::Path) {
             Err(_) => return,
         }
     };
-    let captures = Captures::one(Capture {
+    let whole = Filter {
+        tasks,
+        ..Filter::default()
+    };
+    let duration_ns = reader.stats().map_or(0, |stats| stats.duration_ns);
+    let middle = Filter {
+        start_ns: Some(duration_ns / 4),
+        end_ns: Some(duration_ns / 4 * 3),
+        ..whole.clone()
+    };
+    let capture = |filter: &Filter| Capture {
         path,
         source: &reader,
-        filter: Filter {
-            tasks,
-            ..Filter::default()
-        },
-    });
-    let null = Destination::File("/dev/null".into());
-    let renderers: [Box<dyn Render>; 3] = [
+        filter: filter.clone(),
+    };
+    let one = Captures::one(capture(&whole));
+    for renderer in every_single_capture_renderer(&reader) {
+        let _ = renderer.render(&one, &null());
+    }
+    let one = Captures::one(capture(&middle));
+    for renderer in [Box::new(Metrics::default()) as Box<dyn Render>, Box::new(Report::default())] {
+        let _ = renderer.render(&one, &null());
+    }
+    let itself = Captures::new(vec![capture(&whole)], vec![capture(&middle)]);
+    for renderer in comparison_renderers() {
+        let _ = renderer.render(&itself, &null());
+    }
+}
+
+fn null() -> Destination {
+    Destination::File("/dev/null".into())
+}
+
+/// The renderers of one capture, a profile renderer for each profile the
+/// capture may have.
+fn every_single_capture_renderer(source: &dyn CaptureSource) -> Vec<Box<dyn Render>> {
+    let mut renderers: Vec<Box<dyn Render>> = vec![
         Box::new(Perfetto::default()),
         Box::new(Ndjson::default()),
         Box::new(Summary::default()),
+        Box::new(Metrics::default()),
+        Box::new(Report::default()),
+        Box::new(ReportJson::default()),
     ];
-    for renderer in renderers {
-        let _ = renderer.render(&captures, &null);
+    let records = source.schemas().iter().take(3).map(|s| Some(s.name.clone()));
+    for profile in [None, Some("wakeup".to_owned())].into_iter().chain(records) {
+        let options = ProfileOptions {
+            profile,
+            ..ProfileOptions::default()
+        };
+        renderers.push(Box::new(FoldedStacks {
+            options: options.clone(),
+        }));
+        renderers.push(Box::new(FlameGraph {
+            options: options.clone(),
+        }));
+        renderers.push(Box::new(Pprof { options }));
     }
+    renderers
+}
+
+fn comparison_renderers() -> Vec<Box<dyn Render>> {
+    let options = CompareOptions::default();
+    let profile = ProfileOptions::default();
+    vec![
+        Box::new(CompareTable {
+            format: TableFormat::Text,
+            options: options.clone(),
+        }),
+        Box::new(CompareJson { options }),
+        Box::new(DifferentialProfile {
+            shape: ProfileShape::Folded,
+            profile: profile.clone(),
+        }),
+        Box::new(DifferentialProfile {
+            shape: ProfileShape::Svg,
+            profile,
+        }),
+    ]
 }
 
 /// `bytes` with every checksum made right, as a writer would have made them.
