@@ -67,9 +67,23 @@ pub(super) fn decode_event(
     Ok(())
 }
 
+/// The most memory reserved ahead for the entries a count in the file
+/// claims: the count is only a claim (a hostile chunk says `u32::MAX`), so
+/// past this a vector grows as its entries really decode.
+pub(super) const MAX_RESERVED_BYTES: usize = 1 << 20;
+
+/// Reserves room in `v` for `count` more entries to be decoded from `d`,
+/// within the bytes `d` has left (an entry takes at least one) and
+/// `MAX_RESERVED_BYTES`.
+pub(super) fn reserve<T>(v: &mut Vec<T>, count: usize, d: &Decoder) {
+    let most = MAX_RESERVED_BYTES / size_of::<T>().max(1);
+    v.reserve(count.min(d.remaining()).min(most));
+}
+
 pub(super) fn decode_info(d: &mut Decoder) -> Result<CaptureInfo, Malformed> {
     let args = d.count()?;
-    let mut command_line = Vec::with_capacity(args);
+    let mut command_line = Vec::new();
+    reserve(&mut command_line, args, d);
     for _ in 0..args {
         command_line.push(d.string()?);
     }
@@ -117,7 +131,8 @@ pub(super) fn decode_schema(d: &mut Decoder) -> Result<RecordSchema, Malformed> 
         k => return Err(d.error(format!("unknown record kind {k}"))),
     };
     let n = d.count()?;
-    let mut fields = Vec::with_capacity(n);
+    let mut fields = Vec::new();
+    reserve(&mut fields, n, d);
     for _ in 0..n {
         let name = d.string()?;
         let ty = match d.u8()? {
@@ -186,7 +201,8 @@ pub(super) fn decode_frame(d: &mut Decoder, strings: usize) -> Result<FrameAddr,
 
 pub(super) fn decode_stack(d: &mut Decoder, frames: usize) -> Result<Stack, Malformed> {
     let n = d.count()?;
-    let mut ids = Vec::with_capacity(n);
+    let mut ids = Vec::new();
+    reserve(&mut ids, n, d);
     let mut prev = 0i64;
     for _ in 0..n {
         let at = d.offset();
@@ -225,7 +241,8 @@ pub(super) fn decode_symbol(
     let file = string(d)?;
     let line = d.option()?;
     let n = d.count()?;
-    let mut inlined = Vec::with_capacity(n);
+    let mut inlined = Vec::new();
+    reserve(&mut inlined, n, d);
     for _ in 0..n {
         inlined.push(StringId(d.index(strings, "string")?));
     }
@@ -243,7 +260,8 @@ pub(super) fn decode_symbol(
 pub(super) fn decode_stats(d: &mut Decoder, records: usize) -> Result<CaptureStats, Malformed> {
     let events = d.uvarint()?;
     let n = d.count()?;
-    let mut drops = Vec::with_capacity(n);
+    let mut drops = Vec::new();
+    reserve(&mut drops, n, d);
     for _ in 0..n {
         let reason = drop_reason(d)?;
         drops.push((reason, d.uvarint()?));

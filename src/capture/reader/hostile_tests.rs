@@ -2,6 +2,7 @@
 //! the limits, sparse files, chunks removed, repeated or re-kinded with
 //! valid checksums, files that are not regular, and older formats.
 
+use super::decode::MAX_RESERVED_BYTES;
 use super::tests::{
     RawChunk, chunks, collect, description, open_bytes, unmarked_chunks, with_marks,
 };
@@ -83,6 +84,21 @@ fn refuses_runs_of_equal_entries() {
         assert_eq!(what, "table entry 1 repeats the one before it");
         assert!(started.elapsed().as_secs() < 5);
     }
+}
+
+/// A table chunk claiming `u32::MAX` entries reserves memory for the entries
+/// its bytes could hold, up to `MAX_RESERVED_BYTES`, not for its claim (it
+/// reserved 24 bytes for each byte of a stacks chunk: 1.5 GiB for 64 MiB).
+#[test]
+fn reserves_no_more_than_the_chunk_justifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sample(64);
+    let zeros = vec![0u8; 8 << 20];
+    let chunk = (ChunkKind::Stacks as u8, u32::MAX, zeros);
+    let r = open_bytes(&dir, &with_marks(description(&s.bytes), &[chunk])).unwrap();
+    assert_eq!(corrupt(&r).1, "table entry 1 repeats the one before it");
+    let reserved = r.tables.stacks.capacity() * size_of::<Stack>();
+    assert!(reserved <= MAX_RESERVED_BYTES, "{reserved} bytes reserved");
 }
 
 /// An events chunk claiming more events than its bytes can hold is refused.

@@ -11,7 +11,7 @@ use std::path::Path;
 use super::damage::{Cut, Gap, GapKind, LastWrite};
 use super::decode::{
     decode_frame, decode_info, decode_schema, decode_stack, decode_stats, decode_symbol,
-    decode_thread,
+    decode_thread, reserve,
 };
 use super::{EventsChunk, Tables, read_at};
 use crate::capture::format::{
@@ -448,7 +448,8 @@ impl<'a> Scan<'a> {
                 }
             }
             ChunkKind::Schemas => {
-                let mut schemas = Vec::with_capacity((items as usize).min(d.remaining()));
+                let mut schemas = Vec::new();
+                reserve(&mut schemas, items as usize, d);
                 for _ in 0..items {
                     schemas.push(decode_schema(d)?);
                 }
@@ -498,7 +499,7 @@ fn append<T: PartialEq>(
     d: &mut Decoder,
     mut entry: impl FnMut(&mut Decoder) -> Result<T, Malformed>,
 ) -> Result<(), Malformed> {
-    table.reserve((items as usize).min(d.remaining()));
+    reserve(table, items as usize, d);
     for _ in 0..items {
         let at = d.offset();
         let value = entry(d)?;
