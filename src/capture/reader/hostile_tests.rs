@@ -157,6 +157,45 @@ fn items(bytes: &[u8], (start, _): (usize, usize)) -> u64 {
     ))
 }
 
+/// `bytes` with the mark at `(start, end)` changed by `change`, its checksum
+/// redone.
+fn with_mark_changed(
+    bytes: &[u8],
+    (start, end): (usize, usize),
+    change: impl FnOnce(&mut SequenceMark),
+) -> Vec<u8> {
+    let mut d = Decoder::new(&bytes[start + CHUNK_HEADER_LEN..end], 0);
+    let mut mark = SequenceMark::decode(&mut d).unwrap();
+    change(&mut mark);
+    let mut payload = vec![];
+    mark.encode(&mut payload);
+    let header = ChunkHeader::for_payload(ChunkKind::Sequence, 1, &payload).unwrap();
+    [&bytes[..start], &header.encode(), &payload, &bytes[end..]].concat()
+}
+
+/// A mark numbered `u64::MAX`, which leaves no number for the chunk after
+/// it, is damage at its offset (the next number overflowed).
+#[test]
+fn refuses_the_last_sequence_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sample(64);
+    let (layout, i) = layout(&s.bytes);
+    let mark = layout[i - 1];
+    let bytes = with_mark_changed(&s.bytes, mark, |m| m.seq = u64::MAX);
+    let r = open_bytes(&dir, &bytes).unwrap();
+    assert_eq!(
+        corrupt(&r),
+        (
+            mark.0 as u64,
+            "the sequence mark numbers its chunk 18446744073709551615, leaving no number \
+             for the next one"
+                .into()
+        )
+    );
+    let events = collect(&r).unwrap();
+    assert_eq!(events[..], s.events[..events.len()]);
+}
+
 /// An events chunk removed with its mark (checksums all valid) is reported
 /// with its number, position and events; the events after it are read.
 #[test]
@@ -303,17 +342,8 @@ fn cut_after_an_inconsistent_mark() {
     let dir = tempfile::tempdir().unwrap();
     let s = sample(64);
     let (layout, i) = layout(&s.bytes);
-    let (mark_start, mark_end) = layout[i - 1];
-    let mut bytes = s.bytes[..mark_end].to_vec();
-    let mut d = Decoder::new(&bytes[mark_start + CHUNK_HEADER_LEN..mark_end], 0);
-    let mut mark = SequenceMark::decode(&mut d).unwrap();
-    mark.through.events = 0;
-    let mut payload = vec![];
-    mark.encode(&mut payload);
-    let header = ChunkHeader::for_payload(ChunkKind::Sequence, 1, &payload).unwrap();
-    bytes.truncate(mark_start);
-    bytes.extend(header.encode());
-    bytes.extend(payload);
+    let mark = layout[i - 1];
+    let mut bytes = with_mark_changed(&s.bytes[..mark.1], mark, |m| m.through.events = 0);
     bytes.extend([7, 0, 0]);
     let r = open_bytes(&dir, &bytes).unwrap();
     let damage = r.damage().unwrap();

@@ -243,7 +243,7 @@ impl<'a> Scan<'a> {
     ) -> Result<Verdict, Malformed> {
         if header.kind == ChunkKind::Sequence as u8 {
             let mark = decode_mark(offset, header, payload)?;
-            self.mark(offset, mark);
+            self.mark(offset, mark)?;
             return Ok(Verdict::Skip);
         }
         if std::mem::take(&mut self.marks.skip_next) {
@@ -268,8 +268,18 @@ impl<'a> Scan<'a> {
         }
     }
 
-    /// Notes a mark: a gap when its number is not the next one.
-    fn mark(&mut self, offset: u64, mark: SequenceMark) {
+    /// Notes a mark: a gap when its number is not the next one. A mark whose
+    /// numbers no writer reaches is damage.
+    fn mark(&mut self, offset: u64, mark: SequenceMark) -> Result<(), Malformed> {
+        let Some(next_seq) = mark.seq.checked_add(1) else {
+            return Err(Malformed {
+                offset,
+                what: format!(
+                    "the sequence mark numbers its chunk {}, leaving no number for the next one",
+                    mark.seq
+                ),
+            });
+        };
         let gap = |kind| Gap {
             offset,
             kind,
@@ -291,7 +301,7 @@ impl<'a> Scan<'a> {
         if mark.seq < next {
             self.gaps.push(gap(GapKind::Repeated { seq: mark.seq }));
             self.marks.skip_next = true;
-            return;
+            return Ok(());
         }
         if mark.seq > next {
             self.gaps.push(gap(GapKind::Missing {
@@ -299,8 +309,9 @@ impl<'a> Scan<'a> {
                 count: mark.seq - next,
             }));
         }
-        self.marks.next_seq = mark.seq + 1;
+        self.marks.next_seq = next_seq;
         self.marks.announced = Some((offset, mark));
+        Ok(())
     }
 
     /// After a chunk is taken in: the tables must be as its mark counts
