@@ -196,6 +196,32 @@ fn refuses_the_last_sequence_number() {
     assert_eq!(events[..], s.events[..events.len()]);
 }
 
+/// A mark counting `u64::MAX` events, its tables right, is damage at its
+/// offset: the events of the next events chunk overflowed the count of
+/// events read and lost.
+#[test]
+fn refuses_a_mark_counting_too_many_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sample(64);
+    let (layout, i) = layout(&s.bytes);
+    // the mark of the chunk before events chunk `i` (marks and chunks alternate)
+    let mark = layout[i - 3];
+    assert_eq!(s.bytes[mark.0], ChunkKind::Sequence as u8);
+    assert!(items(&s.bytes, layout[i]) > 0);
+    let bytes = with_mark_changed(&s.bytes, mark, |m| m.through.events = u64::MAX);
+    let r = open_bytes(&dir, &bytes).unwrap();
+    assert_eq!(
+        corrupt(&r),
+        (
+            mark.0 as u64,
+            "the sequence mark counts 18446744073709551615 events, more than a capture can hold"
+                .into()
+        )
+    );
+    let events = collect(&r).unwrap();
+    assert_eq!(events[..], s.events[..events.len()]);
+}
+
 /// An events chunk removed with its mark (checksums all valid) is reported
 /// with its number, position and events; the events after it are read.
 #[test]

@@ -194,7 +194,8 @@ impl<'a> Scan<'a> {
         mark.through.events.checked_sub(self.known_events())
     }
 
-    /// Events read plus those known lost: what a mark's count is compared with.
+    /// Events read plus those known lost: what a mark's count is compared
+    /// with. No overflow: `mark` refuses counts too close to `u64::MAX`.
     fn known_events(&self) -> u64 {
         self.events + self.marks.lost_events
     }
@@ -280,6 +281,19 @@ impl<'a> Scan<'a> {
                 ),
             });
         };
+        // Each event in the file takes at least MIN_EVENT_BYTES: with room
+        // for all of them on top of every mark's count, the sums of events
+        // read and lost cannot overflow.
+        let events_in_file = self.len / u64::from(MIN_EVENT_BYTES);
+        if mark.through.events > u64::MAX - events_in_file {
+            return Err(Malformed {
+                offset,
+                what: format!(
+                    "the sequence mark counts {} events, more than a capture can hold",
+                    mark.through.events
+                ),
+            });
+        }
         let gap = |kind| Gap {
             offset,
             kind,
