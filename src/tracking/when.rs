@@ -7,26 +7,31 @@ use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, NaiveTime, TimeZone};
 
-/// `1500` (milliseconds), `500ms`, `5s`, `2m`, `250us`.
+/// `1500` (milliseconds), `500ms`, `5s`, `2m`, `1h`, `250us`; at most
+/// `u64::MAX` nanoseconds (584 years), so every duration has a count of
+/// nanoseconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
     let unit = &text[digits.len()..];
     let value: u64 = digits
         .parse()
         .map_err(|_| format!("`{text}` is not a duration (examples: 1500, 500ms, 5s, 2m)"))?;
-    let duration = match unit {
-        "" | "ms" => Duration::from_millis(value),
-        "us" => Duration::from_micros(value),
-        "s" => Duration::from_secs(value),
-        "m" => Duration::from_secs(value * 60),
-        "h" => Duration::from_secs(value * 3600),
+    let unit_ns: u64 = match unit {
+        "" | "ms" => 1_000_000,
+        "us" => 1_000,
+        "s" => 1_000_000_000,
+        "m" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
         _ => {
             return Err(format!(
                 "unknown duration unit `{unit}` in `{text}` (use ms, s, m or h)"
             ));
         }
     };
-    Ok(duration)
+    let ns = value
+        .checked_mul(unit_ns)
+        .ok_or_else(|| format!("duration too large: `{text}` (the most is about 584 years)"))?;
+    Ok(Duration::from_nanos(ns))
 }
 
 /// A point in time as the user wrote it.
@@ -277,7 +282,36 @@ mod tests {
         assert_eq!(parse_duration("1500"), Ok(Duration::from_millis(1500)));
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert!(parse_duration("5x").is_err());
         assert!(parse_duration("s").is_err());
+    }
+
+    /// Durations past `u64::MAX` ns are errors, not overflows: `-d`, `+DUR`
+    /// and a capture's saved settings all parse through here.
+    #[test]
+    fn durations_too_large_are_errors() {
+        for text in [
+            "999999999999999999h",
+            "5124096h",
+            "18446744073709551615m",
+            "18446744073709551615s",
+            "18446744073709551615",
+            "18446744073709551615us",
+        ] {
+            let error = parse_duration(text).unwrap_err();
+            assert_eq!(
+                error,
+                format!("duration too large: `{text}` (the most is about 584 years)")
+            );
+        }
+        assert_eq!(
+            parse_duration("5124095h"),
+            Ok(Duration::from_secs(5_124_095 * 3600))
+        );
+        let error = parse_when("+999999999999999999h").unwrap_err();
+        assert!(error.contains("duration too large"), "{error}");
     }
 }
