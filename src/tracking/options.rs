@@ -185,7 +185,7 @@ impl TimerRate {
     /// it samples).
     pub fn ticks(&self) -> TimerEvery {
         match self.mean {
-            TimerEvery::Hz(hz) => TimerEvery::Hz(hz * self.dither),
+            TimerEvery::Hz(hz) => TimerEvery::Hz(hz.saturating_mul(self.dither)),
             TimerEvery::PeriodNs(ns) => TimerEvery::PeriodNs(ns / self.dither),
         }
     }
@@ -327,13 +327,16 @@ pub fn parse_timer_rate(text: &str) -> Result<TimerRate, String> {
         Some(digits) => TimerEvery::Hz(positive(digits).ok_or_else(|| not_a_timer_rate(rate))?),
         None => TimerEvery::PeriodNs(parse_period_ns(rate).ok_or_else(|| not_a_timer_rate(rate))?),
     };
+    if too_fast(mean) {
+        return Err(format!(
+            "`{rate}` samples faster than the kernel's perf_event_max_sample_rate \
+             ({MAX_TIMER_TICKS_HZ} Hz)"
+        ));
+    }
     let timer = TimerRate { mean, dither };
-    let too_fast = match timer.ticks() {
-        TimerEvery::Hz(hz) => hz > MAX_TIMER_TICKS_HZ,
-        TimerEvery::PeriodNs(ns) => ns < 1_000_000_000 / MAX_TIMER_TICKS_HZ,
-    };
-    if too_fast {
-        let ticks = match timer.ticks() {
+    let ticks = timer.ticks();
+    if too_fast(ticks) {
+        let ticks = match ticks {
             TimerEvery::Hz(hz) => format!("{hz} Hz"),
             TimerEvery::PeriodNs(ns) => format!("every {}", whole_duration(ns)),
         };
@@ -343,6 +346,15 @@ pub fn parse_timer_rate(text: &str) -> Result<TimerRate, String> {
         ));
     }
     Ok(timer)
+}
+
+/// Whether a timer this fast is over the kernel's default
+/// `perf_event_max_sample_rate`.
+fn too_fast(every: TimerEvery) -> bool {
+    match every {
+        TimerEvery::Hz(hz) => hz > MAX_TIMER_TICKS_HZ,
+        TimerEvery::PeriodNs(ns) => ns < 1_000_000_000 / MAX_TIMER_TICKS_HZ,
+    }
 }
 
 /// A timer period: a positive duration with its unit (`ns` included); a
@@ -533,6 +545,38 @@ mod tests {
             let error = parse_stack_arg(text).unwrap_err();
             assert!(error.contains(&format!("`{text}`")), "{error}");
         }
+    }
+
+    /// A rate or period past the kernel's limit is refused before dithering
+    /// multiplies it (`u64::MAX` Hz dithered overflowed); dithering may not
+    /// take a rate within the limit past it either.
+    #[test]
+    fn timer_rates_past_the_limit() {
+        for text in [
+            "18446744073709551615hz,dither=2",
+            "18446744073709551615hz",
+            "100001hz",
+            "9999ns,dither=2",
+        ] {
+            let rate = text.split(',').next().unwrap();
+            assert_eq!(
+                parse_timer_rate(text),
+                Err(format!(
+                    "`{rate}` samples faster than the kernel's perf_event_max_sample_rate \
+                     (100000 Hz)"
+                ))
+            );
+        }
+        assert_eq!(
+            parse_timer_rate("100000hz,dither=2"),
+            Err(
+                "`100000hz` dithered 2 times ticks at 200000 Hz, over the kernel's \
+                 perf_event_max_sample_rate (100000 Hz)"
+                    .into()
+            )
+        );
+        assert!(parse_timer_rate("100000hz").is_ok());
+        assert!(parse_timer_rate("10us").is_ok());
     }
 
     /// Repeated kinds merge; a later timer rate wins.
