@@ -20,3 +20,10 @@ pub mod gate;
 pub mod pprof;
 pub mod stats;
 pub mod wallclock;
+
+/// The sum of times or counts, saturating: a damaged or hostile capture can
+/// hold values (timestamps, durations, counter readings, drop counts) whose
+/// sum does not fit.
+pub fn saturating_sum(values: impl IntoIterator<Item = u64>) -> u64 {
+    values.into_iter().fold(0, u64::saturating_add)
+}

@@ -11,8 +11,12 @@
 //!   item; at 3 ms `sleeper`'s forked `child` (tid 301) runs, execs and exits.
 //! - One PMU counter, `cpu-cycles`: 2 per ns plus a per-CPU base; the
 //!   hardirq's end reading is multiplexed (running = half of enabled).
+//!
+//! And [`hostile`], a capture whose every sum overflows u64.
 
-use crate::capture::model::{FieldValue as V, RecordId, StackId, ThreadId};
+use crate::capture::model::{
+    CaptureStats, DropReason, FieldValue as V, RecordDrops, RecordId, StackId, ThreadId,
+};
 use crate::capture::walk::{StackEnding, StackWalk, Unwinder};
 use crate::render::source::FakeCapture;
 use crate::tracking::compiled::{self, COUNTER};
@@ -67,10 +71,10 @@ impl Builder {
     }
 
     /// The `pmu` item's fields (`prefix` `pmu:` or `pmu_end:`) for a reading
-    /// on `cpu` at `ts_ns`, running `running_ns` of the time enabled.
-    fn pmu(prefix: &str, cpu: u32, ts_ns: u64, running_ns: u64) -> [Named; 3] {
+    /// of `count` enabled `ts_ns`, running `running_ns` of that time.
+    fn pmu(prefix: &str, count: u64, ts_ns: u64, running_ns: u64) -> [Named; 3] {
         [
-            named(&format!("{prefix}{COUNTER}"), V::UInt(cycles(cpu, ts_ns))),
+            named(&format!("{prefix}{COUNTER}"), V::UInt(count)),
             named(&format!("{prefix}{COUNTER}{PMU_ENABLED}"), V::UInt(ts_ns)),
             named(
                 &format!("{prefix}{COUNTER}{PMU_RUNNING}"),
@@ -79,7 +83,19 @@ impl Builder {
         ]
     }
 
-    fn switch(&mut self, ts_ns: u64, cpu: u32, (prev, next): (ThreadId, ThreadId), state: u64) {
+    fn switch(&mut self, ts_ns: u64, cpu: u32, threads: (ThreadId, ThreadId), state: u64) {
+        self.switch_reading(ts_ns, cpu, threads, state, cycles(cpu, ts_ns));
+    }
+
+    /// A switch whose counter reads `count`.
+    fn switch_reading(
+        &mut self,
+        ts_ns: u64,
+        cpu: u32,
+        (prev, next): (ThreadId, ThreadId),
+        state: u64,
+        count: u64,
+    ) {
         let preempt = u64::from(state == u64::MAX);
         let state = if preempt == 1 { 0 } else { state };
         let mut values = vec![
@@ -89,7 +105,7 @@ impl Builder {
             named("prev_prio", V::Int(120)),
             named("next_prio", V::Int(120)),
         ];
-        values.extend(Self::pmu(PMU_PREFIX, cpu, ts_ns, ts_ns));
+        values.extend(Self::pmu(PMU_PREFIX, count, ts_ns, ts_ns));
         self.add(ts_ns, cpu, prev, "switch", &values);
         self.c.events.last_mut().expect("added").stack = Some(self.stack);
     }
@@ -113,8 +129,9 @@ impl Builder {
         head: Vec<Named>,
     ) {
         let mut values = head;
-        values.extend(Self::pmu(PMU_PREFIX, 1, ts_ns, ts_ns));
-        values.extend(Self::pmu(PMU_END_PREFIX, 1, end_ns, end_running_ns));
+        values.extend(Self::pmu(PMU_PREFIX, cycles(1, ts_ns), ts_ns, ts_ns));
+        let end_count = cycles(1, end_ns);
+        values.extend(Self::pmu(PMU_END_PREFIX, end_count, end_ns, end_running_ns));
         self.add(ts_ns, 1, thread, name, &values);
         self.c.events.last_mut().expect("added").duration_ns = Some(end_ns - ts_ns);
     }
@@ -246,4 +263,84 @@ fn cpu1(b: &mut Builder, t: &Threads) {
     b.switch(2 * MS + 210 * US, 1, (t.child, t.idle1), 0x80);
     let free = [named("task", V::Thread(t.child))];
     b.add(3 * MS, 1, t.idle1, "free", &free);
+}
+
+/// A capture a fuzzer could write: every sum of its times, counter readings
+/// and drop counts overflows u64 (the capture reader bounds none of them).
+/// Its window is all of time; it has no filters. Its events, twice over (as
+/// timestamps restart in every events chunk, so that each span counts
+/// twice):
+///
+/// - CPU 0 and 1: a `worker` (tids 600, 601 of process `pool`) runs from 0
+///   to u64::MAX - 1, its counter reading 0 then u64::MAX; at 1 it is
+///   sampled in `main` and runs a work item lasting u64::MAX ns.
+/// - CPU 2: `sleeper` (tid 700) sleeps from 0, is woken at 2^63 and runs
+///   from u64::MAX - 1; the CPU idles meanwhile.
+/// - CPU 3: `stray` (tid 800) is sampled in `main` at u64::MAX, past the
+///   window: the sample stands for the timer's period, u64::MAX ns.
+///
+/// Drops, u64::MAX each: by reason, ring buffer full twice and stack lost;
+/// by record, `switch` for both reasons and the internal `offcpu_pending`
+/// (ring buffer full) twice.
+pub fn hostile() -> FakeCapture {
+    let mut c = FakeCapture::new();
+    c.info.settings.features = vec!["sched".into(), "wq".into()];
+    c.info.settings.stacks = vec![format!("timer={}ns", u64::MAX), "offcpu".into()];
+    c.info.settings.pmu = vec![COUNTER.into()];
+    let idle: Vec<ThreadId> = (0..3)
+        .map(|cpu| c.add_thread(0, 0, &format!("swapper/{cpu}"), "swapper"))
+        .collect();
+    let workers = [600, 601].map(|tid| c.add_thread(tid, 600, "worker", "pool"));
+    let sleeper = c.add_thread(700, 700, "sleeper", "sleeper");
+    let stray = c.add_thread(800, 800, "stray", "stray");
+    for schema in compiled::schemas() {
+        c.add_tracker_schema(&schema.name);
+    }
+    let frame = c.add_user_frame("/usr/bin/worker", 0x100, "main", 0x10, None);
+    let stack = c.add_stack(&[frame]);
+    let func = c.intern("drain");
+    let mut b = Builder { c, stack };
+    const LATE: u64 = u64::MAX - 1;
+    const SLEEPING: u64 = 1;
+    for (cpu, worker) in (0..).zip(workers) {
+        b.switch_reading(0, cpu, (idle[cpu as usize], worker), 0, 0);
+        b.add(1, cpu, worker, "timer", &[]);
+        b.c.events.last_mut().expect("added").stack = Some(stack);
+        let work = [named("func", V::Str(func)), named("work", V::UInt(1))];
+        b.add(1, cpu, worker, "wq", &work);
+        b.c.events.last_mut().expect("added").duration_ns = Some(u64::MAX);
+        let out = (worker, idle[cpu as usize]);
+        b.switch_reading(LATE, cpu, out, SLEEPING, u64::MAX);
+    }
+    b.switch_reading(0, 2, (sleeper, idle[2]), SLEEPING, 0);
+    b.waking(1 << 63, 2, idle[2], sleeper);
+    b.switch_reading(LATE, 2, (idle[2], sleeper), 0, 0);
+    b.add(u64::MAX, 3, stray, "timer", &[]);
+    b.c.events.last_mut().expect("added").stack = Some(stack);
+    let (switch, pending) = (b.record("switch"), b.record("offcpu_pending"));
+    let mut c = b.c;
+    c.events.sort_by_key(|e| e.ts_ns);
+    c.events.extend_from_within(..);
+    let drop = |record, reason| RecordDrops {
+        record,
+        reason,
+        count: u64::MAX,
+    };
+    c.stats = Some(CaptureStats {
+        events: c.events.len() as u64,
+        drops: vec![
+            (DropReason::RingBufferFull, u64::MAX),
+            (DropReason::RingBufferFull, u64::MAX),
+            (DropReason::StackLost, u64::MAX),
+        ],
+        record_drops: vec![
+            drop(switch, DropReason::RingBufferFull),
+            drop(switch, DropReason::StackLost),
+            drop(pending, DropReason::RingBufferFull),
+            drop(pending, DropReason::RingBufferFull),
+        ],
+        duration_ns: u64::MAX,
+        stacks: Vec::new(),
+    });
+    c
 }

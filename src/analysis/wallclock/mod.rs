@@ -30,6 +30,8 @@
 //! - Events that contradict the state (a switch-in of a running thread: an
 //!   event was lost) make the time since the last known state unknown and
 //!   are counted in [`ThreadTimes::anomalies`].
+//! - Times saturate at u64::MAX: a damaged capture's timestamps (any value,
+//!   restarting in every events chunk) can count a long span again.
 //!
 //! Memory is per thread, never per event.
 
@@ -37,6 +39,7 @@ mod thread;
 
 use std::collections::BTreeMap;
 
+use crate::analysis::saturating_sum;
 use crate::analysis::stats::LogHistogram;
 
 use thread::ThreadState;
@@ -170,7 +173,17 @@ pub struct ThreadTimes {
 impl ThreadTimes {
     /// Off-CPU time with a known reason.
     pub fn off_cpu_ns(&self) -> u64 {
-        self.sleeping_ns + self.uninterruptible_ns + self.runnable_ns + self.other_ns
+        saturating_sum([
+            self.sleeping_ns,
+            self.uninterruptible_ns,
+            self.runnable_ns,
+            self.other_ns,
+        ])
+    }
+
+    /// On-CPU time and off-CPU time with a known reason.
+    pub fn known_ns(&self) -> u64 {
+        self.on_cpu_ns.saturating_add(self.off_cpu_ns())
     }
 
     /// The share of the thread's life in the window whose state is known.
@@ -178,8 +191,50 @@ impl ThreadTimes {
         if self.lifetime_ns == 0 {
             return 0.0;
         }
-        (self.on_cpu_ns + self.off_cpu_ns()) as f64 / self.lifetime_ns as f64
+        self.known_ns() as f64 / self.lifetime_ns as f64
     }
+
+    /// Adds `other`'s times, counts and wake-up latencies (the threads of a
+    /// process summed).
+    pub fn merge(&mut self, other: &ThreadTimes) {
+        let ThreadTimes {
+            on_cpu_ns,
+            sleeping_ns,
+            uninterruptible_ns,
+            runnable_ns,
+            other_ns,
+            unknown_ns,
+            wakeup_latency,
+            voluntary_switches,
+            involuntary_switches,
+            samples,
+            lifetime_ns,
+            anomalies,
+        } = other;
+        for (total, value) in [
+            (&mut self.on_cpu_ns, on_cpu_ns),
+            (&mut self.sleeping_ns, sleeping_ns),
+            (&mut self.uninterruptible_ns, uninterruptible_ns),
+            (&mut self.runnable_ns, runnable_ns),
+            (&mut self.other_ns, other_ns),
+            (&mut self.unknown_ns, unknown_ns),
+            (&mut self.voluntary_switches, voluntary_switches),
+            (&mut self.involuntary_switches, involuntary_switches),
+            (&mut self.samples, samples),
+            (&mut self.lifetime_ns, lifetime_ns),
+            (&mut self.anomalies, anomalies),
+        ] {
+            add_saturating(total, *value);
+        }
+        self.wakeup_latency.merge(wakeup_latency);
+    }
+}
+
+/// `total += value`, saturating: a hostile capture's timestamps (any u64,
+/// restarting in every events chunk) can count the same long span again and
+/// again.
+fn add_saturating(total: &mut u64, value: u64) {
+    *total = total.saturating_add(value);
 }
 
 /// The accounting, fed event by event.

@@ -270,3 +270,70 @@ fn reasons_from_state_letters() {
         assert_eq!(reason.voluntary(), reason != BlockReason::Runnable);
     }
 }
+
+/// A hostile capture's timestamps (any u64, restarting in every events
+/// chunk) count the same long spans again: every time saturates, in every
+/// state, and so do the sums of a thread's and of a process's times.
+#[test]
+fn long_spans_counted_twice_saturate() {
+    use BlockReason::*;
+    const LATE: u64 = u64::MAX - 1;
+    let chunk = [
+        // 10 runs from 0 to LATE and dies.
+        switch(0, 0, Other, 10, "idle"),
+        switch(LATE, 10, Dead, 0, "dead"),
+        // 20 to 23 are off-CPU from 0 to LATE, each for another reason.
+        switch(0, 20, Sleeping, 0, "sleep"),
+        switch(0, 21, Uninterruptible, 0, "disk"),
+        switch(0, 22, Other, 0, "stopped"),
+        switch(0, 23, Runnable, 0, "preempted"),
+        switch(LATE, 0, Other, 20, "idle"),
+        switch(LATE, 0, Other, 21, "idle"),
+        switch(LATE, 0, Other, 22, "idle"),
+        switch(LATE, 0, Other, 23, "idle"),
+        // 24 sleeps half of that time and is runnable the other half.
+        switch(0, 24, Sleeping, 0, "sleep"),
+        SchedEvent::Waking {
+            ts_ns: 1 << 63,
+            tid: 24,
+        },
+        switch(LATE, 0, Other, 24, "idle"),
+        // 30 switches in at LATE and at 0, never out: the time between its
+        // switch-ins is unknown (events were lost).
+        switch(LATE, 0, Other, 30, "idle"),
+        switch(0, 0, Other, 30, "idle"),
+        // 40 is first seen woken at LATE.
+        SchedEvent::Waking {
+            ts_ns: LATE,
+            tid: 40,
+        },
+    ];
+    let mut events = [chunk, chunk].concat();
+    // 10 runs again to the window's end.
+    events.push(switch(0, 0, Other, 10, "idle"));
+    let (report, _) = run(window(0, u64::MAX), &events);
+    let t = |tid: Tid| &report.threads[&tid];
+    assert_eq!((t(10).on_cpu_ns, t(10).lifetime_ns), (u64::MAX, u64::MAX));
+    assert_eq!(t(20).sleeping_ns, u64::MAX);
+    assert_eq!(t(21).uninterruptible_ns, u64::MAX);
+    assert_eq!(t(22).other_ns, u64::MAX);
+    assert_eq!(t(23).runnable_ns, u64::MAX);
+    assert_eq!(
+        (t(24).sleeping_ns, t(24).runnable_ns),
+        (u64::MAX, 2 * (LATE - (1 << 63)))
+    );
+    assert_eq!(t(24).off_cpu_ns(), u64::MAX);
+    assert_eq!((t(24).known_ns(), t(24).coverage()), (u64::MAX, 1.0));
+    assert_eq!(t(30).unknown_ns, u64::MAX);
+    assert_eq!(t(40).unknown_ns, LATE);
+    let mut all = ThreadTimes::default();
+    for times in report.threads.values() {
+        all.merge(times);
+    }
+    assert_eq!((all.on_cpu_ns, all.lifetime_ns), (u64::MAX, u64::MAX));
+    assert_eq!((all.off_cpu_ns(), all.coverage()), (u64::MAX, 1.0));
+    assert_eq!(
+        all.anomalies,
+        report.threads.values().map(|t| t.anomalies).sum::<u64>()
+    );
+}

@@ -1,6 +1,6 @@
 //! One thread's state machine (the rules are in the parent module's docs).
 
-use super::{BlockReason, OffCpuInterval, ThreadTimes, Tid, Window};
+use super::{BlockReason, OffCpuInterval, ThreadTimes, Tid, Window, add_saturating};
 
 /// What a thread is doing since when.
 #[derive(Clone, Copy, Debug)]
@@ -75,7 +75,7 @@ impl<T: Copy> ThreadState<T> {
     pub fn switch_out(&mut self, window: &Window, ts: u64, reason: BlockReason, tag: T) {
         match self.phase {
             Phase::Running { since } | Phase::Unknown { since } => {
-                self.times.on_cpu_ns += window.clip(since, ts);
+                add_saturating(&mut self.times.on_cpu_ns, window.clip(since, ts));
             }
             Phase::Off { since, .. } => self.lost_events(window, since, ts),
             Phase::Dead => self.revive(ts),
@@ -114,7 +114,7 @@ impl<T: Copy> ThreadState<T> {
                 interval
             }
             Phase::Unknown { since } => {
-                self.times.unknown_ns += window.clip(since, ts);
+                add_saturating(&mut self.times.unknown_ns, window.clip(since, ts));
                 None
             }
             Phase::Running { since } => {
@@ -138,7 +138,7 @@ impl<T: Copy> ThreadState<T> {
                 ..
             } if *reason != BlockReason::Runnable => *woken = Some(ts),
             Phase::Unknown { since } => {
-                self.times.unknown_ns += window.clip(*since, ts);
+                add_saturating(&mut self.times.unknown_ns, window.clip(*since, ts));
                 self.phase = Phase::Off {
                     since: ts,
                     reason: BlockReason::Other,
@@ -167,18 +167,18 @@ impl<T: Copy> ThreadState<T> {
         let end = window.end_ns;
         let open = match self.phase {
             Phase::Running { since } => {
-                self.times.on_cpu_ns += window.clip(since, end);
+                add_saturating(&mut self.times.on_cpu_ns, window.clip(since, end));
                 None
             }
             Phase::Unknown { since } => {
-                self.times.unknown_ns += window.clip(since, end);
+                add_saturating(&mut self.times.unknown_ns, window.clip(since, end));
                 None
             }
             Phase::Off { .. } => self.account_off(window, end, false),
             Phase::Dead => None,
         };
         if let Some(alive_since) = self.alive_since {
-            self.times.lifetime_ns += window.clip(alive_since, end);
+            add_saturating(&mut self.times.lifetime_ns, window.clip(alive_since, end));
         }
         (self.times, open)
     }
@@ -208,12 +208,12 @@ impl<T: Copy> ThreadState<T> {
         let runnable = window.clip(runnable_from, ts);
         let times = &mut self.times;
         match reason {
-            BlockReason::Sleeping => times.sleeping_ns += blocked,
-            BlockReason::Uninterruptible => times.uninterruptible_ns += blocked,
+            BlockReason::Sleeping => add_saturating(&mut times.sleeping_ns, blocked),
+            BlockReason::Uninterruptible => add_saturating(&mut times.uninterruptible_ns, blocked),
             BlockReason::Runnable => {}
-            BlockReason::Dead | BlockReason::Other => times.other_ns += blocked,
+            BlockReason::Dead | BlockReason::Other => add_saturating(&mut times.other_ns, blocked),
         }
-        times.runnable_ns += runnable;
+        add_saturating(&mut times.runnable_ns, runnable);
         let (start_ns, end_ns) = (since.max(window.start_ns), ts.min(window.end_ns));
         (end_ns > start_ns).then_some(())?;
         Some(OffCpuInterval {
@@ -237,7 +237,7 @@ impl<T: Copy> ThreadState<T> {
     /// An event contradicted the state: the time since `since` is unknown.
     fn lost_events(&mut self, window: &Window, since: u64, ts: u64) {
         self.times.anomalies += 1;
-        self.times.unknown_ns += window.clip(since, ts);
+        add_saturating(&mut self.times.unknown_ns, window.clip(since, ts));
     }
 
     /// A dead thread's tid shows up again without `wakeup_new`.
@@ -249,7 +249,7 @@ impl<T: Copy> ThreadState<T> {
 
     fn die(&mut self, window: &Window, ts: u64) {
         if let Some(alive_since) = self.alive_since.take() {
-            self.times.lifetime_ns += window.clip(alive_since, ts);
+            add_saturating(&mut self.times.lifetime_ns, window.clip(alive_since, ts));
         }
         self.phase = Phase::Dead;
         self.exiting = false;

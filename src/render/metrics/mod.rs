@@ -43,12 +43,6 @@ use crate::render::Capture;
 use crate::render::recorded::RecordedStacks;
 use crate::render::sched::window_as_read;
 
-/// The sum of nanosecond counts, saturating: a damaged or hostile capture
-/// can hold times whose sum does not fit.
-pub(crate) fn total_ns(values: impl IntoIterator<Item = u64>) -> u64 {
-    values.into_iter().fold(0, u64::saturating_add)
-}
-
 /// What one pass over a capture found.
 #[derive(Clone, Debug)]
 pub struct Measurement {

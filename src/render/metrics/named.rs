@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use super::{Measurement, RecordStats, ThreadRow, total_ns};
+use super::{Measurement, RecordStats, ThreadRow};
 use crate::analysis::gate::{Dimension, MetricKind, MetricName};
+use crate::analysis::saturating_sum;
 use crate::analysis::stats::LogHistogram;
 use crate::capture::model::{FieldType, RecordKind, RecordOrigin};
 use crate::render::source::CaptureSource;
@@ -244,7 +245,7 @@ impl Measurement {
     }
 
     fn thread_group(&self, named: &mut Named<'_>, rows: &[&ThreadRow]) {
-        let sum = |f: fn(&ThreadRow) -> u64| total_ns(rows.iter().map(|row| f(row)));
+        let sum = |f: fn(&ThreadRow) -> u64| saturating_sum(rows.iter().map(|row| f(row)));
         named.time("oncpu", sum(|r| r.times.on_cpu_ns));
         named.time("offcpu", sum(|r| r.times.off_cpu_ns()));
         named.time("sleeping", sum(|r| r.times.sleeping_ns));
@@ -252,7 +253,7 @@ impl Measurement {
         named.time("runnable", sum(|r| r.times.runnable_ns));
         let lifetime = sum(|r| r.times.lifetime_ns);
         if lifetime > 0 {
-            let known = sum(|r| r.times.on_cpu_ns.saturating_add(r.times.off_cpu_ns()));
+            let known = sum(|r| r.times.known_ns());
             named.push("coverage", Dimension::Ratio, known as f64 / lifetime as f64);
         }
         let mut wakeups = LogHistogram::new();
@@ -266,10 +267,7 @@ impl Measurement {
         named.count("involuntary", involuntary);
         named.count("samples", sum(|r| r.times.samples));
         for (index, counter) in self.counters.iter().enumerate() {
-            let total = rows
-                .iter()
-                .map(|r| r.pmu.get(index).copied().unwrap_or(0))
-                .sum();
+            let total = saturating_sum(rows.iter().map(|r| r.pmu.get(index).copied().unwrap_or(0)));
             named.count(&format!("pmu.{counter}"), total);
         }
     }

@@ -5,9 +5,8 @@ use std::collections::BTreeMap;
 
 use ahash::{AHashMap, AHashSet};
 
-use super::{
-    Contents, FieldSum, FunctionTimes, Measurement, RecordStats, System, ThreadRow, total_ns,
-};
+use super::{Contents, FieldSum, FunctionTimes, Measurement, RecordStats, System, ThreadRow};
+use crate::analysis::saturating_sum;
 use crate::analysis::wallclock::{SchedEvent, ThreadTimes, WallClock, Window};
 use crate::capture::model::{Event, FieldValue, RecordOrigin, StackId};
 use crate::render::Capture;
@@ -93,7 +92,8 @@ impl<'c> Scanner<'c> {
             let delta = self.switch_readings.exchange(event.cpu, field.counter, now);
             if let Some(delta) = delta.filter(|_| in_window && prev != 0) {
                 let totals = self.pmu.entry(prev).or_insert_with(|| vec![0; counters]);
-                totals[field.counter] += delta.count;
+                let total = &mut totals[field.counter];
+                *total = total.saturating_add(delta.count);
             }
         }
     }
@@ -118,7 +118,7 @@ impl<'c> Scanner<'c> {
         };
         stats.count += 1;
         if let Some(duration) = event.duration_ns {
-            stats.span_ns += duration;
+            stats.span_ns = stats.span_ns.saturating_add(duration);
             stats.durations.record(duration);
         }
         let schema = &source.schemas()[event.record.0 as usize];
@@ -146,7 +146,8 @@ impl<'c> Scanner<'c> {
         let system = System {
             context_switches: self.context_switches,
             idle_ns: complete.then(|| self.idle.finish(&self.window)),
-            oncpu_ns: complete.then(|| total_ns(report.threads.values().map(|t| t.on_cpu_ns))),
+            oncpu_ns: complete
+                .then(|| saturating_sum(report.threads.values().map(|t| t.on_cpu_ns))),
         };
         let period_ns = recorded.timer_period_ns();
         let sample_ns = SampleTime::new(&report.threads, period_ns);
@@ -215,9 +216,10 @@ impl SampleTime {
     fn of(&self, tid: u32, samples: u64) -> Option<u64> {
         match self.threads.get(&tid) {
             Some(&(on_cpu_ns, all)) => {
-                Some((u128::from(samples) * u128::from(on_cpu_ns) / u128::from(all)) as u64)
+                let share = u128::from(samples) * u128::from(on_cpu_ns) / u128::from(all);
+                Some(u64::try_from(share).unwrap_or(u64::MAX))
             }
-            None => Some(samples * self.period_ns?),
+            None => Some(samples.saturating_mul(self.period_ns?)),
         }
     }
 }
@@ -280,7 +282,7 @@ impl IdleCpus {
         if prev == 0
             && let Some(since) = since
         {
-            self.idle_ns += window.clip(since, event.ts_ns);
+            self.idle_ns = self.idle_ns.saturating_add(window.clip(since, event.ts_ns));
         }
         *state = Some((next == 0).then_some(event.ts_ns));
     }
@@ -288,7 +290,7 @@ impl IdleCpus {
     fn finish(self, window: &Window) -> u64 {
         let open = self.cpus.iter().filter_map(|state| (*state)?);
         let open = open.map(|since| window.clip(since, window.end_ns));
-        self.idle_ns.saturating_add(total_ns(open))
+        self.idle_ns.saturating_add(saturating_sum(open))
     }
 }
 
@@ -315,12 +317,15 @@ impl FunctionTimes {
 
     fn add_self(&mut self, samples: u64, ns: Option<u64>) {
         self.self_samples += samples;
-        self.self_ns = self.self_ns.zip(ns).map(|(sum, ns)| sum + ns);
+        self.self_ns = self.self_ns.zip(ns).map(|(sum, ns)| sum.saturating_add(ns));
     }
 
     fn add_total(&mut self, samples: u64, ns: Option<u64>) {
         self.total_samples += samples;
-        self.total_ns = self.total_ns.zip(ns).map(|(sum, ns)| sum + ns);
+        self.total_ns = self
+            .total_ns
+            .zip(ns)
+            .map(|(sum, ns)| sum.saturating_add(ns));
     }
 }
 
@@ -343,6 +348,20 @@ mod tests {
         assert_eq!(with_timer.of(8, 2), Some(20));
         assert_eq!(with_timer.of(9, 3), Some(30));
         assert_eq!(SampleTime::new(&threads, None).of(9, 3), None);
+    }
+
+    /// A sample stands for at most u64::MAX ns, whatever its thread's
+    /// share or the timer's period (both from the capture).
+    #[test]
+    fn sample_time_saturates() {
+        let busy = ThreadTimes {
+            on_cpu_ns: u64::MAX,
+            samples: 1,
+            ..ThreadTimes::default()
+        };
+        let time = SampleTime::new(&BTreeMap::from([(7, busy)]), Some(u64::MAX));
+        assert_eq!(time.of(7, 2), Some(u64::MAX), "more samples than accounted");
+        assert_eq!(time.of(9, 2), Some(u64::MAX), "at the timer's period");
     }
 
     /// Idle time runs from a switch to the idle task to the next switch

@@ -5,7 +5,7 @@ use crate::render::Render;
 use crate::render::filter::Filter;
 use crate::render::output::Destination;
 use crate::render::source::{CaptureSource, FakeCapture};
-use crate::render::system_fixture::{MS, US, system};
+use crate::render::system_fixture::{MS, US, hostile, system};
 
 fn measured(source: &dyn CaptureSource) -> Measurement {
     let (measurement, read) = measure(&Capture::test(source, Filter::default()));
@@ -143,4 +143,41 @@ fn field_dimensions_from_names() {
     assert_eq!(field_dimension("alloc_bytes"), Dimension::Bytes);
     assert_eq!(field_dimension("wait_ns"), Dimension::Time);
     assert_eq!(field_dimension("sizes"), Dimension::Number);
+}
+
+/// Every sum over a hostile capture saturates: span time, idle time over
+/// CPUs, a thread's counter total, a function's time (its samples standing
+/// for a thread's on-CPU time, or for an enormous timer period), and the
+/// metrics adding threads up.
+#[test]
+fn sums_of_a_hostile_capture_saturate() {
+    let capture = hostile();
+    let m = measured(&capture);
+    let wq = capture.schemas.iter().position(|s| s.name == "wq");
+    assert_eq!(m.records[wq.expect("a tracker")].span_ns, u64::MAX);
+    assert_eq!(m.system.idle_ns, Some(u64::MAX));
+    assert_eq!(m.system.oncpu_ns, Some(u64::MAX));
+    assert_eq!(m.threads[&600].pmu, [u64::MAX]);
+    assert_eq!(m.threads[&601].pmu, [u64::MAX]);
+    let main = m
+        .functions
+        .iter()
+        .find(|f| f.name == "main")
+        .expect("sampled");
+    assert_eq!(
+        (main.self_ns, main.total_ns),
+        (Some(u64::MAX), Some(u64::MAX))
+    );
+    let metrics = m.metrics(&capture);
+    for name in [
+        "thread:worker.pmu.cpu-cycles",
+        "process:pool.oncpu",
+        "thread:sleeper.sleeping",
+        "thread:sleeper.offcpu",
+        "cpu.idle",
+        "func:main.self",
+    ] {
+        assert_eq!(value(&metrics, name), u64::MAX as f64, "{name}");
+    }
+    assert_eq!(value(&metrics, "thread:sleeper.coverage"), 1.0);
 }

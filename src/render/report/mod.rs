@@ -16,10 +16,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::analysis::saturating_sum;
 use crate::analysis::wallclock::ThreadTimes;
 use crate::capture::walk::{StackEnding, StackWalk, Unwinder};
 use crate::render::format::describe_tasks;
-use crate::render::metrics::{Measurement, ThreadRow, measure, total_ns};
+use crate::render::metrics::{Measurement, ThreadRow, measure};
 use crate::render::source::CaptureSource;
 use crate::render::{Capture, Captures, Destination, Render, RenderError};
 
@@ -264,7 +265,7 @@ impl ReportData {
         let missing_events = MissingEvents {
             anomalies: missed().map(|t| t.anomalies).sum(),
             threads: missed().count(),
-            unknown_ns: total_ns(missed().map(|t| t.unknown_ns)),
+            unknown_ns: saturating_sum(missed().map(|t| t.unknown_ns)),
         };
         cut(&mut processes, options);
         cut(&mut threads, options);
@@ -370,22 +371,11 @@ fn processes(source: &dyn CaptureSource, m: &Measurement) -> Vec<Row> {
             (row, ThreadTimes::default())
         });
         process.threads += 1;
-        for (counter, value) in m.counters.iter().zip(&row.pmu) {
-            *process.pmu.entry(counter.clone()).or_insert(0) += value;
+        for (counter, &value) in m.counters.iter().zip(&row.pmu) {
+            let total = process.pmu.entry(counter.clone()).or_insert(0);
+            *total = total.saturating_add(value);
         }
-        let t = &row.times;
-        times.on_cpu_ns += t.on_cpu_ns;
-        times.sleeping_ns += t.sleeping_ns;
-        times.uninterruptible_ns += t.uninterruptible_ns;
-        times.runnable_ns += t.runnable_ns;
-        times.other_ns += t.other_ns;
-        times.unknown_ns += t.unknown_ns;
-        times.wakeup_latency.merge(&t.wakeup_latency);
-        times.voluntary_switches += t.voluntary_switches;
-        times.involuntary_switches += t.involuntary_switches;
-        times.samples += t.samples;
-        times.lifetime_ns += t.lifetime_ns;
-        times.anomalies += t.anomalies;
+        times.merge(&row.times);
     }
     (by_pid.into_values())
         .map(|(mut row, times)| {
@@ -402,7 +392,7 @@ fn cut(rows: &mut Vec<Row>, options: &ReportOptions) {
         match options.sort {
             SortKey::OnCpu => r.oncpu_ns,
             SortKey::OffCpu => r.offcpu_ns,
-            SortKey::Total => r.oncpu_ns + r.offcpu_ns,
+            SortKey::Total => r.oncpu_ns.saturating_add(r.offcpu_ns),
             SortKey::Sleeping => r.sleeping_ns,
             SortKey::Uninterruptible => r.uninterruptible_ns,
             SortKey::Runnable => r.runnable_ns,

@@ -1,6 +1,6 @@
 use super::*;
 use crate::render::filter::Filter;
-use crate::render::system_fixture::{MS, system};
+use crate::render::system_fixture::{MS, hostile, system};
 
 fn report(options: ReportOptions) -> ReportData {
     let (capture, _) = system();
@@ -115,4 +115,25 @@ fn missing_events_are_said() {
         Some("missing 3 scheduler events (1 threads: 144.0 ms of their time unknown)".into()),
         "{text}"
     );
+}
+
+/// A hostile capture's report: its processes' sums and the rows sorted by
+/// on- and off-CPU time saturate.
+#[test]
+fn report_of_a_hostile_capture_saturates() {
+    let capture = hostile();
+    let options = ReportOptions {
+        sort: SortKey::Total,
+        top: 0,
+    };
+    let data =
+        ReportData::of(&Capture::test(&capture, Filter::default()), &options).expect("a report");
+    let pool = data.processes.iter().find(|p| p.pid == 600).expect("pool");
+    assert_eq!(pool.threads, 2);
+    assert_eq!((pool.oncpu_ns, pool.lifetime_ns), (u64::MAX, u64::MAX));
+    assert_eq!(pool.pmu["cpu-cycles"], u64::MAX);
+    let sleeper = data.threads.iter().find(|t| t.tid == Some(700));
+    let sleeper = sleeper.expect("the sleeper");
+    assert_eq!((sleeper.offcpu_ns, sleeper.coverage), (u64::MAX, 1.0));
+    assert!(text::render(&data).contains("pool"));
 }
