@@ -3,6 +3,7 @@
 //! full), 3,400 tracker events (ring buffer full)`) and per-kind totals
 //! for `-I`. Script records are named one by one; trackers' are summed.
 
+use crate::analysis::saturating_sum;
 use crate::capture::model::{CaptureStats, DropReason, RecordId, RecordOrigin, RecordSchema};
 
 /// The warning for a capture that lost events, or `None` when it lost none.
@@ -34,7 +35,7 @@ fn by_kind(stats: &CaptureStats, schemas: &[RecordSchema]) -> Vec<String> {
     for drop in &stats.record_drops {
         if is_tracker(drop.record) {
             match tracker_reasons.iter_mut().find(|(r, _)| *r == drop.reason) {
-                Some((_, n)) => *n += drop.count,
+                Some((_, n)) => *n = n.saturating_add(drop.count),
                 None => tracker_reasons.push((drop.reason, drop.count)),
             }
             continue;
@@ -47,7 +48,7 @@ fn by_kind(stats: &CaptureStats, schemas: &[RecordSchema]) -> Vec<String> {
     }
     if !tracker_reasons.is_empty() {
         tracker_reasons.sort();
-        let total = tracker_reasons.iter().map(|&(_, n)| n).sum();
+        let total = saturating_sum(tracker_reasons.iter().map(|&(_, n)| n));
         let reasons: Vec<&str> = tracker_reasons.iter().map(|(r, _)| r.label()).collect();
         let (n, why) = (grouped(total), reasons.join(", "));
         parts.push(format!("{n} tracker events ({why})"));
@@ -60,7 +61,7 @@ fn by_kind(stats: &CaptureStats, schemas: &[RecordSchema]) -> Vec<String> {
 /// with drops).
 pub fn dropped_of(stats: Option<&CaptureStats>, record: RecordId) -> Option<u64> {
     let stats = stats.filter(|s| s.counts_per_record())?;
-    Some(stats.drops_of(record).map(|(_, n)| n).sum())
+    Some(saturating_sum(stats.drops_of(record).map(|(_, n)| n)))
 }
 
 /// `3,400`: digits in groups of three.
@@ -144,6 +145,32 @@ mod tests {
         );
         assert_eq!(dropped_of(Some(&old), RecordId(0)), None);
         assert_eq!(dropped_of(None, RecordId(0)), None);
+    }
+
+    /// Drop counts (the capture's, unbounded) add up saturating.
+    #[test]
+    fn sums_of_drops_saturate() {
+        let schemas = [
+            schema("switch", RecordOrigin::Tracker),
+            schema("waking", RecordOrigin::Tracker),
+        ];
+        let stats = CaptureStats {
+            drops: vec![(DropReason::RingBufferFull, u64::MAX)],
+            record_drops: vec![
+                drop(0, DropReason::RingBufferFull, u64::MAX),
+                drop(0, DropReason::StackLost, u64::MAX),
+                drop(1, DropReason::RingBufferFull, u64::MAX),
+            ],
+            ..CaptureStats::default()
+        };
+        let max = grouped(u64::MAX);
+        assert_eq!(
+            warning(&stats, &schemas),
+            Some(format!(
+                "dropped {max} tracker events (ring buffer full, stack lost)"
+            ))
+        );
+        assert_eq!(dropped_of(Some(&stats), RecordId(0)), Some(u64::MAX));
     }
 
     /// Digits group by three from the right.

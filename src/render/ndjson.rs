@@ -278,7 +278,8 @@ impl<'a, 'o> LineWriter<'a, 'o> {
                     |record: RecordId| (schemas.get(record.0 as usize)).is_some_and(is_internal);
                 let mut sums: BTreeMap<DropReason, u64> = BTreeMap::new();
                 for drop in stats.record_drops.iter().filter(|d| internal(d.record)) {
-                    *sums.entry(drop.reason).or_default() += drop.count;
+                    let sum = sums.entry(drop.reason).or_default();
+                    *sum = sum.saturating_add(drop.count);
                 }
                 write_drops(buf, sums.into_iter());
             }

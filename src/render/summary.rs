@@ -6,6 +6,7 @@
 
 use std::fmt::Write as _;
 
+use crate::analysis::saturating_sum;
 use crate::capture::format::CaptureError;
 use crate::capture::model::{DropReason, RecordId, RecordKind, RecordOrigin};
 use crate::render::drops::dropped_of;
@@ -249,12 +250,15 @@ fn write_drops(text: &mut String, source: &dyn CaptureSource) {
         row(text, "drops", "unknown (the capture was not finished)");
         return;
     };
-    let total: u64 = stats.drops.iter().map(|&(_, n)| n).sum();
+    let total = saturating_sum(stats.drops.iter().map(|&(_, n)| n));
     row(text, "drops", total);
     let mut rows: Vec<(String, u64)> = (DropReason::ALL.into_iter())
         .map(|reason| {
             let of_reason = stats.drops.iter().filter(|&&(r, _)| r == reason);
-            (reason.label().to_owned(), of_reason.map(|&(_, n)| n).sum())
+            (
+                reason.label().to_owned(),
+                saturating_sum(of_reason.map(|&(_, n)| n)),
+            )
         })
         .collect();
     let schemas = source.schemas();
@@ -416,6 +420,25 @@ mod tests {
     fn summary_of_system_capture() {
         let (capture, _) = crate::render::system_fixture::system();
         insta::assert_snapshot!(summary(&capture, &Filter::default()));
+    }
+
+    /// A hostile capture's drop counts and span time saturate: in all, by
+    /// reason, and by record kind.
+    #[test]
+    fn summary_of_a_hostile_capture_saturates() {
+        let capture = crate::render::system_fixture::hostile();
+        let text = summary(&capture, &Filter::default());
+        let line = |found: &dyn Fn(&str) -> bool| {
+            let line = text.lines().find(|line| found(line));
+            line.unwrap_or_else(|| panic!("no such line in\n{text}"))
+        };
+        let max = u64::MAX.to_string();
+        assert!(line(&|l| l.starts_with("drops")).ends_with(&max));
+        assert!(line(&|l| l.trim_start().starts_with("ring buffer full")).ends_with(&max));
+        let switch = line(&|l| l.contains(" switch ") && l.contains(" tracker "));
+        assert!(switch.contains(&max), "{switch}");
+        let wq = line(&|l| l.contains(" wq ") && l.contains(" tracker "));
+        assert!(wq.contains(&seconds(u64::MAX)), "{wq}");
     }
 
     /// The off-CPU stack threshold of `-S offcpu=DUR` is shown with the stacks.

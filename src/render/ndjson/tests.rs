@@ -108,6 +108,16 @@ fn header_of_unfinished_capture() {
     assert_eq!(header["damage"], "truncated after 4 events");
 }
 
+/// A hostile capture's internal records' drops add up saturating.
+#[test]
+fn header_of_a_hostile_capture() {
+    let capture = crate::render::system_fixture::hostile();
+    let (text, _) = run(&capture, &Filter::default());
+    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let internal = &header["internal_dropped"];
+    assert_eq!(internal["ring_buffer_full"], u64::MAX, "{internal}");
+}
+
 /// A read failure is an error, after the lines read before it were written.
 #[test]
 fn read_failure_after_partial_output() {
