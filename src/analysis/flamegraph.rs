@@ -2,7 +2,9 @@
 //!
 //! Input: [`Folded`] lines (one profile, or a before/after pair). Output: an
 //! SVG whose title names the capture and whose tooltips carry the weight's
-//! unit (inferno's `count_name`).
+//! unit (inferno's `count_name`). inferno adds weights up in machine
+//! integers: profiles whose totals would not fit (only a hostile capture's)
+//! are scaled down by one factor first (`fit_totals`).
 //!
 //! Colors: inferno picks a frame's color from its palette unless the frame's
 //! name is in the palette map, so every frame name is entered in the map with
@@ -25,6 +27,7 @@
 //! graphs ([`write_differential_svg`]) are colored by inferno from the change
 //! of each frame: red grew, blue shrank.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::io::{self, Write};
 
@@ -32,7 +35,7 @@ use inferno::flamegraph::color::{BackgroundColor, Color, PaletteMap};
 use inferno::flamegraph::{self as inferno_flamegraph};
 use thiserror::Error;
 
-use super::folded::{CpuState, DELIMITER, Folded};
+use super::folded::{CpuState, DELIMITER, Folded, FoldedLine};
 
 /// Which kind of profile a flame graph shows, for its colors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,12 +85,13 @@ pub fn write_svg(
     if folded.is_empty() {
         return Err(FlameGraphError::Empty);
     }
+    let [folded] = fit_totals([folded], MAX_TOTAL);
     let text: Vec<String> = folded
         .lines()
         .iter()
         .map(|line| format!("{} {}", line.stack, line.weight))
         .collect();
-    let mut palette = palette_map(folded, options.coloring);
+    let mut palette = palette_map(&folded, options.coloring);
     let mut inferno_options = inferno_options(options);
     inferno_options.palette_map = Some(&mut palette);
     inferno_options.bgcolors = Some(background(options.coloring));
@@ -102,6 +106,12 @@ pub fn write_svg(
 /// to the after total, so that the colors show shifts of proportion rather
 /// than a change of the total.
 pub fn differential_lines(before: &Folded, after: &Folded, normalize: bool) -> Vec<String> {
+    merged_lines(before, after, normalize, MAX_TOTAL)
+}
+
+/// [`differential_lines`] of the profiles fitted to `max_total`.
+fn merged_lines(before: &Folded, after: &Folded, normalize: bool, max_total: u64) -> Vec<String> {
+    let [before, after] = fit_totals([before, after], max_total);
     let options = inferno::differential::Options {
         normalize,
         strip_hex: false,
@@ -132,12 +142,48 @@ pub fn write_differential_svg(
     if before.is_empty() && after.is_empty() {
         return Err(FlameGraphError::Empty);
     }
-    let lines = differential_lines(before, after, normalize);
+    let lines = merged_lines(before, after, normalize, MAX_DIFFERENTIAL_TOTAL);
     let mut inferno_options = inferno_options(options);
     inferno_options.bgcolors = Some(BackgroundColor::Grey);
     inferno_options.no_sort = true;
     inferno_flamegraph::from_lines(&mut inferno_options, lines.iter().map(String::as_str), out)
         .map_err(FlameGraphError::Write)
+}
+
+/// The largest total of a profile's weights inferno can add up: in a u64
+/// (flame graphs) or a usize (the differential merge).
+const MAX_TOTAL: u64 = usize::MAX as u64;
+
+/// The largest total of a profile in a differential flame graph: inferno
+/// colors a frame by its change of weight times 150, in an isize; the margin
+/// covers the rounding of normalized weights.
+const MAX_DIFFERENTIAL_TOTAL: u64 = i64::MAX as u64 / 256;
+
+/// `profiles` with every weight scaled down by one factor so that no
+/// profile's total exceeds `max_total` (stacks whose weight drops below 1
+/// left out), or as they are when none does (any real capture's): inferno
+/// adds weights up in machine integers, which a hostile capture's weights
+/// (each up to u64::MAX) overflow. One factor keeps the proportions within
+/// and between the profiles.
+fn fit_totals<const N: usize>(profiles: [&Folded; N], max_total: u64) -> [Cow<'_, Folded>; N] {
+    let total = |folded: &Folded| -> u128 {
+        let weights = folded.lines().iter().map(|line| u128::from(line.weight));
+        weights.sum()
+    };
+    let largest = profiles.iter().map(|folded| total(folded)).max();
+    let max_total = u128::from(max_total);
+    profiles.map(|folded| match largest {
+        Some(largest) if largest > max_total => {
+            let scaled = folded.lines().iter().map(|line| FoldedLine {
+                stack: line.stack.clone(),
+                // At most `max_total`: a weight is at most the largest total.
+                weight: (u128::from(line.weight) * max_total / largest) as u64,
+            });
+            let lines = scaled.filter(|line| line.weight > 0).collect();
+            Cow::Owned(Folded::from_lines(lines))
+        }
+        _ => Cow::Borrowed(folded),
+    })
 }
 
 fn inferno_options(options: &FlameGraphOptions) -> inferno_flamegraph::Options<'_> {

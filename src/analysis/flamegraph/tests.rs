@@ -181,3 +181,36 @@ fn differential_graph_colors_growth_red() {
     assert!(shrinks.fill.2 > shrinks.fill.0, "{shrinks:?}");
     assert!(grows.title.contains("+60.00%"), "{}", grows.title);
 }
+
+/// Weights whose sums inferno's integers cannot hold (only a hostile
+/// capture's) are scaled down by one factor first: graphs keep their
+/// proportions, differential ones their colors.
+#[test]
+fn weights_too_large_for_inferno_keep_proportions() {
+    let huge = folded(&[
+        ("main;a", u64::MAX),
+        ("main;b", u64::MAX),
+        ("main;c", u64::MAX / 2),
+    ]);
+    let drawn = frames(&svg(&huge, &options(Coloring::Cpu)));
+    for (name, share) in [("a", "40.00%"), ("b", "40.00%"), ("c", "20.00%")] {
+        let title = &frame(&drawn, name).title;
+        assert!(title.ends_with(&format!(" ns, {share})")), "{title}");
+    }
+    let half = u64::MAX / 2;
+    let before = folded(&[("a", u64::MAX), ("b", u64::MAX)]);
+    assert_eq!(
+        differential_lines(&before, &folded(&[("a", u64::MAX)]), false),
+        [format!("a {half} {half}"), format!("b {half} 0")]
+    );
+    // Far below u64::MAX, but inferno colors by differences times 150.
+    let before = folded(&[("main;grows", 1 << 30), ("main;shrinks", 1 << 60)]);
+    let after = folded(&[("main;grows", 1 << 40), ("main;shrinks", 1 << 39)]);
+    let mut out = Vec::new();
+    write_differential_svg(&before, &after, false, &options(Coloring::Cpu), &mut out)
+        .expect("drawn");
+    let frames = frames(&String::from_utf8(out).expect("UTF-8"));
+    let (grows, shrinks) = (frame(&frames, "grows"), frame(&frames, "shrinks"));
+    assert!(grows.fill.0 > grows.fill.2, "{grows:?}");
+    assert!(shrinks.fill.2 > shrinks.fill.0, "{shrinks:?}");
+}

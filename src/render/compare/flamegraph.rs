@@ -120,7 +120,8 @@ fn side(
             |id| source.string(source.thread(id).name).to_owned(),
         );
         for line in folded.lines() {
-            *sums.entry(line.stack.clone()).or_insert(0) += line.weight;
+            let sum = sums.entry(line.stack.clone()).or_insert(0);
+            *sum = sum.saturating_add(line.weight);
         }
         spec.get_or_insert(profile.spec);
     }
@@ -128,7 +129,7 @@ fn side(
     let lines = (sums.into_iter())
         .map(|(stack, weight)| FoldedLine {
             stack,
-            weight: (weight + runs / 2) / runs,
+            weight: weight.saturating_add(runs / 2) / runs,
         })
         .filter(|line| line.weight > 0)
         .collect();
@@ -192,6 +193,40 @@ mod tests {
         assert_eq!(
             lines,
             ["server;main;parse 101 130", "server;main;render 50 50"]
+        );
+    }
+
+    /// Runs of a hostile capture, whose stacks weigh up to u64::MAX ns, add
+    /// up saturating (the baseline's two runs to u64::MAX, averaged to half
+    /// that); the profiles are then scaled down by one factor to what
+    /// inferno can add up: the candidate's two large stacks to half each.
+    #[test]
+    fn runs_of_a_hostile_capture() {
+        let hostile = crate::render::system_fixture::hostile();
+        let (baseline, candidate) = ([hostile.clone(), hostile.clone()], [hostile]);
+        let captures = Captures::new(captures(&candidate), captures(&baseline));
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("diff");
+        for shape in [ProfileShape::Svg, ProfileShape::Folded] {
+            let render = DifferentialProfile {
+                shape,
+                profile: ProfileOptions {
+                    profile: Some("wall".to_owned()),
+                    ..ProfileOptions::default()
+                },
+            };
+            let to = Destination::File(path.clone());
+            render.render(&captures, &to).expect("renders");
+        }
+        let text = std::fs::read_to_string(path).expect("read back");
+        let lines: Vec<&str> = text.lines().collect();
+        let (quarter, half) = (u64::MAX / 4, u64::MAX / 2);
+        assert_eq!(
+            lines,
+            [
+                format!("sleeper;main_[o] {quarter} {}", half - 1),
+                format!("worker;main_[c] {quarter} {half}"),
+            ]
         );
     }
 }
