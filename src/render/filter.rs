@@ -2,6 +2,8 @@
 //! agree: a time window, and task filters (the capture's own, re-applied,
 //! and those given at replay) with the semantics of docs/system-tracking.md.
 
+use std::collections::{BTreeSet, HashMap};
+
 use crate::capture::model::{Event, FieldValue, Thread};
 use crate::frontend::options::TaskFilter;
 use crate::render::source::CaptureSource;
@@ -121,21 +123,24 @@ impl TaskSelector {
 
 /// The processes descended from process `ancestor` (children first seen
 /// with it as their parent, their children, …), by the parent pids of the
-/// capture's threads; `ancestor` itself is not one.
+/// capture's threads, sorted; `ancestor` itself is not one (even when a
+/// damaged capture's parent pids loop back to it).
 pub fn descendants(threads: &[Thread], ancestor: u32) -> Vec<u32> {
-    let mut found: Vec<u32> = Vec::new();
-    let mut frontier = vec![ancestor];
-    while let Some(parent) = frontier.pop() {
-        for thread in threads {
-            let child = thread.pid;
-            if thread.ppid == parent && child != ancestor && !found.contains(&child) {
-                found.push(child);
-                frontier.push(child);
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for thread in threads {
+        children.entry(thread.ppid).or_default().push(thread.pid);
+    }
+    let mut reached = BTreeSet::from([ancestor]);
+    let mut parents = vec![ancestor];
+    while let Some(parent) = parents.pop() {
+        for &child in children.get(&parent).into_iter().flatten() {
+            if reached.insert(child) {
+                parents.push(child);
             }
         }
     }
-    found.sort_unstable();
-    found
+    reached.remove(&ancestor);
+    reached.into_iter().collect()
 }
 
 #[cfg(test)]
@@ -255,6 +260,32 @@ mod tests {
         assert_eq!(descendants(&capture.threads, 10), [11, 13]);
         assert_eq!(descendants(&capture.threads, 1), [10, 11, 13, 20]);
         assert!(descendants(&capture.threads, 99).is_empty());
+    }
+
+    /// A damaged capture's parent pids may loop, name a process its own
+    /// parent, or chain every process to the next: descendants end, leave
+    /// the ancestor out, and take time linear in the threads (`--only-command`
+    /// looks them up for every replay of such a capture).
+    #[test]
+    fn descendants_of_looping_and_long_chains() {
+        let threads = |links: &[(u32, u32)]| -> Vec<Thread> {
+            let mut capture = FakeCapture::new();
+            for &(pid, ppid) in links {
+                let id = capture.add_thread(pid, pid, "t", "p");
+                capture.threads[id.0 as usize].ppid = ppid;
+            }
+            capture.threads
+        };
+        let looping = threads(&[(1, 3), (2, 1), (3, 2), (4, 4), (5, 4), (4, 5)]);
+        assert_eq!(descendants(&looping, 1), [2, 3]);
+        assert_eq!(descendants(&looping, 4), [5]);
+        const CHAIN: u32 = 100_000;
+        let chain: Vec<(u32, u32)> = (1..=CHAIN).map(|pid| (pid, pid - 1)).collect();
+        let chain = threads(&chain);
+        let all = descendants(&chain, 0);
+        assert_eq!(all.len(), CHAIN as usize);
+        assert!(all.iter().copied().eq(1..=CHAIN));
+        assert_eq!(descendants(&chain, CHAIN - 1), [CHAIN]);
     }
 
     /// An event naming another thread is kept when either thread is selected.
