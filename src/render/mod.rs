@@ -116,4 +116,47 @@ mod tests {
             "test.data is corrupt at byte 4096: bad block"
         );
     }
+
+    /// Every output renders a hostile capture (each of its sums overflows
+    /// u64) without panicking, as the replay fuzzer demands; each profile
+    /// kind draws it.
+    #[test]
+    fn every_output_renders_a_hostile_capture() {
+        let capture = system_fixture::hostile();
+        let captures = Captures::one(Capture::test(&capture, Filter::default()));
+        let profile = |kind: &str| profile::ProfileOptions {
+            profile: Some(kind.to_owned()),
+            ..profile::ProfileOptions::default()
+        };
+        let sorted_by_total = report::ReportOptions {
+            sort: report::SortKey::Total,
+            top: 0,
+        };
+        let mut outputs: Vec<Box<dyn Render>> = vec![
+            Box::new(summary::Summary::default()),
+            Box::new(metrics::Metrics::default()),
+            Box::new(report::Report {
+                options: sorted_by_total,
+            }),
+            Box::new(report::ReportJson::default()),
+            Box::new(ndjson::Ndjson::default()),
+            Box::new(perfetto::Perfetto::default()),
+        ];
+        for kind in ["cpu", "offcpu", "wall", "wakeup"] {
+            outputs.push(Box::new(flamegraph::FlameGraph {
+                options: profile(kind),
+            }));
+            outputs.push(Box::new(folded::FoldedStacks {
+                options: profile(kind),
+            }));
+            outputs.push(Box::new(pprof::Pprof {
+                options: profile(kind),
+            }));
+        }
+        let dir = tempfile::tempdir().expect("temporary directory");
+        for (index, output) in outputs.iter().enumerate() {
+            let to = Destination::File(dir.path().join(index.to_string()));
+            output.render(&captures, &to).expect("rendered");
+        }
+    }
 }
