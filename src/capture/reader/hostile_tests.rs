@@ -10,7 +10,7 @@ use super::*;
 use crate::capture::format::{
     ChunkKind, MAX_EVENTS_PAYLOAD, MAX_PAYLOAD, SequenceMark, file_header,
 };
-use crate::capture::writer::tests::sample;
+use crate::capture::writer::tests::{Sample, sample};
 
 /// A chunk header claiming `payload_len` bytes, with a valid checksum.
 fn header(kind: ChunkKind, payload_len: u32, items: u32) -> [u8; CHUNK_HEADER_LEN] {
@@ -173,27 +173,35 @@ fn with_mark_changed(
     [&bytes[..start], &header.encode(), &payload, &bytes[end..]].concat()
 }
 
+/// The sample with the mark at `mark` changed by `change` is damage at the
+/// mark's offset, saying `what`; the events before it are read.
+fn assert_mark_refused(
+    s: &Sample,
+    mark: (usize, usize),
+    change: impl FnOnce(&mut SequenceMark),
+    what: &str,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = with_mark_changed(&s.bytes, mark, change);
+    let r = open_bytes(&dir, &bytes).unwrap();
+    assert_eq!(corrupt(&r), (mark.0 as u64, what.to_owned()));
+    let events = collect(&r).unwrap();
+    assert_eq!(events[..], s.events[..events.len()]);
+}
+
 /// A mark numbered `u64::MAX`, which leaves no number for the chunk after
 /// it, is damage at its offset (the next number overflowed).
 #[test]
 fn refuses_the_last_sequence_number() {
-    let dir = tempfile::tempdir().unwrap();
     let s = sample(64);
     let (layout, i) = layout(&s.bytes);
-    let mark = layout[i - 1];
-    let bytes = with_mark_changed(&s.bytes, mark, |m| m.seq = u64::MAX);
-    let r = open_bytes(&dir, &bytes).unwrap();
-    assert_eq!(
-        corrupt(&r),
-        (
-            mark.0 as u64,
-            "the sequence mark numbers its chunk 18446744073709551615, leaving no number \
-             for the next one"
-                .into()
-        )
+    assert_mark_refused(
+        &s,
+        layout[i - 1],
+        |m| m.seq = u64::MAX,
+        "the sequence mark numbers its chunk 18446744073709551615, leaving no number for the \
+         next one",
     );
-    let events = collect(&r).unwrap();
-    assert_eq!(events[..], s.events[..events.len()]);
 }
 
 /// A mark counting `u64::MAX` events, its tables right, is damage at its
@@ -201,25 +209,18 @@ fn refuses_the_last_sequence_number() {
 /// events read and lost.
 #[test]
 fn refuses_a_mark_counting_too_many_events() {
-    let dir = tempfile::tempdir().unwrap();
     let s = sample(64);
     let (layout, i) = layout(&s.bytes);
     // the mark of the chunk before events chunk `i` (marks and chunks alternate)
     let mark = layout[i - 3];
     assert_eq!(s.bytes[mark.0], ChunkKind::Sequence as u8);
     assert!(items(&s.bytes, layout[i]) > 0);
-    let bytes = with_mark_changed(&s.bytes, mark, |m| m.through.events = u64::MAX);
-    let r = open_bytes(&dir, &bytes).unwrap();
-    assert_eq!(
-        corrupt(&r),
-        (
-            mark.0 as u64,
-            "the sequence mark counts 18446744073709551615 events, more than a capture can hold"
-                .into()
-        )
+    assert_mark_refused(
+        &s,
+        mark,
+        |m| m.through.events = u64::MAX,
+        "the sequence mark counts 18446744073709551615 events, more than a capture can hold",
     );
-    let events = collect(&r).unwrap();
-    assert_eq!(events[..], s.events[..events.len()]);
 }
 
 /// An events chunk removed with its mark (checksums all valid) is reported
